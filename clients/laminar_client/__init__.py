@@ -1,0 +1,1 @@
+"""Smart gRPC client for Laminar (grows with the broker node issue)."""

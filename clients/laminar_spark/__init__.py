@@ -1,0 +1,1 @@
+"""PySpark data source for Laminar (comes with the Spark issue)."""

@@ -1,0 +1,200 @@
+"""Laminar's one exception tree.
+
+Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree::
+
+    LaminarError
+    ├── ConfigError                      a configuration value or combination is impossible
+    ├── InvalidInputError                the caller sent something malformed or too large
+    │   ├── RecordFormatError            bytes that do not form a valid record batch
+    │   │   ├── TruncatedBatchError      buffer shorter than the batch it announces
+    │   │   ├── UnsupportedMagicError    unknown batch format version
+    │   │   ├── ChecksumMismatchError    payload or header checksum does not match
+    │   │   └── BatchLimitError          a length or count beyond the configured limits
+    │   └── InvalidTopicError            bad topic name or topic settings
+    ├── StorageError                     the on-disk log cannot do what was asked
+    │   ├── CorruptSegmentError          a sealed segment holds a corrupt batch (file, offset)
+    │   ├── OffsetOutOfRangeError        offset outside [start_offset, end_offset]
+    │   ├── NonMonotonicOffsetError      an append would break offset density
+    │   └── LogClosedError               the log was closed
+    ├── RetriableError                   the operation may succeed if retried
+    │   ├── NotLeaderError               this replica is not the leader (leader hint attached)
+    │   ├── UnavailableError             no quorum / not enough replicas
+    │   └── RequestTimeoutError          the deadline passed before an answer
+    ├── UnknownTopicOrPartitionError     no such topic or partition
+    ├── ProducerSequenceError            idempotent-producer sequence rejected
+    │   ├── DuplicateSequenceError       batch already written (original offset attached)
+    │   └── OutOfOrderSequenceError      gap in the producer's sequence
+    └── ClusterIdMismatchError           a node or peer belongs to another cluster
+
+Inside the sans-IO cores an *expected* rejection (a duplicate sequence, a write to a
+follower) is an output value, not an exception; the shells turn those outputs into
+these errors at the API boundary. An ``AssertionError`` anywhere is a bug.
+
+The gRPC layer maps this tree to status codes in one table, and the client maps
+the codes back, so the same class reaches a user whether the error was raised
+locally or on a remote node.
+"""
+
+from __future__ import annotations
+
+
+class LaminarError(Exception):
+    """Base of every error Laminar raises."""
+
+
+class ConfigError(LaminarError, ValueError):
+    """A configuration value, or a combination of values, is impossible."""
+
+
+class InvalidInputError(LaminarError, ValueError):
+    """The caller sent something malformed or beyond a limit."""
+
+
+class RecordFormatError(InvalidInputError):
+    """Bytes that do not form a valid record batch."""
+
+
+class TruncatedBatchError(RecordFormatError):
+    """The buffer is shorter than the batch (or header) it announces."""
+
+    def __init__(self, message: str, *, needed_bytes: int, available_bytes: int) -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+        self.available_bytes = available_bytes
+
+
+class UnsupportedMagicError(RecordFormatError):
+    """The batch's format version (magic byte) is not one this build reads."""
+
+    def __init__(self, magic: int) -> None:
+        super().__init__(f"unsupported record batch magic {magic}")
+        self.magic = magic
+
+
+class ChecksumMismatchError(RecordFormatError):
+    """A batch's payload or header checksum does not match its contents."""
+
+    def __init__(self, which: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"{which} checksum mismatch: stored {expected:#018x}, computed {actual:#018x}"
+        )
+        self.which = which
+        self.expected = expected
+        self.actual = actual
+
+
+class BatchLimitError(RecordFormatError):
+    """A length or count is beyond the configured limit (or simply absurd)."""
+
+
+class InvalidTopicError(InvalidInputError):
+    """A topic name or topic setting is invalid."""
+
+
+class StorageError(LaminarError):
+    """The on-disk log cannot do what was asked."""
+
+
+class CorruptSegmentError(StorageError):
+    """A batch inside a sealed segment failed validation; it is never served."""
+
+    def __init__(self, path: str, offset: int, position: int, reason: str) -> None:
+        super().__init__(
+            f"corrupt batch in {path} at offset {offset} (file position {position}): {reason}"
+        )
+        self.path = path
+        self.offset = offset
+        self.position = position
+        self.reason = reason
+
+
+class OffsetOutOfRangeError(StorageError):
+    """The requested offset is outside the log's valid range ``[start, end]``."""
+
+    def __init__(self, offset: int, start_offset: int, end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is out of range: valid offsets are "
+            f"[{start_offset}, {end_offset}] (end is the next offset to be written)"
+        )
+        self.offset = offset
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+
+
+class NonMonotonicOffsetError(StorageError):
+    """An append with an explicit base offset would leave a gap or overlap."""
+
+    def __init__(self, base_offset: int, end_offset: int) -> None:
+        super().__init__(
+            f"batch base offset {base_offset} does not follow the log end offset {end_offset}"
+        )
+        self.base_offset = base_offset
+        self.end_offset = end_offset
+
+
+class LogClosedError(StorageError):
+    """The log was closed; no further operations are possible on this object."""
+
+
+class RetriableError(LaminarError):
+    """The operation failed for a transient reason and may succeed if retried."""
+
+
+class NotLeaderError(RetriableError):
+    """This replica is not the partition's leader; ``leader`` is the best hint known."""
+
+    def __init__(self, leader_id: str | None, leader_address: str | None) -> None:
+        hint = f"leader is {leader_id} at {leader_address}" if leader_id else "leader unknown"
+        super().__init__(f"not the leader: {hint}")
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+
+
+class UnavailableError(RetriableError):
+    """Not enough replicas are reachable to serve the request (no quorum)."""
+
+
+class RequestTimeoutError(RetriableError):
+    """The request's deadline passed before it completed; its outcome is unknown."""
+
+
+class UnknownTopicOrPartitionError(LaminarError):
+    """No such topic, or no such partition in that topic."""
+
+
+class ProducerSequenceError(LaminarError):
+    """An idempotent producer's batch sequence was rejected."""
+
+
+class DuplicateSequenceError(ProducerSequenceError):
+    """The batch was already written; ``base_offset`` is where it was written."""
+
+    def __init__(self, producer_id: int, base_sequence: int, base_offset: int) -> None:
+        super().__init__(
+            f"producer {producer_id} sequence {base_sequence} already written "
+            f"at offset {base_offset}"
+        )
+        self.producer_id = producer_id
+        self.base_sequence = base_sequence
+        self.base_offset = base_offset
+
+
+class OutOfOrderSequenceError(ProducerSequenceError):
+    """The batch's sequence leaves a gap after the last one written."""
+
+    def __init__(self, producer_id: int, base_sequence: int, expected_sequence: int) -> None:
+        super().__init__(
+            f"producer {producer_id} sent sequence {base_sequence}, expected {expected_sequence}"
+        )
+        self.producer_id = producer_id
+        self.base_sequence = base_sequence
+        self.expected_sequence = expected_sequence
+
+
+class ClusterIdMismatchError(LaminarError):
+    """A node or peer belongs to a different cluster."""
+
+    def __init__(self, expected: str, actual: str) -> None:
+        super().__init__(f"cluster id mismatch: this cluster is {expected}, peer says {actual}")
+        self.expected = expected
+        self.actual = actual

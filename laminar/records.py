@@ -1,0 +1,760 @@
+"""The record batch: the one unit of the wire, replication and disk.
+
+Theory of operation
+-------------------
+A producer encodes records into a batch once. The broker never re-encodes it: the
+leader only stamps two header fields (``base_offset``, ``term``) and recomputes the
+small header checksum; followers and the disk store the bytes as they are; the
+consumer decodes. The broker's hot path therefore touches an 80-byte header and, on
+receipt, one xxh3-64 pass over the payload — never the records themselves.
+
+Header layout (little-endian, 80 bytes, ``magic`` 1)::
+
+    offset size  field
+         0    4  length                      u32  whole batch in bytes, header included
+         4    1  magic                       u8   format version, 1
+         5    1  attributes                  u8   bits 0-2 codec (0 none, 1 zstd);
+                                                  bit 4 control batch; other bits 0
+         6    2  reserved                    u16  0
+         8    4  record_count                i32  >= 1
+        12    4  payload_uncompressed_bytes  u32  payload size before compression
+        16    8  base_offset                 i64  set by the leader (-1 until then)
+        24    8  term                        i64  set by the leader (-1 until then)
+        32    8  first_timestamp_ms          i64  timestamp of the first record
+        40    8  max_timestamp_ms            i64  largest record timestamp
+        48    8  producer_id                 i64  -1 = not idempotent
+        56    4  base_sequence               i32  -1 = not idempotent
+        60    4  reserved                    u32  0
+        64    8  payload_checksum            u64  xxh3-64 of the stored payload bytes
+        72    8  header_checksum             u64  xxh3-64 of header bytes [0, 72)
+        80       payload                          payload_stored_bytes = length - 80
+
+The payload checksum covers the payload *as stored* (compressed, when it is), so it
+is verified without decompressing. The header checksum covers every other header
+field, including the ones the leader sets, and is recomputed when they are stamped.
+
+Payload layout (before compression) is columnar, so that encoding and decoding cost
+a few C-level passes per column instead of Python work per field::
+
+    u8             flags          bit 0: keys column present; bit 1: headers present
+    i64 × count    timestamp deltas (record timestamp − first_timestamp_ms)
+    i32 × count    value lengths  (-1 = null value)
+    i32 × count    key lengths    (-1 = null key)         only with flag bit 0
+    u32 × count    header lengths (msgpack of [[k, v], …]) only with flag bit 1
+    bytes          every non-null key, concatenated        only with flag bit 0
+    bytes          every non-null value, concatenated
+    bytes          every record's headers, concatenated    only with flag bit 1
+
+A record at index ``i`` has offset ``base_offset + i``. A control batch (leader no-op,
+configuration change) holds exactly one record; consumers skip control batches.
+
+Errors: every malformed input raises a :class:`laminar.errors.RecordFormatError`
+subclass; no ``IndexError`` or ``struct.error`` reaches the caller.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import partial
+from itertools import accumulate, pairwise
+from typing import NamedTuple
+
+import msgpack
+import xxhash
+import zstandard
+
+from laminar.errors import (
+    BatchLimitError,
+    ChecksumMismatchError,
+    RecordFormatError,
+    TruncatedBatchError,
+    UnsupportedMagicError,
+)
+
+MAGIC = 1
+HEADER_BYTES = 80
+HEADER_STRUCT = struct.Struct("<IBBHiIqqqqqiIQQ")
+assert HEADER_STRUCT.size == HEADER_BYTES
+
+# Byte positions of header fields that are read or written on their own.
+_LENGTH_STRUCT = struct.Struct("<I")
+_STAMP_STRUCT = struct.Struct("<qq")  # base_offset, term at byte 16
+_STAMP_POSITION = 16
+_CHECKSUMMED_HEADER_BYTES = 72
+_CHECKSUM_STRUCT = struct.Struct("<Q")
+_HEADER_CHECKSUM_POSITION = 72
+
+ATTRIBUTE_CODEC_MASK = 0x07
+ATTRIBUTE_CONTROL = 0x10
+_ATTRIBUTES_KNOWN = ATTRIBUTE_CODEC_MASK | ATTRIBUTE_CONTROL
+
+_FLAG_KEYS = 0x01
+_FLAG_HEADERS = 0x02
+
+NO_OFFSET = -1
+NO_TERM = -1
+NO_PRODUCER = -1
+NO_SEQUENCE = -1
+
+# Hard ceilings of the format itself; callers pass tighter limits (see BatchLimits).
+BATCH_BYTES_CEILING = 256 * 1024 * 1024
+RECORD_COUNT_CEILING = 10_000_000
+# The smallest a record can be in an uncompressed payload: timestamp + value length.
+_RECORD_BYTES_MIN = 12
+
+_NATIVE_IS_LITTLE = sys.byteorder == "little"
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+class Compression(IntEnum):
+    """Whole-payload compression codec (header attribute bits 0-2)."""
+
+    NONE = 0
+    ZSTD = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    """Upper bounds applied when encoding or accepting a batch.
+
+    ``batch_bytes_max``: the largest whole batch (header included) accepted, as stored.
+    ``payload_uncompressed_bytes_max``: the largest payload after decompression; it
+    bounds the memory a small compressed batch can make a reader allocate.
+    ``record_count_max``: the most records in one batch.
+    """
+
+    batch_bytes_max: int = 16 * 1024 * 1024
+    payload_uncompressed_bytes_max: int = 64 * 1024 * 1024
+    record_count_max: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if not HEADER_BYTES < self.batch_bytes_max <= BATCH_BYTES_CEILING:
+            raise BatchLimitError(
+                f"batch_bytes_max must be in ({HEADER_BYTES}, {BATCH_BYTES_CEILING}]"
+            )
+        if not 0 < self.payload_uncompressed_bytes_max <= BATCH_BYTES_CEILING:
+            raise BatchLimitError(
+                f"payload_uncompressed_bytes_max must be in (0, {BATCH_BYTES_CEILING}]"
+            )
+        if not 0 < self.record_count_max <= RECORD_COUNT_CEILING:
+            raise BatchLimitError(f"record_count_max must be in (0, {RECORD_COUNT_CEILING}]")
+
+
+DEFAULT_LIMITS = BatchLimits()
+
+
+Header = tuple[str, bytes]
+
+
+class Record(NamedTuple):
+    """One decoded record. ``offset`` is -1 until the batch has been stamped."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+
+
+class BatchHeader(NamedTuple):
+    """The parsed fixed header of a batch."""
+
+    length: int
+    magic: int
+    attributes: int
+    record_count: int
+    payload_uncompressed_bytes: int
+    base_offset: int
+    term: int
+    first_timestamp_ms: int
+    max_timestamp_ms: int
+    producer_id: int
+    base_sequence: int
+    payload_checksum: int
+    header_checksum: int
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & ATTRIBUTE_CODEC_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTRIBUTE_CONTROL)
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the batch's last record (valid once stamped)."""
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def next_offset(self) -> int:
+        """The offset just after this batch."""
+        return self.base_offset + self.record_count
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    """A batch's records as columns: cheap to build, cheap to turn into Arrow arrays."""
+
+    header: BatchHeader
+    timestamps_ms: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[Header, ...]]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def records(self) -> list[Record]:
+        """The batch as :class:`Record` tuples, offsets filled in from the header."""
+        base = self.header.base_offset
+        count = len(self.values)
+        offsets: Sequence[int] = (
+            range(base, base + count) if base != NO_OFFSET else [NO_OFFSET] * count
+        )
+        # tuple.__new__ through partial builds each NamedTuple at C speed.
+        make = partial(tuple.__new__, Record)
+        return list(
+            map(
+                make,
+                zip(offsets, self.timestamps_ms, self.keys, self.values, self.headers, strict=True),
+            )
+        )
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_batch(
+    values: Sequence[bytes | None],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    timestamps_ms: Sequence[int] | int = 0,
+    headers: Sequence[Sequence[Header]] | None = None,
+    compression: Compression = Compression.NONE,
+    control: bool = False,
+    producer_id: int = NO_PRODUCER,
+    base_sequence: int = NO_SEQUENCE,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> bytes:
+    """Encode records given as columns into one batch (base offset and term unset).
+
+    ``timestamps_ms`` is one timestamp per record, or one int used for all of them.
+    ``keys`` and ``headers``, when given, have one entry per record.
+    """
+    count = len(values)
+    if count == 0:
+        raise BatchLimitError("a batch holds at least one record")
+    if count > limits.record_count_max:
+        raise BatchLimitError(f"{count} records exceed record_count_max {limits.record_count_max}")
+    if control and count != 1:
+        raise BatchLimitError("a control batch holds exactly one record")
+    if (producer_id == NO_PRODUCER) != (base_sequence == NO_SEQUENCE):
+        raise RecordFormatError("producer_id and base_sequence are set together or not at all")
+    if not (NO_PRODUCER <= producer_id <= _INT64_MAX and NO_SEQUENCE <= base_sequence < 2**31):
+        raise RecordFormatError("producer_id or base_sequence out of range")
+
+    if isinstance(timestamps_ms, int):
+        first_timestamp_ms = max_timestamp_ms = timestamps_ms
+        deltas = array("q", bytes(8 * count))
+    else:
+        if len(timestamps_ms) != count:
+            raise RecordFormatError("timestamps_ms must have one entry per record")
+        first_timestamp_ms = timestamps_ms[0]
+        max_timestamp_ms = max(timestamps_ms)
+        if min(timestamps_ms) < _INT64_MIN // 2 or max_timestamp_ms > _INT64_MAX // 2:
+            raise RecordFormatError("timestamp out of range")
+        deltas = array("q", [t - first_timestamp_ms for t in timestamps_ms])
+
+    parts: list[bytes] = []
+    flags = 0
+    value_lengths, value_data = _column(values, "values")
+    key_lengths = key_data = b""
+    if keys is not None:
+        if len(keys) != count:
+            raise RecordFormatError("keys must have one entry per record")
+        if any(k is not None for k in keys):
+            flags |= _FLAG_KEYS
+            key_lengths, key_data = _column(keys, "keys")
+    header_lengths = header_data = b""
+    if headers is not None:
+        if len(headers) != count:
+            raise RecordFormatError("headers must have one entry per record")
+        if any(headers):
+            flags |= _FLAG_HEADERS
+            header_lengths, header_data = _headers_column(headers)
+
+    parts = [
+        bytes((flags,)),
+        _little(deltas),
+        value_lengths,
+        key_lengths,
+        header_lengths,
+        key_data,
+        value_data,
+        header_data,
+    ]
+    payload = b"".join(parts)
+    uncompressed_bytes = len(payload)
+    if uncompressed_bytes > limits.payload_uncompressed_bytes_max:
+        raise BatchLimitError(
+            f"payload of {uncompressed_bytes} bytes exceeds payload_uncompressed_bytes_max "
+            f"{limits.payload_uncompressed_bytes_max}"
+        )
+    if compression is Compression.ZSTD:
+        payload = zstandard.ZstdCompressor(level=3).compress(payload)
+    elif compression is not Compression.NONE:
+        raise RecordFormatError(f"unknown compression {compression!r}")
+    length = HEADER_BYTES + len(payload)
+    if length > limits.batch_bytes_max:
+        raise BatchLimitError(
+            f"batch of {length} bytes exceeds batch_bytes_max {limits.batch_bytes_max}"
+        )
+    attributes = int(compression) | (ATTRIBUTE_CONTROL if control else 0)
+    header = _pack_header(
+        length=length,
+        attributes=attributes,
+        record_count=count,
+        payload_uncompressed_bytes=uncompressed_bytes,
+        base_offset=NO_OFFSET,
+        term=NO_TERM,
+        first_timestamp_ms=first_timestamp_ms,
+        max_timestamp_ms=max_timestamp_ms,
+        producer_id=producer_id,
+        base_sequence=base_sequence,
+        payload_checksum=xxhash.xxh3_64_intdigest(payload),
+    )
+    return header + payload
+
+
+def encode_records(
+    records: Sequence[Record],
+    *,
+    compression: Compression = Compression.NONE,
+    producer_id: int = NO_PRODUCER,
+    base_sequence: int = NO_SEQUENCE,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> bytes:
+    """Encode :class:`Record` values (their ``offset`` is ignored) into one batch."""
+    if not records:
+        raise BatchLimitError("a batch holds at least one record")
+    _, timestamps_ms, keys, values, headers = zip(*records, strict=True)
+    return encode_batch(
+        values,
+        keys=keys,
+        timestamps_ms=timestamps_ms,
+        headers=headers,
+        compression=compression,
+        producer_id=producer_id,
+        base_sequence=base_sequence,
+        limits=limits,
+    )
+
+
+def encode_control_batch(kind: bytes, data: bytes, timestamp_ms: int) -> bytes:
+    """A control batch of one record: ``kind`` as its key and ``data`` as its value."""
+    return encode_batch([data], keys=[kind], timestamps_ms=[timestamp_ms], control=True)
+
+
+def _column(items: Sequence[bytes | None], name: str) -> tuple[bytes, bytes]:
+    """Length column (-1 for None) and concatenated data of a bytes column."""
+    try:
+        data = b"".join(items)  # type: ignore[arg-type]
+        lengths = array("i", map(len, items))  # type: ignore[arg-type]
+    except TypeError:
+        for item in items:
+            if item is not None and not isinstance(item, bytes | bytearray | memoryview):
+                raise RecordFormatError(
+                    f"{name} must be bytes or None, not {type(item).__name__}"
+                ) from None
+        data = b"".join(item for item in items if item is not None)
+        lengths = array("i", [-1 if item is None else len(item) for item in items])
+    except OverflowError:
+        raise BatchLimitError(f"an item in {name} is too large") from None
+    return _little(lengths), data
+
+
+def _headers_column(headers: Sequence[Sequence[Header]]) -> tuple[bytes, bytes]:
+    packer = msgpack.Packer(use_bin_type=True)
+    blobs: list[bytes] = []
+    for record_headers in headers:
+        if not record_headers:
+            blobs.append(b"")
+            continue
+        for pair in record_headers:
+            if (
+                len(pair) != 2
+                or not isinstance(pair[0], str)
+                or not isinstance(pair[1], bytes | bytearray)
+            ):
+                raise RecordFormatError("headers must be (str, bytes) pairs")
+        blobs.append(packer.pack([list(pair) for pair in record_headers]))
+    return _little(array("I", map(len, blobs))), b"".join(blobs)
+
+
+def _little(column: array[int]) -> bytes:
+    if not _NATIVE_IS_LITTLE:  # pragma: no cover - big-endian hosts only
+        column = array(column.typecode, column)
+        column.byteswap()
+    return column.tobytes()
+
+
+def _from_little(typecode: str, data: memoryview) -> array[int]:
+    column = array(typecode)
+    column.frombytes(data)
+    if not _NATIVE_IS_LITTLE:  # pragma: no cover - big-endian hosts only
+        column.byteswap()
+    return column
+
+
+def _pack_header(
+    *,
+    length: int,
+    attributes: int,
+    record_count: int,
+    payload_uncompressed_bytes: int,
+    base_offset: int,
+    term: int,
+    first_timestamp_ms: int,
+    max_timestamp_ms: int,
+    producer_id: int,
+    base_sequence: int,
+    payload_checksum: int,
+) -> bytes:
+    head = HEADER_STRUCT.pack(
+        length,
+        MAGIC,
+        attributes,
+        0,
+        record_count,
+        payload_uncompressed_bytes,
+        base_offset,
+        term,
+        first_timestamp_ms,
+        max_timestamp_ms,
+        producer_id,
+        base_sequence,
+        0,
+        payload_checksum,
+        0,
+    )[:_CHECKSUMMED_HEADER_BYTES]
+    return head + _CHECKSUM_STRUCT.pack(xxhash.xxh3_64_intdigest(head))
+
+
+# --------------------------------------------------------------------------- headers
+
+
+def parse_header(
+    buffer: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> BatchHeader:
+    """Parse and validate the fixed header at ``position`` in ``buffer``.
+
+    Checks the magic, the header checksum, known attributes and every length
+    against ``limits``. Does not read the payload; the buffer may hold only the
+    header. Raises a :class:`RecordFormatError` subclass on any problem.
+    """
+    available = len(buffer) - position
+    if available < HEADER_BYTES:
+        raise TruncatedBatchError(
+            f"need {HEADER_BYTES} header bytes, have {max(available, 0)}",
+            needed_bytes=HEADER_BYTES,
+            available_bytes=max(available, 0),
+        )
+    header = BatchHeader._make(_unpack_header(buffer, position))
+    if header.magic != MAGIC:
+        raise UnsupportedMagicError(header.magic)
+    stored = header.header_checksum
+    actual = xxhash.xxh3_64_intdigest(
+        memoryview(buffer)[position : position + _CHECKSUMMED_HEADER_BYTES]
+    )
+    if stored != actual:
+        raise ChecksumMismatchError("header", stored, actual)
+    _check_header_fields(header, limits)
+    return header
+
+
+def _unpack_header(buffer: bytes | bytearray | memoryview, position: int) -> tuple[int, ...]:
+    fields = HEADER_STRUCT.unpack_from(buffer, position)
+    # Drop the two reserved fields (positions 3 and 12) so the tuple matches BatchHeader.
+    return fields[:3] + fields[4:12] + fields[13:]
+
+
+def _check_header_fields(header: BatchHeader, limits: BatchLimits) -> None:
+    if header.attributes & ~_ATTRIBUTES_KNOWN:
+        raise RecordFormatError(f"unknown attribute bits {header.attributes:#04x}")
+    if header.attributes & ATTRIBUTE_CODEC_MASK not in (Compression.NONE, Compression.ZSTD):
+        raise RecordFormatError(f"unknown compression codec {header.attributes & 7}")
+    if not HEADER_BYTES < header.length <= limits.batch_bytes_max:
+        raise BatchLimitError(
+            f"batch length {header.length} outside ({HEADER_BYTES}, {limits.batch_bytes_max}]"
+        )
+    if not 0 < header.record_count <= limits.record_count_max:
+        raise BatchLimitError(
+            f"record count {header.record_count} outside (0, {limits.record_count_max}]"
+        )
+    if header.payload_uncompressed_bytes > limits.payload_uncompressed_bytes_max:
+        raise BatchLimitError(
+            f"uncompressed payload of {header.payload_uncompressed_bytes} bytes exceeds "
+            f"{limits.payload_uncompressed_bytes_max}"
+        )
+    if header.record_count * _RECORD_BYTES_MIN + 1 > header.payload_uncompressed_bytes:
+        raise BatchLimitError(
+            f"{header.record_count} records cannot fit in "
+            f"{header.payload_uncompressed_bytes} payload bytes"
+        )
+    if header.compression is Compression.NONE and (
+        header.payload_uncompressed_bytes != header.length - HEADER_BYTES
+    ):
+        raise RecordFormatError("uncompressed payload size disagrees with batch length")
+    if header.is_control and header.record_count != 1:
+        raise RecordFormatError("a control batch holds exactly one record")
+    if header.max_timestamp_ms < header.first_timestamp_ms:
+        raise RecordFormatError("max_timestamp_ms is below first_timestamp_ms")
+    if header.base_offset < NO_OFFSET or header.term < NO_TERM:
+        raise RecordFormatError("negative base offset or term")
+    if header.base_offset > _INT64_MAX - header.record_count:
+        raise RecordFormatError("base offset overflows")
+
+
+def peek_length(buffer: bytes | bytearray | memoryview, position: int = 0) -> int:
+    """The ``length`` field of the batch at ``position``, unvalidated (for framing)."""
+    if len(buffer) - position < _LENGTH_STRUCT.size:
+        raise TruncatedBatchError(
+            "need 4 bytes for a batch length",
+            needed_bytes=_LENGTH_STRUCT.size,
+            available_bytes=max(len(buffer) - position, 0),
+        )
+    length: int = _LENGTH_STRUCT.unpack_from(buffer, position)[0]
+    return length
+
+
+def stamp(
+    batch: bytes | bytearray | memoryview, base_offset: int, term: int
+) -> tuple[bytes, memoryview]:
+    """Set the leader fields without touching the payload.
+
+    Returns the new 80-byte header and a view of the unchanged payload, so a writer
+    can hand both to ``os.writev`` without copying the payload.
+    """
+    if base_offset < 0 or term < 0:
+        raise RecordFormatError("base offset and term must be >= 0 when stamping")
+    view = memoryview(batch)
+    if len(view) < HEADER_BYTES:
+        raise TruncatedBatchError(
+            "batch shorter than its header",
+            needed_bytes=HEADER_BYTES,
+            available_bytes=len(view),
+        )
+    head = bytearray(view[:_CHECKSUMMED_HEADER_BYTES])
+    _STAMP_STRUCT.pack_into(head, _STAMP_POSITION, base_offset, term)
+    head += _CHECKSUM_STRUCT.pack(xxhash.xxh3_64_intdigest(head))
+    return bytes(head), view[HEADER_BYTES:]
+
+
+def with_leader_fields(batch: bytes | bytearray | memoryview, base_offset: int, term: int) -> bytes:
+    """A copy of ``batch`` with ``base_offset`` and ``term`` set."""
+    header, payload = stamp(batch, base_offset, term)
+    return header + payload
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def verify_batch(
+    batch: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> BatchHeader:
+    """Validate the whole batch at ``position``: header, length and payload checksum."""
+    header = parse_header(batch, position, limits=limits)
+    end = position + header.length
+    if len(batch) < end:
+        raise TruncatedBatchError(
+            f"batch announces {header.length} bytes, buffer holds {len(batch) - position}",
+            needed_bytes=header.length,
+            available_bytes=len(batch) - position,
+        )
+    actual = xxhash.xxh3_64_intdigest(memoryview(batch)[position + HEADER_BYTES : end])
+    if actual != header.payload_checksum:
+        raise ChecksumMismatchError("payload", header.payload_checksum, actual)
+    return header
+
+
+def iter_batches(
+    buffer: bytes | bytearray | memoryview,
+    *,
+    verify: bool = True,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` of each whole batch in a buffer of batches.
+
+    Raises on the first malformed batch; a partial batch at the very end raises
+    :class:`TruncatedBatchError` (a fetch response never holds one).
+    """
+    position = 0
+    size = len(buffer)
+    while position < size:
+        header = (
+            verify_batch(buffer, position, limits=limits)
+            if verify
+            else parse_header(buffer, position, limits=limits)
+        )
+        if not verify and position + header.length > size:
+            raise TruncatedBatchError(
+                "partial batch at the end of the buffer",
+                needed_bytes=header.length,
+                available_bytes=size - position,
+            )
+        yield position, header
+        position += header.length
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def decode_batch(
+    batch: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    verify: bool = True,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> DecodedBatch:
+    """Decode the batch at ``position`` into columns.
+
+    With ``verify`` (the default) the payload checksum is checked first; pass
+    ``verify=False`` only for bytes already verified (e.g. by :func:`iter_batches`).
+    """
+    if verify:
+        header = verify_batch(batch, position, limits=limits)
+    else:
+        header = parse_header(batch, position, limits=limits)
+        if len(batch) - position < header.length:
+            raise TruncatedBatchError(
+                "batch longer than the buffer",
+                needed_bytes=header.length,
+                available_bytes=len(batch) - position,
+            )
+    stored = memoryview(batch)[position + HEADER_BYTES : position + header.length]
+    payload = _decompress(header, stored)
+    try:
+        return _decode_payload(header, payload)
+    except (ValueError, IndexError, TypeError, msgpack.UnpackException) as error:
+        # A payload whose checksum matches but whose columns are inconsistent was
+        # built by a buggy or hostile producer.
+        raise RecordFormatError(f"malformed payload: {error}") from None
+
+
+def decode_records(
+    batch: bytes | bytearray | memoryview,
+    *,
+    verify: bool = True,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> list[Record]:
+    """Decode one batch into :class:`Record` tuples."""
+    return decode_batch(batch, verify=verify, limits=limits).records()
+
+
+def _decompress(header: BatchHeader, stored: memoryview) -> memoryview:
+    if header.compression is Compression.NONE:
+        return stored
+    try:
+        data = zstandard.ZstdDecompressor().decompress(
+            stored, max_output_size=header.payload_uncompressed_bytes
+        )
+    except zstandard.ZstdError as error:
+        raise RecordFormatError(f"cannot decompress payload: {error}") from None
+    if len(data) != header.payload_uncompressed_bytes:
+        raise RecordFormatError("decompressed payload size disagrees with the header")
+    return memoryview(data)
+
+
+def _decode_payload(header: BatchHeader, payload: memoryview) -> DecodedBatch:
+    count = header.record_count
+    flags = payload[0]
+    if flags & ~(_FLAG_KEYS | _FLAG_HEADERS):
+        raise RecordFormatError(f"unknown payload flags {flags:#04x}")
+    has_keys = bool(flags & _FLAG_KEYS)
+    has_headers = bool(flags & _FLAG_HEADERS)
+    position = 1
+    deltas_end = position + 8 * count
+    value_lengths_end = deltas_end + 4 * count
+    key_lengths_end = value_lengths_end + (4 * count if has_keys else 0)
+    header_lengths_end = key_lengths_end + (4 * count if has_headers else 0)
+    if header_lengths_end > len(payload):
+        raise RecordFormatError("payload too short for its length columns")
+
+    first = header.first_timestamp_ms
+    deltas = _from_little("q", payload[position:deltas_end])
+    timestamps_ms = [first + delta for delta in deltas]
+    value_lengths = _from_little("i", payload[deltas_end:value_lengths_end])
+    data = bytes(payload[header_lengths_end:])
+    cursor = 0
+    keys: list[bytes | None]
+    if has_keys:
+        key_lengths = _from_little("i", payload[value_lengths_end:key_lengths_end])
+        keys, cursor = _split(data, cursor, key_lengths)
+    else:
+        keys = [None] * count
+    values, cursor = _split(data, cursor, value_lengths)
+    headers: list[tuple[Header, ...]]
+    if has_headers:
+        header_lengths = _from_little("I", payload[key_lengths_end:header_lengths_end])
+        blobs, cursor = _split(data, cursor, header_lengths)
+        headers = [_unpack_headers(blob) for blob in blobs]
+    else:
+        headers = [()] * count
+    if cursor != len(data):
+        raise RecordFormatError("payload length columns disagree with its data")
+    if max(timestamps_ms) != header.max_timestamp_ms or timestamps_ms[0] != first:
+        raise RecordFormatError("record timestamps disagree with the header")
+    return DecodedBatch(header, timestamps_ms, keys, values, headers)
+
+
+def _split(data: bytes, start: int, lengths: array[int]) -> tuple[list[bytes | None], int]:
+    """Cut ``data`` at ``lengths`` (-1 = None) starting at ``start``."""
+    if min(lengths) >= 0:
+        bounds = list(accumulate(lengths, initial=start))
+        end = bounds[-1]
+        if end > len(data):
+            raise RecordFormatError("column lengths exceed the payload")
+        return [data[a:b] for a, b in pairwise(bounds)], end
+    items: list[bytes | None] = []
+    cursor = start
+    for length in lengths:
+        if length < 0:
+            if length != -1:
+                raise RecordFormatError(f"negative length {length}")
+            items.append(None)
+            continue
+        items.append(data[cursor : cursor + length])
+        cursor += length
+    if cursor > len(data):
+        raise RecordFormatError("column lengths exceed the payload")
+    return items, cursor
+
+
+def _unpack_headers(blob: bytes | None) -> tuple[Header, ...]:
+    if not blob:
+        return ()
+    pairs = msgpack.unpackb(blob, use_list=False, raw=False, max_bin_len=len(blob))
+    if not isinstance(pairs, tuple):
+        raise RecordFormatError("record headers are not a list")
+    for pair in pairs:
+        if (
+            not isinstance(pair, tuple)
+            or len(pair) != 2
+            or not isinstance(pair[0], str)
+            or not isinstance(pair[1], bytes)
+        ):
+            raise RecordFormatError("record headers must be (str, bytes) pairs")
+    return pairs
