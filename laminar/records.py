@@ -37,7 +37,7 @@ Payload layout (before compression) is columnar, so that encoding and decoding c
 a few C-level passes per column instead of Python work per field::
 
     u8             flags          bit 0: keys column present; bit 1: headers present
-    i64 × count    timestamp deltas (record timestamp − first_timestamp_ms)
+    i64 × count    record timestamps in milliseconds
     i32 × count    value lengths  (-1 = null value)
     i32 × count    key lengths    (-1 = null key)         only with flag bit 0
     u32 × count    header lengths (msgpack of [[k, v], …]) only with flag bit 1
@@ -80,6 +80,9 @@ MAGIC = 1
 HEADER_BYTES = 80
 HEADER_STRUCT = struct.Struct("<IBBHiIqqqqqiIQQ")
 assert HEADER_STRUCT.size == HEADER_BYTES
+# The same layout with the reserved fields skipped: unpacks straight into BatchHeader.
+_PARSE_STRUCT = struct.Struct("<IBBxxiIqqqqqi4xQQ")
+assert _PARSE_STRUCT.size == HEADER_BYTES
 
 # Byte positions of header fields that are read or written on their own.
 _LENGTH_STRUCT = struct.Struct("<I")
@@ -108,7 +111,6 @@ RECORD_COUNT_CEILING = 10_000_000
 _RECORD_BYTES_MIN = 12
 
 _NATIVE_IS_LITTLE = sys.byteorder == "little"
-_INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
 
@@ -261,25 +263,24 @@ def encode_batch(
         raise RecordFormatError("producer_id or base_sequence out of range")
 
     if isinstance(timestamps_ms, int):
-        first_timestamp_ms = max_timestamp_ms = timestamps_ms
-        deltas = array("q", bytes(8 * count))
+        timestamps = array("q", [timestamps_ms]) * count
     else:
         if len(timestamps_ms) != count:
             raise RecordFormatError("timestamps_ms must have one entry per record")
-        first_timestamp_ms = timestamps_ms[0]
-        max_timestamp_ms = max(timestamps_ms)
-        if min(timestamps_ms) < _INT64_MIN // 2 or max_timestamp_ms > _INT64_MAX // 2:
-            raise RecordFormatError("timestamp out of range")
-        deltas = array("q", [t - first_timestamp_ms for t in timestamps_ms])
+        try:
+            timestamps = array("q", timestamps_ms)
+        except (TypeError, OverflowError):
+            raise RecordFormatError("timestamps must be 64-bit integers") from None
+    first_timestamp_ms = timestamps[0]
+    max_timestamp_ms = max(timestamps)
 
-    parts: list[bytes] = []
     flags = 0
     value_lengths, value_data = _column(values, "values")
     key_lengths = key_data = b""
     if keys is not None:
         if len(keys) != count:
             raise RecordFormatError("keys must have one entry per record")
-        if any(k is not None for k in keys):
+        if keys.count(None) != count:
             flags |= _FLAG_KEYS
             key_lengths, key_data = _column(keys, "keys")
     header_lengths = header_data = b""
@@ -292,7 +293,7 @@ def encode_batch(
 
     parts = [
         bytes((flags,)),
-        _little(deltas),
+        _little(timestamps),
         value_lengths,
         key_lengths,
         header_lengths,
@@ -469,59 +470,48 @@ def parse_header(
             needed_bytes=HEADER_BYTES,
             available_bytes=max(available, 0),
         )
-    header = BatchHeader._make(_unpack_header(buffer, position))
+    header = BatchHeader._make(_PARSE_STRUCT.unpack_from(buffer, position))
     if header.magic != MAGIC:
         raise UnsupportedMagicError(header.magic)
     stored = header.header_checksum
-    actual = xxhash.xxh3_64_intdigest(
-        memoryview(buffer)[position : position + _CHECKSUMMED_HEADER_BYTES]
-    )
+    actual = xxhash.xxh3_64_intdigest(buffer[position : position + _CHECKSUMMED_HEADER_BYTES])
     if stored != actual:
         raise ChecksumMismatchError("header", stored, actual)
     _check_header_fields(header, limits)
     return header
 
 
-def _unpack_header(buffer: bytes | bytearray | memoryview, position: int) -> tuple[int, ...]:
-    fields = HEADER_STRUCT.unpack_from(buffer, position)
-    # Drop the two reserved fields (positions 3 and 12) so the tuple matches BatchHeader.
-    return fields[:3] + fields[4:12] + fields[13:]
-
-
 def _check_header_fields(header: BatchHeader, limits: BatchLimits) -> None:
-    if header.attributes & ~_ATTRIBUTES_KNOWN:
-        raise RecordFormatError(f"unknown attribute bits {header.attributes:#04x}")
-    if header.attributes & ATTRIBUTE_CODEC_MASK not in (Compression.NONE, Compression.ZSTD):
-        raise RecordFormatError(f"unknown compression codec {header.attributes & 7}")
-    if not HEADER_BYTES < header.length <= limits.batch_bytes_max:
+    # Raw ints rather than the enum properties: this runs on every append and read.
+    attributes = header.attributes
+    length = header.length
+    count = header.record_count
+    uncompressed_bytes = header.payload_uncompressed_bytes
+    if attributes & ~_ATTRIBUTES_KNOWN or attributes & ATTRIBUTE_CODEC_MASK > Compression.ZSTD:
+        raise RecordFormatError(f"unknown attribute bits {attributes:#04x}")
+    if not HEADER_BYTES < length <= limits.batch_bytes_max:
         raise BatchLimitError(
-            f"batch length {header.length} outside ({HEADER_BYTES}, {limits.batch_bytes_max}]"
+            f"batch length {length} outside ({HEADER_BYTES}, {limits.batch_bytes_max}]"
         )
-    if not 0 < header.record_count <= limits.record_count_max:
+    if not 0 < count <= limits.record_count_max:
+        raise BatchLimitError(f"record count {count} outside (0, {limits.record_count_max}]")
+    if uncompressed_bytes > limits.payload_uncompressed_bytes_max:
         raise BatchLimitError(
-            f"record count {header.record_count} outside (0, {limits.record_count_max}]"
-        )
-    if header.payload_uncompressed_bytes > limits.payload_uncompressed_bytes_max:
-        raise BatchLimitError(
-            f"uncompressed payload of {header.payload_uncompressed_bytes} bytes exceeds "
+            f"uncompressed payload of {uncompressed_bytes} bytes exceeds "
             f"{limits.payload_uncompressed_bytes_max}"
         )
-    if header.record_count * _RECORD_BYTES_MIN + 1 > header.payload_uncompressed_bytes:
-        raise BatchLimitError(
-            f"{header.record_count} records cannot fit in "
-            f"{header.payload_uncompressed_bytes} payload bytes"
-        )
-    if header.compression is Compression.NONE and (
-        header.payload_uncompressed_bytes != header.length - HEADER_BYTES
-    ):
+    if count * _RECORD_BYTES_MIN + 1 > uncompressed_bytes:
+        raise BatchLimitError(f"{count} records cannot fit in {uncompressed_bytes} payload bytes")
+    if not attributes & ATTRIBUTE_CODEC_MASK and uncompressed_bytes != length - HEADER_BYTES:
         raise RecordFormatError("uncompressed payload size disagrees with batch length")
-    if header.is_control and header.record_count != 1:
+    if attributes & ATTRIBUTE_CONTROL and count != 1:
         raise RecordFormatError("a control batch holds exactly one record")
     if header.max_timestamp_ms < header.first_timestamp_ms:
         raise RecordFormatError("max_timestamp_ms is below first_timestamp_ms")
-    if header.base_offset < NO_OFFSET or header.term < NO_TERM:
+    base_offset = header.base_offset
+    if base_offset < NO_OFFSET or header.term < NO_TERM:
         raise RecordFormatError("negative base offset or term")
-    if header.base_offset > _INT64_MAX - header.record_count:
+    if base_offset > _INT64_MAX - count:
         raise RecordFormatError("base offset overflows")
 
 
@@ -535,6 +525,34 @@ def peek_length(buffer: bytes | bytearray | memoryview, position: int = 0) -> in
         )
     length: int = _LENGTH_STRUCT.unpack_from(buffer, position)[0]
     return length
+
+
+def next_offset(buffer: bytes | bytearray | memoryview) -> int:
+    """The offset after the last batch in a buffer of whole batches (a fetch result).
+
+    Walks the batches by their length fields and parses only the last header, so a
+    consumer learns where to fetch next without decoding anything.
+    """
+    position = 0
+    last = -1
+    size = len(buffer)
+    while position < size:
+        last = position
+        length = peek_length(buffer, position)
+        if length < HEADER_BYTES:
+            raise RecordFormatError(f"batch length {length} is below the header size")
+        position += length
+    if last < 0:
+        raise TruncatedBatchError(
+            "no batch in an empty buffer", needed_bytes=HEADER_BYTES, available_bytes=0
+        )
+    if position != size:
+        raise TruncatedBatchError(
+            "partial batch at the end of the buffer",
+            needed_bytes=position - last,
+            available_bytes=size - last,
+        )
+    return parse_header(buffer, last).next_offset
 
 
 def stamp(
@@ -686,17 +704,16 @@ def _decode_payload(header: BatchHeader, payload: memoryview) -> DecodedBatch:
     has_keys = bool(flags & _FLAG_KEYS)
     has_headers = bool(flags & _FLAG_HEADERS)
     position = 1
-    deltas_end = position + 8 * count
-    value_lengths_end = deltas_end + 4 * count
+    timestamps_end = position + 8 * count
+    value_lengths_end = timestamps_end + 4 * count
     key_lengths_end = value_lengths_end + (4 * count if has_keys else 0)
     header_lengths_end = key_lengths_end + (4 * count if has_headers else 0)
     if header_lengths_end > len(payload):
         raise RecordFormatError("payload too short for its length columns")
 
     first = header.first_timestamp_ms
-    deltas = _from_little("q", payload[position:deltas_end])
-    timestamps_ms = [first + delta for delta in deltas]
-    value_lengths = _from_little("i", payload[deltas_end:value_lengths_end])
+    timestamps_ms = _from_little("q", payload[position:timestamps_end]).tolist()
+    value_lengths = _from_little("i", payload[timestamps_end:value_lengths_end])
     data = bytes(payload[header_lengths_end:])
     cursor = 0
     keys: list[bytes | None]

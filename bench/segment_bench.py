@@ -1,0 +1,291 @@
+"""Benchmark of the record-batch codec and the segmented log.
+
+Run: ``.venv/bin/python -m bench.segment_bench [--quick] [--repeat N] [--dir PATH]``
+
+Every figure is the median of ``--repeat`` runs (3 by default) taken in this one
+process, with 100-byte values in batches of 1,000 records. Baselines are measured
+in the same run: plain Python writes and reads of the same bytes to a plain file.
+Prints a table, then one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from laminar.records import (
+    Compression,
+    Record,
+    decode_batch,
+    decode_records,
+    encode_batch,
+    encode_records,
+    next_offset,
+)
+from laminar.segment import FsyncPolicy, LogConfig, SegmentLog
+
+VALUE_BYTES = 100
+RECORDS_PER_BATCH = 1000
+MIB = 1024 * 1024
+READ_CHUNK_BYTES = 1 * MIB
+
+
+def make_batches(count: int, seed: int = 1) -> list[bytes]:
+    """``count`` distinct batches of 1,000 records with 100-byte values."""
+    base = os.urandom(VALUE_BYTES * RECORDS_PER_BATCH + count)
+    timestamp_ms = 1_700_000_000_000
+    batches = []
+    for index in range(count):
+        values = [
+            base[index + VALUE_BYTES * i : index + VALUE_BYTES * (i + 1)]
+            for i in range(RECORDS_PER_BATCH)
+        ]
+        batches.append(encode_batch(values, timestamps_ms=timestamp_ms + index))
+    return batches
+
+
+def timed(function: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def median_of(repeat: int, function: Callable[[], float]) -> float:
+    return statistics.median(function() for _ in range(repeat))
+
+
+# ----------------------------------------------------------------------------- codec
+
+
+def bench_codec(repeat: int, quick: bool) -> dict[str, float]:
+    values = [os.urandom(VALUE_BYTES) for _ in range(RECORDS_PER_BATCH)]
+    timestamps_ms = [1_700_000_000_000 + i for i in range(RECORDS_PER_BATCH)]
+    records = [Record(-1, t, None, v, ()) for t, v in zip(timestamps_ms, values, strict=True)]
+    batch = encode_records(records)
+    rounds = 300 if quick else 1000
+
+    def rate(function: Callable[[], object]) -> float:
+        def once() -> float:
+            return rounds * RECORDS_PER_BATCH / timed(lambda: [function() for _ in range(rounds)])
+
+        return median_of(repeat, once)
+
+    zstd_batch = encode_records(records, compression=Compression.ZSTD)
+    return {
+        "encode_records_s": rate(lambda: encode_records(records)),
+        "encode_columns_records_s": rate(lambda: encode_batch(values, timestamps_ms=timestamps_ms)),
+        "decode_records_s": rate(lambda: decode_batch(batch)),
+        "decode_to_record_tuples_s": rate(lambda: decode_records(batch)),
+        "decode_zstd_records_s": rate(lambda: decode_batch(zstd_batch)),
+    }
+
+
+# ----------------------------------------------------------------------------- log
+
+
+def bench_append(directory: Path, batches: list[bytes], repeat: int) -> dict[str, float]:
+    total_bytes = sum(len(batch) for batch in batches)
+    config = LogConfig(fsync_policy=FsyncPolicy.NEVER)
+
+    def log_run() -> float:
+        path = directory / "append"
+        shutil.rmtree(path, ignore_errors=True)
+        log = SegmentLog.open(str(path), config)
+        try:
+            return timed(lambda: [log.append(batch, term=1) for batch in batches])
+        finally:
+            log.close()
+
+    def raw_run() -> float:
+        path = directory / "raw.bin"
+        with open(path, "wb") as file:
+            return timed(lambda: [file.write(batch) for batch in batches])
+
+    results = {}
+    log_s: list[float] = []
+    raw_s: list[float] = []
+    for _ in range(repeat):  # interleave so both see the same machine state
+        raw_s.append(raw_run())
+        log_s.append(log_run())
+    results["append_mb_s"] = total_bytes / MIB / statistics.median(log_s)
+    results["append_records_s"] = len(batches) * RECORDS_PER_BATCH / statistics.median(log_s)
+    results["raw_write_mb_s"] = total_bytes / MIB / statistics.median(raw_s)
+    results["append_vs_raw"] = results["append_mb_s"] / results["raw_write_mb_s"]
+    return results
+
+
+def bench_append_always(
+    directory: Path, batches: list[bytes], repeat: int, writers: int = 4
+) -> dict[str, float]:
+    config = LogConfig(segment_bytes_max=128 * MIB, fsync_policy=FsyncPolicy.ALWAYS)
+    per_writer = [batches[i::writers] for i in range(writers)]
+
+    def run() -> float:
+        path = directory / "always"
+        shutil.rmtree(path, ignore_errors=True)
+        log = SegmentLog.open(str(path), config)
+        syncs_before = _fdatasync_counter[0]
+        threads = [
+            threading.Thread(target=lambda part=part: [log.append(b, term=1) for b in part])
+            for part in per_writer
+        ]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - start
+        log.close()
+        _syncs_per_run.append(_fdatasync_counter[0] - syncs_before)
+        return elapsed
+
+    _syncs_per_run: list[int] = []
+    seconds = median_of(repeat, run)
+    appends = len(batches)
+    return {
+        "append_always_records_s": appends * RECORDS_PER_BATCH / seconds,
+        "append_always_appends_per_fsync": appends / statistics.median(_syncs_per_run),
+    }
+
+
+_fdatasync_counter = [0]
+_real_fdatasync = os.fdatasync
+
+
+def _counting_fdatasync(descriptor: int) -> None:
+    _fdatasync_counter[0] += 1
+    _real_fdatasync(descriptor)
+
+
+def bench_read(directory: Path, batches: list[bytes], repeat: int) -> dict[str, float]:
+    total_bytes = sum(len(batch) for batch in batches)
+    # Small segments, so that after reopening most data sits in sealed segments,
+    # whose checksums are verified on first read (read_verified_mb_s).
+    config = LogConfig(segment_bytes_max=16 * MIB, fsync_policy=FsyncPolicy.NEVER)
+    path = directory / "read"
+    shutil.rmtree(path, ignore_errors=True)
+    log = SegmentLog.open(str(path), config)
+    for batch in batches:
+        log.append(batch, term=1)
+    raw_path = directory / "raw-read.bin"
+    with open(raw_path, "wb") as file:
+        for batch in batches:
+            file.write(batch)
+
+    def read_all(log: SegmentLog) -> float:
+        def scan() -> None:
+            offset, end, got = log.start_offset, log.end_offset, 0
+            while offset < end:
+                data = log.read(offset, READ_CHUNK_BYTES)
+                got += len(data)
+                offset = next_offset(data)
+            assert got == total_bytes, (got, total_bytes)
+
+        return timed(scan)
+
+    def raw_read() -> float:
+        def scan() -> None:
+            got = 0
+            with open(raw_path, "rb", buffering=0) as file:
+                while chunk := file.read(READ_CHUNK_BYTES):
+                    got += len(chunk)
+            assert got == total_bytes
+
+        return timed(scan)
+
+    log_s: list[float] = []
+    raw_s: list[float] = []
+    for _ in range(repeat):
+        raw_s.append(raw_read())
+        log_s.append(read_all(log))
+    log.close()
+    # Reopened: sealed segments are verified (checksums) on their first read.
+    cold_s: list[float] = []
+    for _ in range(repeat):
+        reopened = SegmentLog.open(str(path), config)
+        cold_s.append(read_all(reopened))
+        reopened.close()
+    results = {
+        "read_mb_s": total_bytes / MIB / statistics.median(log_s),
+        "raw_read_mb_s": total_bytes / MIB / statistics.median(raw_s),
+        "read_verified_mb_s": total_bytes / MIB / statistics.median(cold_s),
+    }
+    results["read_vs_raw"] = results["read_mb_s"] / results["raw_read_mb_s"]
+    return results
+
+
+def bench_recovery(directory: Path, repeat: int, segment_mib: int = 256) -> dict[str, float]:
+    batch_bytes = len(make_batches(1)[0])
+    count = segment_mib * MIB // batch_bytes
+    batches = make_batches(64)
+    config = LogConfig(segment_bytes_max=(segment_mib + 8) * MIB, fsync_policy=FsyncPolicy.NEVER)
+    path = directory / "recovery"
+    shutil.rmtree(path, ignore_errors=True)
+    log = SegmentLog.open(str(path), config)
+    for index in range(count):
+        log.append(batches[index % len(batches)], term=1)
+    size = log.size_bytes
+    log.close()
+    assert log.segment_count == 1
+
+    def run() -> float:
+        for name in os.listdir(path):
+            if name.endswith(("index", "timeindex")):
+                os.unlink(path / name)
+        start = time.perf_counter()
+        reopened = SegmentLog.open(str(path), config)
+        elapsed = time.perf_counter() - start
+        assert reopened.end_offset == count * RECORDS_PER_BATCH
+        reopened.close()
+        return elapsed
+
+    return {
+        "recovery_mb_s": size / MIB / median_of(repeat, run),
+        "recovery_segment_mib": size / MIB,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller data sets (< 40 s)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--dir", help="directory for data files (default: a temporary one)")
+    args = parser.parse_args()
+
+    os.fdatasync = _counting_fdatasync
+    data_mib = 128 if args.quick else 512
+    batch_count = data_mib * MIB // len(make_batches(1)[0])
+    batches = make_batches(batch_count)
+    root = Path(tempfile.mkdtemp(prefix="laminar-bench-", dir=args.dir))
+    started = time.perf_counter()
+    results: dict[str, float] = {}
+    try:
+        results.update(bench_codec(args.repeat, args.quick))
+        results.update(bench_append(root, batches, args.repeat))
+        always_batches = batches[: 400 if args.quick else 1600]
+        results.update(bench_append_always(root, always_batches, args.repeat))
+        results.update(bench_read(root, batches, args.repeat))
+        results.update(bench_recovery(root, args.repeat))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        os.fdatasync = _real_fdatasync
+    results["data_mib"] = data_mib
+    results["elapsed_s"] = time.perf_counter() - started
+
+    width = max(len(key) for key in results)
+    print(f"{'figure':<{width}}  value")
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:,.2f}")
+    print(json.dumps({key: round(value, 3) for key, value in results.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Sparse offset and time indexes of one segment.
+
+``.index`` holds 8-byte entries ``(relative_offset u32, position u32)``: the batch
+whose base offset is ``segment_base + relative_offset`` starts at byte ``position``
+of the ``.log`` file. ``.timeindex`` holds 12-byte entries
+``(timestamp_ms i64, relative_offset u32)``: every batch from that offset on, up to
+the next entry, belongs after a batch whose running-maximum timestamp was
+``timestamp_ms``; entries are monotonic in both fields. Both are little-endian.
+
+An entry is added when at least ``index_interval_bytes`` of log were written since
+the previous one (the first batch of a segment always gets one). Indexes live in
+memory and are written to their files when the segment is sealed or the log
+closed; they can always be rebuilt from the log, so they are never trusted
+blindly: :func:`entries_are_sane` checks them on open.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from array import array
+from bisect import bisect_right
+
+_OFFSET_ENTRY_BYTES = 8
+_TIME_ENTRY_BYTES = 12
+_LITTLE = sys.byteorder == "little"
+
+
+class SparseIndex:
+    """Both sparse indexes of one segment, in memory."""
+
+    __slots__ = (
+        "positions",
+        "relative_offsets",
+        "time_relative_offsets",
+        "timestamps_ms",
+    )
+
+    def __init__(self) -> None:
+        self.relative_offsets = array("L")
+        self.positions = array("L")
+        self.timestamps_ms = array("q")
+        self.time_relative_offsets = array("L")
+
+    def add(self, relative_offset: int, position: int, running_max_timestamp_ms: int) -> None:
+        self.relative_offsets.append(relative_offset)
+        self.positions.append(position)
+        if not self.timestamps_ms or running_max_timestamp_ms > self.timestamps_ms[-1]:
+            self.timestamps_ms.append(running_max_timestamp_ms)
+            self.time_relative_offsets.append(relative_offset)
+
+    def floor(self, relative_offset: int) -> tuple[int, int]:
+        """The last entry at or below ``relative_offset``: (relative offset, position)."""
+        index = bisect_right(self.relative_offsets, relative_offset) - 1
+        if index < 0:
+            return 0, 0
+        return self.relative_offsets[index], self.positions[index]
+
+    def time_floor(self, timestamp_ms: int) -> int:
+        """Relative offset from which to scan for the first timestamp >= ``timestamp_ms``.
+
+        Every batch before the returned offset has a timestamp below ``timestamp_ms``.
+        """
+        index = bisect_right(self.timestamps_ms, timestamp_ms - 1) - 1
+        if index < 0:
+            return 0
+        return self.time_relative_offsets[index]
+
+    def truncate(self, position: int) -> None:
+        """Drop entries for batches at or after ``position``."""
+        keep = bisect_right(self.positions, position - 1) if position > 0 else 0
+        kept_offset = self.relative_offsets[keep - 1] if keep else -1
+        del self.relative_offsets[keep:]
+        del self.positions[keep:]
+        time_keep = bisect_right(self.time_relative_offsets, kept_offset)
+        del self.timestamps_ms[time_keep:]
+        del self.time_relative_offsets[time_keep:]
+
+    @property
+    def max_timestamp_ms(self) -> int | None:
+        return self.timestamps_ms[-1] if self.timestamps_ms else None
+
+    # ------------------------------------------------------------------ files
+
+    def write(self, offset_path: str, time_path: str) -> None:
+        """Write both files and fsync them (called when the segment is sealed)."""
+        offsets = array("L", [0]) * (2 * len(self.positions))
+        offsets[0::2] = self.relative_offsets
+        offsets[1::2] = self.positions
+        times = bytearray()
+        for timestamp_ms, relative_offset in zip(
+            self.timestamps_ms, self.time_relative_offsets, strict=True
+        ):
+            times += timestamp_ms.to_bytes(8, "little", signed=True)
+            times += relative_offset.to_bytes(4, "little")
+        _write_file(offset_path, _to_u32_bytes(offsets))
+        _write_file(time_path, bytes(times))
+
+    @classmethod
+    def read(cls, offset_path: str, time_path: str) -> SparseIndex | None:
+        """Load both files; None when either is missing or not a whole number of entries."""
+        try:
+            with open(offset_path, "rb") as file:
+                offset_data = file.read()
+            with open(time_path, "rb") as file:
+                time_data = file.read()
+        except OSError:
+            return None
+        if len(offset_data) % _OFFSET_ENTRY_BYTES or len(time_data) % _TIME_ENTRY_BYTES:
+            return None
+        index = cls()
+        pairs = array("I")
+        pairs.frombytes(offset_data)
+        if not _LITTLE:  # pragma: no cover
+            pairs.byteswap()
+        index.relative_offsets = array("L", pairs[0::2])
+        index.positions = array("L", pairs[1::2])
+        for start in range(0, len(time_data), _TIME_ENTRY_BYTES):
+            index.timestamps_ms.append(
+                int.from_bytes(time_data[start : start + 8], "little", signed=True)
+            )
+            index.time_relative_offsets.append(
+                int.from_bytes(time_data[start + 8 : start + 12], "little")
+            )
+        return index
+
+    def entries_are_sane(self, log_bytes: int) -> bool:
+        """Structural checks: strictly increasing, in bounds, first entry at 0."""
+        if not self.positions:
+            return log_bytes == 0
+        if self.positions[0] != 0 or self.relative_offsets[0] != 0:
+            return False
+        if self.positions[-1] >= log_bytes:
+            return False
+        if any(b <= a for a, b in zip(self.positions, self.positions[1:], strict=False)):
+            return False
+        if any(
+            b <= a for a, b in zip(self.relative_offsets, self.relative_offsets[1:], strict=False)
+        ):
+            return False
+        return all(
+            b > a for a, b in zip(self.timestamps_ms, self.timestamps_ms[1:], strict=False)
+        ) and all(
+            b > a
+            for a, b in zip(
+                self.time_relative_offsets, self.time_relative_offsets[1:], strict=False
+            )
+        )
+
+
+def _to_u32_bytes(values: array[int]) -> bytes:
+    data = array("I", values)
+    if not _LITTLE:  # pragma: no cover
+        data.byteswap()
+    return data.tobytes()
+
+
+def _write_file(path: str, data: bytes) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(descriptor, view)
+            view = view[written:]
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,818 @@
+"""The on-disk segmented log of one partition replica.
+
+Theory of operation
+-------------------
+A partition directory holds segments named by the base offset of their first
+batch (``00000000000000000000.log`` with ``.index`` and ``.timeindex``) and a
+``state`` file for the consensus state. Only the last segment (the *active* one)
+is appended to; the others are *sealed*.
+
+Appends write the stamped 80-byte header and the untouched payload with one
+``pwritev``. Sparse index entries are kept in memory and written out when the
+segment is sealed or the log closed; an index can always be rebuilt from the log.
+
+Durability: under ``always`` an append returns once its bytes are fsynced; many
+threads appending at once share fsyncs (group commit: one thread syncs on behalf
+of all writes before it, the others wait). Sealing a segment always fsyncs it and
+its indexes, whatever the policy, so after any crash only the active segment can
+hold a torn tail. Creating or deleting a segment file fsyncs the directory.
+
+Recovery on open: stray files are removed; every batch of the active segment is
+validated (header and payload checksums) and the file is cut after the longest
+valid prefix of whole batches; its indexes are rebuilt from that scan. Sealed
+segments keep their index files when these pass structural checks and otherwise
+get them rebuilt from the batch headers. Sealed segments are validated lazily:
+the first read of a range verifies the checksums of the batches it returns, and a
+corrupt batch raises :class:`CorruptSegmentError` naming the file and offset
+instead of being served. Batches written by this process are known good.
+
+Concurrency: one lock guards the segment list and appends; reads take it only to
+look up positions and then read with ``pread`` outside it, so readers do not block
+appenders. Files of deleted segments are closed only once no read is under way.
+A read racing a truncation of the same range is retried under the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from mmap import ACCESS_READ, mmap
+
+from laminar.errors import (
+    CorruptSegmentError,
+    InvalidInputError,
+    LogClosedError,
+    NonMonotonicOffsetError,
+    OffsetOutOfRangeError,
+    RecordFormatError,
+    StorageError,
+)
+from laminar.records import (
+    HEADER_BYTES,
+    BatchHeader,
+    decode_batch,
+    parse_header,
+    stamp,
+    verify_batch,
+)
+from laminar.segment.config import FsyncPolicy, LogConfig
+from laminar.segment.index import SparseIndex
+from laminar.segment.offsets import check_read_range, check_term
+from laminar.segment.storage import Buffer
+
+_LOG = logging.getLogger(__name__)
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_STATE_FILE = "state"
+_TIMESTAMP_MIN = -(2**63)
+_RECOVERY_CHUNK_BYTES = 1 << 20
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True, eq=False)
+class _Segment:
+    """One segment's file and in-memory bookkeeping; guarded by the log's lock."""
+
+    base_offset: int
+    directory: str
+    descriptor: int
+    size: int = 0
+    next_offset: int = 0
+    max_timestamp_ms: int = _TIMESTAMP_MIN
+    created_ms: int = 0
+    last_term: int = -1
+    index: SparseIndex = field(default_factory=SparseIndex)
+    bytes_since_index_entry: int = 0
+    verified_bytes: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.base_offset:020d}"
+
+    def path(self, suffix: str) -> str:
+        return os.path.join(self.directory, f"{self.name}.{suffix}")
+
+    def note_batch(self, position: int, header: BatchHeader, index_interval_bytes: int) -> None:
+        """Account for the batch written at ``position`` (index, timestamps, end)."""
+        self.note_write(
+            position,
+            header.base_offset,
+            header.length,
+            header.next_offset,
+            header.max_timestamp_ms,
+            header.term,
+            index_interval_bytes,
+        )
+
+    def note_write(
+        self,
+        position: int,
+        base_offset: int,
+        length: int,
+        next_offset: int,
+        max_timestamp_ms: int,
+        term: int,
+        index_interval_bytes: int,
+    ) -> None:
+        if position == 0 or self.bytes_since_index_entry >= index_interval_bytes:
+            self.index.add(base_offset - self.base_offset, position, self.max_timestamp_ms)
+            self.bytes_since_index_entry = 0
+        self.bytes_since_index_entry += length
+        self.size = position + length
+        self.next_offset = next_offset
+        self.max_timestamp_ms = max(self.max_timestamp_ms, max_timestamp_ms)
+        self.last_term = term
+
+
+class SegmentLog:
+    """A partition replica's log on disk; implements :class:`LogStorage`. Thread-safe."""
+
+    def __init__(self, directory: str, config: LogConfig, clock_ms: Callable[[], int]) -> None:
+        """Use :meth:`open`."""
+        self._directory = directory
+        self._config = config
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._segments: list[_Segment] = []
+        self._closed = False
+        self._truncations = 0
+        self._readers = 0
+        self._graveyard: list[int] = []
+        # Group commit: _written counts appends; _synced the appends known durable.
+        self._sync_condition = threading.Condition(threading.Lock())
+        self._written = 0
+        self._synced = 0
+        self._syncing = False
+        self._last_sync_ms = clock_ms()
+        self._directory_descriptor = os.open(directory, os.O_RDONLY)
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(
+        cls,
+        directory: str,
+        config: LogConfig | None = None,
+        *,
+        initial_offset: int = 0,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> SegmentLog:
+        """Open (creating if needed) and recover the log in ``directory``."""
+        os.makedirs(directory, exist_ok=True)
+        log = cls(directory, config or LogConfig(), clock_ms)
+        try:
+            log._recover(initial_offset)
+        except BaseException:
+            log._close_files()
+            raise
+        return log
+
+    def _recover(self, initial_offset: int) -> None:
+        bases = self._discover()
+        if not bases:
+            self._segments.append(self._create_segment(initial_offset))
+            return
+        for base in bases:
+            descriptor = os.open(os.path.join(self._directory, f"{base:020d}.log"), os.O_RDWR)
+            self._segments.append(
+                _Segment(base, self._directory, descriptor, next_offset=base, created_ms=0)
+            )
+        for segment, following in zip(self._segments, self._segments[1:], strict=False):
+            self._load_sealed(segment, following.base_offset)
+        self._recover_active(self._segments[-1])
+
+    def _discover(self) -> list[int]:
+        """Base offsets of the segments present, after removing stray files."""
+        logs: set[int] = set()
+        others: list[tuple[int, str]] = []
+        for name in sorted(os.listdir(self._directory)):
+            match = _SEGMENT_NAME.match(name)
+            if match is None:
+                if name.endswith(".tmp"):
+                    os.unlink(os.path.join(self._directory, name))
+                continue
+            base = int(match.group(1))
+            if match.group(2) == "log":
+                logs.add(base)
+            else:
+                others.append((base, name))
+        for base, name in others:
+            if base not in logs:
+                _LOG.info("removing orphan index file=%s", name)
+                os.unlink(os.path.join(self._directory, name))
+        return sorted(logs)
+
+    def _load_sealed(self, segment: _Segment, next_base_offset: int) -> None:
+        segment.size = os.fstat(segment.descriptor).st_size
+        segment.next_offset = next_base_offset
+        index = SparseIndex.read(segment.path("index"), segment.path("timeindex"))
+        if index is not None and index.entries_are_sane(segment.size):
+            last_relative, last_position = index.floor(2**32)
+            try:
+                header = self._read_header(segment, last_position)
+                sane = header.base_offset == segment.base_offset + last_relative
+            except (RecordFormatError, CorruptSegmentError):
+                sane = False
+            if sane:
+                segment.index = index
+                segment.max_timestamp_ms = index.max_timestamp_ms or _TIMESTAMP_MIN
+                self._scan_tail_timestamps(segment, last_position)
+                return
+        _LOG.warning("rebuilding index segment=%s", segment.path("log"))
+        self._rebuild_index_from_headers(segment)
+
+    def _scan_tail_timestamps(self, segment: _Segment, position: int) -> None:
+        """Fold the timestamps and term of batches after the last index entry in."""
+        while position < segment.size:
+            try:
+                header = self._read_header(segment, position)
+            except (RecordFormatError, CorruptSegmentError):
+                return
+            segment.max_timestamp_ms = max(segment.max_timestamp_ms, header.max_timestamp_ms)
+            segment.last_term = header.term
+            position += header.length
+
+    def _rebuild_index_from_headers(self, segment: _Segment) -> None:
+        """Rebuild a sealed segment's index by walking batch headers (not payloads)."""
+        size = segment.size
+        segment.index = SparseIndex()
+        segment.bytes_since_index_entry = 0
+        segment.max_timestamp_ms = _TIMESTAMP_MIN
+        position = 0
+        while position < size:
+            try:
+                header = self._read_header(segment, position)
+            except (RecordFormatError, CorruptSegmentError):
+                break  # reads reaching this point will report the corruption
+            segment.note_batch(position, header, self._config.index_interval_bytes)
+            position += header.length
+        segment.size = size
+        segment.index.write(segment.path("index"), segment.path("timeindex"))
+
+    def _recover_active(self, segment: _Segment) -> None:
+        """Validate every batch; cut the file after the longest valid prefix."""
+        size = os.fstat(segment.descriptor).st_size
+        position = 0
+        expected_offset = segment.base_offset
+        last_term = self._segments[-2].last_term if len(self._segments) > 1 else -1
+        limits = self._config.limits
+        if size:
+            with mmap(segment.descriptor, 0, access=ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    while position < size:
+                        try:
+                            header = verify_batch(view, position, limits=limits)
+                        except RecordFormatError:
+                            break
+                        if header.base_offset != expected_offset or header.term < last_term:
+                            break
+                        segment.note_batch(position, header, self._config.index_interval_bytes)
+                        expected_offset = header.next_offset
+                        last_term = header.term
+                        position += header.length
+                finally:
+                    view.release()
+        if position < size:
+            _LOG.warning(
+                "truncating torn or corrupt tail segment=%s position=%d dropped_bytes=%d",
+                segment.path("log"),
+                position,
+                size - position,
+            )
+            os.ftruncate(segment.descriptor, position)
+            os.fsync(segment.descriptor)
+        segment.size = position
+        segment.next_offset = expected_offset
+        segment.last_term = last_term
+        segment.verified_bytes = position
+        now_ms = self._clock_ms()
+        segment.created_ms = min(segment.max_timestamp_ms, now_ms) if segment.size else now_ms
+        for suffix in ("index", "timeindex"):
+            # The active segment's indexes live in memory until it is sealed.
+            path = segment.path(suffix)
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def _create_segment(self, base_offset: int) -> _Segment:
+        path = os.path.join(self._directory, f"{base_offset:020d}.log")
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.fsync(self._directory_descriptor)
+        _LOG.info("segment created path=%s", path)
+        return _Segment(
+            base_offset,
+            self._directory,
+            descriptor,
+            next_offset=base_offset,
+            created_ms=self._clock_ms(),
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def directory(self) -> str:
+        return self._directory
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def last_term(self) -> int:
+        return self._segments[-1].last_term
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes held in all segments."""
+        with self._lock:
+            return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    # ------------------------------------------------------------------ appends
+
+    def append(self, batch: Buffer, *, term: int = 0) -> int:
+        header = self._check_batch(batch)
+        with self._lock:
+            self._check_open()
+            check_term(term, self.last_term)
+            base_offset = self.end_offset
+            head, payload = stamp(batch, base_offset, term)
+            ticket = self._write_locked(head, payload, header, base_offset, term)
+        self._after_write(ticket)
+        return base_offset
+
+    def append_stamped(self, batch: Buffer) -> int:
+        header = self._check_batch(batch)
+        with self._lock:
+            self._check_open()
+            if header.base_offset != self.end_offset:
+                raise NonMonotonicOffsetError(header.base_offset, self.end_offset)
+            check_term(header.term, self.last_term)
+            view = memoryview(batch)
+            ticket = self._write_locked(
+                view[:HEADER_BYTES], view[HEADER_BYTES:], header, header.base_offset, header.term
+            )
+        self._after_write(ticket)
+        return header.base_offset
+
+    def _check_batch(self, batch: Buffer) -> BatchHeader:
+        header = parse_header(batch, limits=self._config.limits)
+        if header.length != len(batch):
+            raise InvalidInputError(
+                f"buffer holds {len(batch)} bytes but the batch is {header.length} bytes"
+            )
+        return header
+
+    def _write_locked(
+        self, head: Buffer, payload: Buffer, header: BatchHeader, base_offset: int, term: int
+    ) -> int:
+        segment = self._segments[-1]
+        if segment.size and (
+            segment.size + header.length > self._config.segment_bytes_max
+            or self._clock_ms() - segment.created_ms >= self._config.segment_age_ms_max
+        ):
+            segment = self._roll_locked()
+        position = segment.size
+        _pwrite_all(segment.descriptor, [head, payload], position)
+        segment.note_write(
+            position,
+            base_offset,
+            header.length,
+            base_offset + header.record_count,
+            header.max_timestamp_ms,
+            term,
+            self._config.index_interval_bytes,
+        )
+        segment.verified_bytes = segment.size
+        self._written += 1
+        return self._written
+
+    def _after_write(self, ticket: int) -> None:
+        policy = self._config.fsync_policy
+        if policy is FsyncPolicy.ALWAYS or (
+            policy is FsyncPolicy.INTERVAL
+            and self._clock_ms() - self._last_sync_ms >= self._config.fsync_interval_ms
+        ):
+            self._sync_through(ticket)
+
+    def _sync_through(self, ticket: int) -> None:
+        """Return once append number ``ticket`` is durable; one fsync serves many."""
+        condition = self._sync_condition
+        with condition:
+            while self._synced < ticket:
+                if self._syncing:
+                    condition.wait()
+                    continue
+                self._syncing = True
+                condition.release()
+                try:
+                    with self._lock:
+                        self._check_open()
+                        target = self._written
+                        descriptor = os.dup(self._segments[-1].descriptor)
+                    try:
+                        os.fdatasync(descriptor)
+                    finally:
+                        os.close(descriptor)
+                finally:
+                    condition.acquire()
+                    self._syncing = False
+                    condition.notify_all()
+                self._synced = max(self._synced, target)
+                self._last_sync_ms = self._clock_ms()
+
+    def sync(self) -> None:
+        with self._lock:
+            self._check_open()
+            ticket = self._written
+        self._sync_through(ticket)
+
+    def _roll_locked(self) -> _Segment:
+        """Seal the active segment (fsync log and indexes) and start a new one."""
+        sealed = self._segments[-1]
+        os.fsync(sealed.descriptor)
+        sealed.index.write(sealed.path("index"), sealed.path("timeindex"))
+        segment = self._create_segment(sealed.next_offset)
+        segment.last_term = sealed.last_term
+        self._segments.append(segment)
+        _LOG.info("segment rolled sealed=%s next_base_offset=%d", sealed.name, segment.base_offset)
+        self._apply_retention_locked(self._clock_ms())
+        return segment
+
+    # ------------------------------------------------------------------ retention
+
+    def enforce_retention(self) -> int:
+        """Delete sealed segments beyond the size or age limits; returns how many."""
+        with self._lock:
+            self._check_open()
+            return self._apply_retention_locked(self._clock_ms())
+
+    def _apply_retention_locked(self, now_ms: int) -> int:
+        config = self._config
+        total_bytes = sum(segment.size for segment in self._segments)
+        deleted = 0
+        while len(self._segments) > 1:
+            oldest = self._segments[0]
+            too_big = (
+                config.retention_bytes is not None
+                and total_bytes - oldest.size >= config.retention_bytes
+            )
+            too_old = (
+                config.retention_ms is not None
+                and oldest.max_timestamp_ms < now_ms - config.retention_ms
+            )
+            if not (too_big or too_old):
+                break
+            total_bytes -= oldest.size
+            self._segments.pop(0)
+            self._delete_segment_files(oldest)
+            deleted += 1
+            _LOG.info(
+                "segment deleted by retention segment=%s start_offset=%d",
+                oldest.name,
+                self.start_offset,
+            )
+        return deleted
+
+    def _delete_segment_files(self, segment: _Segment) -> None:
+        for suffix in ("log", "index", "timeindex"):
+            path = segment.path(suffix)
+            if os.path.exists(path):
+                os.unlink(path)
+        os.fsync(self._directory_descriptor)
+        if self._readers:
+            self._graveyard.append(segment.descriptor)
+        else:
+            os.close(segment.descriptor)
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_suffix(self, offset: int) -> int:
+        with self._lock:
+            self._check_open()
+            check_read_range(offset, self.start_offset, self.end_offset)
+            if offset == self.end_offset:
+                return offset
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                self._delete_segment_files(self._segments.pop())
+            segment = self._segments[-1]
+            position, header = self._locate_locked(segment, offset)
+            new_end = header.base_offset if header is not None else segment.next_offset
+            self._cut_segment(segment, position, new_end)
+            self._truncations += 1
+            _LOG.info("log truncated requested_offset=%d end_offset=%d", offset, new_end)
+            return new_end
+
+    def _cut_segment(self, segment: _Segment, position: int, new_end: int) -> None:
+        os.ftruncate(segment.descriptor, position)
+        os.fsync(segment.descriptor)
+        for suffix in ("index", "timeindex"):
+            path = segment.path(suffix)
+            if os.path.exists(path):
+                os.unlink(path)
+        segment.index.truncate(position)
+        segment.size = position
+        segment.next_offset = new_end
+        segment.verified_bytes = min(segment.verified_bytes, position)
+        # Rebuild running figures from the batches that remain after the last entry.
+        _, last_position = segment.index.floor(2**32)
+        previous = self._segments[-2] if len(self._segments) > 1 else None
+        segment.last_term = previous.last_term if previous else -1
+        segment.max_timestamp_ms = segment.index.max_timestamp_ms or _TIMESTAMP_MIN
+        segment.bytes_since_index_entry = 0
+        if position:
+            self._scan_tail_timestamps(segment, last_position)
+            segment.bytes_since_index_entry = position - last_position
+
+    def reset(self, start_offset: int) -> None:
+        if start_offset < 0:
+            raise InvalidInputError("start offset must be >= 0")
+        with self._lock:
+            self._check_open()
+            while self._segments:
+                self._delete_segment_files(self._segments.pop())
+            self._segments.append(self._create_segment(start_offset))
+            self._truncations += 1
+            _LOG.info("log reset start_offset=%d", start_offset)
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, offset: int, max_bytes: int, *, upper_offset: int | None = None) -> bytes:
+        if not 0 < max_bytes <= self._config.read_bytes_max:
+            raise InvalidInputError(
+                f"max_bytes must be in (0, {self._config.read_bytes_max}], got {max_bytes}"
+            )
+        with self._lock:
+            segment = self._segment_to_read_locked(offset)
+            if segment is None:
+                return b""
+            truncations = self._truncations
+            self._readers += 1
+        error: CorruptSegmentError | None = None
+        data = b""
+        start = 0
+        try:
+            data, start = self._read_from(segment, offset, max_bytes, upper_offset)
+        except CorruptSegmentError as caught:
+            error = caught
+        finally:
+            with self._lock:
+                self._readers -= 1
+                self._bury_locked()
+                raced = truncations != self._truncations
+                if not raced:
+                    _advance_verified(segment, start, start + len(data))
+        if raced:  # a truncation ran meanwhile: read again, excluding writers
+            with self._lock:
+                segment = self._segment_to_read_locked(offset)
+                if segment is None:
+                    return b""
+                data, start = self._read_from(segment, offset, max_bytes, upper_offset)
+                _advance_verified(segment, start, start + len(data))
+                return data
+        if error is not None:
+            raise error
+        return data
+
+    def _segment_to_read_locked(self, offset: int) -> _Segment | None:
+        self._check_open()
+        check_read_range(offset, self.start_offset, self.end_offset)
+        if offset == self.end_offset:
+            return None
+        return self._segment_for(offset)
+
+    def _read_from(
+        self, segment: _Segment, offset: int, max_bytes: int, upper_offset: int | None
+    ) -> tuple[bytes, int]:
+        """Whole batches from ``offset``, and the file position where they start.
+
+        Batches beyond the segment's verified prefix have their checksums checked
+        here; a corrupt first batch raises, a later one ends the result early.
+        """
+        position, first = self._locate_locked(segment, offset)
+        if first is None:
+            return b"", position
+        size = segment.size
+        window_end = min(position + max(max_bytes, first.length), size)
+        boundary = _batch_boundary(segment, size, position, window_end, upper_offset)
+        if boundary > position:
+            # Whole batches by construction: read exactly them, and when they are
+            # already verified, return the bytes without looking at them.
+            data = os.pread(segment.descriptor, boundary - position, position)
+            if boundary <= segment.verified_bytes and len(data) == boundary - position:
+                return data, position
+        else:
+            data = os.pread(segment.descriptor, window_end - position, position)
+        limits = self._config.limits
+        verified_end = segment.verified_bytes - position
+        end = 0
+        while end + HEADER_BYTES <= len(data):
+            try:
+                header = parse_header(data, end, limits=limits) if end else first
+                if end + header.length > len(data):
+                    break
+                if upper_offset is not None and header.next_offset > upper_offset:
+                    break
+                if end + header.length > verified_end:
+                    verify_batch(data, end, limits=limits)
+            except RecordFormatError as error:
+                if end:
+                    break  # serve the valid batches before it; the next read reports it
+                raise CorruptSegmentError(
+                    segment.path("log"), first.base_offset, position, str(error)
+                ) from None
+            end += header.length
+        return (data[:end] if end < len(data) else data), position
+
+    def _segment_for(self, offset: int) -> _Segment:
+        low, high = 0, len(self._segments) - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._segments[middle].base_offset <= offset:
+                low = middle
+            else:
+                high = middle - 1
+        return self._segments[low]
+
+    def _locate_locked(self, segment: _Segment, offset: int) -> tuple[int, BatchHeader | None]:
+        """Position and header of the batch containing ``offset`` in ``segment``.
+
+        Returns ``(segment.size, None)`` when ``offset`` is at the segment's end.
+        """
+        _, position = segment.index.floor(offset - segment.base_offset)
+        while position < segment.size:
+            header = self._read_header(segment, position)
+            if header.next_offset > offset:
+                return position, header
+            position += header.length
+        return segment.size, None
+
+    def _read_header(self, segment: _Segment, position: int) -> BatchHeader:
+        data = os.pread(segment.descriptor, HEADER_BYTES, position)
+        try:
+            return parse_header(data, limits=self._config.limits)
+        except RecordFormatError as error:
+            raise CorruptSegmentError(
+                segment.path("log"), -1, position, f"bad batch header: {error}"
+            ) from None
+
+    def term_at(self, offset: int) -> int:
+        with self._lock:
+            self._check_open()
+            if not self.start_offset <= offset < self.end_offset:
+                raise OffsetOutOfRangeError(offset, self.start_offset, self.end_offset)
+            segment = self._segment_for(offset)
+            _, header = self._locate_locked(segment, offset)
+            assert header is not None, "offset below end_offset has a batch"
+            return header.term
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                if segment.max_timestamp_ms < timestamp_ms:
+                    continue
+                relative = segment.index.time_floor(timestamp_ms)
+                position, header = self._locate_locked(segment, segment.base_offset + relative)
+                while header is not None:
+                    if header.max_timestamp_ms >= timestamp_ms:
+                        data = os.pread(segment.descriptor, header.length, position)
+                        decoded = decode_batch(data, limits=self._config.limits)
+                        for index, record_ms in enumerate(decoded.timestamps_ms):
+                            if record_ms >= timestamp_ms:
+                                return header.base_offset + index
+                    position += header.length
+                    header = (
+                        self._read_header(segment, position) if position < segment.size else None
+                    )
+            return None
+
+    # ------------------------------------------------------------------ state file
+
+    def save_state(self, state: bytes) -> None:
+        path = os.path.join(self._directory, _STATE_FILE)
+        temporary = path + ".tmp"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _pwrite_all(descriptor, [state], 0)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, path)
+        os.fsync(self._directory_descriptor)
+
+    def load_state(self) -> bytes | None:
+        try:
+            with open(os.path.join(self._directory, _STATE_FILE), "rb") as file:
+                return file.read()
+        except FileNotFoundError:
+            return None
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Sync, write the active segment's indexes, and release every file."""
+        with self._lock:
+            if self._closed:
+                return
+            active = self._segments[-1]
+            os.fsync(active.descriptor)
+            active.index.write(active.path("index"), active.path("timeindex"))
+            self._closed = True
+            self._close_files()
+        with self._sync_condition:
+            self._sync_condition.notify_all()
+
+    def _close_files(self) -> None:
+        for segment in self._segments:
+            os.close(segment.descriptor)
+        for descriptor in self._graveyard:
+            os.close(descriptor)
+        self._graveyard.clear()
+        os.close(self._directory_descriptor)
+
+    def _bury_locked(self) -> None:
+        if not self._readers and self._graveyard:
+            for descriptor in self._graveyard:
+                os.close(descriptor)
+            self._graveyard.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self._directory} is closed")
+
+    def __enter__(self) -> SegmentLog:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _batch_boundary(
+    segment: _Segment, size: int, position: int, window_end: int, upper_offset: int | None
+) -> int:
+    """The furthest known batch start (or the segment end) in ``(position, window_end]``
+    such that every batch before it ends at or below ``upper_offset``; or ``position``.
+
+    Known batch starts are the sparse index entries and the end of the segment.
+    """
+    if window_end >= size and (upper_offset is None or segment.next_offset <= upper_offset):
+        return size
+    index = segment.index
+    entry = bisect_right(index.positions, window_end) - 1
+    if upper_offset is not None:
+        entry = min(
+            entry, bisect_right(index.relative_offsets, upper_offset - segment.base_offset) - 1
+        )
+    if entry < 0:
+        return position
+    return max(index.positions[entry], position)
+
+
+def _advance_verified(segment: _Segment, start: int, end: int) -> None:
+    """Extend the segment's verified prefix by a read that verified ``[start, end)``.
+
+    Only contiguous growth is recorded: a read that began beyond the prefix verified
+    its own batches but leaves a gap of unverified bytes before them.
+    """
+    if start <= segment.verified_bytes < end:
+        segment.verified_bytes = end
+
+
+def _pwrite_all(descriptor: int, buffers: list[Buffer], position: int) -> None:
+    """``pwritev`` until every byte is written (it may write less than asked)."""
+    written = os.pwritev(descriptor, buffers, position)
+    if written == sum(map(len, buffers)):
+        return
+    views = [memoryview(buffer).cast("B") for buffer in buffers]
+    while True:
+        if written <= 0:
+            raise StorageError(f"pwritev wrote {written} bytes at position {position}")
+        position += written
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if not views:
+            return
+        if written:
+            views[0] = views[0][written:]
+        written = os.pwritev(descriptor, views, position)

@@ -1,0 +1,201 @@
+"""An in-memory :class:`LogStorage` with the disk log's semantics.
+
+It stands in for the disk in the deterministic simulator: :meth:`MemoryLog.crash`
+returns what a machine would find after losing power, i.e. only what had been
+synced (appends after the last :meth:`sync` are lost; truncations and state saves
+are durable at once, as on disk).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from laminar.errors import InvalidInputError, LogClosedError, NonMonotonicOffsetError
+from laminar.records import (
+    DEFAULT_LIMITS,
+    BatchLimits,
+    decode_batch,
+    parse_header,
+    stamp,
+)
+from laminar.segment.offsets import check_read_range, check_term
+from laminar.segment.storage import Buffer
+
+
+class MemoryLog:
+    """Record batches in a Python list. Not thread-safe; the simulator is single-threaded."""
+
+    def __init__(
+        self, start_offset: int = 0, *, limits: BatchLimits = DEFAULT_LIMITS, fsync: bool = True
+    ) -> None:
+        self._limits = limits
+        self._fsync = fsync
+        self._start_offset = start_offset
+        self._base_offsets: list[int] = []
+        self._batches: list[bytes] = []
+        self._terms: list[int] = []
+        self._synced_count = 0
+        self._state: bytes | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def start_offset(self) -> int:
+        return self._start_offset
+
+    @property
+    def end_offset(self) -> int:
+        if not self._batches:
+            return self._start_offset
+        return parse_header(self._batches[-1]).next_offset
+
+    @property
+    def last_term(self) -> int:
+        return self._terms[-1] if self._terms else -1
+
+    @property
+    def synced_end_offset(self) -> int:
+        """The end offset a crash now would leave."""
+        if self._synced_count == 0:
+            return self._start_offset
+        return parse_header(self._batches[self._synced_count - 1]).next_offset
+
+    # ------------------------------------------------------------------ writes
+
+    def append(self, batch: Buffer, *, term: int = 0) -> int:
+        self._check_open()
+        header = parse_header(batch, limits=self._limits)
+        if header.length != len(batch):
+            raise InvalidInputError("buffer length differs from the batch length")
+        check_term(term, self.last_term)
+        base = self.end_offset
+        head, payload = stamp(batch, base, term)
+        self._push(base, term, head + payload)
+        return base
+
+    def append_stamped(self, batch: Buffer) -> int:
+        self._check_open()
+        header = parse_header(batch, limits=self._limits)
+        if header.length != len(batch):
+            raise InvalidInputError("buffer length differs from the batch length")
+        if header.base_offset != self.end_offset:
+            raise NonMonotonicOffsetError(header.base_offset, self.end_offset)
+        check_term(header.term, self.last_term)
+        self._push(header.base_offset, header.term, bytes(batch))
+        return header.base_offset
+
+    def _push(self, base: int, term: int, data: bytes) -> None:
+        self._base_offsets.append(base)
+        self._batches.append(data)
+        self._terms.append(term)
+        if self._fsync:
+            self._synced_count = len(self._batches)
+
+    def truncate_suffix(self, offset: int) -> int:
+        self._check_open()
+        check_read_range(offset, self.start_offset, self.end_offset)
+        if offset == self.end_offset:
+            return offset
+        index = self._index_of(offset)
+        del self._base_offsets[index:]
+        del self._batches[index:]
+        del self._terms[index:]
+        self._synced_count = min(self._synced_count, index)
+        return self.end_offset
+
+    def reset(self, start_offset: int) -> None:
+        self._check_open()
+        if start_offset < 0:
+            raise InvalidInputError("start offset must be >= 0")
+        self._start_offset = start_offset
+        self._base_offsets.clear()
+        self._batches.clear()
+        self._terms.clear()
+        self._synced_count = 0
+
+    def delete_before(self, offset: int) -> None:
+        """Drop whole batches that end at or below ``offset`` (retention)."""
+        self._check_open()
+        index = bisect_right(self._base_offsets, offset) - 1
+        while index > 0 and parse_header(self._batches[index - 1]).next_offset > offset:
+            index -= 1
+        if index <= 0:
+            return
+        self._start_offset = self._base_offsets[index]
+        del self._base_offsets[:index]
+        del self._batches[:index]
+        del self._terms[:index]
+        self._synced_count = max(0, self._synced_count - index)
+
+    def sync(self) -> None:
+        self._check_open()
+        self._synced_count = len(self._batches)
+
+    def save_state(self, state: bytes) -> None:
+        self._check_open()
+        self._state = bytes(state)
+
+    def load_state(self) -> bytes | None:
+        self._check_open()
+        return self._state
+
+    def crash(self) -> MemoryLog:
+        """A new log holding what survives a power loss now: synced batches and state."""
+        survivor = MemoryLog(self._start_offset, limits=self._limits, fsync=self._fsync)
+        survivor._base_offsets = self._base_offsets[: self._synced_count]
+        survivor._batches = self._batches[: self._synced_count]
+        survivor._terms = self._terms[: self._synced_count]
+        survivor._synced_count = self._synced_count
+        survivor._state = self._state
+        return survivor
+
+    def close(self) -> None:
+        self._closed = True
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, offset: int, max_bytes: int, *, upper_offset: int | None = None) -> bytes:
+        self._check_open()
+        check_read_range(offset, self.start_offset, self.end_offset)
+        if max_bytes <= 0:
+            raise InvalidInputError("max_bytes must be positive")
+        if offset == self.end_offset:
+            return b""
+        parts: list[bytes] = []
+        size = 0
+        for index in range(self._index_of(offset), len(self._batches)):
+            batch = self._batches[index]
+            if upper_offset is not None and parse_header(batch).next_offset > upper_offset:
+                break
+            if parts and size + len(batch) > max_bytes:
+                break
+            parts.append(batch)
+            size += len(batch)
+            if size >= max_bytes:
+                break
+        return b"".join(parts)
+
+    def term_at(self, offset: int) -> int:
+        self._check_open()
+        if not self.start_offset <= offset < self.end_offset:
+            check_read_range(offset, self.start_offset, self.end_offset - 1)
+        return self._terms[self._index_of(offset)]
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        self._check_open()
+        for batch in self._batches:
+            header = parse_header(batch)
+            if header.max_timestamp_ms >= timestamp_ms:
+                decoded = decode_batch(batch, verify=False)
+                for index, record_timestamp_ms in enumerate(decoded.timestamps_ms):
+                    if record_timestamp_ms >= timestamp_ms:
+                        return header.base_offset + index
+        return None
+
+    def _index_of(self, offset: int) -> int:
+        return bisect_right(self._base_offsets, offset) - 1
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError("log is closed")

@@ -1,0 +1,19 @@
+"""Range and term checks shared by the disk and memory logs."""
+
+from __future__ import annotations
+
+from laminar.errors import InvalidInputError, OffsetOutOfRangeError
+
+
+def check_read_range(offset: int, start_offset: int, end_offset: int) -> None:
+    """Raise ``OffsetOutOfRangeError`` unless ``start_offset <= offset <= end_offset``."""
+    if not start_offset <= offset <= end_offset:
+        raise OffsetOutOfRangeError(offset, start_offset, end_offset)
+
+
+def check_term(term: int, last_term: int) -> None:
+    """Terms in a log never go backward (Raft's log invariant)."""
+    if term < 0:
+        raise InvalidInputError(f"term must be >= 0, got {term}")
+    if term < last_term:
+        raise InvalidInputError(f"term {term} is below the log's last term {last_term}")

@@ -1,0 +1,265 @@
+"""Unit and property tests of the record-batch codec."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from laminar import records
+from laminar.errors import (
+    BatchLimitError,
+    ChecksumMismatchError,
+    RecordFormatError,
+    TruncatedBatchError,
+    UnsupportedMagicError,
+)
+from laminar.records import (
+    HEADER_BYTES,
+    BatchLimits,
+    Compression,
+    Record,
+    decode_batch,
+    decode_records,
+    encode_batch,
+    encode_control_batch,
+    encode_records,
+    iter_batches,
+    parse_header,
+    stamp,
+    verify_batch,
+    with_leader_fields,
+)
+
+
+def _records(count: int) -> list[Record]:
+    return [
+        Record(
+            -1,
+            1_700_000_000_000 + (index * 7) % 13,
+            None if index % 3 == 0 else f"key-{index}".encode(),
+            None if index % 5 == 4 else bytes([index % 256]) * (index % 17),
+            () if index % 2 else (("trace", b"t%d" % index), ("n", b"")),
+        )
+        for index in range(count)
+    ]
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+def test_round_trip_keeps_every_field(compression: Compression) -> None:
+    original = _records(50)
+    batch = encode_records(original, compression=compression, producer_id=7, base_sequence=3)
+    header = parse_header(batch)
+    assert header.record_count == 50
+    assert header.compression is compression
+    assert header.producer_id == 7 and header.base_sequence == 3
+    assert header.base_offset == records.NO_OFFSET and header.term == records.NO_TERM
+    assert header.first_timestamp_ms == original[0].timestamp_ms
+    assert header.max_timestamp_ms == max(r.timestamp_ms for r in original)
+    decoded = decode_records(batch)
+    assert [r._replace(offset=-1) for r in decoded] == original
+
+
+def test_header_layout_is_pinned() -> None:
+    """The documented byte layout: a reimplementation elsewhere relies on it."""
+    batch = encode_batch([b"hello"], keys=[b"k"], timestamps_ms=[1000])
+    stamped = with_leader_fields(batch, base_offset=42, term=9)
+    length, magic, attributes = struct.unpack_from("<IBB", stamped, 0)
+    assert (length, magic, attributes) == (len(stamped), 1, 0)
+    assert struct.unpack_from("<i", stamped, 8)[0] == 1  # record_count
+    assert struct.unpack_from("<qq", stamped, 16) == (42, 9)
+    assert struct.unpack_from("<qq", stamped, 32) == (1000, 1000)
+    assert struct.unpack_from("<qi", stamped, 48) == (-1, -1)
+    payload_checksum, header_checksum = struct.unpack_from("<QQ", stamped, 64)
+    assert payload_checksum == xxhash.xxh3_64_intdigest(stamped[HEADER_BYTES:])
+    assert header_checksum == xxhash.xxh3_64_intdigest(stamped[:72])
+
+
+def test_stamp_changes_only_leader_fields_and_header_checksum() -> None:
+    batch = encode_batch([b"a", b"b"], timestamps_ms=5)
+    head, payload = stamp(batch, 100, 3)
+    assert bytes(payload) == batch[HEADER_BYTES:]
+    stamped = head + payload
+    header = verify_batch(stamped)
+    assert (header.base_offset, header.term, header.last_offset) == (100, 3, 101)
+    # Every byte outside the stamped fields and the header checksum is unchanged.
+    assert stamped[:16] == batch[:16] and stamped[32:72] == batch[32:72]
+    assert [r.offset for r in decode_records(stamped)] == [100, 101]
+
+
+def test_columns_decode_without_building_records() -> None:
+    batch = encode_batch([b"x", None, b"zz"], keys=[None, b"k", None], timestamps_ms=[3, 1, 2])
+    decoded = decode_batch(batch)
+    assert decoded.values == [b"x", None, b"zz"]
+    assert decoded.keys == [None, b"k", None]
+    assert decoded.timestamps_ms == [3, 1, 2]
+    assert len(decoded) == 3
+
+
+def test_control_batch_holds_one_record_and_is_flagged() -> None:
+    batch = encode_control_batch(b"noop", b"", timestamp_ms=10)
+    header = parse_header(batch)
+    assert header.is_control and header.record_count == 1
+    assert decode_records(batch)[0].key == b"noop"
+    with pytest.raises(BatchLimitError):
+        encode_batch([b"a", b"b"], control=True)
+
+
+def test_compression_shrinks_repetitive_payloads() -> None:
+    values = [b"the same hundred bytes " * 4] * 1000
+    plain = encode_batch(values)
+    packed = encode_batch(values, compression=Compression.ZSTD)
+    assert len(packed) < len(plain) // 10
+    assert decode_batch(packed).values == values
+
+
+def test_iter_batches_walks_a_buffer_of_batches() -> None:
+    batches = [with_leader_fields(encode_batch([b"v"] * n), 10 * n, 1) for n in (1, 2, 3)]
+    buffer = b"".join(batches)
+    positions = [position for position, _ in iter_batches(buffer)]
+    assert positions == [0, len(batches[0]), len(batches[0]) + len(batches[1])]
+    with pytest.raises(TruncatedBatchError):
+        list(iter_batches(buffer[:-1]))
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_truncated_buffers_raise_truncated_batch_error() -> None:
+    batch = encode_batch([b"value"] * 3)
+    for cut in (0, 1, HEADER_BYTES - 1, HEADER_BYTES, len(batch) - 1):
+        with pytest.raises(TruncatedBatchError):
+            verify_batch(batch[:cut])
+        with pytest.raises(TruncatedBatchError):
+            decode_batch(batch[:cut])
+
+
+def test_wrong_magic_is_unsupported() -> None:
+    batch = bytearray(encode_batch([b"value"]))
+    batch[4] = 99
+    with pytest.raises(UnsupportedMagicError) as info:
+        parse_header(batch)
+    assert info.value.magic == 99
+
+
+def test_payload_corruption_is_a_checksum_mismatch() -> None:
+    batch = bytearray(encode_batch([b"value"] * 3))
+    batch[-1] ^= 0x40
+    parse_header(batch)  # the header alone is intact
+    with pytest.raises(ChecksumMismatchError) as info:
+        decode_batch(batch)
+    assert info.value.which == "payload"
+
+
+def test_header_corruption_is_a_checksum_mismatch() -> None:
+    batch = bytearray(with_leader_fields(encode_batch([b"value"]), 5, 1))
+    batch[17] ^= 0x01  # inside base_offset
+    with pytest.raises(ChecksumMismatchError) as info:
+        parse_header(batch)
+    assert info.value.which == "header"
+
+
+def test_every_single_bit_flip_is_detected() -> None:
+    batch = with_leader_fields(encode_batch([b"ab", b"cd"], keys=[b"k", None]), 7, 2)
+    for bit in range(len(batch) * 8):
+        damaged = bytearray(batch)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(RecordFormatError):
+            decode_batch(damaged)
+
+
+def test_limits_reject_absurd_sizes() -> None:
+    limits = BatchLimits(batch_bytes_max=1024, record_count_max=10)
+    with pytest.raises(BatchLimitError):
+        encode_batch([b"x"] * 11, limits=limits)
+    with pytest.raises(BatchLimitError):
+        encode_batch([b"x" * 2000], limits=limits)
+    with pytest.raises(BatchLimitError):
+        encode_batch([])
+    big = encode_batch([b"x" * 2000])
+    with pytest.raises(BatchLimitError):
+        parse_header(big, limits=limits)
+    with pytest.raises(BatchLimitError):
+        BatchLimits(batch_bytes_max=10)
+
+
+def test_forged_header_with_absurd_record_count_is_rejected() -> None:
+    """A header whose checksum is right but whose counts are impossible."""
+    batch = bytearray(encode_batch([b"x"]))
+    struct.pack_into("<i", batch, 8, 5_000)
+    struct.pack_into("<Q", batch, 72, xxhash.xxh3_64_intdigest(bytes(batch[:72])))
+    with pytest.raises(BatchLimitError):
+        parse_header(batch)
+
+
+def test_bad_record_types_get_a_clear_error() -> None:
+    with pytest.raises(RecordFormatError, match="bytes or None"):
+        encode_batch(["text"])  # type: ignore[list-item]
+    with pytest.raises(RecordFormatError):
+        encode_batch([b"a"], keys=[b"k", b"extra"])
+    with pytest.raises(RecordFormatError):
+        encode_batch([b"a"], headers=[[("k", "not bytes")]])  # type: ignore[list-item]
+    with pytest.raises(RecordFormatError):
+        encode_batch([b"a"], producer_id=3)  # sequence missing
+    with pytest.raises(RecordFormatError):
+        stamp(encode_batch([b"a"]), -5, 1)
+
+
+def test_zstd_bomb_is_bounded_by_the_header() -> None:
+    """A compressed payload that expands past its declared size is refused."""
+    batch = bytearray(encode_batch([b"a" * 10_000], compression=Compression.ZSTD))
+    struct.pack_into("<I", batch, 12, 200)  # claim a tiny uncompressed size
+    struct.pack_into("<Q", batch, 72, xxhash.xxh3_64_intdigest(bytes(batch[:72])))
+    with pytest.raises(RecordFormatError):
+        decode_batch(batch)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=0, max_size=400))
+def test_garbage_never_escapes_as_anything_but_record_format_error(data: bytes) -> None:
+    with pytest.raises(RecordFormatError):
+        decode_batch(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_random_damage_of_a_valid_batch_is_detected_or_harmless(data: st.DataObject) -> None:
+    batch = bytearray(encode_records(_records(8), compression=Compression.ZSTD))
+    position = data.draw(st.integers(0, len(batch) - 1))
+    value = data.draw(st.integers(0, 255))
+    if batch[position] == value:
+        return
+    batch[position] = value
+    with pytest.raises(RecordFormatError):
+        decode_batch(batch)
+
+
+record_strategy = st.builds(
+    Record,
+    st.just(-1),
+    st.integers(-(2**40), 2**40),
+    st.none() | st.binary(max_size=20),
+    st.none() | st.binary(max_size=50),
+    st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), max_size=3).map(tuple),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(record_strategy, min_size=1, max_size=30), st.sampled_from(list(Compression)))
+def test_round_trip_property(original: list[Record], compression: Compression) -> None:
+    batch = encode_records(original, compression=compression)
+    assert decode_records(batch) == original
+    stamped = with_leader_fields(batch, 1000, 4)
+    assert [r.offset for r in decode_records(stamped)] == list(range(1000, 1000 + len(original)))
+
+
+def test_decode_of_many_random_batches_matches() -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        count = rng.randint(1, 200)
+        values = [rng.randbytes(rng.randint(0, 64)) for _ in range(count)]
+        assert decode_batch(encode_batch(values)).values == values
