@@ -217,7 +217,8 @@ class SegmentLog:
         if index is not None and index.entries_are_sane(segment.size):
             last_relative, last_position = index.floor(2**32)
             try:
-                header = self._read_header(segment, last_position)
+                expected = segment.base_offset + last_relative
+                header = self._read_header(segment, last_position, expected)
                 sane = header.base_offset == segment.base_offset + last_relative
             except (RecordFormatError, CorruptSegmentError):
                 sane = False
@@ -231,9 +232,10 @@ class SegmentLog:
 
     def _scan_tail_timestamps(self, segment: _Segment, position: int) -> None:
         """Fold the timestamps and term of batches after the last index entry in."""
+        expected = -1  # only used in errors, which are swallowed here
         while position < segment.size:
             try:
-                header = self._read_header(segment, position)
+                header = self._read_header(segment, position, expected)
             except (RecordFormatError, CorruptSegmentError):
                 return
             segment.max_timestamp_ms = max(segment.max_timestamp_ms, header.max_timestamp_ms)
@@ -247,13 +249,15 @@ class SegmentLog:
         segment.bytes_since_index_entry = 0
         segment.max_timestamp_ms = _TIMESTAMP_MIN
         position = 0
+        expected = segment.base_offset
         while position < size:
             try:
-                header = self._read_header(segment, position)
+                header = self._read_header(segment, position, expected)
             except (RecordFormatError, CorruptSegmentError):
                 break  # reads reaching this point will report the corruption
             segment.note_batch(position, header, self._config.index_interval_bytes)
             position += header.length
+            expected = header.next_offset
         segment.size = size
         segment.index.write(segment.path("index"), segment.path("timeindex"))
 
@@ -402,7 +406,9 @@ class SegmentLog:
             term,
             self._config.index_interval_bytes,
         )
-        segment.verified_bytes = segment.size
+        # The new batch is known good, but only extends the verified prefix when no
+        # unverified bytes lie before it (a sealed segment made active by truncation).
+        _advance_verified(segment, position, segment.size)
         self._written += 1
         return self._written
 
@@ -658,21 +664,28 @@ class SegmentLog:
 
         Returns ``(segment.size, None)`` when ``offset`` is at the segment's end.
         """
-        _, position = segment.index.floor(offset - segment.base_offset)
+        relative, position = segment.index.floor(offset - segment.base_offset)
+        expected = segment.base_offset + max(relative, 0)
         while position < segment.size:
-            header = self._read_header(segment, position)
+            header = self._read_header(segment, position, expected)
             if header.next_offset > offset:
                 return position, header
             position += header.length
+            expected = header.next_offset
         return segment.size, None
 
-    def _read_header(self, segment: _Segment, position: int) -> BatchHeader:
+    def _read_header(self, segment: _Segment, position: int, expected: int) -> BatchHeader:
+        """The header at ``position``; ``expected`` is the base offset it should have.
+
+        A damaged header cannot be trusted for its own offset, so the error names
+        the offset the batch must start at (the end of the batch before it).
+        """
         data = os.pread(segment.descriptor, HEADER_BYTES, position)
         try:
             return parse_header(data, limits=self._config.limits)
         except RecordFormatError as error:
             raise CorruptSegmentError(
-                segment.path("log"), -1, position, f"bad batch header: {error}"
+                segment.path("log"), expected, position, f"bad batch header: {error}"
             ) from None
 
     def term_at(self, offset: int) -> int:
@@ -701,8 +714,11 @@ class SegmentLog:
                             if record_ms >= timestamp_ms:
                                 return header.base_offset + index
                     position += header.length
+                    expected = header.next_offset
                     header = (
-                        self._read_header(segment, position) if position < segment.size else None
+                        self._read_header(segment, position, expected)
+                        if position < segment.size
+                        else None
                     )
             return None
 

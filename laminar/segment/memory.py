@@ -117,12 +117,15 @@ class MemoryLog:
     def delete_before(self, offset: int) -> None:
         """Drop whole batches that end at or below ``offset`` (retention)."""
         self._check_open()
+        end_offset = self.end_offset
+        # Every batch before the one holding ``offset`` ends at or below it; so does the
+        # last batch when ``offset`` is at or past the end.
         index = bisect_right(self._base_offsets, offset) - 1
-        while index > 0 and parse_header(self._batches[index - 1]).next_offset > offset:
-            index -= 1
+        if self._batches and end_offset <= offset:
+            index = len(self._batches)
         if index <= 0:
             return
-        self._start_offset = self._base_offsets[index]
+        self._start_offset = self._base_offsets[index] if index < len(self._batches) else end_offset
         del self._base_offsets[:index]
         del self._batches[:index]
         del self._terms[:index]

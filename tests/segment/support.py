@@ -1,0 +1,50 @@
+"""Helpers shared by the storage-engine tests: batch builders and a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from laminar.records import Record, decode_records, encode_batch, iter_batches
+
+# (timestamp_ms, key, value) of one record before it is written.
+RecordSpec = tuple[int, bytes | None, bytes]
+
+
+def make_batch(records: Sequence[RecordSpec]) -> bytes:
+    """An unstamped batch holding ``records``."""
+    return encode_batch(
+        [value for _, _, value in records],
+        keys=[key for _, key, _ in records],
+        timestamps_ms=[timestamp_ms for timestamp_ms, _, _ in records],
+    )
+
+
+def simple_batch(count: int = 1, *, value_bytes: int = 10, timestamp_ms: int = 0) -> bytes:
+    """An unstamped batch of ``count`` records of ``value_bytes`` each."""
+    return make_batch(
+        [(timestamp_ms + index, None, bytes([index % 256]) * value_bytes) for index in range(count)]
+    )
+
+
+def split_batches(data: bytes) -> list[bytes]:
+    """Whole, checksum-verified batches of a read result."""
+    return [data[position : position + header.length] for position, header in iter_batches(data)]
+
+
+def records_of(data: bytes) -> list[Record]:
+    """Every record of a read result, batches decoded in order."""
+    return [record for batch in split_batches(data) for record in decode_records(batch)]
+
+
+@dataclass
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    now_ms: int = 0
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, delta_ms: int) -> None:
+        self.now_ms += delta_ms

@@ -1,0 +1,329 @@
+"""Stateful property test: SegmentLog and MemoryLog against a list model.
+
+The model holds the batches written (their exact stamped bytes and records) and,
+for the disk log, the base offsets of the segments, which it derives from the
+documented roll and retention rules (``LogConfig``): a segment is rolled before an
+append would make a non-empty segment larger than ``segment_bytes_max``; retention
+deletes the oldest sealed segment while the remaining ones still hold at least
+``retention_bytes``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from laminar.errors import NonMonotonicOffsetError, OffsetOutOfRangeError
+from laminar.records import decode_records, with_leader_fields
+from laminar.segment import FsyncPolicy, LogConfig, MemoryLog, SegmentLog
+from tests.segment.support import FakeClock, RecordSpec, make_batch, split_batches
+
+SEGMENT_BYTES_MAX = 2048
+INDEX_INTERVAL_BYTES = 256
+RETENTION_CHOICES: list[int | None] = [None, 2500, 6000]
+
+# Timestamps include negative values: the format allows them and 0 must not be
+# mistaken for "no timestamp".
+record_specs = st.lists(
+    st.tuples(
+        st.integers(-6, 40),
+        st.none() | st.binary(max_size=6),
+        st.binary(max_size=160),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@dataclass
+class ModelBatch:
+    base_offset: int
+    term: int
+    records: list[RecordSpec]
+    data: bytes  # the stamped batch exactly as the log must return it
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.records)
+
+
+class LogMachine(RuleBasedStateMachine):
+    """One log and its model; ``kind`` is "segment" or "memory"."""
+
+    def __init__(self, kind: str, root: Path, counter: itertools.count[int]) -> None:
+        super().__init__()
+        self.kind = kind
+        self.root = root / f"machine-{next(counter)}"
+        self.generation = 0
+        self.clock = FakeClock()
+        self.retention_bytes: int | None = None
+        self.start = 0
+        self.batches: list[ModelBatch] = []
+        self.segment_bases = [0]
+        self.state: bytes | None = None
+        self.log: SegmentLog | MemoryLog = self._open_fresh()
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def is_disk(self) -> bool:
+        return self.kind == "segment"
+
+    @property
+    def end(self) -> int:
+        return self.batches[-1].next_offset if self.batches else self.start
+
+    @property
+    def last_term(self) -> int:
+        return self.batches[-1].term if self.batches else -1
+
+    def _directory(self) -> Path:
+        return self.root / f"gen-{self.generation}"
+
+    def _config(self) -> LogConfig:
+        return LogConfig(
+            segment_bytes_max=SEGMENT_BYTES_MAX,
+            index_interval_bytes=INDEX_INTERVAL_BYTES,
+            fsync_policy=FsyncPolicy.NEVER,
+            retention_ms=None,
+            retention_bytes=self.retention_bytes,
+        )
+
+    def _open_fresh(self) -> SegmentLog | MemoryLog:
+        if not self.is_disk:
+            return MemoryLog()
+        return SegmentLog.open(str(self._directory()), self._config(), clock_ms=self.clock)
+
+    def _segment_bytes(self, base: int, following: int | None) -> int:
+        return sum(
+            len(batch.data)
+            for batch in self.batches
+            if batch.base_offset >= base and (following is None or batch.base_offset < following)
+        )
+
+    def _model_retention(self) -> int:
+        if self.retention_bytes is None:
+            return 0
+        bounds = [*self.segment_bases[1:], None]
+        sizes = [
+            self._segment_bytes(base, following)
+            for base, following in zip(self.segment_bases, bounds, strict=True)
+        ]
+        total = sum(sizes)
+        deleted = 0
+        while len(self.segment_bases) > 1 and total - sizes[0] >= self.retention_bytes:
+            total -= sizes.pop(0)
+            self.segment_bases.pop(0)
+            deleted += 1
+        self.start = self.segment_bases[0]
+        self.batches = [batch for batch in self.batches if batch.base_offset >= self.start]
+        return deleted
+
+    def _model_append(self, batch: ModelBatch) -> None:
+        if self.is_disk:
+            active = self._segment_bytes(self.segment_bases[-1], None)
+            if active and active + len(batch.data) > SEGMENT_BYTES_MAX:
+                self.segment_bases.append(batch.base_offset)
+                self._model_retention()
+        self.batches.append(batch)
+
+    def _batch_index(self, offset: int) -> int:
+        for index, batch in enumerate(self.batches):
+            if batch.base_offset <= offset < batch.next_offset:
+                return index
+        raise AssertionError(f"offset {offset} is in no model batch")
+
+    def _draw_term(self, step: int) -> int:
+        return max(self.last_term, 0) + step
+
+    # ------------------------------------------------------------------ appends
+
+    @rule(batches=st.lists(record_specs, min_size=1, max_size=3), term_step=st.integers(0, 1))
+    def append(self, batches: list[list[RecordSpec]], term_step: int) -> None:
+        term = self._draw_term(term_step)
+        for records in batches:
+            raw = make_batch(records)
+            expected_base = self.end
+            assert self.log.append(raw, term=term) == expected_base
+            stamped = with_leader_fields(raw, expected_base, term)
+            self._model_append(ModelBatch(expected_base, term, records, stamped))
+
+    @rule(records=record_specs, term_step=st.integers(0, 2), wrong_by=st.sampled_from([-1, 1]))
+    def append_stamped(self, records: list[RecordSpec], term_step: int, wrong_by: int) -> None:
+        term = self._draw_term(term_step)
+        raw = make_batch(records)
+        if self.end + wrong_by >= 0:
+            with pytest.raises(NonMonotonicOffsetError):
+                self.log.append_stamped(with_leader_fields(raw, self.end + wrong_by, term))
+        stamped = with_leader_fields(raw, self.end, term)
+        expected_base = self.end
+        assert self.log.append_stamped(stamped) == expected_base
+        self._model_append(ModelBatch(expected_base, term, records, stamped))
+
+    # ------------------------------------------------------------------ reads
+
+    @rule(data=st.data())
+    def read(self, data: st.DataObject) -> None:
+        offset = data.draw(st.integers(self.start, self.end), label="offset")
+        max_bytes = data.draw(st.integers(1, 3 * SEGMENT_BYTES_MAX), label="max_bytes")
+        upper = data.draw(st.none() | st.integers(self.start, self.end + 1), label="upper")
+        result = self.log.read(offset, max_bytes, upper_offset=upper)
+        if offset == self.end:
+            assert result == b""
+            return
+        got = split_batches(result)
+        expected = self.batches[self._batch_index(offset) :]
+        assert got == [batch.data for batch in expected[: len(got)]]
+        first_allowed = upper is None or expected[0].next_offset <= upper
+        if first_allowed:
+            assert got, "a read below the end returns at least one batch"
+        else:
+            assert result == b""
+        if len(got) > 1:
+            assert len(result) <= max_bytes
+        for batch in expected[: len(got)]:
+            assert upper is None or batch.next_offset <= upper
+            decoded = [(r.timestamp_ms, r.key, r.value) for r in decode_records(batch.data)]
+            assert decoded == [(t, k, v) for t, k, v in batch.records]
+
+    @rule(below=st.booleans())
+    def read_out_of_range(self, below: bool) -> None:
+        offset = self.start - 1 if below else self.end + 1
+        if offset < 0:
+            return
+        with pytest.raises(OffsetOutOfRangeError) as caught:
+            self.log.read(offset, 1000)
+        assert (caught.value.start_offset, caught.value.end_offset) == (self.start, self.end)
+
+    @rule(timestamp_ms=st.integers(-8, 42))
+    def offset_for_timestamp(self, timestamp_ms: int) -> None:
+        expected = next(
+            (
+                batch.base_offset + index
+                for batch in self.batches
+                for index, (record_ms, _, _) in enumerate(batch.records)
+                if record_ms >= timestamp_ms
+            ),
+            None,
+        )
+        assert self.log.offset_for_timestamp(timestamp_ms) == expected
+
+    @rule(data=st.data())
+    def term_at(self, data: st.DataObject) -> None:
+        if self.batches:
+            offset = data.draw(st.integers(self.start, self.end - 1), label="offset")
+            assert self.log.term_at(offset) == self.batches[self._batch_index(offset)].term
+        with pytest.raises(OffsetOutOfRangeError):
+            self.log.term_at(self.end)
+
+    # ------------------------------------------------------------------ removals
+
+    @rule(data=st.data())
+    def truncate_suffix(self, data: st.DataObject) -> None:
+        offset = data.draw(st.integers(self.start, self.end), label="offset")
+        if offset < self.end:
+            del self.batches[self._batch_index(offset) :]
+            kept = [base for base in self.segment_bases if base < offset]
+            self.segment_bases = kept or self.segment_bases[:1]
+        assert self.log.truncate_suffix(offset) == self.end
+
+    @rule(data=st.data())
+    def reset(self, data: st.DataObject) -> None:
+        start = data.draw(st.integers(0, self.end + 20), label="start")
+        self.log.reset(start)
+        self.start = start
+        self.batches = []
+        self.segment_bases = [start]
+
+    @precondition(lambda self: self.is_disk)
+    @rule()
+    def enforce_retention(self) -> None:
+        assert isinstance(self.log, SegmentLog)
+        deleted = self._model_retention()
+        assert self.log.enforce_retention() == deleted
+
+    @precondition(lambda self: not self.is_disk)
+    @rule(data=st.data())
+    def delete_before(self, data: st.DataObject) -> None:
+        assert isinstance(self.log, MemoryLog)
+        offset = data.draw(st.integers(self.start, self.end), label="offset")
+        self.log.delete_before(offset)
+        # "Drop whole batches that end at or below offset."
+        kept = [batch for batch in self.batches if batch.next_offset > offset]
+        if len(kept) < len(self.batches):
+            self.start = kept[0].base_offset if kept else self.end
+        self.batches = kept
+
+    # ------------------------------------------------------------------ state and reopen
+
+    @rule(state=st.binary(max_size=40))
+    def save_state(self, state: bytes) -> None:
+        self.log.save_state(state)
+        self.state = state
+
+    @rule()
+    def load_state(self) -> None:
+        assert self.log.load_state() == self.state
+
+    @rule(retention_bytes=st.sampled_from(RETENTION_CHOICES))
+    def close_and_reopen(self, retention_bytes: int | None) -> None:
+        if not self.is_disk:
+            assert isinstance(self.log, MemoryLog)
+            self.log = self.log.crash()
+            return
+        self.log.close()
+        self.retention_bytes = retention_bytes
+        self.log = SegmentLog.open(str(self._directory()), self._config(), clock_ms=self.clock)
+        self._check_files()
+
+    @precondition(lambda self: self.is_disk)
+    @rule()
+    def crash_and_reopen(self) -> None:
+        """Copy the files of a log still open (no close: no active index written)."""
+        source = self._directory()
+        self.generation += 1
+        shutil.copytree(source, self._directory())
+        self.log.close()
+        self.log = SegmentLog.open(str(self._directory()), self._config(), clock_ms=self.clock)
+        self._check_files()
+
+    def _check_files(self) -> None:
+        names = sorted(path.name for path in self._directory().glob("*.log"))
+        assert names == [f"{base:020d}.log" for base in self.segment_bases]
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def offsets_and_term_match(self) -> None:
+        assert self.log.start_offset == self.start
+        assert self.log.end_offset == self.end
+        assert self.log.last_term == self.last_term
+        if isinstance(self.log, SegmentLog):
+            assert self.log.segment_count == len(self.segment_bases)
+            assert self.log.size_bytes == sum(len(batch.data) for batch in self.batches)
+
+    def teardown(self) -> None:
+        self.log.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("kind", ["segment", "memory"])
+def test_log_matches_model(kind: str, tmp_path: Path) -> None:
+    counter = itertools.count()
+    run_state_machine_as_test(
+        lambda: LogMachine(kind, tmp_path, counter),
+        settings=settings(max_examples=500, stateful_step_count=30, deadline=None),
+    )
