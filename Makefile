@@ -31,6 +31,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.segment_bench --quick
+	$(BIN)/python -m bench.placement_bench
+	$(BIN)/python -m bench.replica_sim_bench --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -32,6 +32,7 @@ class MemoryLog:
         self._fsync = fsync
         self._start_offset = start_offset
         self._base_offsets: list[int] = []
+        self._next_offsets: list[int] = []  # offset after each batch (no header parsing)
         self._batches: list[bytes] = []
         self._terms: list[int] = []
         self._synced_count = 0
@@ -48,7 +49,7 @@ class MemoryLog:
     def end_offset(self) -> int:
         if not self._batches:
             return self._start_offset
-        return parse_header(self._batches[-1]).next_offset
+        return self._next_offsets[-1]
 
     @property
     def last_term(self) -> int:
@@ -59,7 +60,7 @@ class MemoryLog:
         """The end offset a crash now would leave."""
         if self._synced_count == 0:
             return self._start_offset
-        return parse_header(self._batches[self._synced_count - 1]).next_offset
+        return self._next_offsets[self._synced_count - 1]
 
     # ------------------------------------------------------------------ writes
 
@@ -71,7 +72,7 @@ class MemoryLog:
         check_term(term, self.last_term)
         base = self.end_offset
         head, payload = stamp(batch, base, term)
-        self._push(base, term, head + payload)
+        self._push(base, base + header.record_count, term, head + payload)
         return base
 
     def append_stamped(self, batch: Buffer) -> int:
@@ -82,11 +83,12 @@ class MemoryLog:
         if header.base_offset != self.end_offset:
             raise NonMonotonicOffsetError(header.base_offset, self.end_offset)
         check_term(header.term, self.last_term)
-        self._push(header.base_offset, header.term, bytes(batch))
+        self._push(header.base_offset, header.next_offset, header.term, bytes(batch))
         return header.base_offset
 
-    def _push(self, base: int, term: int, data: bytes) -> None:
+    def _push(self, base: int, next_offset: int, term: int, data: bytes) -> None:
         self._base_offsets.append(base)
+        self._next_offsets.append(next_offset)
         self._batches.append(data)
         self._terms.append(term)
         if self._fsync:
@@ -99,6 +101,7 @@ class MemoryLog:
             return offset
         index = self._index_of(offset)
         del self._base_offsets[index:]
+        del self._next_offsets[index:]
         del self._batches[index:]
         del self._terms[index:]
         self._synced_count = min(self._synced_count, index)
@@ -110,6 +113,7 @@ class MemoryLog:
             raise InvalidInputError("start offset must be >= 0")
         self._start_offset = start_offset
         self._base_offsets.clear()
+        self._next_offsets.clear()
         self._batches.clear()
         self._terms.clear()
         self._synced_count = 0
@@ -127,6 +131,7 @@ class MemoryLog:
             return
         self._start_offset = self._base_offsets[index] if index < len(self._batches) else end_offset
         del self._base_offsets[:index]
+        del self._next_offsets[:index]
         del self._batches[:index]
         del self._terms[:index]
         self._synced_count = max(0, self._synced_count - index)
@@ -147,6 +152,7 @@ class MemoryLog:
         """A new log holding what survives a power loss now: synced batches and state."""
         survivor = MemoryLog(self._start_offset, limits=self._limits, fsync=self._fsync)
         survivor._base_offsets = self._base_offsets[: self._synced_count]
+        survivor._next_offsets = self._next_offsets[: self._synced_count]
         survivor._batches = self._batches[: self._synced_count]
         survivor._terms = self._terms[: self._synced_count]
         survivor._synced_count = self._synced_count
@@ -169,7 +175,7 @@ class MemoryLog:
         size = 0
         for index in range(self._index_of(offset), len(self._batches)):
             batch = self._batches[index]
-            if upper_offset is not None and parse_header(batch).next_offset > upper_offset:
+            if upper_offset is not None and self._next_offsets[index] > upper_offset:
                 break
             if parts and size + len(batch) > max_bytes:
                 break

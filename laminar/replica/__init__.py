@@ -1,0 +1,1 @@
+"""laminar.replica (see docs/design.md)."""

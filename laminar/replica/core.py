@@ -1,0 +1,1157 @@
+"""The sans-IO consensus core of one partition replica (design §6).
+
+:class:`ReplicaCore` is Raft with record offsets as the log index and each batch's
+``term`` as the entry term. It never touches the network or a clock: the shell feeds
+it inputs (:meth:`~ReplicaCore.propose`, :meth:`~ReplicaCore.step` with a peer's
+message, :meth:`~ReplicaCore.tick`, :meth:`~ReplicaCore.set_target`,
+:meth:`~ReplicaCore.hint_leader_dead`) with the current time, and then drains the
+outputs.
+
+Shell contract
+--------------
+The core calls its :class:`~laminar.segment.storage.LogStorage` directly (appends,
+truncations, reads, ``save_state``) — like etcd's ``Storage``, storage calls are
+synchronous and cheap, except ``sync()``, which the shell runs. ``save_state`` is
+durable when it returns, so term and vote are on disk before any message that
+depends on them exists. After any inputs, the shell loops::
+
+    while core.has_ready():
+        ready = core.ready()
+        if ready.sync:
+            storage.sync()          # 1. persist appended batches
+        send(ready.messages)        # 2. only then send, reply and publish events
+        deliver(ready.replies)
+        handle(ready.events)
+        core.advance(ready)         # 3. tell the core the batches are durable
+
+No other input may reach the core between ``ready()`` and ``advance()``. A follower's
+append acknowledgement and an ``acks=leader`` reply travel in the same ``Ready`` as
+the batches they cover, so they leave only after the fsync; the leader counts its
+own log toward the commit only from ``advance`` on.
+
+Protocol notes (see ``docs/design.md`` for the reasoning)
+----------------------------------------------------------
+* Pre-vote, and a leader lease: a voter that heard from a leader within the minimum
+  election timeout refuses (pre-)votes, unless the candidate was handed leadership
+  (``TimeoutNow``). With ``check_quorum`` a leader that has not heard from a
+  majority for the maximum election timeout steps down, and refuses writes
+  (``UNAVAILABLE``) as soon as it lacks a recent quorum.
+* A new leader appends a no-op control batch; the commit only advances to an offset
+  whose batch has the leader's term.
+* Replication per follower has two modes: *probe* (one request at a time, to find
+  where the logs match: rejections carry the follower's conflicting term and where
+  it starts, and the leader skips a whole term at once) and *replicate* (up to
+  ``inflight_appends_max`` requests in flight). Lost requests are detected by a
+  retransmit timeout, which falls back to probing.
+* Heartbeats are separate from appends: they carry ``min(commit, match)`` for that
+  follower, so a follower's high watermark never covers entries it does not hold
+  from this leader.
+* Configuration changes are control batches (key ``config``, msgpack value
+  ``{"voters": [...], "learners": [...]}``) and take effect when appended, one at a
+  time. The history of configurations is saved in the state file before the batch
+  is appended; entries at or past the log end are dropped on restart.
+* Idempotent producers: every replica applies every appended batch to its
+  :class:`~laminar.replica.producers.ProducerTable`, rebuilt from the log on start.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import msgpack
+
+from laminar.errors import OffsetOutOfRangeError, RecordFormatError
+from laminar.records import (
+    DEFAULT_LIMITS,
+    BatchHeader,
+    BatchLimits,
+    decode_batch,
+    encode_control_batch,
+    iter_batches,
+    next_offset,
+    parse_header,
+    verify_batch,
+)
+from laminar.replica.config import ReplicaConfig
+from laminar.replica.epochs import Epochs
+from laminar.replica.messages import (
+    AppendRequest,
+    AppendResponse,
+    ConfigChanged,
+    Event,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    Outbound,
+    ProduceReply,
+    ProduceStatus,
+    Ready,
+    Removed,
+    RoleChanged,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from laminar.replica.producers import ProducerTable, Verdict
+from laminar.replica.quorum import majority_offset
+from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.segment.storage import Buffer, LogStorage
+
+_LOG = logging.getLogger(__name__)
+
+CONTROL_NOOP = b"noop"
+CONTROL_CONFIG = b"config"
+_STATE_VERSION = 1
+_BOOTSTRAP_OFFSET = -1  # the configuration a group was created with precedes its log
+_NEVER = -(2**62)
+
+
+class _Mode(Enum):
+    PROBE = "probe"
+    REPLICATE = "replicate"
+
+
+@dataclass(slots=True)
+class _Progress:
+    """The leader's view of one peer's log."""
+
+    next_offset: int
+    match_offset: int = -1
+    mode: _Mode = _Mode.PROBE
+    inflight: deque[int] = field(default_factory=deque)  # end offsets of requests sent
+    waiting_since_ms: int = 0
+    heard_ms: int = _NEVER
+    reported_end: int = -1
+
+
+@dataclass(slots=True, order=True)
+class _Pending:
+    """An ``acks=all`` produce waiting for the commit to pass ``next_offset``."""
+
+    next_offset: int
+    request_id: int
+    base_offset: int = field(compare=False)
+    status: ProduceStatus = field(compare=False)
+
+
+def encode_config(config: GroupConfig, timestamp_ms: int) -> bytes:
+    """The control batch that makes ``config`` the group's configuration."""
+    data = msgpack.packb({"voters": list(config.voters), "learners": list(config.learners)})
+    return encode_control_batch(CONTROL_CONFIG, data, timestamp_ms)
+
+
+def _decode_config(data: bytes) -> GroupConfig:
+    value = msgpack.unpackb(data)
+    return GroupConfig(
+        tuple(NodeId(voter) for voter in value["voters"]),
+        tuple(NodeId(learner) for learner in value["learners"]),
+    )
+
+
+class ReplicaCore:
+    """One replica of one partition. Not thread-safe; one caller drives it.
+
+    ``initial`` is the configuration the group was created with (the same on every
+    founding replica); a replica joining an existing group passes None and learns
+    its configuration from the log it receives.
+    """
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        storage: LogStorage,
+        config: ReplicaConfig,
+        *,
+        now_ms: int,
+        rng: random.Random,
+        initial: GroupConfig | None = None,
+        limits: BatchLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self.node_id = node_id
+        self._storage = storage
+        self._config = config
+        self._rng = rng
+        self._limits = limits
+        self._now = now_ms
+
+        self.term = 0
+        self.voted_for: NodeId | None = None
+        self._configs: list[tuple[int, GroupConfig]] = []
+        saved = storage.load_state()
+        if saved is None:
+            if initial is not None:
+                self._configs.append((_BOOTSTRAP_OFFSET, initial))
+            self._save_state()
+        else:
+            self._load_state(saved)
+        end = storage.end_offset
+        self._configs = [(o, c) for o, c in self._configs if o < end]
+        self._epochs = Epochs.from_storage(storage)
+        self._producers = ProducerTable(config.producer_window, config.producers_max)
+        self._rebuild_producers()
+
+        self.role = Role.FOLLOWER
+        self.leader: NodeId | None = None
+        self.high_watermark = storage.start_offset
+        self._durable_end = end
+        self._leader_heard_ms = _NEVER
+        self._election_deadline = now_ms + self._election_timeout()
+        self._votes: set[NodeId] = set()
+
+        # leader state
+        self._progress: dict[NodeId, _Progress] = {}
+        self._departing: dict[NodeId, int] = {}  # removed peers still told the commit
+        self._pending: list[_Pending] = []
+        self._heartbeat_due = 0
+        self._leader_since_ms = 0
+        self._term_start_offset = 0
+        self._transfer_to: NodeId | None = None
+        self._transfer_deadline = 0
+        self._timeout_now_sent = False
+        self._target: tuple[NodeId, ...] | None = None
+        self._target_since_ms = 0
+
+        # outputs
+        self._messages: list[Outbound] = []
+        self._replies: list[ProduceReply] = []
+        self._events: list[Event] = []
+        self._appended = False
+        self._reported_watermark = self.high_watermark
+        self._removed = False
+        self._transfer_backoff_until = 0
+
+    # ------------------------------------------------------------------ state
+
+    def _save_state(self) -> None:
+        state = {
+            "v": _STATE_VERSION,
+            "term": self.term,
+            "vote": self.voted_for,
+            "configs": [[o, list(c.voters), list(c.learners)] for o, c in self._configs],
+        }
+        self._storage.save_state(msgpack.packb(state))
+
+    def _load_state(self, saved: bytes) -> None:
+        state = msgpack.unpackb(saved)
+        if state.get("v") != _STATE_VERSION:
+            raise ValueError(f"unsupported replica state version {state.get('v')!r}")
+        self.term = int(state["term"])
+        vote = state["vote"]
+        self.voted_for = NodeId(vote) if vote is not None else None
+        self._configs = [
+            (int(o), GroupConfig(tuple(map(NodeId, v)), tuple(map(NodeId, lr))))
+            for o, v, lr in state["configs"]
+        ]
+
+    def _rebuild_producers(self) -> None:
+        """Apply every batch of the log to the producer table (state lives in the log)."""
+        offset = self._storage.start_offset
+        end = self._storage.end_offset
+        while offset < end:
+            data = self._storage.read(offset, 1 << 20)
+            for _, header in iter_batches(data, verify=False, limits=self._limits):
+                if not header.is_control:
+                    self._producers.record(
+                        header.producer_id,
+                        header.base_sequence,
+                        header.record_count,
+                        header.base_offset,
+                    )
+                offset = header.next_offset
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def group_config(self) -> GroupConfig | None:
+        """The latest configuration in the log (in effect, committed or not)."""
+        return self._configs[-1][1] if self._configs else None
+
+    @property
+    def end_offset(self) -> int:
+        return self._storage.end_offset
+
+    @property
+    def start_offset(self) -> int:
+        return self._storage.start_offset
+
+    @property
+    def removed(self) -> bool:
+        return self._removed
+
+    @property
+    def target(self) -> tuple[NodeId, ...] | None:
+        """The replica list last given to :meth:`set_target`."""
+        return self._target
+
+    @property
+    def transferring_to(self) -> NodeId | None:
+        return self._transfer_to
+
+    def match_offsets(self) -> dict[NodeId, int]:
+        """The leader's view of how far each peer's log matches its own (for status)."""
+        return {peer: progress.match_offset for peer, progress in self._progress.items()}
+
+    def _voters(self) -> tuple[NodeId, ...]:
+        config = self.group_config
+        return config.voters if config else ()
+
+    def _is_voter(self) -> bool:
+        return self.node_id in self._voters()
+
+    def next_wake_ms(self) -> int:
+        """When :meth:`tick` should next be called."""
+        if self._removed:
+            return self._now + self._config.election_timeout_max_ms
+        if self.role is Role.LEADER:
+            return self._heartbeat_due
+        return self._election_deadline
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Committed batches from ``offset``, never reaching the high watermark.
+
+        Empty when ``offset`` is at or above the high watermark (nothing committed
+        there yet); below the log start raises :class:`OffsetOutOfRangeError`.
+        """
+        start = self._storage.start_offset
+        if offset < start:
+            raise OffsetOutOfRangeError(offset, start, self.high_watermark)
+        if offset >= self.high_watermark:
+            return b""
+        return self._storage.read(offset, max_bytes, upper_offset=self.high_watermark)
+
+    # ------------------------------------------------------------------ inputs
+
+    def propose(self, request_id: int, batch: Buffer, acks: Acks, now_ms: int) -> None:
+        """A client's batch; the answer comes out as a :class:`ProduceReply`."""
+        self._now = now_ms
+        reply = self._propose(request_id, batch, acks)
+        if reply is not None:
+            self._replies.append(reply)
+
+    def _propose(self, request_id: int, batch: Buffer, acks: Acks) -> ProduceReply | None:
+        if self.role is not Role.LEADER:
+            return ProduceReply(request_id, ProduceStatus.NOT_LEADER, leader_hint=self.leader)
+        if self._transfer_to is not None:
+            return ProduceReply(
+                request_id,
+                ProduceStatus.NOT_LEADER,
+                leader_hint=self._transfer_to,
+                detail="leadership is being transferred",
+            )
+        if not self._has_recent_quorum():
+            return ProduceReply(
+                request_id, ProduceStatus.UNAVAILABLE, detail="no quorum of replicas reachable"
+            )
+        if len(self._pending) >= self._config.pending_produce_max:
+            return ProduceReply(
+                request_id, ProduceStatus.UNAVAILABLE, detail="too many writes awaiting commit"
+            )
+        try:
+            header = verify_batch(batch, limits=self._limits)
+        except RecordFormatError as error:
+            return ProduceReply(request_id, ProduceStatus.INVALID, detail=str(error))
+        if header.length != len(batch):
+            return ProduceReply(
+                request_id,
+                ProduceStatus.INVALID,
+                detail=f"buffer holds {len(batch)} bytes, the batch {header.length}",
+            )
+        if header.is_control:
+            return ProduceReply(
+                request_id, ProduceStatus.INVALID, detail="control batches are internal"
+            )
+        check = self._producers.check(header.producer_id, header.base_sequence, header.record_count)
+        if check.verdict is Verdict.OUT_OF_ORDER:
+            return ProduceReply(
+                request_id,
+                ProduceStatus.OUT_OF_ORDER_SEQUENCE,
+                detail=f"expected sequence {check.expected_sequence}, got {header.base_sequence}",
+            )
+        if check.verdict is Verdict.DUPLICATE:
+            original_next = check.base_offset + header.record_count
+            if acks is Acks.ALL and original_next > self.high_watermark:
+                heapq.heappush(
+                    self._pending,
+                    _Pending(original_next, request_id, check.base_offset, ProduceStatus.DUPLICATE),
+                )
+                return None
+            return ProduceReply(request_id, ProduceStatus.DUPLICATE, base_offset=check.base_offset)
+        base = self._storage.append(batch, term=self.term)
+        self._note_appended(header._replace(base_offset=base, term=self.term), batch)
+        if acks is Acks.ALL:
+            heapq.heappush(
+                self._pending,
+                _Pending(base + header.record_count, request_id, base, ProduceStatus.OK),
+            )
+            return None
+        return ProduceReply(request_id, ProduceStatus.OK, base_offset=base)
+
+    def set_target(self, replicas: Sequence[NodeId], now_ms: int) -> None:
+        """The replica list placement wants, best first (first = preferred leader).
+
+        Only the leader acts on it, once it has been unchanged for
+        ``reconfigure_stable_ms``; every replica keeps it in case it becomes leader.
+        """
+        self._now = now_ms
+        target = tuple(dict.fromkeys(replicas))
+        if target != self._target:
+            self._target = target or None
+            self._target_since_ms = now_ms
+
+    def hint_leader_dead(self, now_ms: int) -> None:
+        """Membership says the leader is dead: forget its lease and campaign soon."""
+        self._now = now_ms
+        if self.role in (Role.FOLLOWER, Role.PRE_CANDIDATE) and not self._removed:
+            self._leader_heard_ms = _NEVER
+            # A random head start, so that survivors told at once do not split the vote.
+            spread = self._rng.randint(0, self._config.election_timeout_min_ms // 2)
+            self._election_deadline = min(self._election_deadline, now_ms + spread)
+
+    def transfer_leadership(self, target: NodeId, now_ms: int) -> bool:
+        """Start handing leadership to ``target`` (a voter); False when not possible."""
+        self._now = now_ms
+        if (
+            self.role is not Role.LEADER
+            or target == self.node_id
+            or target not in self._voters()
+            or target not in self._progress
+        ):
+            return False
+        self._transfer_to = target
+        self._transfer_deadline = now_ms + self._config.transfer_timeout_ms
+        self._timeout_now_sent = False
+        self._maybe_send_timeout_now()
+        return True
+
+    def tick(self, now_ms: int) -> None:
+        self._now = now_ms
+        if self._removed:
+            return
+        if self.role is Role.LEADER:
+            if now_ms >= self._heartbeat_due:
+                self._leader_tick()
+            return
+        if now_ms >= self._election_deadline:
+            self._election_deadline = now_ms + self._election_timeout()
+            if self._is_voter():
+                self._campaign(pre_vote=self._config.pre_vote)
+
+    def step(self, source: NodeId, message: Message, now_ms: int) -> None:
+        """A message from peer ``source``."""
+        self._now = now_ms
+        if self._removed:
+            return
+        match message:
+            case AppendRequest():
+                self._on_append(message)
+            case AppendResponse():
+                self._on_append_response(message)
+            case Heartbeat():
+                self._on_heartbeat(message)
+            case HeartbeatResponse():
+                self._on_heartbeat_response(message)
+            case VoteRequest():
+                self._on_vote_request(message)
+            case VoteResponse():
+                self._on_vote_response(message)
+            case TimeoutNow():
+                self._on_timeout_now(message)
+
+    # ------------------------------------------------------------------ outputs
+
+    def has_ready(self) -> bool:
+        if self.role is Role.LEADER:
+            self._flush_appends()
+        return bool(
+            self._messages
+            or self._replies
+            or self._events
+            or self._appended
+            or self._reported_watermark != self.high_watermark
+        )
+
+    def ready(self) -> Ready:
+        if self.role is Role.LEADER:
+            self._flush_appends()
+        ready = Ready(
+            messages=tuple(self._messages),
+            replies=tuple(self._replies),
+            events=tuple(self._events),
+            sync=self._appended,
+            end_offset=self._storage.end_offset,
+            committed_from=self._reported_watermark,
+            high_watermark=self.high_watermark,
+        )
+        self._messages.clear()
+        self._replies.clear()
+        self._events.clear()
+        self._appended = False
+        self._reported_watermark = self.high_watermark
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        """The shell carried ``ready`` out: its batches are durable."""
+        if ready.sync and ready.end_offset > self._durable_end:
+            self._durable_end = min(ready.end_offset, self._storage.end_offset)
+        if self.role is Role.LEADER:
+            self._maybe_commit()
+
+    # ------------------------------------------------------------------ log changes
+
+    def _note_appended(self, header: BatchHeader, batch: Buffer) -> None:
+        """Bookkeeping for one batch just appended (by leader or follower)."""
+        self._appended = True
+        self._epochs.note_append(header.term, header.base_offset)
+        if not header.is_control:
+            self._producers.record(
+                header.producer_id, header.base_sequence, header.record_count, header.base_offset
+            )
+            return
+        decoded = decode_batch(batch, verify=False, limits=self._limits)
+        if decoded.keys[0] == CONTROL_CONFIG:
+            value = decoded.values[0]
+            assert value is not None
+            config = _decode_config(value)
+            self._configs.append((header.base_offset, config))
+            self._save_state()
+            self._events.append(ConfigChanged(config, header.base_offset))
+            if self.role is Role.LEADER:
+                self._leader_config_changed(config)
+
+    def _truncate(self, offset: int) -> None:
+        assert offset >= self.high_watermark, (
+            f"{self.node_id}: truncating committed entries ({offset} < {self.high_watermark})"
+        )
+        self._storage.truncate_suffix(offset)
+        self._epochs.truncate(offset)
+        self._producers.truncate(offset)
+        self._durable_end = min(self._durable_end, offset)
+        kept = [(o, c) for o, c in self._configs if o < offset]
+        if len(kept) != len(self._configs):
+            self._configs = kept
+            self._save_state()
+            config = self.group_config
+            if config is not None:
+                self._events.append(ConfigChanged(config, self._configs[-1][0]))
+
+    def _boundary_at_or_below(self, offset: int) -> int:
+        """The start of the batch holding ``offset`` in this log (clamped to the log)."""
+        start, end = self._storage.start_offset, self._storage.end_offset
+        if offset >= end:
+            return end
+        if offset <= start:
+            return start
+        data = self._storage.read(offset, 1)
+        return parse_header(data, limits=self._limits).base_offset
+
+    def _term_before(self, offset: int) -> int:
+        """Term of the entry just before ``offset`` (-1 at the very beginning)."""
+        return self._epochs.term_at(offset - 1) if offset > 0 else -1
+
+    # ------------------------------------------------------------------ roles
+
+    def _election_timeout(self) -> int:
+        return self._rng.randint(
+            self._config.election_timeout_min_ms, self._config.election_timeout_max_ms
+        )
+
+    def _set_role(self, role: Role, leader: NodeId | None) -> None:
+        if role is not self.role or leader != self.leader:
+            self.role = role
+            self.leader = leader
+            self._events.append(RoleChanged(role, self.term, leader))
+
+    def _become_follower(self, term: int, leader: NodeId | None) -> None:
+        was_leader = self.role is Role.LEADER
+        if term > self.term:
+            self.term = term
+            self.voted_for = None
+            self._save_state()
+        if was_leader:
+            self._abandon_leadership(leader)
+        self._votes.clear()
+        self._set_role(Role.FOLLOWER, leader)
+        self._election_deadline = self._now + self._election_timeout()
+
+    def _abandon_leadership(self, new_leader: NodeId | None) -> None:
+        for pending in self._pending:
+            self._replies.append(
+                ProduceReply(
+                    pending.request_id,
+                    ProduceStatus.NOT_LEADER,
+                    leader_hint=new_leader,
+                    detail="leadership lost before commit; outcome unknown",
+                )
+            )
+        self._pending.clear()
+        self._progress.clear()
+        self._departing.clear()
+        self._transfer_to = None
+
+    def _campaign(self, *, pre_vote: bool, transfer: bool = False) -> None:
+        voters = self._voters()
+        self._votes = {self.node_id}
+        if pre_vote:
+            self._set_role(Role.PRE_CANDIDATE, None)
+            term = self.term + 1
+        else:
+            self.term += 1
+            self.voted_for = self.node_id
+            self._save_state()
+            self._set_role(Role.CANDIDATE, None)
+            term = self.term
+        self._election_deadline = self._now + self._election_timeout()
+        request = VoteRequest(
+            term=term,
+            candidate=self.node_id,
+            end_offset=self._storage.end_offset,
+            last_term=self._epochs.last_term,
+            pre_vote=pre_vote,
+            transfer=transfer,
+        )
+        for voter in voters:
+            if voter != self.node_id:
+                self._messages.append(Outbound(voter, request))
+        self._check_votes()
+
+    def _check_votes(self) -> None:
+        voters = self._voters()
+        granted = sum(1 for voter in voters if voter in self._votes)
+        if granted < len(voters) // 2 + 1:
+            return
+        if self.role is Role.PRE_CANDIDATE:
+            self._campaign(pre_vote=False)
+        elif self.role is Role.CANDIDATE:
+            self._become_leader()
+
+    def _become_leader(self) -> None:
+        self._votes.clear()
+        self._set_role(Role.LEADER, self.node_id)
+        self._leader_since_ms = self._now
+        end = self._storage.end_offset
+        self._progress = {}
+        for peer in self._members():
+            if peer != self.node_id:
+                self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+        self._departing.clear()
+        self._transfer_to = None
+        self._term_start_offset = end
+        noop = encode_control_batch(CONTROL_NOOP, b"", self._now)
+        base = self._storage.append(noop, term=self.term)
+        self._note_appended(parse_header(noop)._replace(base_offset=base, term=self.term), noop)
+        self._heartbeat_due = self._now  # announce at once
+        self._leader_tick()
+        self._maybe_commit()
+
+    def _members(self) -> tuple[NodeId, ...]:
+        config = self.group_config
+        return config.members if config else ()
+
+    def _leader_config_changed(self, config: GroupConfig) -> None:
+        end = self._storage.end_offset
+        for peer in config.members:
+            if peer != self.node_id and peer not in self._progress:
+                self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+            self._departing.pop(peer, None)
+        for peer in list(self._progress):
+            if peer not in config.members:
+                # Keep replicating until the change commits, so the peer learns it left.
+                self._departing[peer] = -1
+
+    # ------------------------------------------------------------------ leader
+
+    def _leader_tick(self) -> None:
+        now = self._now
+        self._heartbeat_due = now + self._config.heartbeat_interval_ms
+        if (
+            self._config.check_quorum
+            and now - self._leader_since_ms >= self._config.election_timeout_max_ms
+            and not self._has_recent_quorum()
+        ):
+            _LOG.info("%s: lost contact with a quorum, stepping down", self.node_id)
+            self._become_follower(self.term, None)
+            return
+        if self._transfer_to is not None and now >= self._transfer_deadline:
+            self._transfer_to = None  # abandoned; proposals resume
+            self._transfer_backoff_until = now + 5 * self._config.transfer_timeout_ms
+        retransmit_ms = self._config.election_timeout_min_ms // 2
+        for peer, progress in self._progress.items():
+            if progress.inflight and now - progress.waiting_since_ms >= retransmit_ms:
+                # Requests (or their answers) were lost: find the follower's end again.
+                progress.inflight.clear()
+                progress.mode = _Mode.PROBE
+                if progress.match_offset >= 0:
+                    progress.next_offset = progress.match_offset
+            commit = min(self.high_watermark, max(progress.match_offset, 0))
+            member = self._departing.get(peer, -1) < 0  # still in, or removal uncommitted
+            self._messages.append(
+                Outbound(peer, Heartbeat(self.term, self.node_id, commit, member=member))
+            )
+        self._expire_departing()
+        self._maybe_reconfigure()
+        self._maybe_prefer_leader()
+
+    def _has_recent_quorum(self) -> bool:
+        if not self._config.check_quorum:
+            return True
+        voters = self._voters()
+        window = self._config.election_timeout_max_ms
+        heard = sum(
+            1
+            for voter in voters
+            if voter == self.node_id
+            or (
+                (progress := self._progress.get(voter)) is not None
+                and self._now - progress.heard_ms < window
+            )
+        )
+        return heard >= len(voters) // 2 + 1
+
+    def _flush_appends(self) -> None:
+        for peer, progress in self._progress.items():
+            self._send_appends(peer, progress)
+        self._maybe_send_timeout_now()
+
+    def _send_appends(self, peer: NodeId, progress: _Progress) -> None:
+        end = self._storage.end_offset
+        if progress.mode is _Mode.PROBE:
+            if not progress.inflight:
+                self._send_append(peer, progress, advance=False)
+            return
+        while progress.next_offset < end and len(progress.inflight) < (
+            self._config.inflight_appends_max
+        ):
+            self._send_append(peer, progress, advance=True)
+
+    def _send_append(self, peer: NodeId, progress: _Progress, *, advance: bool) -> None:
+        start = progress.next_offset
+        if start < self._storage.start_offset:
+            # TODO(snapshots): a follower below our log start needs a snapshot install.
+            _LOG.warning("%s: %s is behind the log start; cannot catch it up", self.node_id, peer)
+            return
+        data = b""
+        request_end = start
+        if start < self._storage.end_offset:
+            data = self._storage.read(start, self._config.append_bytes_max)
+            request_end = next_offset(data)
+        request = AppendRequest(
+            term=self.term,
+            leader=self.node_id,
+            prev_end_offset=start,
+            prev_term=self._term_before(start),
+            batches=data,
+            end_offset=request_end,
+            commit_offset=self.high_watermark,
+        )
+        self._messages.append(Outbound(peer, request))
+        if not progress.inflight:
+            progress.waiting_since_ms = self._now
+        progress.inflight.append(request_end)
+        if advance:
+            progress.next_offset = request_end
+
+    def _on_append_response(self, response: AppendResponse) -> None:
+        if response.term > self.term:
+            self._become_follower(response.term, None)
+            return
+        if self.role is not Role.LEADER or response.term < self.term:
+            return
+        progress = self._progress.get(response.follower)
+        if progress is None:
+            return
+        progress.heard_ms = self._now
+        progress.reported_end = response.end_offset
+        if response.success:
+            progress.match_offset = max(progress.match_offset, response.match_offset)
+            while progress.inflight and progress.inflight[0] <= progress.match_offset:
+                progress.inflight.popleft()
+            progress.waiting_since_ms = self._now
+            if progress.mode is _Mode.PROBE:
+                progress.mode = _Mode.REPLICATE
+                progress.inflight.clear()
+                progress.next_offset = max(progress.match_offset, progress.next_offset)
+            progress.next_offset = max(progress.next_offset, progress.match_offset)
+            self._maybe_commit()
+            return
+        # A rejection: ignore answers to requests that no longer matter.
+        if progress.mode is _Mode.PROBE:
+            if response.prev_end_offset != progress.next_offset:
+                return
+        elif response.prev_end_offset < progress.match_offset:
+            return
+        end = self._storage.end_offset
+        if response.conflict_term < 0:
+            candidate = min(response.end_offset, response.prev_end_offset - 1)
+        else:
+            term_end = self._epochs.end_of(response.conflict_term, end)
+            if term_end >= 0 and self._epochs.start_of(response.conflict_term) >= 0:
+                candidate = term_end  # we hold that term: the follower matches up to its end
+            else:
+                candidate = response.conflict_start
+            candidate = min(candidate, response.prev_end_offset - 1)
+        candidate = max(candidate, progress.match_offset, self._storage.start_offset)
+        progress.next_offset = self._boundary_at_or_below(min(candidate, end))
+        progress.mode = _Mode.PROBE
+        progress.inflight.clear()
+
+    def _on_heartbeat_response(self, response: HeartbeatResponse) -> None:
+        if response.term > self.term:
+            self._become_follower(response.term, None)
+            return
+        if self.role is not Role.LEADER or response.term < self.term:
+            return
+        progress = self._progress.get(response.follower)
+        if progress is not None:
+            progress.heard_ms = self._now
+            progress.reported_end = response.end_offset
+
+    def _maybe_commit(self) -> None:
+        voters = self._voters()
+        if not voters:
+            return
+        matches = [
+            self._durable_end
+            if voter == self.node_id
+            else (progress.match_offset if (progress := self._progress.get(voter)) else -1)
+            for voter in voters
+        ]
+        candidate = majority_offset(matches)
+        if candidate <= self.high_watermark or candidate <= self._term_start_offset:
+            return
+        if self._epochs.term_at(candidate - 1) != self.term:
+            return
+        self.high_watermark = candidate
+        self._answer_committed()
+        if self.node_id not in self._members():
+            self._check_removed()  # only if leadership could not be moved away first
+
+    def _answer_committed(self) -> None:
+        while self._pending and self._pending[0].next_offset <= self.high_watermark:
+            pending = heapq.heappop(self._pending)
+            self._replies.append(
+                ProduceReply(pending.request_id, pending.status, base_offset=pending.base_offset)
+            )
+
+    def _expire_departing(self) -> None:
+        committed = self._committed_config_offset()
+        for peer, until in list(self._departing.items()):
+            if until < 0:
+                latest = self._configs[-1][0] if self._configs else _BOOTSTRAP_OFFSET
+                if latest <= committed and (
+                    (progress := self._progress.get(peer)) is None
+                    or progress.match_offset > latest
+                    or self._now - progress.heard_ms > self._config.election_timeout_max_ms
+                ):
+                    self._departing[peer] = self._now + self._config.election_timeout_max_ms
+            elif self._now >= until:
+                del self._departing[peer]
+                self._progress.pop(peer, None)
+
+    def _committed_config_offset(self) -> int:
+        """Offset of the latest configuration entry below the high watermark."""
+        for offset, _ in reversed(self._configs):
+            if offset < self.high_watermark:
+                return offset
+        return _BOOTSTRAP_OFFSET
+
+    def _caught_up(self, peer: NodeId) -> bool:
+        progress = self._progress.get(peer)
+        return (
+            progress is not None
+            and progress.mode is _Mode.REPLICATE
+            and progress.match_offset >= self.high_watermark - self._config.catch_up_lag_offsets_max
+            and self._now - progress.heard_ms < self._config.election_timeout_min_ms
+        )
+
+    def _stable_leader(self) -> bool:
+        """Committed an entry of this term, and the latest configuration is committed."""
+        if self.high_watermark <= self._term_start_offset or self._transfer_to is not None:
+            return False
+        latest = self._configs[-1][0] if self._configs else _BOOTSTRAP_OFFSET
+        return latest < self.high_watermark
+
+    def _maybe_reconfigure(self) -> None:
+        target = self._target
+        config = self.group_config
+        if (
+            target is None
+            or config is None
+            or self._now - self._target_since_ms < self._config.reconfigure_stable_ms
+            or not self._stable_leader()
+        ):
+            return
+        voters, learners = list(config.voters), list(config.learners)
+        change: GroupConfig | None = None
+        for node in target:
+            if node not in voters and node not in learners:
+                change = GroupConfig(config.voters, (*config.learners, node))
+                break
+        else:
+            waiting = [node for node in learners if node in target]
+            ready = [node for node in waiting if self._caught_up(node)]
+            if ready:
+                node = ready[0]
+                learners.remove(node)
+                change = GroupConfig((*config.voters, node), tuple(learners))
+            elif waiting:
+                return  # a replacement is catching up: remove nothing before it votes
+            elif leaving := [node for node in learners if node not in target]:
+                learners.remove(leaving[0])
+                change = GroupConfig(config.voters, tuple(learners))
+            elif leaving := [node for node in voters if node not in target]:
+                node = leaving[0] if leaving[0] != self.node_id or len(leaving) == 1 else leaving[1]
+                if node == self.node_id:
+                    successor = next(
+                        (n for n in target if n in voters and self._caught_up(n)), None
+                    )
+                    if successor is not None:
+                        self.transfer_leadership(successor, self._now)
+                    return
+                if len(voters) == 1:
+                    return
+                voters.remove(node)
+                change = GroupConfig(tuple(voters), config.learners)
+        if change is None:
+            return
+        _LOG.info("%s: configuration %s -> %s", self.node_id, config, change)
+        batch = encode_config(change, self._now)
+        base = self._storage.append(batch, term=self.term)
+        self._note_appended(parse_header(batch)._replace(base_offset=base, term=self.term), batch)
+
+    def _maybe_prefer_leader(self) -> None:
+        target = self._target
+        if (
+            target is None
+            or target[0] == self.node_id
+            or target[0] not in self._voters()
+            or self.node_id not in target  # leaving: reconfiguration moves leadership
+            or self._now - self._target_since_ms < self._config.reconfigure_stable_ms
+            or not self._stable_leader()
+            or self._now < self._transfer_backoff_until
+            or not self._caught_up(target[0])
+        ):
+            return
+        self.transfer_leadership(target[0], self._now)
+
+    def _maybe_send_timeout_now(self) -> None:
+        peer = self._transfer_to
+        if peer is None or self._timeout_now_sent:
+            return
+        progress = self._progress.get(peer)
+        if progress is not None and progress.match_offset == self._storage.end_offset:
+            self._messages.append(Outbound(peer, TimeoutNow(self.term, self.node_id)))
+            self._timeout_now_sent = True
+
+    # ------------------------------------------------------------------ follower
+
+    def _heard_from_leader(self, term: int, leader: NodeId) -> None:
+        if term > self.term or self.role is not Role.FOLLOWER or self.leader != leader:
+            self._become_follower(term, leader)
+        self._leader_heard_ms = self._now
+        self._election_deadline = self._now + self._election_timeout()
+
+    def _on_append(self, request: AppendRequest) -> None:
+        if request.term < self.term:
+            self._messages.append(
+                Outbound(
+                    request.leader,
+                    AppendResponse(
+                        self.term,
+                        self.node_id,
+                        success=False,
+                        match_offset=-1,
+                        end_offset=self._storage.end_offset,
+                        prev_end_offset=request.prev_end_offset,
+                    ),
+                )
+            )
+            return
+        self._heard_from_leader(request.term, request.leader)
+        end = self._storage.end_offset
+        prev = request.prev_end_offset
+        if prev > end or prev < self._storage.start_offset:
+            self._reject(request, conflict_term=-1, conflict_start=-1)
+            return
+        local_term = self._term_before(prev)
+        if local_term != request.prev_term:
+            start = self._epochs.start_of(local_term)
+            self._reject(
+                request,
+                conflict_term=local_term,
+                conflict_start=max(start, self._storage.start_offset),
+            )
+            return
+        try:
+            self._append_from_leader(request.batches)
+        except RecordFormatError as error:
+            _LOG.warning("%s: malformed append from %s: %s", self.node_id, request.leader, error)
+            return
+        self.high_watermark = max(
+            self.high_watermark, min(request.commit_offset, request.end_offset)
+        )
+        self._messages.append(
+            Outbound(
+                request.leader,
+                AppendResponse(
+                    self.term,
+                    self.node_id,
+                    success=True,
+                    match_offset=request.end_offset,
+                    end_offset=self._storage.end_offset,
+                    prev_end_offset=prev,
+                ),
+            )
+        )
+
+    def _append_from_leader(self, batches: bytes) -> None:
+        view = memoryview(batches)
+        position = 0
+        size = len(batches)
+        while position < size:
+            header = parse_header(view, position, limits=self._limits)
+            batch = view[position : position + header.length]
+            if len(batch) != header.length:
+                raise RecordFormatError("partial batch in an append request")
+            position += header.length
+            end = self._storage.end_offset
+            if header.base_offset < end:
+                if self._epochs.term_at(header.base_offset) == header.term:
+                    continue  # already held: same term and offset means the same batch
+                self._truncate(header.base_offset)
+            self._storage.append_stamped(batch)
+            self._note_appended(header, batch)
+
+    def _reject(self, request: AppendRequest, *, conflict_term: int, conflict_start: int) -> None:
+        self._messages.append(
+            Outbound(
+                request.leader,
+                AppendResponse(
+                    self.term,
+                    self.node_id,
+                    success=False,
+                    match_offset=-1,
+                    end_offset=self._storage.end_offset,
+                    prev_end_offset=request.prev_end_offset,
+                    conflict_term=conflict_term,
+                    conflict_start=conflict_start,
+                ),
+            )
+        )
+
+    def _on_heartbeat(self, heartbeat: Heartbeat) -> None:
+        if heartbeat.term < self.term:
+            self._messages.append(
+                Outbound(
+                    heartbeat.leader,
+                    HeartbeatResponse(self.term, self.node_id, self._storage.end_offset),
+                )
+            )
+            return
+        self._heard_from_leader(heartbeat.term, heartbeat.leader)
+        commit = min(heartbeat.commit_offset, self._storage.end_offset)
+        self.high_watermark = max(self.high_watermark, commit)
+        if not heartbeat.member:
+            self._check_removed()
+        self._messages.append(
+            Outbound(
+                heartbeat.leader,
+                HeartbeatResponse(self.term, self.node_id, self._storage.end_offset),
+            )
+        )
+
+    def _on_timeout_now(self, message: TimeoutNow) -> None:
+        if message.term != self.term or not self._is_voter() or self.role is Role.LEADER:
+            return
+        _LOG.info("%s: leadership handed over by %s", self.node_id, message.leader)
+        self._leader_heard_ms = _NEVER
+        self._campaign(pre_vote=False, transfer=True)
+
+    # ------------------------------------------------------------------ votes
+
+    def _in_lease(self) -> bool:
+        if self.role is Role.LEADER:
+            return True
+        return (
+            self.leader is not None
+            and self._now - self._leader_heard_ms < self._config.election_timeout_min_ms
+        )
+
+    def _up_to_date(self, request: VoteRequest) -> bool:
+        return (request.last_term, request.end_offset) >= (
+            self._epochs.last_term,
+            self._storage.end_offset,
+        )
+
+    def _on_vote_request(self, request: VoteRequest) -> None:
+        if request.term > self.term and not request.transfer and self._in_lease():
+            self._vote(request, granted=False)
+            return
+        if request.pre_vote:
+            self._vote(request, granted=request.term > self.term and self._up_to_date(request))
+            return
+        if request.term > self.term:
+            self._become_follower(request.term, None)
+        granted = (
+            request.term == self.term
+            and self.voted_for in (None, request.candidate)
+            and self._up_to_date(request)
+        )
+        if granted and self.voted_for is None:
+            self.voted_for = request.candidate
+            self._save_state()
+        if granted:
+            self._election_deadline = self._now + self._election_timeout()
+        self._vote(request, granted=granted)
+
+    def _vote(self, request: VoteRequest, *, granted: bool) -> None:
+        term = request.term if granted and request.pre_vote else self.term
+        self._messages.append(
+            Outbound(
+                request.candidate,
+                VoteResponse(term, self.node_id, granted=granted, pre_vote=request.pre_vote),
+            )
+        )
+
+    def _on_vote_response(self, response: VoteResponse) -> None:
+        if response.pre_vote:
+            if self.role is not Role.PRE_CANDIDATE:
+                return
+            if response.granted and response.term == self.term + 1:
+                self._votes.add(response.voter)
+                self._check_votes()
+            elif not response.granted and response.term > self.term:
+                self._become_follower(response.term, None)
+            return
+        if response.term > self.term:
+            self._become_follower(response.term, None)
+            return
+        if self.role is Role.CANDIDATE and response.term == self.term and response.granted:
+            self._votes.add(response.voter)
+            self._check_votes()
+
+    # ------------------------------------------------------------------ removal
+
+    def _check_removed(self) -> None:
+        """Leave for good once a committed configuration no longer includes us.
+
+        Called only when the leader says we are out (or we lead and are out): a
+        replica catching up replays old configurations that may not include it.
+        """
+        if self._removed or not self._configs:
+            return
+        offset, config = self._configs[-1]
+        if self.node_id in config.members or offset >= self.high_watermark:
+            return
+        self._removed = True
+        if self.role is Role.LEADER:
+            self._abandon_leadership(None)
+        self._set_role(Role.REMOVED, None)
+        self._events.append(Removed(self.term))

@@ -1,0 +1,195 @@
+"""Messages between the replicas of one partition, and what the core returns.
+
+Messages carry no partition: the node wraps them per partition, and coalesces all
+messages for one peer produced in one tick into one envelope (see
+:mod:`laminar.replica.coalesce`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from laminar.replica.types import GroupConfig, NodeId, Role
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """A (pre-)candidate asks for a vote. ``transfer`` bypasses the leader lease."""
+
+    term: int
+    candidate: NodeId
+    end_offset: int
+    last_term: int
+    pre_vote: bool
+    transfer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    term: int
+    voter: NodeId
+    granted: bool
+    pre_vote: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """Batches ``[prev_end_offset, end_offset)`` following an entry of ``prev_term``."""
+
+    term: int
+    leader: NodeId
+    prev_end_offset: int
+    prev_term: int
+    batches: bytes
+    end_offset: int
+    commit_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    """``match_offset``: on success, the follower holds the leader's log up to here.
+
+    On rejection, ``end_offset`` is the follower's log end and ``conflict_term`` /
+    ``conflict_start`` describe its entry at the leader's ``prev_end_offset - 1``
+    (-1 when its log is shorter), so the leader can skip a whole term at once.
+    """
+
+    term: int
+    follower: NodeId
+    success: bool
+    match_offset: int
+    end_offset: int
+    prev_end_offset: int = -1
+    """The request's ``prev_end_offset``, so that a stale answer can be told apart."""
+    conflict_term: int = -1
+    conflict_start: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A leader is alive; ``commit_offset`` is capped at what the follower matches.
+
+    ``member`` is False once the follower has been removed from the group by a
+    committed configuration: it may then delete its replica.
+    """
+
+    term: int
+    leader: NodeId
+    commit_offset: int
+    member: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    term: int
+    follower: NodeId
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """The leader hands leadership over: start an election at once."""
+
+    term: int
+    leader: NodeId
+
+
+Message = (
+    VoteRequest
+    | VoteResponse
+    | AppendRequest
+    | AppendResponse
+    | Heartbeat
+    | HeartbeatResponse
+    | TimeoutNow
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """A message for one peer."""
+
+    destination: NodeId
+    message: Message
+
+
+class ProduceStatus(StrEnum):
+    """The outcome of a produce request (a rejection is a value, not an exception)."""
+
+    OK = "ok"
+    DUPLICATE = "duplicate"  # already written; base_offset is the original's
+    NOT_LEADER = "not_leader"  # leader_hint says where to go (may be None)
+    UNAVAILABLE = "unavailable"  # no quorum reachable, or too many pending writes
+    OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
+    INVALID = "invalid"  # malformed batch
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceReply:
+    """The answer to ``propose(request_id, …)``.
+
+    A NOT_LEADER or UNAVAILABLE answer to a batch that had been appended means its
+    outcome is unknown (it may still commit under the next leader): an idempotent
+    producer retries and is answered DUPLICATE with the original offset.
+    """
+
+    request_id: int
+    status: ProduceStatus
+    base_offset: int = -1
+    leader_hint: NodeId | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChanged:
+    role: Role
+    term: int
+    leader: NodeId | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChanged:
+    """The group's configuration entry at ``offset`` is now in effect here."""
+
+    config: GroupConfig
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """This replica left the group for good; the shell may delete its data."""
+
+    term: int
+
+
+Event = RoleChanged | ConfigChanged | Removed
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """What the shell must do after a batch of inputs, in this order.
+
+    1. If ``sync``: make every appended batch durable (``LogStorage.sync()``).
+    2. Send ``messages`` and deliver ``replies``; handle ``events``.
+    3. Call ``core.advance(ready)``.
+
+    Batches were already appended to the storage by the core, and term/vote
+    changes were saved durably (``save_state``) before any message that depends on
+    them was produced. ``high_watermark``: offsets below it are committed; reads may
+    return them. ``committed_from`` / ``high_watermark`` is the newly committed range.
+    """
+
+    messages: tuple[Outbound, ...]
+    replies: tuple[ProduceReply, ...]
+    events: tuple[Event, ...]
+    sync: bool
+    end_offset: int
+    committed_from: int
+    high_watermark: int
+
+    @property
+    def empty(self) -> bool:
+        return not (self.messages or self.replies or self.events or self.sync) and (
+            self.committed_from == self.high_watermark
+        )

@@ -1,0 +1,719 @@
+"""Replication cores in the deterministic simulator, with a workload and checkers.
+
+:class:`ReplicaSimNode` hosts several partitions' :class:`ReplicaCore` objects on one
+simulated node, over :class:`MemoryLog` storage that loses unsynced batches when the
+node crashes. Outbound messages are coalesced per peer per step (one envelope per
+peer). :class:`ProducerClient` nodes produce unique values with ``acks=all`` and
+idempotent retries; reads from random replicas run as timed actions. A
+:class:`History` checks safety as the run goes:
+
+* at most one leader per term and partition;
+* every replica's high watermark only moves forward (per incarnation);
+* below the high watermark, every replica holds the same batch at each offset;
+* reads return only committed data, below the reader's high watermark, that never
+  changes afterwards;
+* every acknowledged value sits at exactly one offset, the one it was acknowledged
+  with, in the final log.
+
+:func:`run_seed` builds a random fault schedule for a seed, runs it, lets the
+cluster heal, checks liveness, and returns the violations (empty when correct).
+The same seed always replays the same run (``trace_hash``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from laminar.records import decode_records, encode_batch, iter_batches
+from laminar.replica.coalesce import Coalescer, PeerBundle
+from laminar.replica.config import ReplicaConfig
+from laminar.replica.core import ReplicaCore
+from laminar.replica.messages import (
+    ConfigChanged,
+    ProduceReply,
+    ProduceStatus,
+    Ready,
+    Removed,
+    RoleChanged,
+)
+from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.segment.memory import MemoryLog
+from laminar.testing.sim import Envelope, LinkConfig, Simulator, Step
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    partition: int
+    request_id: int
+    batch: bytes
+    acks: Acks
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    partition: int
+    reply: ProduceReply
+
+
+class History:
+    """What happened, checked as it happens. ``violations`` empty means correct."""
+
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+        self.leaders: dict[tuple[int, int], str] = {}
+        self.committed: dict[int, dict[int, tuple[int, int, int]]] = {}
+        self.watermarks: dict[tuple[str, int, int], int] = {}
+        self.acked: dict[int, dict[bytes, int]] = {}
+        self.reads = 0
+        self.elections: list[tuple[int, int, str, int]] = []  # (partition, term, node, time)
+
+    def violation(self, text: str) -> None:
+        if len(self.violations) < 50:
+            self.violations.append(text)
+
+    def became_leader(self, partition: int, term: int, node: str, now_ms: int) -> None:
+        known = self.leaders.setdefault((partition, term), node)
+        if known != node:
+            self.violation(f"p{partition}: two leaders in term {term}: {known} and {node}")
+        self.elections.append((partition, term, node, now_ms))
+
+    def watermark(self, node: str, incarnation: int, partition: int, value: int) -> None:
+        key = (node, incarnation, partition)
+        previous = self.watermarks.get(key, -1)
+        if value < previous:
+            self.violation(f"p{partition}: {node} high watermark went back {previous}->{value}")
+        self.watermarks[key] = value
+
+    def check_committed(self, node: str, partition: int, data: bytes) -> None:
+        """Batches a replica holds below its high watermark: all replicas must agree.
+
+        Batch by batch: committed prefixes are contiguous chains of batches from the
+        log start, so two that differ first differ at a batch with the same base
+        offset, where the (end, term, payload checksum) comparison catches it.
+        """
+        committed = self.committed.setdefault(partition, {})
+        for _, header in iter_batches(data, verify=False):
+            seen = (header.next_offset, header.term, header.payload_checksum)
+            known = committed.setdefault(header.base_offset, seen)
+            if known != seen:
+                self.violation(
+                    f"p{partition}: {node} holds batch {seen} at committed offset "
+                    f"{header.base_offset}, another replica {known}"
+                )
+
+    def ack(self, partition: int, value: bytes, offset: int) -> None:
+        acked = self.acked.setdefault(partition, {})
+        known = acked.setdefault(value, offset)
+        if known != offset:
+            self.violation(f"p{partition}: {value!r} acknowledged at {known} and at {offset}")
+
+
+_LOCAL = "<local>"
+
+
+class ReplicaSimNode:
+    """A node hosting replicas of several partitions, driven by the simulator."""
+
+    def __init__(
+        self,
+        node_id: str,
+        groups: dict[int, GroupConfig],
+        config: ReplicaConfig,
+        history: History,
+        rng: random.Random,
+    ) -> None:
+        self._id = NodeId(node_id)
+        self._groups = groups  # founding configurations of the partitions it starts with
+        self._config = config
+        self._history = history
+        self._rng = rng
+        self.storages: dict[int, MemoryLog] = {}
+        self.cores: dict[int, ReplicaCore] = {}
+        self.targets: dict[int, tuple[NodeId, ...]] = {}
+        self.incarnation = 0
+        self._coalescer = Coalescer()
+        self._outbox: list[Envelope] = []
+        self._clients: dict[int, str] = {}  # request id -> client address
+        self.local_replies: list[ProduceReply] = []
+        self._trace: list[str] = []
+
+    @property
+    def address(self) -> str:
+        return self._id
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self, now_ms: int) -> Step:
+        for partition, group in self._groups.items():
+            storage = MemoryLog(fsync=False)
+            self.storages[partition] = storage
+            self.cores[partition] = self._new_core(partition, storage, group, now_ms)
+        return self._drain(now_ms)
+
+    def _new_core(
+        self, partition: int, storage: MemoryLog, group: GroupConfig | None, now_ms: int
+    ) -> ReplicaCore:
+        core = ReplicaCore(
+            self._id, storage, self._config, now_ms=now_ms, rng=self._rng, initial=group
+        )
+        target = self.targets.get(partition)
+        if target is not None:
+            core.set_target(target, now_ms)
+        return core
+
+    def crash(self) -> None:
+        self.storages = {partition: log.crash() for partition, log in self.storages.items()}
+        self.cores.clear()
+        self._coalescer = Coalescer()
+
+    def restart(self, now_ms: int) -> Step:
+        self.incarnation += 1
+        for partition, storage in self.storages.items():
+            self.cores[partition] = self._new_core(partition, storage, None, now_ms)
+        return self._drain(now_ms)
+
+    # ---------------------------------------------------------------- inputs
+
+    def deliver(self, source: str, payload: object, reliable: bool, now_ms: int) -> Step:
+        if isinstance(payload, PeerBundle):
+            for partition, message in payload.items():
+                assert isinstance(partition, int)
+                core = self.cores.get(partition)
+                if core is None:
+                    # A new replica: the leader added us; learn everything from its log.
+                    storage = MemoryLog(fsync=False)
+                    self.storages[partition] = storage
+                    core = self._new_core(partition, storage, None, now_ms)
+                    self.cores[partition] = core
+                core.step(NodeId(source), message, now_ms)
+        elif isinstance(payload, ProduceRequest):
+            core = self.cores.get(payload.partition)
+            if core is None:
+                reply = ProduceReply(payload.request_id, ProduceStatus.NOT_LEADER)
+                self._outbox.append(Envelope(source, ProduceResult(payload.partition, reply)))
+            else:
+                self._clients[payload.request_id] = source
+                core.propose(payload.request_id, payload.batch, payload.acks, now_ms)
+        return self._drain(now_ms)
+
+    def tick(self, now_ms: int) -> Step:
+        for partition, target in self.targets.items():
+            core = self.cores.get(partition)
+            if core is not None and core.target != target:
+                core.set_target(target, now_ms)  # set while this node was paused
+        for core in self.cores.values():
+            if core.next_wake_ms() <= now_ms:
+                core.tick(now_ms)
+        return self._drain(now_ms)
+
+    def propose(
+        self, partition: int, request_id: int, batch: bytes, acks: Acks, now_ms: int
+    ) -> Step:
+        """A produce from a test, not over the network; replies land in ``local_replies``."""
+        self._clients[request_id] = _LOCAL
+        self.cores[partition].propose(request_id, batch, acks, now_ms)
+        return self._drain(now_ms)
+
+    def set_target(self, partition: int, target: Iterable[str], now_ms: int) -> Step:
+        replicas = tuple(NodeId(node) for node in target)
+        self.targets[partition] = replicas
+        core = self.cores.get(partition)
+        if core is not None:
+            core.set_target(replicas, now_ms)
+        return self._drain(now_ms)
+
+    def hint_leader_dead(self, dead: str, now_ms: int) -> Step:
+        for core in self.cores.values():
+            if core.leader == dead:
+                core.hint_leader_dead(now_ms)
+        return self._drain(now_ms)
+
+    # ---------------------------------------------------------------- outputs
+
+    def _drain(self, now_ms: int) -> Step:
+        for partition, core in self.cores.items():
+            while core.has_ready():
+                ready = core.ready()
+                if ready.sync:
+                    self.storages[partition].sync()
+                self._coalescer.add_all(partition, ready.messages)
+                for reply in ready.replies:
+                    client = self._clients.pop(reply.request_id, None)
+                    if client == _LOCAL:
+                        self.local_replies.append(reply)
+                    elif client is not None:
+                        self._outbox.append(Envelope(client, ProduceResult(partition, reply)))
+                self._observe(partition, core, ready, now_ms)
+                core.advance(ready)
+        messages = [
+            Envelope(destination, bundle) for destination, bundle in self._coalescer.drain().items()
+        ]
+        messages.extend(self._outbox)
+        self._outbox.clear()
+        wake = min((core.next_wake_ms() for core in self.cores.values()), default=None)
+        trace, self._trace = self._trace, []
+        return Step(messages, wake, trace)
+
+    def _observe(self, partition: int, core: ReplicaCore, ready: Ready, now_ms: int) -> None:
+        history = self._history
+        for event in ready.events:
+            if isinstance(event, RoleChanged):
+                self._trace.append(f"{self._id} p{partition} {event.role} t{event.term}")
+                if event.role is Role.LEADER:
+                    history.became_leader(partition, event.term, self._id, now_ms)
+            elif isinstance(event, ConfigChanged):
+                self._trace.append(f"{self._id} p{partition} config@{event.offset} {event.config}")
+            elif isinstance(event, Removed):
+                self._trace.append(f"{self._id} p{partition} removed")
+        history.watermark(self._id, self.incarnation, partition, ready.high_watermark)
+        if ready.high_watermark > ready.committed_from:
+            data = self.storages[partition].read(
+                ready.committed_from, 1 << 30, upper_offset=ready.high_watermark
+            )
+            history.check_committed(self._id, partition, data)
+
+    def read_check(self, partition: int, rng: random.Random) -> None:
+        """Read from a random offset below this replica's high watermark and check."""
+        core = self.cores.get(partition)
+        if core is None or core.removed:
+            return
+        watermark = core.high_watermark
+        start = core.start_offset
+        if watermark <= start:
+            return
+        offset = rng.randrange(start, watermark)
+        data = core.read(offset, rng.choice((1, 200, 1 << 20)))
+        self._history.reads += 1
+        if not data:
+            self._history.violation(f"p{partition}: empty read at {offset} below {watermark}")
+            return
+        for _, header in iter_batches(data):
+            if header.next_offset > watermark:
+                self._history.violation(
+                    f"p{partition}: read returned offsets up to {header.next_offset} above "
+                    f"the high watermark {watermark}"
+                )
+        self._history.check_committed(self._id, partition, data)
+
+
+class ProducerClient:
+    """Produces unique values to one partition, one at a time, with idempotent retries."""
+
+    def __init__(
+        self,
+        name: str,
+        partition: int,
+        producer_id: int,
+        nodes: list[str],
+        history: History,
+        rng: random.Random,
+        *,
+        think_ms: int = 20,
+        retry_ms: int = 400,
+    ) -> None:
+        self._name = name
+        self.partition = partition
+        self._producer_id = producer_id
+        self._nodes = nodes
+        self._history = history
+        self._rng = rng
+        self._think_ms = think_ms
+        self._retry_ms = retry_ms
+        self.sequence = 0
+        self.acked = 0
+        self.enabled = True
+        self._outstanding: tuple[int, bytes, bytes] | None = None  # sequence, value, batch
+        self._attempts: dict[int, int] = {}  # request id -> sequence
+        self._next_request = 0
+        self._guess: str = rng.choice(nodes)
+        self._next_action_ms = 0
+        self.last_ack_ms = 0
+
+    @property
+    def address(self) -> str:
+        return self._name
+
+    @property
+    def idle(self) -> bool:
+        return self._outstanding is None
+
+    def start(self, now_ms: int) -> Step:
+        self._next_action_ms = now_ms + self._think_ms
+        return Step((), self._next_action_ms)
+
+    def crash(self) -> None:  # clients do not crash
+        pass
+
+    def restart(self, now_ms: int) -> Step:
+        return self.start(now_ms)
+
+    def tick(self, now_ms: int) -> Step:
+        if now_ms < self._next_action_ms:
+            return Step((), self._next_action_ms)
+        if self._outstanding is None:
+            if not self.enabled:
+                return Step((), None)
+            value = f"{self._name}/{self.sequence}".encode()
+            batch = encode_batch(
+                [value], producer_id=self._producer_id, base_sequence=self.sequence
+            )
+            self._outstanding = (self.sequence, value, batch)
+        elif self._rng.random() < 0.5:
+            self._guess = self._rng.choice(self._nodes)  # timed out: try elsewhere
+        return self._send(now_ms)
+
+    def _send(self, now_ms: int) -> Step:
+        assert self._outstanding is not None
+        sequence, _, batch = self._outstanding
+        self._next_request += 1
+        request_id = self._producer_id * 1_000_000 + self._next_request
+        self._attempts[request_id] = sequence
+        self._next_action_ms = now_ms + self._retry_ms
+        request = ProduceRequest(self.partition, request_id, batch, Acks.ALL)
+        return Step((Envelope(self._guess, request),), self._next_action_ms)
+
+    def deliver(self, source: str, payload: object, reliable: bool, now_ms: int) -> Step:
+        if not isinstance(payload, ProduceResult) or self._outstanding is None:
+            return Step((), self._next_action_ms)
+        reply = payload.reply
+        sequence = self._attempts.pop(reply.request_id, None)
+        current, value, _ = self._outstanding
+        if sequence != current:
+            return Step((), self._next_action_ms)
+        status = reply.status
+        if status in (ProduceStatus.OK, ProduceStatus.DUPLICATE):
+            self._history.ack(self.partition, value, reply.base_offset)
+            self._outstanding = None
+            self.sequence += 1
+            self.acked += 1
+            self.last_ack_ms = now_ms
+            self._next_action_ms = now_ms + self._think_ms
+            return Step((), self._next_action_ms)
+        if status is ProduceStatus.NOT_LEADER:
+            if reply.leader_hint is not None and reply.leader_hint != source:
+                self._guess = reply.leader_hint
+                return self._send(now_ms)
+            self._guess = self._rng.choice(self._nodes)
+        elif status is not ProduceStatus.UNAVAILABLE:
+            self._history.violation(f"{self._name}: unexpected {status} {reply.detail}")
+        self._next_action_ms = now_ms + self._rng.randint(20, 100)
+        return Step((), self._next_action_ms)
+
+
+# ---------------------------------------------------------------------- one seed
+
+
+@dataclass
+class SeedOptions:
+    nodes: int = 5
+    partitions: int = 2
+    replication: int = 3
+    fault_ms: int = 8_000
+    heal_bound_ms: int = 20_000
+    faults: bool = True
+    reconfigure: bool | None = None  # None: decided by the seed
+    config: ReplicaConfig = field(default_factory=ReplicaConfig.simulation)
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    violations: list[str]
+    trace_hash: str
+    acked: int
+    reads: int
+    elections: int
+    simulated_ms: int
+    reconfigured: bool
+
+
+class Cluster:
+    """A simulated cluster: replica nodes, producer clients and the history."""
+
+    def __init__(self, seed: int, options: SeedOptions) -> None:
+        self.seed = seed
+        self.options = options
+        self.rng = random.Random(seed)
+        self.sim = Simulator(seed, default_link=LinkConfig(0.0, 1, 5))
+        self.history = History()
+        self.node_ids = [f"n{index}" for index in range(options.nodes)]
+        self.groups: dict[int, GroupConfig] = {}
+        for partition in range(options.partitions):
+            voters = self.rng.sample(self.node_ids, options.replication)
+            self.groups[partition] = GroupConfig(tuple(NodeId(v) for v in voters))
+        self.nodes: dict[str, ReplicaSimNode] = {}
+        for node_id in self.node_ids:
+            hosted = {p: g for p, g in self.groups.items() if node_id in g.voters}
+            node = ReplicaSimNode(
+                node_id, hosted, options.config, self.history, self.sim.node_rng(node_id)
+            )
+            self.nodes[node_id] = node
+            self.sim.add_node(node)
+        self.clients: list[ProducerClient] = []
+        for partition in range(options.partitions):
+            for index in range(2):
+                name = f"c{partition}.{index}"
+                client = ProducerClient(
+                    name,
+                    partition,
+                    partition * 10 + index + 1,
+                    self.node_ids,
+                    self.history,
+                    self.sim.node_rng(name),
+                )
+                self.clients.append(client)
+                self.sim.add_node(client)
+        self.targets: dict[int, tuple[str, ...]] = {}
+        self.dead_for_good: set[str] = set()
+
+    # ---------------------------------------------------------------- actions
+
+    def set_target(self, partition: int, target: tuple[str, ...]) -> None:
+        self.targets[partition] = target
+        self.sim.record(f"target p{partition} {target}")
+        for node_id, node in self.nodes.items():
+            node.targets[partition] = tuple(NodeId(t) for t in target)
+            self.sim.invoke(node_id, _target_command(node, partition, target))
+
+    def schedule_reads(self, until_ms: int, every_ms: int = 50) -> None:
+        def read() -> None:
+            up = [n for n in self.node_ids if self.sim.is_up(n)]
+            if up:
+                node = self.nodes[self.rng.choice(up)]
+                node.read_check(self.rng.randrange(self.options.partitions), self.rng)
+            if self.sim.now_ms + every_ms < until_ms:
+                self.sim.at(self.sim.now_ms + every_ms, read)
+
+        self.sim.at(self.sim.now_ms + every_ms, read)
+
+    def leader_of(self, partition: int) -> ReplicaCore | None:
+        leaders = [
+            core
+            for node_id, node in self.nodes.items()
+            if self.sim.is_up(node_id)
+            and (core := node.cores.get(partition)) is not None
+            and core.role is Role.LEADER
+        ]
+        return max(leaders, key=lambda core: core.term) if leaders else None
+
+    def heal_all(self) -> None:
+        sim = self.sim
+        sim.heal()
+        sim.set_default_link(LinkConfig(0.0, 1, 5))
+        for node_id in self.node_ids:
+            if node_id in self.dead_for_good:
+                continue
+            sim.resume(node_id)  # no-op unless paused
+            if _is_crashed(sim, node_id):
+                sim.restart(node_id)
+
+    # ---------------------------------------------------------------- checks
+
+    def settled(self, acked_before: dict[str, int]) -> bool:
+        """Every partition has a leader, every client got a new ack, targets reached."""
+        for client in self.clients:
+            if client.acked <= acked_before[client.address] or not client.idle:
+                return False
+        for partition in range(self.options.partitions):
+            leader = self.leader_of(partition)
+            if leader is None:
+                return False
+            target = self.targets.get(partition)
+            config = leader.group_config
+            if target is not None and (
+                config is None or set(config.voters) != set(target) or config.learners
+            ):
+                return False
+            if leader.high_watermark < leader.end_offset:
+                return False
+        return True
+
+    def final_checks(self) -> None:
+        history = self.history
+        for partition in range(self.options.partitions):
+            leader = self.leader_of(partition)
+            if leader is None:
+                history.violation(f"p{partition}: no leader at the end")
+                continue
+            data = leader.read(leader.start_offset, 1 << 30) if leader.high_watermark else b""
+            positions: dict[bytes, list[int]] = {}
+            if data:
+                for position, header in iter_batches(data):
+                    if header.is_control:
+                        continue
+                    for record in decode_records(data[position : position + header.length]):
+                        assert record.value is not None
+                        positions.setdefault(record.value, []).append(record.offset)
+            for value, offsets in positions.items():
+                if len(offsets) > 1:
+                    history.violation(f"p{partition}: {value!r} written at offsets {offsets}")
+            for value, offset in history.acked.get(partition, {}).items():
+                found = positions.get(value)
+                if found is None:
+                    history.violation(f"p{partition}: acknowledged {value!r}@{offset} lost")
+                elif offset not in found:
+                    history.violation(f"p{partition}: {value!r} acked at {offset}, is at {found}")
+            # Every member of the final configuration holds the committed log.
+            config = leader.group_config
+            assert config is not None
+            for member in config.voters:
+                if member in self.dead_for_good:
+                    continue
+                core = self.nodes[member].cores.get(partition)
+                if core is None or core.high_watermark < leader.high_watermark:
+                    seen = None if core is None else core.high_watermark
+                    history.violation(
+                        f"p{partition}: voter {member} at {seen}, leader at {leader.high_watermark}"
+                    )
+
+
+def _target_command(
+    node: ReplicaSimNode, partition: int, target: tuple[str, ...]
+) -> Callable[[int], Step]:
+    def command(now_ms: int) -> Step:
+        return node.set_target(partition, target, now_ms)
+
+    return command
+
+
+def _is_crashed(sim: Simulator, address: str) -> bool:
+    return sim._slots[address].status == 2
+
+
+def _random_faults(cluster: Cluster, start_ms: int, end_ms: int) -> None:
+    """Schedule random faults in ``[start_ms, end_ms)``."""
+    rng = cluster.rng
+    sim = cluster.sim
+    time = start_ms
+    while True:
+        time += rng.randint(200, 1500)
+        if time >= end_ms:
+            break
+        kind = rng.choice(("crash", "crash", "restart", "partition", "heal", "pause", "loss"))
+        sim.at(time, _fault_action(cluster, kind, rng.random()))
+
+
+def _fault_action(cluster: Cluster, kind: str, draw: float) -> Callable[[], None]:
+    sim = cluster.sim
+    rng = random.Random(draw)
+    candidates = [n for n in cluster.node_ids if n not in cluster.dead_for_good]
+
+    def act() -> None:
+        if kind == "crash":
+            up = [n for n in candidates if sim.is_up(n)]
+            if up:
+                sim.crash(rng.choice(up))
+        elif kind == "restart":
+            down = [n for n in candidates if _is_crashed(sim, n)]
+            if down:
+                sim.restart(rng.choice(down))
+        elif kind == "partition":
+            everyone = cluster.node_ids + [client.address for client in cluster.clients]
+            rng.shuffle(everyone)
+            cut = rng.randint(1, len(everyone) - 1)
+            sim.partition([everyone[:cut], everyone[cut:]])
+        elif kind == "heal":
+            sim.heal()
+        elif kind == "pause":
+            up = [n for n in candidates if sim.is_up(n)]
+            if up:
+                victim = rng.choice(up)
+                sim.pause(victim)
+                sim.at(sim.now_ms + rng.randint(100, 2000), lambda: sim.resume(victim))
+        else:
+            loss = rng.choice((0.0, 0.05, 0.2, 0.5))
+            sim.set_default_link(LinkConfig(loss, 1, rng.choice((5, 20, 100))))
+
+    return act
+
+
+def _schedule_reconfiguration(cluster: Cluster, at_ms: int) -> None:
+    """Replace a (permanently dead) replica, add a node, or drain one."""
+    rng = cluster.rng
+    partition = rng.randrange(cluster.options.partitions)
+    voters = [str(v) for v in cluster.groups[partition].voters]
+    spares = [n for n in cluster.node_ids if n not in voters]
+    kind = rng.choice(("replace_dead", "add", "drain"))
+    if kind == "replace_dead" and spares:
+        victim = rng.choice(voters)
+        target = tuple(spares[0] if v == victim else v for v in voters)
+
+        def replace() -> None:
+            cluster.dead_for_good.add(victim)
+            if cluster.sim.is_up(victim) or not _is_crashed(cluster.sim, victim):
+                cluster.sim.crash(victim)
+            cluster.set_target(partition, target)
+
+        cluster.sim.at(at_ms, replace)
+    elif kind == "add" and spares:
+        target = (*voters, spares[0])
+        cluster.sim.at(at_ms, lambda: cluster.set_target(partition, target))
+    else:
+        target = tuple(voters[1:]) + ((spares[0],) if spares else ())
+        if len(target) < 1:
+            return
+        cluster.sim.at(at_ms, lambda: cluster.set_target(partition, target))
+
+
+def run_seed(seed: int, options: SeedOptions | None = None) -> SeedResult:
+    """Run one seed; an exception inside a core is reported as a violation."""
+    options = options or SeedOptions()
+    cluster = Cluster(seed, options)
+    try:
+        reconfigured = _run(cluster)
+    except Exception as error:  # a failed assertion in a core is a finding, not a crash
+        cluster.history.violation(f"exception at {cluster.sim.now_ms} ms: {error!r}")
+        reconfigured = False
+    return SeedResult(
+        seed=seed,
+        violations=cluster.history.violations,
+        trace_hash=cluster.sim.trace_hash(),
+        acked=sum(client.acked for client in cluster.clients),
+        reads=cluster.history.reads,
+        elections=len(cluster.history.elections),
+        simulated_ms=cluster.sim.now_ms,
+        reconfigured=reconfigured,
+    )
+
+
+def _run(cluster: Cluster) -> bool:
+    options = cluster.options
+    seed = cluster.seed
+    sim = cluster.sim
+    reconfigure = options.reconfigure
+    if reconfigure is None:
+        reconfigure = seed % 3 == 0
+    warmup_ms = 1_500
+    fault_end = warmup_ms + options.fault_ms
+    cluster.schedule_reads(fault_end + options.heal_bound_ms)
+    if options.faults:
+        _random_faults(cluster, warmup_ms, fault_end)
+    if reconfigure:
+        _schedule_reconfiguration(cluster, cluster.rng.randint(warmup_ms, fault_end))
+    sim.run_until(fault_end)
+    cluster.heal_all()
+    sim.record("healed")
+    acked_before = {client.address: client.acked for client in cluster.clients}
+    if not sim.run_for(options.heal_bound_ms, lambda: cluster.settled(acked_before)):
+        states = {
+            p: (
+                (leader.node_id, leader.term, leader.group_config)
+                if (leader := cluster.leader_of(p))
+                else None
+            )
+            for p in range(options.partitions)
+        }
+        cluster.history.violation(
+            f"liveness: not settled {options.heal_bound_ms} ms after healing; "
+            f"leaders {states}, targets {cluster.targets}, "
+            f"clients {[(c.address, c.acked, c.idle) for c in cluster.clients]}"
+        )
+    for client in cluster.clients:
+        client.enabled = False
+    # Let outstanding writes finish and followers learn the final commit.
+    sim.run_for(1_000, lambda: all(client.idle for client in cluster.clients))
+    sim.run_for(2 * options.config.heartbeat_interval_ms + 20)
+    cluster.final_checks()
+    return reconfigure

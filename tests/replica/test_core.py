@@ -1,0 +1,363 @@
+"""Unit tests of the replication core, driven message by message."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import msgpack
+import pytest
+
+from laminar.errors import ConfigError, OffsetOutOfRangeError
+from laminar.records import encode_batch, iter_batches, with_leader_fields
+from laminar.replica.coalesce import Coalescer
+from laminar.replica.config import ReplicaConfig
+from laminar.replica.core import ReplicaCore, encode_config
+from laminar.replica.epochs import Epochs
+from laminar.replica.messages import (
+    AppendRequest,
+    AppendResponse,
+    Heartbeat,
+    Outbound,
+    ProduceStatus,
+    Ready,
+    VoteRequest,
+    VoteResponse,
+)
+from laminar.replica.producers import ProducerTable, Verdict
+from laminar.replica.quorum import majority_offset
+from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.segment.memory import MemoryLog
+
+CONFIG = ReplicaConfig.simulation()
+A, B, C = NodeId("a"), NodeId("b"), NodeId("c")
+GROUP = GroupConfig((A, B, C))
+
+
+class Group:
+    """Three cores and a hand-driven network: nothing moves unless the test says so."""
+
+    def __init__(self, group: GroupConfig = GROUP) -> None:
+        self.now = 0
+        self.storages = {node: MemoryLog(fsync=False) for node in group.voters}
+        self.cores = {
+            node: ReplicaCore(
+                node, self.storages[node], CONFIG, now_ms=0, rng=random.Random(node), initial=group
+            )
+            for node in group.voters
+        }
+        self.wire: deque[tuple[NodeId, Outbound]] = deque()
+        self.replies: dict[NodeId, list[object]] = {node: [] for node in group.voters}
+        self.readies: list[Ready] = []
+
+    def drain(self) -> None:
+        for node, core in self.cores.items():
+            while core.has_ready():
+                ready = core.ready()
+                self.readies.append(ready)
+                if ready.sync:
+                    self.storages[node].sync()
+                self.wire.extend((node, message) for message in ready.messages)
+                self.replies[node].extend(ready.replies)
+                core.advance(ready)
+
+    def deliver_all(self, *, drop_to: set[NodeId] | None = None, limit: int = 10_000) -> None:
+        for _ in range(limit):
+            self.drain()
+            if not self.wire:
+                return
+            source, outbound = self.wire.popleft()
+            if drop_to and (outbound.destination in drop_to or source in drop_to):
+                continue
+            self.cores[outbound.destination].step(source, outbound.message, self.now)
+        raise AssertionError("the network did not go quiet")
+
+    def advance_time(self, delta_ms: int, *, drop_to: set[NodeId] | None = None) -> None:
+        end = self.now + delta_ms
+        while self.now < end:
+            self.now += 10
+            for node, core in self.cores.items():
+                if drop_to and node in drop_to:
+                    continue
+                if core.next_wake_ms() <= self.now:
+                    core.tick(self.now)
+            self.deliver_all(drop_to=drop_to)
+
+    def elect(self, node: NodeId) -> None:
+        self.cores[node].hint_leader_dead(self.now)
+        self.cores[node].tick(self.now + CONFIG.election_timeout_min_ms)
+        self.now += CONFIG.election_timeout_min_ms
+        self.deliver_all()
+        assert self.cores[node].role is Role.LEADER
+
+    def leader(self) -> ReplicaCore:
+        (leader,) = [core for core in self.cores.values() if core.role is Role.LEADER]
+        return leader
+
+
+def _batch(value: bytes, **kwargs: int) -> bytes:
+    return encode_batch([value], **kwargs)
+
+
+def test_a_leader_is_elected_and_commits_its_noop() -> None:
+    group = Group()
+    group.elect(A)
+    leader = group.cores[A]
+    assert leader.term == 1 and leader.leader == A
+    assert leader.high_watermark == 1  # the no-op control batch
+    group.advance_time(100)
+    assert all(core.high_watermark == 1 for core in group.cores.values())
+    assert all(core.leader == A for core in group.cores.values())
+
+
+def test_propose_commits_and_replicas_serve_reads_below_their_watermark() -> None:
+    group = Group()
+    group.elect(A)
+    group.cores[A].propose(1, _batch(b"x"), Acks.ALL, group.now)
+    group.deliver_all()
+    (reply,) = group.replies[A]
+    assert reply.status is ProduceStatus.OK and reply.base_offset == 1  # type: ignore[attr-defined]
+    group.advance_time(100)
+    for core in group.cores.values():
+        data = core.read(1, 1 << 20)
+        assert [h.base_offset for _, h in iter_batches(data)] == [1]
+        assert core.read(2, 1 << 20) == b""
+    with pytest.raises(OffsetOutOfRangeError):
+        _core_starting_at_5().read(0, 10)
+
+
+def _core_starting_at_5() -> ReplicaCore:
+    storage = MemoryLog(5, fsync=False)
+    return ReplicaCore(A, storage, CONFIG, now_ms=0, rng=random.Random(1), initial=GROUP)
+
+
+def test_commit_needs_a_majority_of_durable_copies() -> None:
+    group = Group()
+    group.elect(A)
+    group.cores[A].propose(1, _batch(b"x"), Acks.ALL, group.now)
+    group.deliver_all(drop_to={B, C})
+    assert group.cores[A].high_watermark == 1
+    assert group.replies[A] == []
+    group.advance_time(CONFIG.election_timeout_min_ms)  # lost appends are sent again
+    assert group.cores[A].high_watermark == 2
+
+
+def test_term_and_vote_survive_a_restart_before_any_answer() -> None:
+    storage = MemoryLog(fsync=False)
+    core = ReplicaCore(B, storage, CONFIG, now_ms=0, rng=random.Random(1), initial=GROUP)
+    core.step(A, VoteRequest(3, A, 0, -1, pre_vote=False), 0)
+    ready = core.ready()
+    assert [m.message for m in ready.messages] == [VoteResponse(3, B, True, False)]
+    restarted = ReplicaCore(
+        B, storage.crash(), CONFIG, now_ms=0, rng=random.Random(1), initial=None
+    )
+    assert (restarted.term, restarted.voted_for) == (3, A)
+    assert restarted.group_config == GROUP
+    restarted.step(C, VoteRequest(3, C, 0, -1, pre_vote=False), 0)
+    assert [m.message for m in restarted.ready().messages] == [VoteResponse(3, B, False, False)]
+
+
+def test_vote_only_for_an_up_to_date_log() -> None:
+    group = Group()
+    group.elect(A)
+    group.cores[A].propose(1, _batch(b"x"), Acks.ALL, group.now)
+    group.deliver_all()
+    b = group.cores[B]
+    b.hint_leader_dead(group.now)  # drop the lease
+    b.step(C, VoteRequest(5, C, end_offset=1, last_term=1, pre_vote=False), group.now)
+    (message,) = [m.message for m in b.ready().messages]
+    assert isinstance(message, VoteResponse) and not message.granted
+    assert b.term == 5  # a higher term is adopted even when the vote is refused
+
+
+def test_pre_vote_does_not_raise_terms_and_the_lease_refuses_disruption() -> None:
+    group = Group()
+    group.elect(A)
+    group.advance_time(100)
+    b = group.cores[B]
+    term = b.term
+    # C was cut off and comes back wanting an election: B still hears from A.
+    b.step(C, VoteRequest(term + 1, C, 10**6, 10**6, pre_vote=True), group.now)
+    (message,) = [m.message for m in b.ready().messages]
+    assert isinstance(message, VoteResponse) and not message.granted
+    assert b.term == term and group.cores[A].role is Role.LEADER
+
+
+def test_isolated_follower_does_not_depose_the_leader_on_return() -> None:
+    group = Group()
+    group.elect(A)
+    group.advance_time(3_000, drop_to={C})  # C times out again and again (pre-votes only)
+    assert group.cores[C].term == group.cores[A].term
+    group.advance_time(500)
+    assert group.cores[A].role is Role.LEADER and group.cores[C].leader == A
+
+
+def test_check_quorum_makes_an_isolated_leader_step_down_and_refuse_writes() -> None:
+    group = Group()
+    group.elect(A)
+    group.advance_time(CONFIG.election_timeout_max_ms + 50, drop_to={B, C})
+    leader = group.cores[A]
+    assert leader.role is Role.FOLLOWER
+    leader.propose(9, _batch(b"x"), Acks.ALL, group.now)
+    assert leader.ready().replies[0].status is ProduceStatus.NOT_LEADER
+
+
+def test_divergent_suffix_is_truncated_by_term_matching() -> None:
+    group = Group()
+    group.elect(A)
+    # A appends three batches that nobody else sees.
+    for index in range(3):
+        group.cores[A].propose(index, _batch(b"lost%d" % index), Acks.ALL, group.now)
+    group.drain()
+    group.wire.clear()
+    group.advance_time(2 * CONFIG.election_timeout_max_ms, drop_to={A})
+    (new,) = [n for n in (B, C) if group.cores[n].role is Role.LEADER]
+    for index in range(2):
+        group.cores[new].propose(10 + index, _batch(b"kept%d" % index), Acks.ALL, group.now)
+    group.advance_time(300)
+    a, b = group.cores[A], group.cores[new]
+    assert a.role is Role.FOLLOWER and a.leader == new
+    assert a.end_offset == b.end_offset == b.high_watermark == a.high_watermark
+    assert a.read(0, 1 << 20) == b.read(0, 1 << 20)
+    assert [r.status for r in group.replies[A]] == [ProduceStatus.NOT_LEADER] * 3  # type: ignore[attr-defined]
+
+
+def test_follower_rejects_a_gap_and_reports_its_end() -> None:
+    group = Group()
+    b = group.cores[B]
+    request = AppendRequest(1, A, prev_end_offset=5, prev_term=1, batches=b"", end_offset=5,
+                            commit_offset=0)  # fmt: skip
+    b.step(A, request, 0)
+    (message,) = [m.message for m in b.ready().messages]
+    assert isinstance(message, AppendResponse)
+    assert not message.success and message.end_offset == 0 and message.prev_end_offset == 5
+
+
+def test_heartbeat_commit_never_passes_the_follower_log() -> None:
+    group = Group()
+    b = group.cores[B]
+    b.step(A, Heartbeat(1, A, commit_offset=50), 0)
+    assert b.high_watermark == 0 and b.leader == A
+
+
+def test_malformed_append_batches_are_dropped() -> None:
+    group = Group()
+    b = group.cores[B]
+    request = AppendRequest(1, A, prev_end_offset=0, prev_term=-1, batches=b"\x01" * 100,
+                            end_offset=1, commit_offset=0)  # fmt: skip
+    b.step(A, request, 0)
+    assert b.end_offset == 0
+    assert not [m for m in b.ready().messages if isinstance(m.message, AppendResponse)]
+
+
+def test_single_voter_group_commits_on_its_own() -> None:
+    solo = GroupConfig((A,))
+    storage = MemoryLog(fsync=False)
+    core = ReplicaCore(A, storage, CONFIG, now_ms=0, rng=random.Random(1), initial=solo)
+    core.tick(CONFIG.election_timeout_max_ms)
+    assert core.role is Role.LEADER
+    core.propose(1, _batch(b"x"), Acks.ALL, CONFIG.election_timeout_max_ms)
+    replies = []
+    while core.has_ready():
+        ready = core.ready()
+        storage.sync()
+        replies.extend(ready.replies)
+        core.advance(ready)
+    assert [r.status for r in replies] == [ProduceStatus.OK]
+    assert core.high_watermark == 2
+
+
+def test_configuration_history_is_restored_and_cut_at_the_log_end() -> None:
+    storage = MemoryLog(fsync=False)
+    core = ReplicaCore(A, storage, CONFIG, now_ms=0, rng=random.Random(1), initial=GROUP)
+    core.tick(CONFIG.election_timeout_max_ms)
+    state = msgpack.unpackb(storage.load_state())
+    assert state["configs"] == [[-1, ["a", "b", "c"], []]]
+    # A follower appends a configuration batch, then crashes before syncing it.
+    follower_storage = MemoryLog(fsync=False)
+    follower = ReplicaCore(B, follower_storage, CONFIG, now_ms=0, rng=random.Random(2),
+                           initial=GROUP)  # fmt: skip
+    change = GroupConfig((A, B, C), (NodeId("d"),))
+    batch = encode_config(change, 0)
+    stamped = with_leader_fields(batch, 0, 1)
+    follower.step(A, AppendRequest(1, A, 0, -1, stamped, 1, 0), 0)
+    assert follower.group_config == change
+    survivor = follower_storage.crash()
+    again = ReplicaCore(B, survivor, CONFIG, now_ms=0, rng=random.Random(2), initial=None)
+    assert again.group_config == GROUP
+
+
+# ---------------------------------------------------------------------- small parts
+
+
+def test_majority_offset() -> None:
+    assert majority_offset([5]) == 5
+    assert majority_offset([5, 3, 9]) == 5
+    assert majority_offset([1, 2, 3, 4]) == 2
+    assert majority_offset([7, -1, -1]) == -1
+
+
+def test_epochs_track_terms() -> None:
+    epochs = Epochs()
+    epochs.note_append(1, 0)
+    epochs.note_append(1, 3)
+    epochs.note_append(4, 5)
+    assert epochs.as_list() == [(1, 0), (4, 5)]
+    assert [epochs.term_at(o) for o in (-1, 0, 4, 5, 100)] == [-1, 1, 1, 4, 4]
+    assert epochs.end_of(1, 9) == 5 and epochs.end_of(3, 9) == 5 and epochs.end_of(4, 9) == 9
+    assert epochs.start_of(4) == 5 and epochs.start_of(2) == -1
+    epochs.truncate(5)
+    assert epochs.as_list() == [(1, 0)]
+
+
+def test_epochs_from_storage() -> None:
+    storage = MemoryLog()
+    for term, count in ((1, 3), (2, 1), (5, 4)):
+        for _ in range(count):
+            storage.append(_batch(b"v"), term=term)
+    assert Epochs.from_storage(storage).as_list() == [(1, 0), (2, 3), (5, 4)]
+
+
+def test_producer_table() -> None:
+    table = ProducerTable(window=2, producers_max=2)
+    assert table.check(1, 0, 3).verdict is Verdict.NEW
+    table.record(1, 0, 3, 100)
+    assert table.check(1, 0, 3).base_offset == 100
+    assert table.check(1, 4, 1).expected_sequence == 3
+    assert table.check(1, 3, 1).verdict is Verdict.NEW
+    table.record(1, 3, 1, 103)
+    table.record(1, 4, 1, 104)  # the window forgets sequence 0
+    assert table.check(1, 0, 3).verdict is Verdict.OUT_OF_ORDER
+    table.truncate(104)
+    assert table.check(1, 4, 1).verdict is Verdict.NEW
+    table.record(2, 0, 1, 5)
+    table.record(3, 0, 1, 6)  # two producers at most: producer 1 is forgotten
+    assert len(table) == 2 and table.check(1, 77, 1).verdict is Verdict.NEW
+
+
+def test_coalescer_makes_one_bundle_per_peer() -> None:
+    coalescer = Coalescer()
+    for partition in range(100):
+        coalescer.add(partition, Outbound(B, Heartbeat(1, A, 0)))
+        coalescer.add(partition, Outbound(C, Heartbeat(1, A, 0)))
+    coalescer.add(7, Outbound(B, VoteResponse(1, A, True, False)))
+    bundles = coalescer.drain()
+    assert sorted(bundles) == [B, C]
+    assert len(bundles[B]) == 101 and len(bundles[C]) == 100
+    assert isinstance(bundles[B].items()[0][1], VoteResponse)  # non-heartbeats first
+    assert coalescer.drain() == {}
+
+
+def test_config_validation() -> None:
+    for bad in (
+        {"election_timeout_min_ms": 0},
+        {"election_timeout_min_ms": 500, "election_timeout_max_ms": 400},
+        {"heartbeat_interval_ms": 5_000},
+        {"inflight_appends_max": 0},
+        {"pending_produce_max": 0},
+        {"transfer_timeout_ms": 0},
+    ):
+        with pytest.raises(ConfigError):
+            ReplicaConfig(**bad)  # type: ignore[arg-type]
+    for preset in (ReplicaConfig.lan(), ReplicaConfig.local(), ReplicaConfig.simulation()):
+        assert preset.heartbeat_interval_ms < preset.election_timeout_min_ms

@@ -1,0 +1,349 @@
+"""Replication proven in deterministic simulation: seed sweeps and scripted scenarios.
+
+Every scenario runs real :class:`ReplicaCore` objects over the simulated network and
+memory disks that lose unsynced writes on a crash; :class:`History` checks safety
+after every step (see :mod:`laminar.testing.replica_sim`). Waits are bounded in
+simulated time: ``run_for(bound, condition)`` stops as soon as the condition holds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from laminar.records import decode_records, encode_batch, iter_batches
+from laminar.replica.core import ReplicaCore
+from laminar.replica.messages import ProduceStatus
+from laminar.replica.types import Acks, NodeId, Role
+from laminar.testing.replica_sim import Cluster, ReplicaSimNode, SeedOptions, run_seed
+
+SEEDS_PER_CHUNK = 25
+SEED_CHUNKS = 12  # 300 seeds with random faults in the default suite
+
+
+@pytest.mark.parametrize("first", range(0, SEEDS_PER_CHUNK * SEED_CHUNKS, SEEDS_PER_CHUNK))
+def test_random_faults(first: int) -> None:
+    failures = {}
+    reconfigured = 0
+    for seed in range(first, first + SEEDS_PER_CHUNK):
+        result = run_seed(seed)
+        reconfigured += result.reconfigured
+        assert result.acked > 0
+        if result.violations:
+            failures[seed] = result.violations[:3]
+    assert not failures, f"replay with: python -m tests.sim.replica --replay SEED: {failures}"
+    assert reconfigured > 0
+
+
+def test_same_seed_same_run() -> None:
+    first, second = run_seed(7), run_seed(7)
+    assert first.trace_hash == second.trace_hash
+    assert (first.acked, first.reads, first.elections) == (
+        second.acked,
+        second.reads,
+        second.elections,
+    )
+    assert run_seed(8).trace_hash != first.trace_hash
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _cluster(*, nodes: int = 3, seed: int = 1) -> Cluster:
+    cluster = Cluster(seed, SeedOptions(nodes=nodes, partitions=1, faults=False))
+    cluster.schedule_reads(10**9)
+    _wait(cluster, lambda: _leader(cluster) is not None and _acked(cluster) >= 20)
+    return cluster
+
+
+def _wait(cluster: Cluster, condition: object, bound_ms: int = 10_000) -> None:
+    assert callable(condition)
+    assert cluster.sim.run_for(bound_ms, condition), f"not within {bound_ms} ms"
+
+
+def _leader(cluster: Cluster) -> ReplicaCore | None:
+    return cluster.leader_of(0)
+
+
+def _leader_id(cluster: Cluster) -> str:
+    leader = _leader(cluster)
+    assert leader is not None
+    return str(leader.node_id)
+
+
+def _core(cluster: Cluster, node: str) -> ReplicaCore:
+    return cluster.nodes[node].cores[0]
+
+
+def _acked(cluster: Cluster) -> int:
+    return sum(client.acked for client in cluster.clients)
+
+
+def _values(core: ReplicaCore, upper: int | None = None) -> list[bytes]:
+    data = core._storage.read(core.start_offset, 1 << 30, upper_offset=upper)
+    values = []
+    for position, header in iter_batches(data):
+        if not header.is_control:
+            batch = data[position : position + header.length]
+            values.extend(r.value for r in decode_records(batch) if r.value is not None)
+    return values
+
+
+def _propose(cluster: Cluster, node: str, request_id: int, batch: bytes, acks: Acks) -> None:
+    target: ReplicaSimNode = cluster.nodes[node]
+    cluster.sim.invoke(node, lambda now: target.propose(0, request_id, batch, acks, now))
+
+
+def _finish(cluster: Cluster) -> None:
+    """Heal, let writes settle, and run the end-of-run checks."""
+    cluster.heal_all()
+    for client in cluster.clients:
+        client.enabled = True
+        cluster.sim.invoke(client.address, client.tick)
+    before = {client.address: client.acked for client in cluster.clients}
+    _wait(cluster, lambda: cluster.settled(before), 20_000)
+    for client in cluster.clients:
+        client.enabled = False
+    cluster.sim.run_for(1_000, lambda: all(client.idle for client in cluster.clients))
+    cluster.sim.run_for(200)
+    cluster.final_checks()
+    assert not cluster.history.violations, cluster.history.violations
+
+
+# ---------------------------------------------------------------------- scenarios
+
+
+def test_isolated_leader_suffix_is_truncated_and_nothing_acknowledged_is_lost() -> None:
+    cluster = _cluster()
+    old = _leader_id(cluster)
+    others = [n for n in cluster.node_ids if n != old]
+    clients = [client.address for client in cluster.clients]
+    cluster.sim.partition([[old], [*others, *clients]])
+    for index in range(3):  # appended by the isolated leader, never replicated
+        batch = encode_batch([f"isolated-{index}".encode()])
+        _propose(cluster, old, 900 + index, batch, Acks.ALL)
+    old_core = _core(cluster, old)
+    assert old_core.end_offset > old_core.high_watermark
+    acked_at_cut = _acked(cluster)
+    _wait(cluster, lambda: _leader_id(cluster) in others and _acked(cluster) > acked_at_cut + 10)
+    # The old leader steps down on its own (check-quorum) and answers "outcome unknown".
+    _wait(cluster, lambda: _core(cluster, old).role is not Role.LEADER)
+    replies = cluster.nodes[old].local_replies
+    assert sorted(reply.request_id for reply in replies) == [900, 901, 902]
+    assert {reply.status for reply in replies} == {ProduceStatus.NOT_LEADER}
+    cluster.sim.heal()
+    new = _leader_id(cluster)
+
+    def rejoined() -> bool:
+        core, leader = _core(cluster, old), _core(cluster, new)
+        return core.end_offset == leader.end_offset and core.high_watermark == leader.high_watermark
+
+    _wait(cluster, rejoined)
+    assert not any(v.startswith(b"isolated") for v in _values(_core(cluster, old)))
+    assert _values(_core(cluster, old)) == _values(_core(cluster, new))
+    _finish(cluster)
+
+
+def test_two_quick_failovers_lose_nothing() -> None:
+    cluster = _cluster()
+    first = _leader_id(cluster)
+    cluster.sim.crash(first)
+    _wait(cluster, lambda: _leader(cluster) is not None)
+    second = _leader_id(cluster)
+    assert second != first
+    cluster.sim.crash(second)  # before it could settle anything
+    cluster.sim.restart(first)
+    _wait(cluster, lambda: _leader(cluster) is not None)
+    assert _leader_id(cluster) not in (second,)
+    cluster.sim.restart(second)
+    _finish(cluster)
+
+
+def test_crash_of_every_node_keeps_acknowledged_records() -> None:
+    cluster = _cluster()
+    acked = _acked(cluster)
+    for node in cluster.node_ids:
+        cluster.sim.crash(node)
+    cluster.sim.run_for(500)
+    for node in cluster.node_ids:
+        cluster.sim.restart(node)
+    _wait(cluster, lambda: _leader(cluster) is not None and _acked(cluster) > acked + 10)
+    _finish(cluster)
+
+
+def test_minority_partition_acknowledges_nothing() -> None:
+    cluster = _cluster(nodes=5)
+    leader = _leader_id(cluster)
+    voters = [str(v) for v in cluster.groups[0].voters]
+    minority_client, majority_client = cluster.clients
+    cluster.sim.partition(
+        [
+            [leader, minority_client.address, *(n for n in cluster.node_ids if n not in voters)],
+            [*(v for v in voters if v != leader), majority_client.address],
+        ]
+    )
+    cluster.sim.run_for(100)  # answers already on the wire may still arrive
+    acked_after_cut = minority_client.acked
+    majority_before = majority_client.acked
+    cluster.sim.run_for(5_000)
+    assert minority_client.acked == acked_after_cut
+    assert majority_client.acked > majority_before + 10  # the majority elected a leader
+    _finish(cluster)
+
+
+def test_leader_hint_from_membership_speeds_up_election() -> None:
+    cluster = _cluster()
+    leader = _leader_id(cluster)
+    cluster.sim.crash(leader)
+    crashed_at = cluster.sim.now_ms
+    for node in cluster.node_ids:
+        if node != leader:
+            survivor = cluster.nodes[node]
+            cluster.sim.invoke(node, lambda now, s=survivor: s.hint_leader_dead(leader, now))
+    _wait(cluster, lambda: _leader(cluster) is not None)
+    assert cluster.sim.now_ms - crashed_at < cluster.options.config.election_timeout_min_ms
+    cluster.sim.restart(leader)
+    _finish(cluster)
+
+
+def test_duplicate_is_answered_with_the_original_offset_by_a_new_leader() -> None:
+    cluster = _cluster()
+    for client in cluster.clients:
+        client.enabled = False
+    _wait(cluster, lambda: all(client.idle for client in cluster.clients))
+    first = _leader_id(cluster)
+    batch = encode_batch([b"once"], producer_id=777, base_sequence=0)
+    _propose(cluster, first, 1, batch, Acks.ALL)
+    node = cluster.nodes[first]
+    _wait(cluster, lambda: bool(node.local_replies))
+    original = node.local_replies[0]
+    assert original.status is ProduceStatus.OK
+    # Make sure every replica has it committed, then fail over.
+    _wait(
+        cluster,
+        lambda: all(
+            _core(cluster, n).high_watermark > original.base_offset for n in cluster.node_ids
+        ),
+    )
+    cluster.sim.crash(first)
+    _wait(cluster, lambda: _leader(cluster) is not None)
+    second = _leader_id(cluster)
+    _propose(cluster, second, 2, batch, Acks.ALL)
+    _wait(cluster, lambda: bool(cluster.nodes[second].local_replies))
+    retry = cluster.nodes[second].local_replies[0]
+    assert retry.status is ProduceStatus.DUPLICATE
+    assert retry.base_offset == original.base_offset
+    gap = encode_batch([b"gap"], producer_id=777, base_sequence=5)
+    _propose(cluster, second, 3, gap, Acks.ALL)
+    assert cluster.nodes[second].local_replies[1].status is ProduceStatus.OUT_OF_ORDER_SEQUENCE
+    assert _values(_core(cluster, second)).count(b"once") == 1
+    cluster.sim.restart(first)
+    _finish(cluster)
+
+
+def test_acks_leader_and_none_answer_before_commit() -> None:
+    cluster = _cluster()
+    leader = _leader_id(cluster)
+    others = [n for n in cluster.node_ids if n != leader]
+    for node in others:
+        cluster.sim.crash(node)  # nothing can commit now
+    node = cluster.nodes[leader]
+    _propose(cluster, leader, 1, encode_batch([b"l"]), Acks.LEADER)
+    _propose(cluster, leader, 2, encode_batch([b"n"]), Acks.NONE)
+    _propose(cluster, leader, 3, encode_batch([b"a"]), Acks.ALL)
+    statuses = {reply.request_id: reply.status for reply in node.local_replies}
+    assert statuses == {1: ProduceStatus.OK, 2: ProduceStatus.OK}
+    for other in others:
+        cluster.sim.restart(other)
+    _wait(cluster, lambda: len(node.local_replies) == 3)
+    assert node.local_replies[2].status in (ProduceStatus.OK, ProduceStatus.NOT_LEADER)
+    _finish(cluster)
+
+
+def test_invalid_batch_is_refused_without_harm() -> None:
+    cluster = _cluster()
+    leader = _leader_id(cluster)
+    node = cluster.nodes[leader]
+    good = encode_batch([b"x"])
+    corrupt = bytearray(good)
+    corrupt[-1] ^= 0xFF
+    _propose(cluster, leader, 1, bytes(corrupt), Acks.ALL)
+    _propose(cluster, leader, 2, b"garbage", Acks.ALL)
+    _propose(cluster, leader, 3, good + b"\x00", Acks.ALL)
+    assert [reply.status for reply in node.local_replies] == [ProduceStatus.INVALID] * 3
+    _finish(cluster)
+
+
+def test_follower_redirects_to_the_leader() -> None:
+    cluster = _cluster()
+    leader = _leader_id(cluster)
+    follower = next(n for n in cluster.node_ids if n != leader)
+    _propose(cluster, follower, 1, encode_batch([b"x"]), Acks.ALL)
+    reply = cluster.nodes[follower].local_replies[0]
+    assert reply.status is ProduceStatus.NOT_LEADER
+    assert reply.leader_hint == leader
+
+
+# ---------------------------------------------------------------------- reconfiguration
+
+
+def _reconfigure(cluster: Cluster, target: tuple[str, ...]) -> None:
+    cluster.set_target(0, target)
+
+    def reached() -> bool:
+        leader = _leader(cluster)
+        if leader is None or leader.group_config is None:
+            return False
+        config = leader.group_config
+        return set(config.voters) == set(target) and not config.learners
+
+    _wait(cluster, reached, 20_000)
+
+
+def test_replace_a_dead_replica() -> None:
+    cluster = _cluster(nodes=5)
+    voters = [str(v) for v in cluster.groups[0].voters]
+    dead = next(v for v in voters if v != _leader_id(cluster))
+    spare = next(n for n in cluster.node_ids if n not in voters)
+    cluster.sim.crash(dead)
+    cluster.dead_for_good.add(dead)
+    target = tuple(spare if v == dead else v for v in voters)
+    _reconfigure(cluster, target)
+    _finish(cluster)
+    assert _values(_core(cluster, spare)) == _values(_leader(cluster))  # type: ignore[arg-type]
+
+
+def test_add_a_replica_then_drain_the_leader() -> None:
+    cluster = _cluster(nodes=5)
+    voters = [str(v) for v in cluster.groups[0].voters]
+    spare = next(n for n in cluster.node_ids if n not in voters)
+    _reconfigure(cluster, (*voters, spare))
+    leader = _leader_id(cluster)
+    drained = tuple(n for n in (*voters, spare) if n != leader)
+    _reconfigure(cluster, drained)
+    assert _leader_id(cluster) != leader  # leadership moved away before removal
+    _wait(cluster, lambda: cluster.nodes[leader].cores[0].removed)
+    _finish(cluster)
+
+
+def test_preferred_leader_takes_over_when_caught_up() -> None:
+    cluster = _cluster()
+    leader = _leader_id(cluster)
+    preferred = next(n for n in cluster.node_ids if n != leader)
+    target = (preferred, *(n for n in cluster.node_ids if n != preferred))
+    cluster.set_target(0, target)
+    _wait(cluster, lambda: _leader_id(cluster) == preferred if _leader(cluster) else False)
+    # It stays there: the old leader does not take leadership back.
+    cluster.sim.run_for(3_000)
+    assert _leader_id(cluster) == preferred
+    _finish(cluster)
+
+
+def test_set_target_is_ignored_by_followers() -> None:
+    cluster = _cluster()
+    follower = next(n for n in cluster.node_ids if n != _leader_id(cluster))
+    core = _core(cluster, follower)
+    core.set_target((NodeId("zz"),), cluster.sim.now_ms)
+    cluster.sim.run_for(2_000)
+    leader = _leader(cluster)
+    assert leader is not None and leader.group_config is not None
+    assert NodeId("zz") not in leader.group_config.members
