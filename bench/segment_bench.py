@@ -93,7 +93,7 @@ def bench_codec(repeat: int, quick: bool) -> dict[str, float]:
 
 def bench_append(directory: Path, batches: list[bytes], repeat: int) -> dict[str, float]:
     total_bytes = sum(len(batch) for batch in batches)
-    config = LogConfig(fsync_policy=FsyncPolicy.NEVER)
+    config = LogConfig(fsync_policy=FsyncPolicy.NEVER, retention_ms=None)
 
     def log_run() -> float:
         path = directory / "append"
@@ -125,7 +125,9 @@ def bench_append(directory: Path, batches: list[bytes], repeat: int) -> dict[str
 def bench_append_always(
     directory: Path, batches: list[bytes], repeat: int, writers: int = 4
 ) -> dict[str, float]:
-    config = LogConfig(segment_bytes_max=128 * MIB, fsync_policy=FsyncPolicy.ALWAYS)
+    config = LogConfig(
+        segment_bytes_max=128 * MIB, fsync_policy=FsyncPolicy.ALWAYS, retention_ms=None
+    )
     per_writer = [batches[i::writers] for i in range(writers)]
 
     def run() -> float:
@@ -169,7 +171,9 @@ def bench_read(directory: Path, batches: list[bytes], repeat: int) -> dict[str, 
     total_bytes = sum(len(batch) for batch in batches)
     # Small segments, so that after reopening most data sits in sealed segments,
     # whose checksums are verified on first read (read_verified_mb_s).
-    config = LogConfig(segment_bytes_max=16 * MIB, fsync_policy=FsyncPolicy.NEVER)
+    config = LogConfig(
+        segment_bytes_max=16 * MIB, fsync_policy=FsyncPolicy.NEVER, retention_ms=None
+    )
     path = directory / "read"
     shutil.rmtree(path, ignore_errors=True)
     log = SegmentLog.open(str(path), config)
@@ -226,7 +230,11 @@ def bench_recovery(directory: Path, repeat: int, segment_mib: int = 256) -> dict
     batch_bytes = len(make_batches(1)[0])
     count = segment_mib * MIB // batch_bytes
     batches = make_batches(64)
-    config = LogConfig(segment_bytes_max=(segment_mib + 8) * MIB, fsync_policy=FsyncPolicy.NEVER)
+    config = LogConfig(
+        segment_bytes_max=(segment_mib + 8) * MIB,
+        fsync_policy=FsyncPolicy.NEVER,
+        retention_ms=None,
+    )
     path = directory / "recovery"
     shutil.rmtree(path, ignore_errors=True)
     log = SegmentLog.open(str(path), config)

@@ -76,7 +76,6 @@ from laminar.records import (
     iter_batches,
     next_offset,
     parse_header,
-    verify_batch,
 )
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.epochs import Epochs
@@ -355,7 +354,7 @@ class ReplicaCore:
                 request_id, ProduceStatus.UNAVAILABLE, detail="too many writes awaiting commit"
             )
         try:
-            header = verify_batch(batch, limits=self._limits)
+            header = parse_header(batch, limits=self._limits)  # storage verifies the payload
         except RecordFormatError as error:
             return ProduceReply(request_id, ProduceStatus.INVALID, detail=str(error))
         if header.length != len(batch):
@@ -373,6 +372,7 @@ class ReplicaCore:
             return ProduceReply(
                 request_id,
                 ProduceStatus.OUT_OF_ORDER_SEQUENCE,
+                expected_sequence=check.expected_sequence,
                 detail=f"expected sequence {check.expected_sequence}, got {header.base_sequence}",
             )
         if check.verdict is Verdict.DUPLICATE:
@@ -384,7 +384,10 @@ class ReplicaCore:
                 )
                 return None
             return ProduceReply(request_id, ProduceStatus.DUPLICATE, base_offset=check.base_offset)
-        base = self._storage.append(batch, term=self.term)
+        try:
+            base = self._storage.append(batch, term=self.term)
+        except RecordFormatError as error:  # the payload checksum did not match
+            return ProduceReply(request_id, ProduceStatus.INVALID, detail=str(error))
         self._note_appended(header._replace(base_offset=base, term=self.term), batch)
         if acks is Acks.ALL:
             heapq.heappush(

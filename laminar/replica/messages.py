@@ -139,6 +139,7 @@ class ProduceReply:
     base_offset: int = -1
     leader_hint: NodeId | None = None
     detail: str = ""
+    expected_sequence: int = -1  # OUT_OF_ORDER_SEQUENCE: what the producer must send
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,8 +40,9 @@ class LogConfig:
     age-based retention can delete data in a quiet partition."""
 
     retention_bytes: int | None = None
-    """Delete the oldest sealed segments while the log is larger than this
-    (``None``: no size limit). The active segment is never deleted."""
+    """Delete the oldest sealed segments as long as the rest still holds at least
+    this many bytes (Kafka's rule: the log may exceed it by up to one segment;
+    ``None``: no size limit). The active segment is never deleted."""
 
     retention_ms: int | None = 7 * _DAY_MS
     """Delete sealed segments whose newest record is older than this

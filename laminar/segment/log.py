@@ -224,7 +224,7 @@ class SegmentLog:
                 sane = False
             if sane:
                 segment.index = index
-                segment.max_timestamp_ms = index.max_timestamp_ms or _TIMESTAMP_MIN
+                segment.max_timestamp_ms = _indexed_max_timestamp_ms(index)
                 self._scan_tail_timestamps(segment, last_position)
                 return
         _LOG.warning("rebuilding index segment=%s", segment.path("log"))
@@ -379,7 +379,9 @@ class SegmentLog:
         return header.base_offset
 
     def _check_batch(self, batch: Buffer) -> BatchHeader:
-        header = parse_header(batch, limits=self._config.limits)
+        # The payload checksum too: an appended batch counts as verified, and a corrupt
+        # one would make recovery cut the active segment, losing every batch after it.
+        header = verify_batch(batch, limits=self._config.limits)
         if header.length != len(batch):
             raise InvalidInputError(
                 f"buffer holds {len(batch)} bytes but the batch is {header.length} bytes"
@@ -543,7 +545,7 @@ class SegmentLog:
         _, last_position = segment.index.floor(2**32)
         previous = self._segments[-2] if len(self._segments) > 1 else None
         segment.last_term = previous.last_term if previous else -1
-        segment.max_timestamp_ms = segment.index.max_timestamp_ms or _TIMESTAMP_MIN
+        segment.max_timestamp_ms = _indexed_max_timestamp_ms(segment.index)
         segment.bytes_since_index_entry = 0
         if position:
             self._scan_tail_timestamps(segment, last_position)
@@ -725,6 +727,8 @@ class SegmentLog:
     # ------------------------------------------------------------------ state file
 
     def save_state(self, state: bytes) -> None:
+        with self._lock:
+            self._check_open()
         path = os.path.join(self._directory, _STATE_FILE)
         temporary = path + ".tmp"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -737,6 +741,8 @@ class SegmentLog:
         os.fsync(self._directory_descriptor)
 
     def load_state(self) -> bytes | None:
+        with self._lock:
+            self._check_open()
         try:
             with open(os.path.join(self._directory, _STATE_FILE), "rb") as file:
                 return file.read()
@@ -802,6 +808,12 @@ def _batch_boundary(
     if entry < 0:
         return position
     return max(index.positions[entry], position)
+
+
+def _indexed_max_timestamp_ms(index: SparseIndex) -> int:
+    """The index's running maximum timestamp; 0 is a timestamp, so no ``or`` here."""
+    indexed_ms = index.max_timestamp_ms
+    return _TIMESTAMP_MIN if indexed_ms is None else indexed_ms
 
 
 def _advance_verified(segment: _Segment, start: int, end: int) -> None:

@@ -17,6 +17,7 @@ from laminar.records import (
     decode_batch,
     parse_header,
     stamp,
+    verify_batch,
 )
 from laminar.segment.offsets import check_read_range, check_term
 from laminar.segment.storage import Buffer
@@ -66,7 +67,7 @@ class MemoryLog:
 
     def append(self, batch: Buffer, *, term: int = 0) -> int:
         self._check_open()
-        header = parse_header(batch, limits=self._limits)
+        header = verify_batch(batch, limits=self._limits)
         if header.length != len(batch):
             raise InvalidInputError("buffer length differs from the batch length")
         check_term(term, self.last_term)
@@ -77,7 +78,7 @@ class MemoryLog:
 
     def append_stamped(self, batch: Buffer) -> int:
         self._check_open()
-        header = parse_header(batch, limits=self._limits)
+        header = verify_batch(batch, limits=self._limits)
         if header.length != len(batch):
             raise InvalidInputError("buffer length differs from the batch length")
         if header.base_offset != self.end_offset:

@@ -26,7 +26,7 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from laminar.records import decode_records, encode_batch, iter_batches
+from laminar.records import decode_records, encode_batch, iter_batches, parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import ReplicaCore
@@ -66,6 +66,7 @@ class History:
         self.committed: dict[int, dict[int, tuple[int, int, int]]] = {}
         self.watermarks: dict[tuple[str, int, int], int] = {}
         self.acked: dict[int, dict[bytes, int]] = {}
+        self.acked_batches: dict[int, dict[int, int]] = {}  # offset -> payload checksum
         self.reads = 0
         self.elections: list[tuple[int, int, str, int]] = []  # (partition, term, node, time)
 
@@ -97,17 +98,33 @@ class History:
         for _, header in iter_batches(data, verify=False):
             seen = (header.next_offset, header.term, header.payload_checksum)
             known = committed.setdefault(header.base_offset, seen)
+            acked = self.acked_batches.get(partition, {}).get(header.base_offset)
+            if acked is not None and acked != header.payload_checksum:
+                self.violation(
+                    f"p{partition}: {node} commits another batch at acknowledged offset "
+                    f"{header.base_offset}"
+                )
             if known != seen:
                 self.violation(
                     f"p{partition}: {node} holds batch {seen} at committed offset "
                     f"{header.base_offset}, another replica {known}"
                 )
 
-    def ack(self, partition: int, value: bytes, offset: int) -> None:
+    def ack(self, partition: int, value: bytes, offset: int, checksum: int) -> None:
+        """A client got an acknowledgement for the batch with ``checksum`` at ``offset``.
+
+        From now on, the committed batch at ``offset`` must be this one, on every
+        replica: checked here against what is known, and in :meth:`check_committed`
+        as replicas commit.
+        """
         acked = self.acked.setdefault(partition, {})
         known = acked.setdefault(value, offset)
         if known != offset:
             self.violation(f"p{partition}: {value!r} acknowledged at {known} and at {offset}")
+        self.acked_batches.setdefault(partition, {})[offset] = checksum
+        committed = self.committed.get(partition, {}).get(offset)
+        if committed is not None and committed[2] != checksum:
+            self.violation(f"p{partition}: acknowledged batch at {offset} is not the committed one")
 
 
 _LOCAL = "<local>"
@@ -384,7 +401,8 @@ class ProducerClient:
             return Step((), self._next_action_ms)
         status = reply.status
         if status in (ProduceStatus.OK, ProduceStatus.DUPLICATE):
-            self._history.ack(self.partition, value, reply.base_offset)
+            checksum = parse_header(self._outstanding[2]).payload_checksum
+            self._history.ack(self.partition, value, reply.base_offset, checksum)
             self._outstanding = None
             self.sequence += 1
             self.acked += 1
@@ -528,6 +546,24 @@ class Cluster:
                 return False
             if leader.high_watermark < leader.end_offset:
                 return False
+        return True
+
+    def voters_caught_up(self) -> bool:
+        """Every leader committed its whole log, and every live voter holds it."""
+        for partition in range(self.options.partitions):
+            leader = self.leader_of(partition)
+            if (
+                leader is None
+                or leader.group_config is None
+                or leader.high_watermark < leader.end_offset
+            ):
+                return False
+            for member in leader.group_config.voters:
+                if member in self.dead_for_good:
+                    continue
+                core = self.nodes[member].cores.get(partition)
+                if core is None or core.high_watermark < leader.high_watermark:
+                    return False
         return True
 
     def final_checks(self) -> None:
@@ -714,6 +750,7 @@ def _run(cluster: Cluster) -> bool:
         client.enabled = False
     # Let outstanding writes finish and followers learn the final commit.
     sim.run_for(1_000, lambda: all(client.idle for client in cluster.clients))
-    sim.run_for(2 * options.config.heartbeat_interval_ms + 20)
+    # Voters that were cut off catch up within a bound (part of liveness).
+    sim.run_for(5_000, cluster.voters_caught_up)
     cluster.final_checks()
     return reconfigure

@@ -104,7 +104,7 @@ def _finish(cluster: Cluster) -> None:
     for client in cluster.clients:
         client.enabled = False
     cluster.sim.run_for(1_000, lambda: all(client.idle for client in cluster.clients))
-    cluster.sim.run_for(200)
+    cluster.sim.run_for(5_000, cluster.voters_caught_up)
     cluster.final_checks()
     assert not cluster.history.violations, cluster.history.violations
 
