@@ -11,6 +11,7 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   │   ├── ChecksumMismatchError    payload or header checksum does not match
     │   │   └── BatchLimitError          a length or count beyond the configured limits
     │   └── InvalidTopicError            bad topic name or topic settings
+    │       └── TopicExistsError         a topic with that name already exists
     ├── StorageError                     the on-disk log cannot do what was asked
     │   ├── CorruptSegmentError          a sealed segment holds a corrupt batch (file, offset)
     │   ├── OffsetOutOfRangeError        offset outside [start_offset, end_offset]
@@ -89,6 +90,10 @@ class BatchLimitError(RecordFormatError):
 
 class InvalidTopicError(InvalidInputError):
     """A topic name or topic setting is invalid."""
+
+
+class TopicExistsError(InvalidTopicError):
+    """A topic with that name already exists."""
 
 
 class StorageError(LaminarError):

@@ -1,0 +1,109 @@
+"""Idempotent producer: batches stamped with a producer id and sequence numbers.
+
+Each partition a producer writes to numbers its records from 0; a batch carries
+``(producer_id, base_sequence)`` and covers ``record_count`` sequence numbers. The
+client retries a batch with the same bytes, so a batch that was written before its
+acknowledgement was lost is recognised by the leader (or a new leader, which
+learned the sequences through replication) and answered with its original offset
+instead of being written twice.
+
+The producer id is chosen at random by the client (63 bits, so two producers
+colliding is negligible); the broker accepts any sequence from a producer id it
+does not know. When a send fails with its outcome unknown (the retries ran out on
+a retriable error), the producer switches to a new producer id: the next batch
+neither collides with nor waits for the one in doubt. A failure that proves the
+batch was not written (invalid input, unknown topic) keeps id and sequence.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+
+from laminar.errors import OutOfOrderSequenceError, RetriableError
+from laminar.records import Compression, Header, encode_batch
+from laminar_client.client import AcksMode, Client
+
+_PRODUCER_ID_MAX = 2**63 - 1
+_SEQUENCE_LIMIT = 2**31
+
+
+class IdempotentProducer:
+    """Sends records so that client retries never duplicate them.
+
+    ``send`` is synchronous: it returns the base offset once the batch is
+    acknowledged with ``acks``. Thread-safe; sends to one partition are serialized,
+    because sequences must reach the leader in order.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        producer_id: int | None = None,
+        compression: Compression = Compression.NONE,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self._rng = rng if rng is not None else random.Random()
+        self._compression = compression
+        self._lock = threading.Lock()
+        self.producer_id = producer_id if producer_id is not None else self._new_producer_id()
+        self._next_sequence: dict[tuple[str, int], int] = {}
+        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
+
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes | None],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Sequence[Header]] | None = None,
+        timestamps_ms: Sequence[int] | int | None = None,
+        acks: AcksMode = "all",
+        timeout_s: float | None = None,
+    ) -> int:
+        """Write ``values`` (one record each) as one batch; the base offset."""
+        key = (topic, partition)
+        with self._lock:
+            partition_lock = self._partition_locks.setdefault(key, threading.Lock())
+        with partition_lock:
+            with self._lock:
+                producer_id = self.producer_id
+                sequence = self._next_sequence.get(key, 0)
+            if sequence + len(values) >= _SEQUENCE_LIMIT:
+                producer_id, sequence = self._rotate(), 0
+            stamp_ms = int(time.time() * 1000) if timestamps_ms is None else timestamps_ms
+            batch = encode_batch(
+                values,
+                keys=keys,
+                headers=headers,
+                timestamps_ms=stamp_ms,
+                compression=self._compression,
+                producer_id=producer_id,
+                base_sequence=sequence,
+            )
+            try:
+                (base_offset,) = self._client.produce(
+                    topic, partition, [batch], acks=acks, timeout_s=timeout_s
+                )
+            except (RetriableError, OutOfOrderSequenceError):
+                self._rotate()
+                raise
+            with self._lock:
+                if self.producer_id == producer_id:
+                    self._next_sequence[key] = sequence + len(values)
+            return base_offset
+
+    def _rotate(self) -> int:
+        """Start over with a fresh producer id and every sequence at 0."""
+        with self._lock:
+            self.producer_id = self._new_producer_id()
+            self._next_sequence.clear()
+            return self.producer_id
+
+    def _new_producer_id(self) -> int:
+        return self._rng.randrange(_PRODUCER_ID_MAX)

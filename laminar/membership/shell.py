@@ -1,0 +1,333 @@
+"""The asyncio shell around :class:`MembershipCore`: UDP gossip, TCP push-pull.
+
+The shell makes no protocol decision. It feeds datagrams and stream messages to
+the core with the loop's monotonic clock, carries out the core's :class:`Output`
+(send datagrams, open a TCP connection per push-pull message, deliver events), and
+arms one timer for the core's next deadline.
+
+Stream framing: one message per connection, a 4-byte big-endian length then the
+frame; a length above ``stream_bytes_max`` closes the connection. A push-pull
+reply travels on a new connection to the requester's gossip address, like the
+request did.
+
+Use from other asyncio code (the full node embeds it)::
+
+    node = MembershipNode(lan(), LocalMember(...), key, seeds=[...], on_event=cb)
+    await node.start()
+    ...  node.view(), node.update_local(weight=2.0), async for event in node.events()
+    await node.stop()          # graceful leave first, then close sockets
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
+
+from laminar.errors import ConfigError
+from laminar.membership.config import MembershipConfig
+from laminar.membership.core import LocalMember, MembershipCore, Output
+from laminar.membership.member import EventKind, Member, MemberEvent, Metadata
+
+_LOG = logging.getLogger(__name__)
+_LENGTH_BYTES = 4
+_ADDRESS_CACHE_MAX = 4096
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` (or ``[v6]:port``) to a (host, port) pair; ConfigError if bad."""
+    host, separator, port_text = address.rpartition(":")
+    if not separator or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(f"address must be host:port, got {address!r}")
+    return host.strip("[]"), int(port_text)
+
+
+class _DatagramEndpoint(asyncio.DatagramProtocol):
+    def __init__(self, node: MembershipNode) -> None:
+        self._node = node
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, ...]) -> None:
+        self._node._on_datagram(data)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP "port unreachable" from a dead peer and the like: expected, counted.
+        self._node.shell_counters["udp_errors"] = self._node.shell_counters.get("udp_errors", 0) + 1
+
+
+class MembershipNode:
+    """A membership-only node on real sockets (one UDP endpoint + one TCP server)."""
+
+    def __init__(
+        self,
+        config: MembershipConfig,
+        local: LocalMember,
+        cluster_key: bytes,
+        *,
+        seeds: Sequence[str] = (),
+        incarnation: int = 0,
+        rng: random.Random | None = None,
+        on_event: Callable[[MemberEvent], None] | None = None,
+        event_queue_max: int = 10_000,
+        stream_timeout_s: float = 5.0,
+        streams_in_flight_max: int = 64,
+    ) -> None:
+        parse_address(local.gossip_address)
+        for seed in seeds:
+            parse_address(seed)
+        self._config = config
+        self._local = local
+        self._cluster_key = cluster_key
+        self._seeds = tuple(seeds)
+        self._incarnation = incarnation
+        self._rng = rng or random.Random()
+        self._on_event = on_event
+        self._events: asyncio.Queue[MemberEvent] = asyncio.Queue(maxsize=event_queue_max)
+        self._stream_timeout_s = stream_timeout_s
+        self._streams_in_flight_max = streams_in_flight_max
+        self._core: MembershipCore | None = None
+        self._transport: asyncio.DatagramTransport | None = None
+        self._server: asyncio.Server | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline_ms: int | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._addresses: dict[str, tuple[str, int]] = {}
+        self._leave_done = asyncio.Event()
+        self._stopped = False
+        self.shell_counters: dict[str, int] = {}
+
+    # --------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Bind UDP and TCP on the gossip address and start joining the seeds.
+
+        Port 0 picks a free UDP port and binds TCP to the same number."""
+        loop = asyncio.get_running_loop()
+        host, port = parse_address(self._local.gossip_address)
+        transport, _ = await loop.create_datagram_endpoint(
+            lambda: _DatagramEndpoint(self), local_addr=(host, port)
+        )
+        self._transport = transport
+        port = transport.get_extra_info("sockname")[1]
+        try:
+            self._server = await asyncio.start_server(self._on_connection, host, port)
+        except OSError:
+            transport.close()
+            raise
+        local = replace(self._local, gossip_address=f"{host}:{port}")
+        self._local = local
+        self._core = MembershipCore(
+            self._config,
+            local,
+            self._cluster_key,
+            self._rng,
+            self._now_ms(),
+            seeds=self._seeds,
+            incarnation=self._incarnation,
+        )
+        _LOG.info("membership started node=%s address=%s", local.node_id, local.gossip_address)
+        self._apply(self._core.tick(self._now_ms()))
+
+    async def leave(self) -> None:
+        """Gossip that this node leaves; return once the cluster was told (or after
+        ``leave_propagate_ms``). The node keeps answering until :meth:`stop`."""
+        core = self._require_core()
+        self._apply(core.leave(self._now_ms()))
+        if core.is_leave_complete():
+            return
+        timeout_s = self._config.leave_propagate_ms / 1000
+        try:
+            await asyncio.wait_for(self._leave_done.wait(), timeout_s)
+        except TimeoutError:
+            _LOG.info("leave not confirmed in time node=%s", self._local.node_id)
+
+    async def stop(self, *, leave: bool = True) -> None:
+        """Leave gracefully (unless ``leave=False``), then close everything."""
+        if self._stopped:
+            return
+        if leave and self._core is not None:
+            await self.leave()
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._transport is not None:
+            self._transport.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        _LOG.info("membership stopped node=%s", self._local.node_id)
+
+    # ----------------------------------------------------------------- queries
+
+    @property
+    def local(self) -> LocalMember:
+        """This node's attributes (with the bound gossip address once started)."""
+        return self._local
+
+    @property
+    def core(self) -> MembershipCore:
+        return self._require_core()
+
+    def view(self) -> tuple[Member, ...]:
+        return self._require_core().view()
+
+    def counters(self) -> dict[str, int]:
+        return {**self._require_core().counters(), **self.shell_counters}
+
+    async def events(self) -> AsyncIterator[MemberEvent]:
+        """Membership events as they happen (one consumer; bounded buffer)."""
+        while True:
+            yield await self._events.get()
+
+    def update_local(
+        self,
+        *,
+        weight: float | None = None,
+        zone: str | None = None,
+        metadata: Metadata | None = None,
+        grpc_address: str | None = None,
+    ) -> None:
+        """Change this node's weight, zone, metadata or gRPC address (gossiped)."""
+        core = self._require_core()
+        self._apply(
+            core.update_local(
+                self._now_ms(),
+                weight=weight,
+                zone=zone,
+                metadata=metadata,
+                grpc_address=grpc_address,
+            )
+        )
+
+    # --------------------------------------------------------------- internals
+
+    def _require_core(self) -> MembershipCore:
+        if self._core is None:
+            raise RuntimeError("membership node not started")
+        return self._core
+
+    def _now_ms(self) -> int:
+        return int(asyncio.get_running_loop().time() * 1000)
+
+    def _on_datagram(self, data: bytes) -> None:
+        if self._core is None or self._stopped:
+            return
+        self._apply(self._core.receive_packet(data, self._now_ms()))
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_deadline_ms = None
+        if self._core is None or self._stopped:
+            return
+        self._apply(self._core.tick(self._now_ms()))
+
+    def _apply(self, output: Output) -> None:
+        if self._stopped:
+            return
+        transport = self._transport
+        for packet in output.packets:
+            destination = self._resolve(packet.address)
+            if transport is not None and destination is not None:
+                transport.sendto(packet.data, destination)
+        for stream in output.streams:
+            self._send_stream(stream.address, stream.data)
+        for event in output.events:
+            self._deliver_event(event)
+        self._arm_timer(output.next_deadline_ms)
+        core = self._core
+        if core is not None and core.is_leave_complete():
+            self._leave_done.set()
+
+    def _arm_timer(self, deadline_ms: int) -> None:
+        if self._timer is not None:
+            if self._timer_deadline_ms is not None and self._timer_deadline_ms <= deadline_ms:
+                return  # an earlier tick is already armed; it will re-arm
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_deadline_ms = deadline_ms
+        self._timer = loop.call_at(deadline_ms / 1000, self._on_timer)
+
+    def _deliver_event(self, event: MemberEvent) -> None:
+        member = event.member
+        level = logging.WARNING if event.kind is EventKind.DEAD else logging.INFO
+        _LOG.log(
+            level,
+            "member %s node=%s member=%s incarnation=%d",
+            event.kind.value,
+            self._local.node_id,
+            member.node_id,
+            member.incarnation,
+        )
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception:
+                _LOG.exception("membership event callback failed")
+        try:
+            self._events.put_nowait(event)
+        except asyncio.QueueFull:
+            self._count("events_dropped")
+
+    def _resolve(self, address: str) -> tuple[str, int] | None:
+        resolved = self._addresses.get(address)
+        if resolved is None:
+            try:
+                resolved = parse_address(address)
+            except ConfigError:
+                self._count("bad_addresses")
+                return None
+            if len(self._addresses) >= _ADDRESS_CACHE_MAX:
+                self._addresses.clear()
+            self._addresses[address] = resolved
+        return resolved
+
+    def _count(self, name: str) -> None:
+        self.shell_counters[name] = self.shell_counters.get(name, 0) + 1
+
+    def _send_stream(self, address: str, data: bytes) -> None:
+        destination = self._resolve(address)
+        if destination is None:
+            return
+        if len(self._tasks) >= self._streams_in_flight_max:
+            self._count("streams_dropped")
+            return
+        task = asyncio.get_running_loop().create_task(self._write_stream(destination, data))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write_stream(self, destination: tuple[str, int], data: bytes) -> None:
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(self._stream_timeout_s):
+                _, writer = await asyncio.open_connection(*destination)
+                writer.write(len(data).to_bytes(_LENGTH_BYTES, "big") + data)
+                await writer.drain()
+        except (OSError, TimeoutError):
+            self._count("stream_send_failures")
+        finally:
+            if writer is not None:
+                writer.close()
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            async with asyncio.timeout(self._stream_timeout_s):
+                header = await reader.readexactly(_LENGTH_BYTES)
+                length = int.from_bytes(header, "big")
+                if length > self._config.stream_bytes_max:
+                    self._count("stream_oversized")
+                    return
+                data = await reader.readexactly(length)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            self._count("stream_receive_failures")
+            return
+        finally:
+            writer.close()
+        if self._core is not None and not self._stopped:
+            self._apply(self._core.receive_stream(data, self._now_ms()))

@@ -1,0 +1,1 @@
+"""The broker node: gRPC services, peer transport and the composition root."""

@@ -1,0 +1,1 @@
+"""laminar.testing (see docs/design.md)."""

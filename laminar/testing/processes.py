@@ -1,0 +1,217 @@
+"""Real broker node processes on loopback, for integration tests and benchmarks.
+
+:class:`ProcessCluster` starts ``python -m laminar.server node start`` processes,
+node ``i`` on its own loopback address ``127.0.0.<base + i>`` (gossip and gRPC on
+fixed ports there), with data and logs under a directory it owns. It waits on
+conditions with deadlines (a node is up when its gRPC Metadata call answers), and
+:meth:`ProcessCluster.close` stops every process it started (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from laminar.v1 import laminar_pb2 as pb
+from laminar.v1 import laminar_pb2_grpc
+
+GOSSIP_PORT = 7000
+GRPC_PORT = 7100
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Poll ``condition`` until it is truthy; fail with ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except Exception as error:  # a condition may fail while things settle
+            last_error = error
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what} ({last_error})")
+
+
+@dataclass
+class NodeProcess:
+    index: int
+    host: str
+    data_dir: Path
+    log_path: Path
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def gossip(self) -> str:
+        return f"{self.host}:{GOSSIP_PORT}"
+
+    @property
+    def grpc(self) -> str:
+        return f"{self.host}:{GRPC_PORT}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def node_id(self) -> str:
+        import json
+
+        with open(self.data_dir / "node.json", encoding="utf-8") as file:
+            return str(json.load(file)["node_id"])
+
+
+class ProcessCluster:
+    """Broker processes on 127.0.0.x; use as a context manager."""
+
+    def __init__(
+        self, root: Path, *, host_base: int = 0, preset: str = "local", fsync: bool = True
+    ) -> None:
+        self.root = root
+        self.preset = preset
+        self.fsync = fsync
+        self.host_base = host_base or _free_host_base()
+        self.nodes: list[NodeProcess] = []
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def __enter__(self) -> ProcessCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ processes
+
+    def add_node(
+        self, *, bootstrap: bool = False, extra_args: list[str] | None = None
+    ) -> NodeProcess:
+        index = len(self.nodes)
+        node = NodeProcess(
+            index,
+            f"127.0.0.{self.host_base + index}",
+            self.root / f"node{index}",
+            self.root / f"node{index}.log",
+            list(extra_args or []),
+        )
+        self.nodes.append(node)
+        self.start(node, bootstrap=bootstrap)
+        return node
+
+    def start(self, node: NodeProcess, *, bootstrap: bool = False) -> None:
+        assert not node.running
+        command = [
+            sys.executable,
+            "-m",
+            "laminar.server",
+            "node",
+            "start",
+            "--data-dir",
+            str(node.data_dir),
+            "--gossip",
+            node.gossip,
+            "--grpc",
+            node.grpc,
+            "--preset",
+            self.preset,
+            "--node-id",
+            f"node{node.index}",
+            *node.extra_args,
+        ]
+        if bootstrap:
+            command.append("--bootstrap")
+        seeds = [n.gossip for n in self.nodes if n is not node and n.running]
+        if seeds:
+            command += ["--seeds", ",".join(seeds)]
+        if not self.fsync:
+            command.append("--no-fsync")
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(node.log_path, "ab")  # noqa: SIM115 - owned by the process
+        node.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+
+    def wait_ready(self, node: NodeProcess, timeout_s: float = 30) -> None:
+        def up() -> bool:
+            if not node.running:
+                raise RuntimeError(f"node{node.index} exited; see {node.log_path}")
+            self.stub(node).Metadata(pb.MetadataRequest(), timeout=1)
+            return True
+
+        wait_for(up, timeout_s, f"node{node.index} to answer")
+
+    def kill(self, node: NodeProcess) -> None:
+        if node.process is not None and node.running:
+            node.process.send_signal(signal.SIGKILL)
+            node.process.wait(10)
+
+    def terminate(self, node: NodeProcess, timeout_s: float = 20) -> int:
+        assert node.process is not None
+        if node.running:
+            node.process.send_signal(signal.SIGTERM)
+        try:
+            return node.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            node.process.kill()
+            node.process.wait(10)
+            raise
+
+    def close(self) -> None:
+        for node in self.nodes:
+            if node.running:
+                assert node.process is not None
+                node.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            try:
+                node.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                node.process.kill()
+                node.process.wait(10)
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    # ------------------------------------------------------------------ rpc
+
+    def stub(self, node: NodeProcess) -> laminar_pb2_grpc.LaminarStub:
+        channel = self._channels.get(node.grpc)
+        if channel is None:
+            channel = grpc.insecure_channel(node.grpc)
+            self._channels[node.grpc] = channel
+        return laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
+
+    def log_tail(self, node: NodeProcess, lines: int = 40) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(node.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+
+def _free_host_base() -> int:
+    """A block of loopback addresses whose ports are free (per-process, to avoid clashes)."""
+    for base in range(10 + (os.getpid() % 20) * 10, 250, 10):
+        if all(_port_free(f"127.0.0.{base + i}") for i in range(6)):
+            return base
+    raise RuntimeError("no free block of loopback addresses")
+
+
+def _port_free(host: str) -> bool:
+    for kind, port in ((socket.SOCK_STREAM, GRPC_PORT), (socket.SOCK_DGRAM, GOSSIP_PORT)):
+        with socket.socket(socket.AF_INET, kind) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                return False
+    return True

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Run a local Laminar cluster on loopback.
+#
+#   scripts/local_cluster.sh start N     start N nodes (node 0 bootstraps), wait until ready
+#   scripts/local_cluster.sh stop        stop every node this script started (SIGTERM)
+#   scripts/local_cluster.sh status      which nodes run, and the cluster as node 0 sees it
+#   scripts/local_cluster.sh kill ID     SIGKILL node ID (a crash)
+#   scripts/local_cluster.sh restart ID  start node ID again (after kill or stop)
+#   scripts/local_cluster.sh logs ID     print node ID's log
+#
+# Node I gossips on 127.0.0.1:(7000+I) and serves gRPC on 127.0.0.1:(7100+I); its data,
+# log and pid file live under ./.cluster/ (LAMINAR_CLUSTER_DIR overrides). Python comes
+# from ./.venv (LAMINAR_PYTHON overrides). Extra node options: LAMINAR_NODE_ARGS.
+set -euo pipefail
+
+ROOT="${LAMINAR_CLUSTER_DIR:-.cluster}"
+PYTHON="${LAMINAR_PYTHON:-.venv/bin/python}"
+GOSSIP_BASE=7000
+GRPC_BASE=7100
+
+usage() {
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+}
+
+pid_of() { cat "$ROOT/node$1.pid" 2>/dev/null || true; }
+
+running() {
+    local pid
+    pid="$(pid_of "$1")"
+    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null
+}
+
+check_id() {
+    [[ "$1" =~ ^[0-9]+$ ]] || { echo "node id must be a number, got '$1'" >&2; exit 2; }
+    [[ -d "$ROOT/node$1" ]] || { echo "no node $1 under $ROOT" >&2; exit 2; }
+}
+
+start_node() {
+    local id="$1" extra=()
+    if running "$id"; then
+        echo "node $id already runs (pid $(pid_of "$id"))"
+        return
+    fi
+    mkdir -p "$ROOT/node$id"
+    if [[ "$id" == 0 ]]; then
+        extra+=(--bootstrap)
+    else
+        extra+=(--seeds "127.0.0.1:$GOSSIP_BASE")
+    fi
+    # shellcheck disable=SC2086
+    "$PYTHON" -m laminar.server node start \
+        --data-dir "$ROOT/node$id" \
+        --node-id "node$id" \
+        --gossip "127.0.0.1:$((GOSSIP_BASE + id))" \
+        --grpc "127.0.0.1:$((GRPC_BASE + id))" \
+        --preset local "${extra[@]}" ${LAMINAR_NODE_ARGS:-} \
+        >>"$ROOT/node$id.log" 2>&1 &
+    echo $! >"$ROOT/node$id.pid"
+}
+
+wait_ready() {
+    local id="$1" members="$2"
+    if ! "$PYTHON" -m laminar.server.probe "127.0.0.1:$((GRPC_BASE + id))" \
+        --members "$members" --timeout 60; then
+        echo "node $id did not become ready; last log lines:" >&2
+        tail -n 20 "$ROOT/node$id.log" >&2 || true
+        exit 1
+    fi
+}
+
+cmd="${1:-}"
+case "$cmd" in
+start)
+    count="${2:-3}"
+    [[ "$count" =~ ^[1-9][0-9]*$ ]] || { echo "N must be a positive number" >&2; exit 2; }
+    (( count <= 50 )) || { echo "at most 50 nodes" >&2; exit 2; }
+    mkdir -p "$ROOT"
+    start_node 0
+    wait_ready 0 1
+    for ((i = 1; i < count; i++)); do
+        start_node "$i"
+    done
+    for ((i = 0; i < count; i++)); do
+        wait_ready "$i" "$count"
+    done
+    echo "$count nodes ready; bootstrap address 127.0.0.1:$GRPC_BASE"
+    ;;
+stop)
+    shopt -s nullglob
+    pids=()
+    for file in "$ROOT"/node*.pid; do
+        pid="$(cat "$file")"
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid"
+            pids+=("$pid")
+        fi
+        rm -f "$file"
+    done
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 1 200); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    echo "stopped ${#pids[@]} nodes"
+    ;;
+status)
+    shopt -s nullglob
+    for dir in "$ROOT"/node*/; do
+        id="${dir%/}"
+        id="${id##*/node}"
+        if running "$id"; then
+            echo "node $id: running (pid $(pid_of "$id")), grpc 127.0.0.1:$((GRPC_BASE + id))"
+        else
+            echo "node $id: stopped"
+        fi
+    done
+    if running 0; then
+        "$PYTHON" -m laminar.cli --bootstrap "127.0.0.1:$GRPC_BASE" cluster status || true
+    fi
+    ;;
+kill)
+    check_id "${2:-}"
+    if running "$2"; then
+        kill -KILL "$(pid_of "$2")"
+        echo "killed node $2"
+    else
+        echo "node $2 is not running"
+    fi
+    ;;
+restart)
+    check_id "${2:-}"
+    if running "$2"; then
+        kill -TERM "$(pid_of "$2")"
+        for _ in $(seq 1 200); do running "$2" || break; sleep 0.1; done
+    fi
+    start_node "$2"
+    wait_ready "$2" 1
+    echo "restarted node $2"
+    ;;
+logs)
+    check_id "${2:-}"
+    cat "$ROOT/node$2.log"
+    ;;
+*)
+    usage
+    ;;
+esac

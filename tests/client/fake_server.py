@@ -1,0 +1,299 @@
+"""An in-process fake of the `Laminar` gRPC service, on real servers on 127.0.0.1.
+
+One `FakeCluster` runs several `FakeNode`s, each a grpc.server on an ephemeral
+port, sharing one in-memory state (topics, logs, leaders). Tests script failures
+with `fail_next(node_id, method, *errors)` and read the call log in `calls`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+
+from laminar.errors import (
+    InvalidTopicError,
+    LaminarError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from laminar.grpc_errors import TopicExistsError, error_metadata, error_to_status
+from laminar.records import iter_batches, with_leader_fields
+from laminar.v1 import laminar_pb2 as pb
+from laminar.v1 import laminar_pb2_grpc as pb_grpc
+
+
+@dataclass
+class FakePartition:
+    replicas: list[str]
+    leader: str | None
+    batches: list[bytes] = field(default_factory=list)
+    end_offset: int = 0
+    sequences: dict[tuple[int, int], int] = field(default_factory=dict)
+    # What Metadata reports as leader (may differ from `leader` to test redirects).
+    advertised_leader: str | None = None
+
+
+@dataclass
+class FakeTopic:
+    config: pb.TopicConfig
+    partitions: list[FakePartition]
+
+
+def abort(context: grpc.ServicerContext, error: LaminarError) -> None:
+    status, detail = error_to_status(error)
+    context.set_trailing_metadata(error_metadata(detail))
+    context.abort(status, detail.message)
+
+
+class FakeServicer(pb_grpc.LaminarServicer):
+    def __init__(self, cluster: FakeCluster, node_id: str) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+
+    def _enter(self, method: str, request, context):
+        cluster = self.cluster
+        with cluster.lock:
+            cluster.calls.append((self.node_id, method, request))
+            queue = cluster.failures[(self.node_id, method)]
+            failure = queue.pop(0) if queue else None
+        if failure is not None:
+            if isinstance(failure, tuple):  # ("after", error): do the work, then fail
+                return failure[1]
+            abort(context, failure)
+        return None
+
+    def _partition(self, context, topic: str, index: int) -> FakePartition:
+        found = self.cluster.topics.get(topic)
+        if found is None or index >= len(found.partitions):
+            abort(context, UnknownTopicOrPartitionError(f"unknown {topic}/{index}"))
+        return found.partitions[index]
+
+    def Produce(self, request, context):
+        fail_after = self._enter("Produce", request, context)
+        cluster = self.cluster
+        with cluster.lock:
+            part = self._partition(context, request.topic, request.partition)
+            if part.leader != self.node_id:
+                leader = part.leader
+                address = cluster.address_of(leader) if leader else None
+                abort(context, NotLeaderError(leader, address))
+            offsets = []
+            for raw in request.batches:
+                (_, header), *_ = list(iter_batches(raw))
+                key = (header.producer_id, header.base_sequence)
+                if header.producer_id >= 0 and key in part.sequences:
+                    offsets.append(part.sequences[key])
+                    continue
+                base = part.end_offset
+                part.batches.append(with_leader_fields(raw, base, 1))
+                part.end_offset += header.record_count
+                if header.producer_id >= 0:
+                    part.sequences[key] = base
+                offsets.append(base)
+            cluster.changed.notify_all()
+        if fail_after is not None:
+            abort(context, fail_after)
+        return pb.ProduceResponse(base_offsets=offsets)
+
+    def Fetch(self, request, context):
+        self._enter("Fetch", request, context)
+        cluster = self.cluster
+        with cluster.lock:
+            part = self._partition(context, request.topic, request.partition)
+            if self.node_id not in part.replicas:
+                abort(context, NotLeaderError(None, None))
+            if request.offset > part.end_offset:
+                abort(context, OffsetOutOfRangeError(request.offset, 0, part.end_offset))
+            if request.offset == part.end_offset and request.max_wait_ms:
+                cluster.changed.wait_for(
+                    lambda: part.end_offset > request.offset, request.max_wait_ms / 1000
+                )
+            out = bytearray()
+            for batch in part.batches:
+                (_, header), *_ = list(iter_batches(batch))
+                if header.next_offset <= request.offset:
+                    continue
+                if out and request.max_bytes and len(out) + len(batch) > request.max_bytes:
+                    break
+                out += batch
+            return pb.FetchResponse(
+                batches=bytes(out),
+                high_watermark=part.end_offset,
+                log_start_offset=0,
+                served_by=self.node_id,
+            )
+
+    def Metadata(self, request, context):
+        self._enter("Metadata", request, context)
+        with self.cluster.lock:
+            return pb.MetadataResponse(
+                cluster_id="fake",
+                node_id=self.node_id,
+                members=self.cluster.members_proto(),
+                topics=[self.cluster.topic_proto(n) for n in sorted(self.cluster.topics)],
+            )
+
+    def CreateTopic(self, request, context):
+        self._enter("CreateTopic", request, context)
+        cluster = self.cluster
+        with cluster.lock:
+            if not request.name or "/" in request.name:
+                abort(context, InvalidTopicError(f"invalid topic name {request.name!r}"))
+            if request.name in cluster.topics:
+                abort(context, TopicExistsError(f"topic {request.name!r} already exists"))
+            nodes = sorted(cluster.nodes)
+            rf = request.config.replication_factor
+            partitions = []
+            for index in range(request.config.partitions):
+                replicas = [nodes[(index + i) % len(nodes)] for i in range(rf)]
+                partitions.append(FakePartition(replicas=replicas, leader=replicas[0]))
+            cluster.topics[request.name] = FakeTopic(request.config, partitions)
+            return pb.CreateTopicResponse(topic=cluster.topic_proto(request.name))
+
+    def DeleteTopic(self, request, context):
+        self._enter("DeleteTopic", request, context)
+        with self.cluster.lock:
+            if self.cluster.topics.pop(request.name, None) is None:
+                abort(context, UnknownTopicOrPartitionError(f"unknown topic {request.name!r}"))
+            return pb.DeleteTopicResponse()
+
+    def ListTopics(self, request, context):
+        self._enter("ListTopics", request, context)
+        with self.cluster.lock:
+            topics = [self.cluster.topic_proto(n) for n in sorted(self.cluster.topics)]
+            return pb.ListTopicsResponse(topics=topics)
+
+    def DescribeCluster(self, request, context):
+        self._enter("DescribeCluster", request, context)
+        cluster = self.cluster
+        with cluster.lock:
+            health = [
+                pb.PartitionHealth(
+                    topic=name,
+                    partition=index,
+                    leader=part.leader or "",
+                    replicas=part.replicas,
+                    voters=part.replicas,
+                    under_replicated=index == 1,
+                )
+                for name, topic in sorted(cluster.topics.items())
+                for index, part in enumerate(topic.partitions)
+            ]
+            return pb.DescribeClusterResponse(
+                cluster_id="fake",
+                node_id=self.node_id,
+                members=cluster.members_proto(),
+                partitions=health,
+            )
+
+    def UpdateNode(self, request, context):
+        self._enter("UpdateNode", request, context)
+        with self.cluster.lock:
+            member = self.cluster.members[self.node_id]
+            if request.HasField("weight"):
+                member.weight = request.weight
+            if request.HasField("zone"):
+                member.zone = request.zone
+            return pb.UpdateNodeResponse(member=member)
+
+
+class FakeNode:
+    def __init__(self, cluster: FakeCluster, node_id: str) -> None:
+        self.node_id = node_id
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        pb_grpc.add_LaminarServicer_to_server(FakeServicer(cluster, node_id), self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{port}"
+        self.running = False
+
+    def start(self) -> None:
+        self.server.start()
+        self.running = True
+
+    def stop(self) -> None:
+        self.server.stop(grace=None).wait()
+        self.running = False
+
+
+class FakeCluster:
+    def __init__(self, node_count: int = 3) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.calls: list[tuple[str, str, object]] = []
+        self.failures: dict[tuple[str, str], list] = defaultdict(list)
+        self.topics: dict[str, FakeTopic] = {}
+        self.nodes: dict[str, FakeNode] = {}
+        self.members: dict[str, pb.Member] = {}
+        for index in range(node_count):
+            node_id = f"n{index}"
+            node = FakeNode(self, node_id)
+            self.nodes[node_id] = node
+            self.members[node_id] = pb.Member(
+                node_id=node_id,
+                grpc_address=node.address,
+                gossip_address=f"127.0.0.1:{9000 + index}",
+                weight=1.0,
+                zone=f"z{index}",
+                state="alive",
+            )
+        for node in self.nodes.values():
+            node.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.address for node in self.nodes.values())
+
+    def address_of(self, node_id: str) -> str:
+        return self.nodes[node_id].address
+
+    def fail_next(self, node_id: str, method: str, *errors) -> None:
+        with self.lock:
+            self.failures[(node_id, method)].extend(errors)
+
+    def calls_to(self, method: str) -> list[str]:
+        with self.lock:
+            return [node for node, name, _ in self.calls if name == method]
+
+    def add_topic(self, name: str, partitions: int = 1, rf: int = 3) -> None:
+        with self.lock:
+            config = pb.TopicConfig(
+                partitions=partitions, replication_factor=rf, retention_bytes=-1, retention_ms=-1
+            )
+            nodes = sorted(self.nodes)
+            parts = []
+            for index in range(partitions):
+                replicas = [nodes[(index + i) % len(nodes)] for i in range(rf)]
+                parts.append(FakePartition(replicas=replicas, leader=replicas[0]))
+            self.topics[name] = FakeTopic(config, parts)
+
+    def partition(self, topic: str, index: int = 0) -> FakePartition:
+        return self.topics[topic].partitions[index]
+
+    def members_proto(self) -> list[pb.Member]:
+        return [self.members[n] for n in sorted(self.members)]
+
+    def topic_proto(self, name: str) -> pb.TopicInfo:
+        topic = self.topics[name]
+        infos = []
+        for index, part in enumerate(topic.partitions):
+            leader = part.advertised_leader if part.advertised_leader is not None else part.leader
+            infos.append(
+                pb.PartitionInfo(
+                    partition=index,
+                    replicas=part.replicas,
+                    leader=leader or "",
+                    high_watermark=part.end_offset,
+                    voters=part.replicas,
+                )
+            )
+        return pb.TopicInfo(name=name, config=topic.config, partitions=infos)
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            if node.running:
+                node.stop()

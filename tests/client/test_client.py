@@ -1,0 +1,330 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+from laminar_client import Client, IdempotentProducer, RetryPolicy
+
+from laminar.errors import (
+    BatchLimitError,
+    ClusterIdMismatchError,
+    InvalidInputError,
+    InvalidTopicError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordFormatError,
+    RequestTimeoutError,
+    StorageError,
+    UnavailableError,
+    UnknownTopicOrPartitionError,
+)
+from laminar.grpc_errors import TopicExistsError
+from laminar.records import decode_records, encode_batch, parse_header
+from tests.client.fake_server import FakeCluster
+
+FAST = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=5, attempts_max=20)
+
+
+def make_client(cluster: FakeCluster, **kwargs) -> Client:
+    kwargs.setdefault("retry", FAST)
+    kwargs.setdefault("timeout_s", 10.0)
+    kwargs.setdefault("rng", random.Random(7))
+    return Client(cluster.bootstrap, **kwargs)
+
+
+def batch(*values: bytes) -> bytes:
+    return encode_batch(list(values))
+
+
+def test_produce_goes_to_leader_and_fetch_reads_back(cluster: FakeCluster) -> None:
+    cluster.add_topic("t", partitions=2)
+    with make_client(cluster) as client:
+        assert client.produce("t", 1, [batch(b"a", b"b"), batch(b"c")]) == [0, 2]
+        assert client.produce("t", 1, batch(b"d")) == [3]
+        result = client.fetch("t", 1, 0)
+        values = [r.value for r in result.records()]
+    assert values == [b"a", b"b", b"c", b"d"]
+    assert result.high_watermark == 4
+    assert set(cluster.calls_to("Produce")) == {cluster.partition("t", 1).leader}
+
+
+def test_unknown_leader_uses_first_replica(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    part = cluster.partition("t")
+    part.advertised_leader = ""  # metadata: leader unknown
+    part.replicas = ["n2", "n0", "n1"]
+    part.leader = "n2"
+    with make_client(cluster) as client:
+        assert client.produce("t", 0, batch(b"x")) == [0]
+    assert cluster.calls_to("Produce") == ["n2"]
+
+
+def test_not_leader_hint_is_followed_and_remembered(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    part = cluster.partition("t")
+    part.leader = "n1"
+    part.advertised_leader = "n0"  # stale metadata
+    with make_client(cluster) as client:
+        assert client.produce("t", 0, batch(b"x")) == [0]
+        assert client.produce("t", 0, batch(b"y")) == [1]
+    assert cluster.calls_to("Produce") == ["n0", "n1", "n1"]
+
+
+def test_not_leader_without_hint_refreshes_metadata(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    cluster.fail_next("n0", "Produce", NotLeaderError(None, None))
+    with make_client(cluster) as client:
+        client.metadata()
+        metadata_calls = len(cluster.calls_to("Metadata"))
+        assert client.produce("t", 0, batch(b"x")) == [0]
+    assert cluster.calls_to("Produce") == ["n0", "n0"]
+    assert len(cluster.calls_to("Metadata")) == metadata_calls + 1
+
+
+def test_unavailable_is_retried_with_backoff_then_succeeds(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    cluster.fail_next("n0", "Produce", UnavailableError("no quorum"), UnavailableError("x"))
+    sleeps: list[float] = []
+    with make_client(cluster, sleep=sleeps.append) as client:
+        assert client.produce("t", 0, batch(b"x")) == [0]
+    assert cluster.calls_to("Produce") == ["n0", "n0", "n0"]
+    assert len(sleeps) == 2
+    assert all(0 < s <= FAST.backoff_max_ms / 1000 for s in sleeps)
+
+
+def test_retries_stop_at_attempts_max(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    cluster.fail_next("n0", "Produce", *[UnavailableError("down")] * 10)
+    policy = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=1, attempts_max=3)
+    client = make_client(cluster, retry=policy, sleep=lambda s: None)
+    with client, pytest.raises(UnavailableError, match="down"):
+        client.produce("t", 0, batch(b"x"))
+    assert len(cluster.calls_to("Produce")) == 3
+
+
+def test_retries_stop_at_deadline(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    cluster.fail_next("n0", "Produce", *[UnavailableError("down")] * 1000)
+    policy = RetryPolicy(backoff_initial_ms=20, backoff_max_ms=20, attempts_max=1000)
+    with make_client(cluster, retry=policy) as client, pytest.raises(UnavailableError):
+        client.produce("t", 0, batch(b"x"), timeout_s=0.3)
+    assert 2 <= len(cluster.calls_to("Produce")) < 100
+
+
+def test_backoff_is_capped_exponential_with_jitter() -> None:
+    policy = RetryPolicy(backoff_initial_ms=10, backoff_max_ms=100, jitter_ratio=0.5)
+    rng = random.Random(1)
+    waits = [policy.backoff_ms(i, rng) for i in range(10)]
+    assert all(5 <= w <= 10 for w in waits[:1])
+    assert all(50 <= w <= 100 for w in waits[5:])
+    assert len(set(waits)) == len(waits)  # jittered
+
+
+@pytest.mark.parametrize(
+    ("error", "expected", "attributes"),
+    [
+        (UnknownTopicOrPartitionError("no such"), UnknownTopicOrPartitionError, {}),
+        (BatchLimitError("too big"), BatchLimitError, {}),
+        (RecordFormatError("bad"), RecordFormatError, {}),
+        (InvalidInputError("bad"), InvalidInputError, {}),
+        (InvalidTopicError("bad name"), InvalidTopicError, {}),
+        (OutOfOrderSequenceError(5, 3, 9), OutOfOrderSequenceError, {}),
+        (ClusterIdMismatchError("a", "b"), ClusterIdMismatchError, {}),
+        (StorageError("disk"), StorageError, {}),
+    ],
+)
+def test_non_retriable_errors_map_back_and_are_not_retried(
+    cluster: FakeCluster, error, expected, attributes
+) -> None:
+    cluster.add_topic("t")
+    cluster.fail_next("n0", "Produce", error, error)
+    with make_client(cluster) as client:
+        client.metadata()
+        with pytest.raises(expected) as caught:
+            client.produce("t", 0, batch(b"x"))
+    assert type(caught.value) is expected
+    assert str(error) in str(caught.value)
+    expected_calls = 2 if expected is UnknownTopicOrPartitionError else 1  # one refresh
+    assert len(cluster.calls_to("Produce")) == expected_calls
+
+
+def test_unknown_topic_in_metadata_is_raised(cluster: FakeCluster) -> None:
+    with make_client(cluster) as client, pytest.raises(UnknownTopicOrPartitionError):
+        client.produce("missing", 0, batch(b"x"))
+
+
+def test_offset_out_of_range_carries_the_range(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    with make_client(cluster) as client:
+        client.produce("t", 0, batch(b"a", b"b"))
+        with pytest.raises(OffsetOutOfRangeError) as caught:
+            client.fetch("t", 0, 10)
+    assert (caught.value.offset, caught.value.start_offset, caught.value.end_offset) == (10, 0, 2)
+
+
+def test_fetch_spreads_over_replicas(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    with make_client(cluster) as client:
+        client.produce("t", 0, batch(b"a"))
+        served = [client.fetch("t", 0, 0).served_by for _ in range(6)]
+    assert sorted(served) == ["n0", "n0", "n1", "n1", "n2", "n2"]
+
+
+def test_fetch_skips_a_failing_replica(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    with make_client(cluster) as client:
+        client.produce("t", 0, batch(b"a"))
+        cluster.nodes["n1"].stop()
+        served = {client.fetch("t", 0, 0).served_by for _ in range(6)}
+    assert served == {"n0", "n2"}
+
+
+def test_fetch_pinned_replica(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    with make_client(cluster) as client:
+        client.produce("t", 0, batch(b"a"))
+        assert client.fetch("t", 0, 0, replica="n2").served_by == "n2"
+        address = cluster.address_of("n1")
+        assert client.fetch("t", 0, 0, replica=address).served_by == "n1"
+
+
+def test_records_iterator_and_follow(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    with make_client(cluster) as client:
+        client.produce("t", 0, [batch(b"a", b"b"), batch(b"c", b"d")])
+        assert [r.value for r in client.records("t", 0, 1)] == [b"b", b"c", b"d"]
+        assert [r.offset for r in client.records("t", 0, 0, 3)] == [0, 1, 2]
+        assert list(client.records("t", 0, 4)) == []
+        followed = client.records("t", 0, 4, 5, follow=True, max_wait_ms=50)
+        client.produce("t", 0, batch(b"e"))
+        assert [r.value for r in followed] == [b"e"]
+
+
+def test_watermarks(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    with make_client(cluster) as client:
+        client.produce("t", 0, batch(b"a", b"b", b"c"))
+        marks = client.watermarks("t", 0)
+    assert (marks.log_start_offset, marks.high_watermark) == (0, 3)
+
+
+def test_metadata_is_cached_then_refreshed_when_stale(cluster: FakeCluster) -> None:
+    now = [0.0]
+    with make_client(cluster, metadata_max_age_s=10, clock=lambda: now[0]) as client:
+        first = client.metadata()
+        client.metadata()
+        assert len(cluster.calls_to("Metadata")) == 1
+        now[0] = 11.0
+        client.metadata()
+        assert len(cluster.calls_to("Metadata")) == 2
+    assert first.members["n1"].grpc_address == cluster.address_of("n1")
+    assert first.cluster_id == "fake"
+
+
+def test_bootstrap_skips_a_dead_address(cluster: FakeCluster) -> None:
+    cluster.nodes["n0"].stop()
+    with make_client(cluster) as client:
+        metadata = client.metadata()
+    assert metadata.node_id in {"n1", "n2"}
+
+
+def test_all_nodes_down_is_unavailable(cluster: FakeCluster) -> None:
+    cluster.stop()
+    with make_client(cluster, timeout_s=1.0) as client, pytest.raises(UnavailableError):
+        client.metadata()
+
+
+def test_metadata_refreshed_after_leader_moves(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    with make_client(cluster) as client:
+        client.produce("t", 0, batch(b"a"))
+        part = cluster.partition("t")
+        part.leader = "n2"
+        cluster.nodes["n0"].stop()  # old leader gone: unreachable, then refresh
+        assert client.produce("t", 0, batch(b"b")) == [1]
+        assert client.metadata().partition("t", 0).leader == "n2"
+
+
+def test_idempotent_producer_retry_is_deduplicated(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    # The leader writes the batch, then the answer is lost.
+    cluster.fail_next("n0", "Produce", ("after", UnavailableError("lost answer")))
+    with make_client(cluster) as client:
+        producer = IdempotentProducer(client, rng=random.Random(3))
+        assert producer.send("t", 0, [b"a", b"b"]) == 0
+        assert producer.send("t", 0, [b"c"]) == 2
+    stored = cluster.partition("t").batches
+    assert [[r.value for r in decode_records(b)] for b in stored] == [[b"a", b"b"], [b"c"]]
+    headers = [parse_header(b) for b in stored]
+    assert [h.base_sequence for h in headers] == [0, 2]
+    assert headers[0].producer_id == headers[1].producer_id == producer.producer_id
+
+
+def test_idempotent_producer_rotates_id_after_unknown_outcome(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    cluster.fail_next("n0", "Produce", *[UnavailableError("down")] * 3)
+    policy = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=1, attempts_max=3)
+    with make_client(cluster, retry=policy) as client:
+        producer = IdempotentProducer(client, rng=random.Random(3))
+        first_id = producer.producer_id
+        with pytest.raises(UnavailableError):
+            producer.send("t", 0, [b"a"])
+        assert producer.producer_id != first_id
+        assert producer.send("t", 0, [b"b"]) == 0
+
+
+def test_admin_calls(cluster: FakeCluster) -> None:
+    with make_client(cluster) as client:
+        created = client.create_topic("orders", 3, 2, retention_ms=1000)
+        assert created.config.partitions == 3
+        assert created.config.retention_ms == 1000
+        assert next(p.replicas for p in created.partitions) == ("n0", "n1")
+        with pytest.raises(TopicExistsError):
+            client.create_topic("orders", 1, 1)
+        with pytest.raises(InvalidTopicError):
+            client.create_topic("bad/name", 1, 1)
+        assert [t.name for t in client.list_topics()] == ["orders"]
+        assert client.metadata().topic("orders").config.replication_factor == 2
+        description = client.describe_cluster()
+        assert [m.node_id for m in description.members] == ["n0", "n1", "n2"]
+        assert len(description.partitions) == 3
+        member = client.update_node(cluster.address_of("n1"), weight=0.0, zone="zz")
+        assert (member.node_id, member.weight, member.zone) == ("n1", 0.0, "zz")
+        client.delete_topic("orders")
+        assert client.list_topics() == []
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.delete_topic("orders")
+
+
+def test_admin_follows_not_leader_hint(cluster: FakeCluster) -> None:
+    with make_client(cluster) as client:
+        client.metadata()
+        first = client.cache.any_address()
+        cluster.fail_next(
+            next(n for n, node in cluster.nodes.items() if node.address == first),
+            "CreateTopic",
+            NotLeaderError("n2", cluster.address_of("n2")),
+        )
+        client.create_topic("x", 1, 1)
+    assert cluster.calls_to("CreateTopic")[-1] == "n2"
+
+
+def test_request_timeout_maps_back(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    policy = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=1, attempts_max=1)
+    cluster.fail_next("n0", "Produce", RequestTimeoutError("slow"))
+    with make_client(cluster, retry=policy) as client, pytest.raises(RequestTimeoutError):
+        client.produce("t", 0, batch(b"x"))
+
+
+def test_invalid_arguments_are_rejected_locally(cluster: FakeCluster) -> None:
+    with make_client(cluster) as client:
+        with pytest.raises(InvalidInputError):
+            client.produce("t", 0, [])
+        with pytest.raises(InvalidInputError):
+            client.produce("t", 0, batch(b"x"), acks="most")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError):
+            client.fetch("t", 0, -1)
+    with pytest.raises(InvalidInputError):
+        Client("")

@@ -1,0 +1,93 @@
+"""The asyncio shell on real loopback sockets, in one process (``local()`` timing)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+
+from laminar.membership import config as presets
+from laminar.membership.core import LocalMember
+from laminar.membership.member import EventKind, MemberEvent, MemberState, NodeId
+from laminar.membership.shell import MembershipNode, parse_address
+
+KEY = b"shell-test-key"
+DEADLINE_S = 10.0
+
+
+async def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` until it holds; fail after the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def state_of(node: MembershipNode, subject: str) -> MemberState | None:
+    member = node.core.member(NodeId(subject))
+    return None if member is None else member.state
+
+
+async def scenario() -> None:
+    events: list[MemberEvent] = []
+    a = MembershipNode(
+        presets.local(),
+        LocalMember(NodeId("a"), "127.0.0.1:0", "127.0.0.1:9001", 1.0, "z1"),
+        KEY,
+        on_event=events.append,
+    )
+    await a.start()
+    b = MembershipNode(
+        presets.local(),
+        LocalMember(NodeId("b"), "127.0.0.1:0", "127.0.0.1:9002", 1.0, "z2"),
+        KEY,
+        seeds=[a.local.gossip_address],
+    )
+    await b.start()
+    try:
+        await wait_until(lambda: state_of(a, "b") is MemberState.ALIVE, "a sees b")
+        await wait_until(lambda: state_of(b, "a") is MemberState.ALIVE, "b sees a")
+        assert b.core.joined
+
+        # Garbage over UDP and TCP is dropped and counted; the node carries on.
+        host, port = parse_address(a.local.gossip_address)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.sendto(b"\x00" * 40, (host, port))
+            udp.sendto(b"x", (host, port))
+        _, writer = await asyncio.open_connection(host, port)
+        writer.write((1 << 31).to_bytes(4, "big"))  # a length beyond stream_bytes_max
+        await writer.drain()
+        writer.close()
+        await wait_until(
+            lambda: (
+                a.counters().get("dropped_authentication", 0) >= 1
+                and a.counters().get("dropped_truncated", 0) >= 1
+                and a.counters().get("stream_oversized", 0) >= 1
+            ),
+            "garbage counted",
+        )
+
+        # A weight and zone change is gossiped with a higher incarnation.
+        b.update_local(weight=3.0, zone="z9")
+        await wait_until(
+            lambda: (
+                (member := a.core.member(NodeId("b"))) is not None
+                and member.weight == 3.0
+                and member.zone == "z9"
+            ),
+            "update seen",
+        )
+        assert any(e.kind is EventKind.UPDATED and e.member.node_id == "b" for e in events)
+
+        # A graceful stop is a leave, not a death.
+        await b.stop()
+        await wait_until(lambda: state_of(a, "b") is MemberState.LEFT, "b left")
+        assert not any(e.kind is EventKind.DEAD for e in events)
+    finally:
+        await b.stop(leave=False)
+        await a.stop(leave=False)
+
+
+def test_two_shells_join_update_survive_garbage_and_leave() -> None:
+    asyncio.run(scenario())

@@ -1,0 +1,442 @@
+"""The peer transport over real grpc.aio servers on loopback.
+
+Each test is a coroutine run by ``asyncio.run`` (no pytest-asyncio). Waits are on
+conditions with deadlines, never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import grpc
+import pytest
+
+from laminar.replica.coalesce import PeerBundle
+from laminar.replica.messages import AppendRequest, Heartbeat
+from laminar.replica.types import NodeId
+from laminar.server.transport import (
+    LinkState,
+    PeerServicer,
+    PeerTransport,
+    TransportConfig,
+    server_options,
+)
+from laminar.server.wire import WireLimits, encode_bundle
+from laminar.v1 import laminar_pb2, laminar_pb2_grpc
+
+DEADLINE_S = 10.0
+CONFIG = TransportConfig(
+    connect_timeout_ms=300,
+    backoff_initial_ms=10,
+    backoff_max_ms=100,
+    keepalive_time_ms=1_000,
+    keepalive_timeout_ms=1_000,
+)
+CLUSTER = "cluster-1"
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    @functools.wraps(test)
+    def wrapper() -> None:
+        async def bounded() -> None:
+            async with asyncio.timeout(DEADLINE_S * 3):
+                await test()
+
+        asyncio.run(bounded())
+
+    return wrapper
+
+
+def bundle(number: int) -> PeerBundle:
+    return PeerBundle(((("events", 0), Heartbeat(1, NodeId("a"), number)),), ())
+
+
+def number_of(received: PeerBundle) -> int:
+    (_, message) = received.heartbeats[0]
+    assert isinstance(message, Heartbeat)
+    return message.commit_offset
+
+
+class Node:
+    """A transport with its own gRPC server; records what it receives."""
+
+    def __init__(self, node_id: str, cluster_id: str = CLUSTER, **options: Any) -> None:
+        self.received: list[tuple[str, PeerBundle]] = []
+        self._waiters: list[tuple[Callable[[], bool], asyncio.Event]] = []
+        self.transport = PeerTransport(
+            node_id, cluster_id, self._on_bundle, config=options.pop("config", CONFIG), **options
+        )
+        self.server: Any = None
+        self.port = 0
+
+    def _on_bundle(self, source: str, received: PeerBundle) -> None:
+        self.received.append((source, received))
+        for predicate, event in self._waiters:
+            if predicate():
+                event.set()
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Wait, with a deadline, until ``predicate`` holds after some delivery."""
+        if predicate():
+            return
+        event = asyncio.Event()
+        self._waiters.append((predicate, event))
+        try:
+            await asyncio.wait_for(event.wait(), DEADLINE_S)
+        finally:
+            self._waiters.remove((predicate, event))
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def numbers(self) -> list[int]:
+        return [number_of(received) for _, received in self.received]
+
+    async def start(self, servicer: Any = None) -> None:
+        self.server = grpc.aio.server(options=server_options(CONFIG))
+        laminar_pb2_grpc.add_PeerServicer_to_server(
+            servicer or PeerServicer(self.transport), self.server
+        )
+        self.port = self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        assert self.port
+        await self.server.start()
+
+    async def stop(self) -> None:
+        await self.server.stop(grace=None)
+
+    async def close(self) -> None:
+        await self.transport.close()
+        if self.server is not None:
+            await self.stop()
+
+
+async def eventually(predicate: Callable[[], bool], what: str) -> None:
+    """Poll a condition on state that has no event of its own, with a deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+async def send_until_received(sender: Node, receiver: Node, number: int) -> None:
+    """Resend (as consensus would) until one copy arrives."""
+
+    async def keep_sending() -> None:
+        while True:
+            sender.transport.send("b", receiver.address, bundle(number))
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(keep_sending())
+    try:
+        await receiver.until(lambda: number in receiver.numbers())
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+def free_port() -> int:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        port: int = listener.getsockname()[1]
+        return port
+
+
+# ---------------------------------------------------------------- tests
+
+
+@run
+async def test_bundles_arrive_in_order() -> None:
+    a, b = Node("a"), Node("b")
+    await b.start()
+    try:
+        for number in range(300):
+            a.transport.send("b", b.address, bundle(number))
+        await b.until(lambda: len(b.received) == 300)
+        assert b.numbers() == list(range(300))
+        assert {source for source, _ in b.received} == {"a"}
+        assert b.received[7][1] == bundle(7)
+        assert a.transport.counters.sent == 300
+        assert a.transport.counters.dropped_full == 0
+        assert b.transport.counters.received == 300
+        assert a.transport.link_state("b") is LinkState.CONNECTED
+    finally:
+        await a.close()
+        await b.close()
+
+
+@run
+async def test_large_appends_arrive_intact() -> None:
+    a, b = Node("a"), Node("b")
+    await b.start()
+    batches = [bytes([number]) * 100_000 for number in range(20)]
+    try:
+        for number, batch in enumerate(batches):
+            append = AppendRequest(1, NodeId("a"), number, 1, batch, number + 1, 0)
+            a.transport.send("b", b.address, PeerBundle((), ((("t", 3), append),)))
+        await b.until(lambda: len(b.received) == 20)
+        got = [received.messages[0][1] for _, received in b.received]
+        assert [message.batches for message in got if isinstance(message, AppendRequest)] == (
+            batches
+        )
+    finally:
+        await a.close()
+        await b.close()
+
+
+@run
+async def test_restarted_peer_gets_later_bundles() -> None:
+    a, b = Node("a"), Node("b")
+    await b.start()
+    try:
+        await send_until_received(a, b, 1)
+        await b.stop()
+        await eventually(
+            lambda: a.transport.link_state("b") is not LinkState.CONNECTED, "stream to end"
+        )
+        # While b is down, bundles are dropped, or queued while a connects.
+        for number in range(100, 110):
+            a.transport.send("b", b.address, bundle(number))
+        await b.start()  # same port
+        await send_until_received(a, b, 2)
+        for number in range(3, 50):
+            a.transport.send("b", b.address, bundle(number))
+        await b.until(lambda: 49 in b.numbers())
+        after = [number for number in b.numbers() if 3 <= number < 50]
+        assert after == list(range(3, 50))
+    finally:
+        await a.close()
+        await b.close()
+
+
+@run
+async def test_unreachable_peer_drops_and_counts() -> None:
+    a = Node("a")
+    address = f"127.0.0.1:{free_port()}"
+    try:
+        a.transport.send("b", address, bundle(0))
+        await eventually(lambda: a.transport.link_state("b") is LinkState.BACKOFF, "backoff")
+        counters = a.transport.counters
+        assert counters.dropped_unreachable >= 1
+        assert counters.sent == 0
+    finally:
+        await a.close()
+
+
+@run
+async def test_address_change_reconnects_to_new_address() -> None:
+    a, b = Node("a"), Node("b")
+    await b.start()
+    try:
+        a.transport.send("b", f"127.0.0.1:{free_port()}", bundle(0))
+        await eventually(lambda: a.transport.link_state("b") is LinkState.BACKOFF, "backoff")
+        a.transport.send("b", b.address, bundle(1))
+        await b.until(lambda: 1 in b.numbers())
+        assert b.numbers() == [1]
+    finally:
+        await a.close()
+        await b.close()
+
+
+@run
+async def test_full_queue_drops_and_counts() -> None:
+    a, b = Node("a", config=TransportConfig(queue_max=8)), Node("b")
+    await b.start()
+    try:
+        # Nothing runs between these sends: the link task has not started yet.
+        for number in range(50):
+            a.transport.send("b", b.address, bundle(number))
+        assert a.transport.counters.dropped_full == 42
+        await b.until(lambda: len(b.received) == 8)
+        assert b.numbers() == list(range(8))
+    finally:
+        await a.close()
+        await b.close()
+
+
+@run
+async def test_wrong_cluster_is_rejected() -> None:
+    a, b = Node("a", cluster_id="other-cluster"), Node("b")
+    await b.start()
+    try:
+        a.transport.send("b", b.address, bundle(0))
+        await eventually(lambda: b.transport.counters.rejected_cluster >= 1, "rejection")
+        await eventually(lambda: a.transport.link_state("b") is LinkState.BACKOFF, "stream end")
+        assert b.received == []
+        assert b.transport.counters.received == 0
+    finally:
+        await a.close()
+        await b.close()
+
+
+@run
+async def test_wrong_cluster_aborts_with_failed_precondition() -> None:
+    b = Node("b")
+    await b.start()
+    try:
+        async with grpc.aio.insecure_channel(b.address) as channel:
+            stub = laminar_pb2_grpc.PeerStub(channel)
+            call = stub.Replicate()
+            frame = laminar_pb2.PeerFrame(
+                cluster_id="other", source="x", bundle=encode_bundle(bundle(0))
+            )
+            await call.write(frame)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call
+            assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "cluster" in (caught.value.details() or "")
+        assert b.received == []
+    finally:
+        await b.close()
+
+
+@run
+async def test_malformed_frames_do_not_kill_the_stream() -> None:
+    b = Node("b")
+    await b.start()
+    try:
+        async with grpc.aio.insecure_channel(b.address) as channel:
+            stub = laminar_pb2_grpc.PeerStub(channel)
+            call = stub.Replicate()
+            good = encode_bundle(bundle(1))
+            for data, source in (
+                (b"garbage", "x"),
+                (good[:-1], "x"),
+                (b"", "x"),
+                (good, ""),
+                (good, "x"),
+                (encode_bundle(bundle(2)), "x"),
+            ):
+                await call.write(
+                    laminar_pb2.PeerFrame(cluster_id=CLUSTER, source=source, bundle=data)
+                )
+            await b.until(lambda: len(b.received) == 2)
+            await call.done_writing()
+            assert await call == laminar_pb2.PeerAck()
+        assert b.numbers() == [1, 2]
+        assert b.transport.counters.rejected_malformed == 4
+        assert b.transport.counters.received == 2
+    finally:
+        await b.close()
+
+
+@run
+async def test_failing_handler_does_not_kill_the_stream() -> None:
+    calls: list[PeerBundle] = []
+    done = asyncio.Event()
+
+    def on_bundle(source: str, received: PeerBundle) -> None:
+        calls.append(received)
+        if len(calls) == 3:
+            done.set()
+        raise RuntimeError("handler bug")
+
+    a, b = Node("a"), Node("b")
+    b.transport = PeerTransport("b", CLUSTER, on_bundle, config=CONFIG)
+    await b.start()
+    try:
+        for number in range(3):
+            a.transport.send("b", b.address, bundle(number))
+        await asyncio.wait_for(done.wait(), DEADLINE_S)
+        assert [number_of(received) for received in calls] == [0, 1, 2]
+        assert b.transport.counters.handler_errors == 3
+    finally:
+        await a.close()
+        await b.close()
+
+
+@run
+async def test_oversized_bundles_are_split_or_dropped() -> None:
+    limits = WireLimits(bundle_bytes_max=10_000, batch_bytes_max=10_000)
+    config = TransportConfig(limits=limits)
+    a, b = Node("a", config=config), Node("b", config=config)
+    await b.start()
+    try:
+        appends = tuple(
+            (("t", number), AppendRequest(1, NodeId("a"), 0, -1, b"x" * 4000, 1, 0))
+            for number in range(5)
+        )
+        beats = bundle(7).heartbeats
+        a.transport.send("b", b.address, PeerBundle(beats, appends))
+        big = AppendRequest(1, NodeId("a"), 0, -1, b"x" * 20_000, 1, 0)
+        a.transport.send("b", b.address, PeerBundle((), ((("t", 9), big),)))
+        assert a.transport.counters.dropped_oversized == 1
+        await b.until(lambda: sum(len(received) for _, received in b.received) == 6)
+        items = [item for _, received in b.received for item in received.items()]
+        assert items == PeerBundle(beats, appends).items()
+        assert len(b.received) > 1
+    finally:
+        await a.close()
+        await b.close()
+
+
+@run
+async def test_fetch_metadata_is_unimplemented_unless_provided() -> None:
+    async def fetch(request: laminar_pb2.FetchRequest, context: Any) -> laminar_pb2.FetchResponse:
+        return laminar_pb2.FetchResponse()
+
+    plain, served = Node("plain"), Node("served")
+    await plain.start()
+    await served.start(PeerServicer(served.transport, fetch_metadata=fetch))
+    try:
+        for node, expected in ((plain, grpc.StatusCode.UNIMPLEMENTED), (served, None)):
+            async with grpc.aio.insecure_channel(node.address) as channel:
+                stub = laminar_pb2_grpc.PeerStub(channel)
+                try:
+                    answer = await stub.FetchMetadata(laminar_pb2.FetchRequest())
+                    assert expected is None
+                    assert answer == laminar_pb2.FetchResponse()
+                except grpc.aio.AioRpcError as error:
+                    assert error.code() == expected
+    finally:
+        await plain.close()
+        await served.close()
+
+
+@run
+async def test_forget_and_close_leave_no_tasks() -> None:
+    a, b = Node("a"), Node("b")
+    await b.start()
+    try:
+        await send_until_received(a, b, 1)
+        a.transport.send("c", f"127.0.0.1:{free_port()}", bundle(0))
+        a.transport.forget("b")
+        assert a.transport.link_state("b") is None
+        a.transport.send("b", b.address, bundle(5))
+        await b.until(lambda: 5 in b.numbers())
+    finally:
+        await a.close()
+        await b.close()
+    assert a.transport.link_state("b") is None
+    a.transport.send("b", b.address, bundle(6))  # after close: dropped, no new task
+    # The transport's own tasks are gone. (gRPC's server may still be finishing its
+    # handler tasks after stop(); those are not the transport's.)
+    current = asyncio.current_task()
+    pending = [
+        task
+        for task in asyncio.all_tasks()
+        if task is not current and task.get_name().startswith("laminar-peer-link")
+    ]
+    assert pending == []
+
+
+def test_config_is_checked() -> None:
+    from laminar.errors import ConfigError
+
+    for bad in (
+        {"queue_max": 0},
+        {"connect_timeout_ms": 0},
+        {"backoff_initial_ms": 0},
+        {"backoff_initial_ms": 10, "backoff_max_ms": 5},
+        {"keepalive_time_ms": 0},
+    ):
+        with pytest.raises(ConfigError):
+            TransportConfig(**bad)
+    assert TransportConfig.local().backoff_max_ms < TransportConfig().backoff_max_ms
