@@ -29,6 +29,9 @@ check: lint typecheck generated-check
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+demo: $(STAMP)
+	scripts/demo.sh
+
 bench: $(STAMP)
 	$(BIN)/python -m bench.segment_bench --quick
 	$(BIN)/python -m bench.placement_bench

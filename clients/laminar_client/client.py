@@ -112,6 +112,10 @@ class _Deadline:
         return self._at_s - self._clock()
 
 
+_FAILED_ADDRESS_S = 5.0
+"""A node that failed a call is skipped by :meth:`MetadataCache.any_address` this long."""
+
+
 class MetadataCache:
     """The client's view of the cluster, refreshed from any reachable node.
 
@@ -138,6 +142,7 @@ class MetadataCache:
         self._stale = True
         self._last_good_address: str | None = None
         self._leader_hints: dict[tuple[str, int], str] = {}
+        self._failed_at_s: dict[str, float] = {}
 
     def get(self, timeout_s: float) -> ClusterMetadata:
         """The current snapshot, refreshed first if missing, stale or invalidated."""
@@ -183,15 +188,26 @@ class MetadataCache:
             self._stale = True
 
     def any_address(self) -> str:
-        """A node to send a call that any node can answer."""
+        """A node to send a call that any node can answer.
+
+        The last node that answered; else the known nodes in turn, skipping those
+        that failed recently (all of them failed: the one that failed longest ago).
+        """
         with self._lock:
             if self._last_good_address is not None:
                 return self._last_good_address
-        return self._bootstrap[0]
+            failed = dict(self._failed_at_s)
+        candidates = self._candidates()
+        now = self._clock()
+        healthy = [a for a in candidates if now - failed.get(a, -1e9) > _FAILED_ADDRESS_S]
+        if healthy:
+            return healthy[0]
+        return min(candidates, key=lambda a: failed.get(a, -1e9))
 
     def forget_address(self, address: str) -> None:
         """``address`` failed: prefer another node and drop hints that point at it."""
         with self._lock:
+            self._failed_at_s[address] = self._clock()
             if self._last_good_address == address:
                 self._last_good_address = None
             self._leader_hints = {
