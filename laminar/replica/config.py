@@ -56,6 +56,12 @@ class ReplicaConfig:
     transfer_timeout_ms: int = 2000
     """A leadership transfer that has not completed by then is abandoned."""
 
+    quiesce: bool = True
+    """An idle partition whose replicas all hold the whole committed log stops
+    heartbeating (like CockroachDB's quiesced ranges), so idle partitions cost
+    nothing. Its followers then rely on membership (``hint_leader_dead``) to learn
+    that the leader died; any write, or a vote request, wakes the group."""
+
     def __post_init__(self) -> None:
         if not 0 < self.election_timeout_min_ms < self.election_timeout_max_ms:
             raise ConfigError("need 0 < election_timeout_min_ms < election_timeout_max_ms")

@@ -109,6 +109,7 @@ CONTROL_CONFIG = b"config"
 _STATE_VERSION = 1
 _BOOTSTRAP_OFFSET = -1  # the configuration a group was created with precedes its log
 _NEVER = -(2**62)
+_QUIESCED_WAKE_MS = 60_000  # a quiesced replica still ticks now and then (cheaply)
 
 
 class _Mode(Enum):
@@ -127,6 +128,7 @@ class _Progress:
     waiting_since_ms: int = 0
     heard_ms: int = _NEVER
     reported_end: int = -1
+    reported_watermark: int = -1
 
 
 @dataclass(slots=True, order=True)
@@ -186,7 +188,7 @@ class ReplicaCore:
         if saved is None:
             if initial is not None:
                 self._configs.append((_BOOTSTRAP_OFFSET, initial))
-            self._save_state()
+            self._save_state(now=True)
         else:
             self._load_state(saved)
         end = storage.end_offset
@@ -201,6 +203,10 @@ class ReplicaCore:
         self._durable_end = end
         self._leader_heard_ms = _NEVER
         self._election_deadline = now_ms + self._election_timeout()
+        if saved is None and initial is not None and initial.voters[:1] == (node_id,):
+            # A new group: its first founder campaigns at once, the others wait their
+            # timeouts, so that creating many partitions does not split votes.
+            self._election_deadline = now_ms
         self._votes: set[NodeId] = set()
 
         # leader state
@@ -224,17 +230,32 @@ class ReplicaCore:
         self._reported_watermark = self.high_watermark
         self._removed = False
         self._transfer_backoff_until = 0
+        self._quiesced = False
 
     # ------------------------------------------------------------------ state
 
-    def _save_state(self) -> None:
-        state = {
-            "v": _STATE_VERSION,
-            "term": self.term,
-            "vote": self.voted_for,
-            "configs": [[o, list(c.voters), list(c.learners)] for o, c in self._configs],
-        }
-        self._storage.save_state(msgpack.packb(state))
+    def _save_state(self, *, now: bool = False) -> None:
+        """Persist term, vote and configurations.
+
+        Term and vote changes are *staged*: the shell's next ``sync()`` (which the
+        ``Ready`` carrying any dependent message asks for) makes them durable, off
+        the event loop. Configuration changes and truncations that drop one are
+        written at once (``now``): the log's pages may reach the disk before the
+        next sync, and the state must never miss a configuration the log holds.
+        """
+        state = msgpack.packb(
+            {
+                "v": _STATE_VERSION,
+                "term": self.term,
+                "vote": self.voted_for,
+                "configs": [[o, list(c.voters), list(c.learners)] for o, c in self._configs],
+            }
+        )
+        if now:
+            self._storage.save_state(state)
+        else:
+            self._storage.stage_state(state)
+            self._appended = True  # the next Ready must sync
 
     def _load_state(self, saved: bytes) -> None:
         state = msgpack.unpackb(saved)
@@ -303,10 +324,14 @@ class ReplicaCore:
     def _is_voter(self) -> bool:
         return self.node_id in self._voters()
 
+    @property
+    def quiesced(self) -> bool:
+        return self._quiesced
+
     def next_wake_ms(self) -> int:
         """When :meth:`tick` should next be called."""
-        if self._removed:
-            return self._now + self._config.election_timeout_max_ms
+        if self._removed or self._quiesced:
+            return self._now + _QUIESCED_WAKE_MS
         if self.role is Role.LEADER:
             return self._heartbeat_due
         return self._election_deadline
@@ -336,6 +361,7 @@ class ReplicaCore:
             self._replies.append(reply)
 
     def _propose(self, request_id: int, batch: Buffer, acks: Acks) -> ProduceReply | None:
+        self._wake()
         if self.role is not Role.LEADER:
             return ProduceReply(request_id, ProduceStatus.NOT_LEADER, leader_hint=self.leader)
         if self._transfer_to is not None:
@@ -408,11 +434,13 @@ class ReplicaCore:
         if target != self._target:
             self._target = target or None
             self._target_since_ms = now_ms
+            self._wake()
 
     def hint_leader_dead(self, now_ms: int) -> None:
         """Membership says the leader is dead: forget its lease and campaign soon."""
         self._now = now_ms
         if self.role in (Role.FOLLOWER, Role.PRE_CANDIDATE) and not self._removed:
+            self._quiesced = False
             self._leader_heard_ms = _NEVER
             # A random head start, so that survivors told at once do not split the vote.
             spread = self._rng.randint(0, self._config.election_timeout_min_ms // 2)
@@ -428,6 +456,7 @@ class ReplicaCore:
             or target not in self._progress
         ):
             return False
+        self._wake()
         self._transfer_to = target
         self._transfer_deadline = now_ms + self._config.transfer_timeout_ms
         self._timeout_now_sent = False
@@ -518,16 +547,27 @@ class ReplicaCore:
                 header.producer_id, header.base_sequence, header.record_count, header.base_offset
             )
             return
-        decoded = decode_batch(batch, verify=False, limits=self._limits)
-        if decoded.keys[0] == CONTROL_CONFIG:
-            value = decoded.values[0]
-            assert value is not None
-            config = _decode_config(value)
-            self._configs.append((header.base_offset, config))
-            self._save_state()
+        config = self._config_in(header, batch)
+        if config is not None:
+            assert self._configs and self._configs[-1] == (header.base_offset, config)
             self._events.append(ConfigChanged(config, header.base_offset))
             if self.role is Role.LEADER:
                 self._leader_config_changed(config)
+
+    def _config_in(self, header: BatchHeader, batch: Buffer) -> GroupConfig | None:
+        if not header.is_control:
+            return None
+        decoded = decode_batch(batch, verify=False, limits=self._limits)
+        if decoded.keys[0] != CONTROL_CONFIG:
+            return None
+        value = decoded.values[0]
+        assert value is not None
+        return _decode_config(value)
+
+    def _record_config(self, base_offset: int, config: GroupConfig) -> None:
+        """Save a configuration entry durably *before* its batch is appended."""
+        self._configs.append((base_offset, config))
+        self._save_state(now=True)
 
     def _truncate(self, offset: int) -> None:
         assert offset >= self.high_watermark, (
@@ -540,7 +580,7 @@ class ReplicaCore:
         kept = [(o, c) for o, c in self._configs if o < offset]
         if len(kept) != len(self._configs):
             self._configs = kept
-            self._save_state()
+            self._save_state(now=True)
             config = self.group_config
             if config is not None:
                 self._events.append(ConfigChanged(config, self._configs[-1][0]))
@@ -645,6 +685,12 @@ class ReplicaCore:
             if peer != self.node_id:
                 self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
         self._departing.clear()
+        if len(self._configs) > 1:
+            # Members the latest change removed may not know yet: keep telling them.
+            for peer in self._configs[-2][1].members:
+                if peer != self.node_id and peer not in self._progress:
+                    self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+                    self._departing[peer] = -1
         self._transfer_to = None
         self._term_start_offset = end
         noop = encode_control_batch(CONTROL_NOOP, b"", self._now)
@@ -661,7 +707,11 @@ class ReplicaCore:
     def _leader_config_changed(self, config: GroupConfig) -> None:
         end = self._storage.end_offset
         for peer in config.members:
-            if peer != self.node_id and peer not in self._progress:
+            if peer == self.node_id:
+                continue
+            if peer not in self._progress or peer in self._departing:
+                # New, or re-added while its removal was still being told: it may
+                # have deleted its replica since, so nothing it held is assumed.
                 self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
             self._departing.pop(peer, None)
         for peer in list(self._progress):
@@ -674,6 +724,8 @@ class ReplicaCore:
     def _leader_tick(self) -> None:
         now = self._now
         self._heartbeat_due = now + self._config.heartbeat_interval_ms
+        if self._quiesced:
+            return
         if (
             self._config.check_quorum
             and now - self._leader_since_ms >= self._config.election_timeout_max_ms
@@ -686,18 +738,22 @@ class ReplicaCore:
             self._transfer_to = None  # abandoned; proposals resume
             self._transfer_backoff_until = now + 5 * self._config.transfer_timeout_ms
         retransmit_ms = self._config.election_timeout_min_ms // 2
-        for peer, progress in self._progress.items():
+        for progress in self._progress.values():
             if progress.inflight and now - progress.waiting_since_ms >= retransmit_ms:
                 # Requests (or their answers) were lost: find the follower's end again.
                 progress.inflight.clear()
                 progress.mode = _Mode.PROBE
                 if progress.match_offset >= 0:
                     progress.next_offset = progress.match_offset
+        quiesce = self._may_quiesce()
+        for peer, progress in self._progress.items():
             commit = min(self.high_watermark, max(progress.match_offset, 0))
             member = self._departing.get(peer, -1) < 0  # still in, or removal uncommitted
-            self._messages.append(
-                Outbound(peer, Heartbeat(self.term, self.node_id, commit, member=member))
-            )
+            heartbeat = Heartbeat(self.term, self.node_id, commit, member=member, quiesce=quiesce)
+            self._messages.append(Outbound(peer, heartbeat))
+        if quiesce:
+            self._quiesced = True
+            return
         self._expire_departing()
         self._maybe_reconfigure()
         self._maybe_prefer_leader()
@@ -815,6 +871,47 @@ class ReplicaCore:
         if progress is not None:
             progress.heard_ms = self._now
             progress.reported_end = response.end_offset
+            progress.reported_watermark = response.high_watermark
+
+    def _may_quiesce(self) -> bool:
+        """Idle, settled, and every peer holds the whole log and knows it is committed."""
+        if (
+            not self._config.quiesce
+            or self._pending
+            or self._transfer_to is not None
+            or self._departing
+            or not self._stable_leader()
+        ):
+            return False
+        end = self._storage.end_offset
+        if self.high_watermark != end or self._durable_end != end:
+            return False
+        config = self.group_config
+        target = self._target
+        if config is None or config.learners:
+            return False
+        if target is not None and (set(target) != set(config.voters) or target[0] != self.node_id):
+            return False  # reconfiguration or a preferred-leader transfer is due
+        return all(
+            progress.match_offset == end
+            and progress.reported_watermark == end
+            and not progress.inflight
+            for progress in self._progress.values()
+        )
+
+    def _wake(self) -> None:
+        """Leave quiescence: the leader heartbeats again, followers expect it."""
+        if not self._quiesced:
+            return
+        self._quiesced = False
+        if self.role is Role.LEADER:
+            self._heartbeat_due = self._now
+            self._leader_since_ms = self._now  # check-quorum starts counting afresh
+            for progress in self._progress.values():
+                progress.heard_ms = self._now
+                progress.reported_watermark = -1
+        else:
+            self._election_deadline = self._now + self._election_timeout()
 
     def _maybe_commit(self) -> None:
         voters = self._voters()
@@ -926,6 +1023,7 @@ class ReplicaCore:
             return
         _LOG.info("%s: configuration %s -> %s", self.node_id, config, change)
         batch = encode_config(change, self._now)
+        self._record_config(self._storage.end_offset, change)
         base = self._storage.append(batch, term=self.term)
         self._note_appended(parse_header(batch)._replace(base_offset=base, term=self.term), batch)
 
@@ -955,11 +1053,12 @@ class ReplicaCore:
 
     # ------------------------------------------------------------------ follower
 
-    def _heard_from_leader(self, term: int, leader: NodeId) -> None:
+    def _heard_from_leader(self, term: int, leader: NodeId, *, quiesce: bool = False) -> None:
         if term > self.term or self.role is not Role.FOLLOWER or self.leader != leader:
             self._become_follower(term, leader)
         self._leader_heard_ms = self._now
         self._election_deadline = self._now + self._election_timeout()
+        self._quiesced = quiesce and self._config.quiesce
 
     def _on_append(self, request: AppendRequest) -> None:
         if request.term < self.term:
@@ -1029,6 +1128,9 @@ class ReplicaCore:
                 if self._epochs.term_at(header.base_offset) == header.term:
                     continue  # already held: same term and offset means the same batch
                 self._truncate(header.base_offset)
+            config = self._config_in(header, batch)
+            if config is not None:
+                self._record_config(header.base_offset, config)
             self._storage.append_stamped(batch)
             self._note_appended(header, batch)
 
@@ -1058,17 +1160,17 @@ class ReplicaCore:
                 )
             )
             return
-        self._heard_from_leader(heartbeat.term, heartbeat.leader)
         commit = min(heartbeat.commit_offset, self._storage.end_offset)
         self.high_watermark = max(self.high_watermark, commit)
+        # Quiesce only when this replica holds everything the leader committed.
+        quiesce = heartbeat.quiesce and commit == heartbeat.commit_offset
+        self._heard_from_leader(heartbeat.term, heartbeat.leader, quiesce=quiesce)
         if not heartbeat.member:
             self._check_removed()
-        self._messages.append(
-            Outbound(
-                heartbeat.leader,
-                HeartbeatResponse(self.term, self.node_id, self._storage.end_offset),
-            )
+        response = HeartbeatResponse(
+            self.term, self.node_id, self._storage.end_offset, self.high_watermark
         )
+        self._messages.append(Outbound(heartbeat.leader, response))
 
     def _on_timeout_now(self, message: TimeoutNow) -> None:
         if message.term != self.term or not self._is_voter() or self.role is Role.LEADER:
@@ -1080,8 +1182,8 @@ class ReplicaCore:
     # ------------------------------------------------------------------ votes
 
     def _in_lease(self) -> bool:
-        if self.role is Role.LEADER:
-            return True
+        if self.role is Role.LEADER or self._quiesced:
+            return True  # quiesced: membership tells us when the leader dies
         return (
             self.leader is not None
             and self._now - self._leader_heard_ms < self._config.election_timeout_min_ms
@@ -1094,6 +1196,8 @@ class ReplicaCore:
         )
 
     def _on_vote_request(self, request: VoteRequest) -> None:
+        if self.role is Role.LEADER and request.candidate in self._progress:
+            self._wake()  # a member that lost track of us (e.g. it restarted)
         if request.term > self.term and not request.transfer and self._in_lease():
             self._vote(request, granted=False)
             return

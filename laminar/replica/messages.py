@@ -78,6 +78,9 @@ class Heartbeat:
     leader: NodeId
     commit_offset: int
     member: bool = True
+    quiesce: bool = False
+    """The partition is idle and every replica holds the whole committed log: stop
+    expecting heartbeats until the next message (membership watches the leader)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,7 @@ class HeartbeatResponse:
     term: int
     follower: NodeId
     end_offset: int
+    high_watermark: int = -1
 
 
 @dataclass(frozen=True, slots=True)

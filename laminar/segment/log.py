@@ -149,6 +149,7 @@ class SegmentLog:
         # Group commit: _written counts appends; _synced the appends known durable.
         self._sync_condition = threading.Condition(threading.Lock())
         self._written = 0
+        self._staged_state: bytes | None = None  # written by the next sync()
         self._synced = 0
         self._syncing = False
         self._last_sync_ms = clock_ms()
@@ -452,6 +453,9 @@ class SegmentLog:
         with self._lock:
             self._check_open()
             ticket = self._written
+            staged, self._staged_state = self._staged_state, None
+        if staged is not None:
+            self._write_state(staged)
         self._sync_through(ticket)
 
     def _roll_locked(self) -> _Segment:
@@ -729,6 +733,15 @@ class SegmentLog:
     def save_state(self, state: bytes) -> None:
         with self._lock:
             self._check_open()
+            self._staged_state = None
+        self._write_state(state)
+
+    def stage_state(self, state: bytes) -> None:
+        with self._lock:
+            self._check_open()
+            self._staged_state = bytes(state)
+
+    def _write_state(self, state: bytes) -> None:
         path = os.path.join(self._directory, _STATE_FILE)
         temporary = path + ".tmp"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -743,6 +756,8 @@ class SegmentLog:
     def load_state(self) -> bytes | None:
         with self._lock:
             self._check_open()
+            if self._staged_state is not None:
+                return self._staged_state
         try:
             with open(os.path.join(self._directory, _STATE_FILE), "rb") as file:
                 return file.read()

@@ -38,6 +38,7 @@ class MemoryLog:
         self._terms: list[int] = []
         self._synced_count = 0
         self._state: bytes | None = None
+        self._staged_state: bytes | None = None  # written by the next sync()
         self._closed = False
 
     # ------------------------------------------------------------------ properties
@@ -139,15 +140,22 @@ class MemoryLog:
 
     def sync(self) -> None:
         self._check_open()
+        if self._staged_state is not None:
+            self._state, self._staged_state = self._staged_state, None
         self._synced_count = len(self._batches)
 
     def save_state(self, state: bytes) -> None:
         self._check_open()
         self._state = bytes(state)
+        self._staged_state = None
+
+    def stage_state(self, state: bytes) -> None:
+        self._check_open()
+        self._staged_state = bytes(state)
 
     def load_state(self) -> bytes | None:
         self._check_open()
-        return self._state
+        return self._state if self._staged_state is None else self._staged_state
 
     def crash(self) -> MemoryLog:
         """A new log holding what survives a power loss now: synced batches and state."""

@@ -80,6 +80,14 @@ class LogStorage(Protocol):
         """Durably and atomically replace the small consensus state (term, vote)."""
         ...
 
+    def stage_state(self, state: bytes) -> None:
+        """Replace the consensus state, durably and atomically at the next :meth:`sync`.
+
+        :meth:`load_state` returns it at once; a crash before the sync keeps the
+        previous state. ``sync`` writes the state before it syncs the log.
+        """
+        ...
+
     def load_state(self) -> bytes | None:
         """The last saved consensus state, or None."""
         ...

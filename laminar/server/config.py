@@ -49,6 +49,10 @@ class NodeConfig:
     preset: str = "local"
     replica: ReplicaConfig = field(default_factory=ReplicaConfig.local)
     membership: MembershipConfig = field(default_factory=membership_presets.local)
+    dead_grace_ms: int = 10_000
+    """How long placement keeps a member that membership declared dead (a restart
+    or a false suspicion should not move its replicas); after it, the member's
+    replicas are replaced. A member that left gracefully is replaced at once."""
     produce_timeout_ms: int = 10_000
     """Default time a produce waits for its acknowledgement."""
     fetch_bytes_max: int = 16 * 1024 * 1024
@@ -69,6 +73,8 @@ class NodeConfig:
             raise ConfigError(f"weight must be a finite number >= 0, got {self.weight}")
         if self.preset not in PRESETS:
             raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if self.dead_grace_ms < 0:
+            raise ConfigError("dead_grace_ms must be >= 0")
         if self.produce_timeout_ms <= 0 or self.fetch_wait_ms_max < 0:
             raise ConfigError("produce_timeout_ms must be > 0 and fetch_wait_ms_max >= 0")
         if not 0 < self.fetch_bytes_max <= self.request_bytes_max:
@@ -109,6 +115,7 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "fsync": bool,
     "preset": str,
     "produce_timeout_ms": int,
+    "dead_grace_ms": int,
     "fetch_bytes_max": int,
     "fetch_wait_ms_max": int,
     "request_bytes_max": int,

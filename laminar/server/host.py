@@ -32,10 +32,10 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from laminar.errors import (
-    InvalidInputError,
     NotLeaderError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    RecordFormatError,
     RequestTimeoutError,
     UnavailableError,
     UnknownTopicOrPartitionError,
@@ -197,6 +197,8 @@ class ReplicaHost:
             return
         self._close_replica(replica)
         shutil.rmtree(replica.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the topic's directory, once it is empty
+            os.rmdir(os.path.dirname(replica.directory))
         _LOG.info("replica deleted %s/%d", *key)
 
     def _close_replica(self, replica: Replica) -> None:
@@ -430,4 +432,4 @@ def _result(reply: ProduceReply, batch: bytes) -> ProduceResult:
         raise OutOfOrderSequenceError(
             header.producer_id, header.base_sequence, reply.expected_sequence
         )
-    raise InvalidInputError(reply.detail or "invalid batch")
+    raise RecordFormatError(reply.detail or "invalid batch")

@@ -35,11 +35,11 @@ from grpc_reflection.v1alpha import reflection
 
 from laminar.errors import ClusterIdMismatchError, ConfigError
 from laminar.membership import EventKind, LocalMember, MemberEvent, MemberState
-from laminar.membership.shell import MembershipNode
 from laminar.placement import PlacementMember, partition_key, replicas
 from laminar.replica.types import GroupConfig, NodeId
 from laminar.segment.config import LogConfig
 from laminar.server.config import NodeConfig
+from laminar.server.gossip import ThreadedMembership
 from laminar.server.host import PartitionKey, ReplicaHost
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
@@ -120,7 +120,9 @@ class Node:
         self.identity = Identity.load_or_create(config)
         self.node_id = self.identity.node_id
         self.metadata = MetadataState()
-        self.membership: MembershipNode | None = None
+        self.membership: ThreadedMembership | None = None
+        self._dead_since: dict[str, float] = {}
+        self._replan_handle: asyncio.TimerHandle | None = None
         self.host: ReplicaHost | None = None
         self.transport: PeerTransport | None = None
         self.server: grpc.aio.Server | None = None
@@ -145,7 +147,7 @@ class Node:
             _LOG.info("bootstrapping new cluster %s", identity.cluster_id)
         elif identity.cluster_id is None and not config.seeds:
             raise ConfigError("a new node needs --seeds to join, or --bootstrap to start a cluster")
-        self.membership = MembershipNode(
+        self.membership = ThreadedMembership(
             config.membership,
             LocalMember(
                 node_id=self.node_id,  # type: ignore[arg-type]
@@ -297,22 +299,36 @@ class Node:
         if node_id == self.node_id:
             return self.config.grpc
         assert self.membership is not None
-        member = self.membership.core.member(node_id)  # type: ignore[arg-type]
+        member = self.membership.member(node_id)
         return member.grpc_address if member is not None else None
 
     def _on_member_event(self, event: MemberEvent) -> None:
         if self._stopping:
             return
-        _LOG.info("member %s %s", event.member.node_id, event.kind.value)
+        node_id = event.member.node_id
+        _LOG.info("member %s %s", node_id, event.kind.value)
+        loop = asyncio.get_running_loop()
+        if event.kind is EventKind.DEAD:
+            self._dead_since.setdefault(node_id, loop.time())
+            # Placement keeps a dead member for a grace period (a restart, a false
+            # suspicion) before its replicas move; replan when it expires.
+            grace_s = self.config.dead_grace_ms / 1000
+            loop.call_later(grace_s + 0.05, self._replan)
+        elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.LEFT):
+            self._dead_since.pop(node_id, None)
         if event.kind in (EventKind.DEAD, EventKind.LEFT) and self.host is not None:
-            self.host.hint_leader_dead(event.member.node_id)
+            self.host.hint_leader_dead(node_id)
         if self.host is not None:
             self._replan()
 
     def _placement_members(self) -> list[PlacementMember]:
         members = []
+        now = asyncio.get_running_loop().time()
+        grace_s = self.config.dead_grace_ms / 1000
         for member in self.members():
             alive = member.state in (MemberState.ALIVE, MemberState.SUSPECT)
+            if member.state is MemberState.DEAD:
+                alive = now - self._dead_since.get(member.node_id, now) < grace_s
             if member.node_id == self.node_id:
                 alive = True
             members.append(
@@ -359,10 +375,18 @@ class Node:
                 self.host.set_target(key, target)
 
     def _accept_replica(self, key: PartitionKey) -> bool:
-        return key == METADATA_KEY or (
-            key[0] in self.metadata.topics
-            and 0 <= key[1] < self.metadata.topics[key[0]].spec.partitions
-        )
+        """Whether a message for a partition this node lacks may create its replica.
+
+        Only when placement assigns the partition to this node: a leader adding us
+        agrees with our own placement, while messages still in flight to a replica
+        that was just removed (drained, moved) must not resurrect it empty.
+        """
+        if key != METADATA_KEY and (
+            key[0] not in self.metadata.topics
+            or not 0 <= key[1] < self.metadata.topics[key[0]].spec.partitions
+        ):
+            return False
+        return self.node_id in self._targets.get(key, ())
 
     def _on_removed(self, key: PartitionKey) -> None:
         if self.host is not None:

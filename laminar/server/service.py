@@ -9,6 +9,7 @@ with a typed detail (:mod:`laminar.grpc_errors`). An unexpected exception become
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import uuid
@@ -126,7 +127,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
         node = self._node
-        key = self._key(request.topic, request.partition)
+        key = self._key(request.topic, request.partition, internal=True)
         config = node.config
         max_bytes = request.max_bytes or config.fetch_bytes_max
         if max_bytes > config.fetch_bytes_max:
@@ -232,6 +233,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             raise InvalidInputError(f"weight must be a finite number >= 0, got {weight}")
         node.update_self(weight, zone)
         me = next(m for m in node.members() if m.node_id == node.node_id)
+        # The gossip thread applies the change asynchronously: answer with what was set.
+        me = dataclasses.replace(me, weight=node.identity.weight, zone=node.identity.zone)
         return pb.UpdateNodeResponse(member=_member(me))
 
     # ------------------------------------------------------------------ admin
@@ -286,9 +289,11 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
 
     # ------------------------------------------------------------------ helpers
 
-    def _key(self, topic: str, partition: int) -> PartitionKey:
-        if topic == CLUSTER_TOPIC and partition == 0:
-            return METADATA_KEY  # readable like any partition (metadata catch-up)
+    def _key(self, topic: str, partition: int, *, internal: bool = False) -> PartitionKey:
+        """The partition named by a request; ``internal`` allows ``__cluster/0``
+        (readable like any partition, for metadata catch-up; never writable)."""
+        if topic == CLUSTER_TOPIC and partition == 0 and internal:
+            return METADATA_KEY
         state = self._node.metadata.topics.get(topic)
         if state is None:
             raise UnknownTopicOrPartitionError(f"no topic {topic!r}")

@@ -21,7 +21,7 @@ The header is one msgpack array ``[topics, nodes, heartbeats, messages]``:
   message dataclass's field order (:data:`_SCHEMAS`): terms and offsets as ints,
   flags as booleans, node ids as indexes into ``nodes``, and an ``AppendRequest``'s
   ``batches`` as its length in bytes. ``heartbeats`` holds only ``Heartbeat`` and
-  ``HeartbeatResponse`` (compact tuples: 6–7 small items); ``messages`` may hold
+  ``HeartbeatResponse`` (compact tuples: 7–8 small items); ``messages`` may hold
   any message type.
 
 ``blobs`` is the ``batches`` of every ``AppendRequest`` in ``messages``, back to
@@ -134,8 +134,8 @@ _SCHEMA_LIST: Final = (
     _schema(2, VoteResponse, "TNBB"),
     _schema(3, AppendRequest, "TNTTLTT"),
     _schema(4, AppendResponse, "TNBTTTTT"),
-    _schema(5, Heartbeat, "TNTB"),
-    _schema(6, HeartbeatResponse, "TNT"),
+    _schema(5, Heartbeat, "TNTBB"),
+    _schema(6, HeartbeatResponse, "TNTT"),
     _schema(7, TimeoutNow, "TN"),
 )
 _SCHEMAS: Final = {schema.kind: schema for schema in _SCHEMA_LIST}
@@ -202,6 +202,7 @@ def _encode_entry(
             _intern(message.leader, nodes),
             message.commit_offset,
             message.member,
+            message.quiesce,
         ]
     if isinstance(message, HeartbeatResponse) and isinstance(message.follower, str):
         return [
@@ -211,6 +212,7 @@ def _encode_entry(
             message.term,
             _intern(message.follower, nodes),
             message.end_offset,
+            message.high_watermark,
         ]
     schema = _SCHEMA_BY_TYPE.get(message_type)
     if schema is None:
@@ -378,8 +380,8 @@ def _decode_heartbeat(
     if type(entry) is not tuple:
         return None
     length = len(entry)
-    if length == 7:
-        kind, topic, partition, term, node, commit_offset, member = entry
+    if length == 8:
+        kind, topic, partition, term, node, commit_offset, member, quiesce = entry
         if (
             kind == _HEARTBEAT
             and type(kind) is int
@@ -394,12 +396,13 @@ def _decode_heartbeat(
             and type(commit_offset) is int
             and OFFSET_MIN <= commit_offset <= OFFSET_MAX
             and type(member) is bool
+            and type(quiesce) is bool
         ):
             return (topics[topic], partition), Heartbeat(
-                term, NodeId(nodes[node]), commit_offset, member
+                term, NodeId(nodes[node]), commit_offset, member, quiesce
             )
-    elif length == 6:
-        kind, topic, partition, term, node, end_offset = entry
+    elif length == 7:
+        kind, topic, partition, term, node, end_offset, watermark = entry
         if (
             kind == _HEARTBEAT_RESPONSE
             and type(kind) is int
@@ -413,9 +416,11 @@ def _decode_heartbeat(
             and 0 <= node < len(nodes)
             and type(end_offset) is int
             and OFFSET_MIN <= end_offset <= OFFSET_MAX
+            and type(watermark) is int
+            and OFFSET_MIN <= watermark <= OFFSET_MAX
         ):
             return (topics[topic], partition), HeartbeatResponse(
-                term, NodeId(nodes[node]), end_offset
+                term, NodeId(nodes[node]), end_offset, watermark
             )
     return None
 

@@ -485,6 +485,7 @@ class Cluster:
                 self.sim.add_node(client)
         self.targets: dict[int, tuple[str, ...]] = {}
         self.dead_for_good: set[str] = set()
+        self.start_membership_oracle()
 
     # ---------------------------------------------------------------- actions
 
@@ -505,6 +506,35 @@ class Cluster:
                 self.sim.at(self.sim.now_ms + every_ms, read)
 
         self.sim.at(self.sim.now_ms + every_ms, read)
+
+    def start_membership_oracle(self, detect_ms: int = 1_000, every_ms: int = 200) -> None:
+        """Stand in for SWIM: tell each node when another has been unreachable for
+        ``detect_ms`` (crashed, paused, or across a partition), as a ``dead`` event
+        would, so that quiesced followers elect a new leader."""
+        since: dict[tuple[str, str], int] = {}
+        told: set[tuple[str, str]] = set()
+
+        def check() -> None:
+            now = self.sim.now_ms
+            for a in self.node_ids:
+                if not self.sim.is_up(a):
+                    continue
+                for b in self.node_ids:
+                    if a == b:
+                        continue
+                    pair = (a, b)
+                    if _reachable(self.sim, a, b):
+                        since.pop(pair, None)
+                        told.discard(pair)
+                        continue
+                    started = since.setdefault(pair, now)
+                    if now - started >= detect_ms and pair not in told:
+                        told.add(pair)
+                        node = self.nodes[a]
+                        self.sim.invoke(a, _hint_command(node, b))
+            self.sim.at(now + every_ms, check)
+
+        self.sim.at(self.sim.now_ms + every_ms, check)
 
     def leader_of(self, partition: int) -> ReplicaCore | None:
         leaders = [
@@ -612,6 +642,21 @@ def _target_command(
         return node.set_target(partition, target, now_ms)
 
     return command
+
+
+def _hint_command(node: ReplicaSimNode, dead: str) -> Callable[[int], Step]:
+    def command(now_ms: int) -> Step:
+        return node.hint_leader_dead(dead, now_ms)
+
+    return command
+
+
+def _reachable(sim: Simulator, a: str, b: str) -> bool:
+    """Whether ``a`` can hear from ``b`` now (``b`` up, same side of any partition)."""
+    if not sim.is_up(b):
+        return False
+    groups = sim._groups
+    return groups is None or groups.get(a, -1) == groups.get(b, -1)
 
 
 def _is_crashed(sim: Simulator, address: str) -> bool:

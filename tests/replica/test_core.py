@@ -148,6 +148,11 @@ def test_term_and_vote_survive_a_restart_before_any_answer() -> None:
     core.step(A, VoteRequest(3, A, 0, -1, pre_vote=False), 0)
     ready = core.ready()
     assert [m.message for m in ready.messages] == [VoteResponse(3, B, True, False)]
+    assert ready.sync  # the vote must be durable before the answer leaves
+    # Crash before the sync: the vote was never sent, and it is forgotten.
+    forgot = ReplicaCore(B, storage.crash(), CONFIG, now_ms=0, rng=random.Random(1))
+    assert (forgot.term, forgot.voted_for) == (0, None)
+    storage.sync()
     restarted = ReplicaCore(
         B, storage.crash(), CONFIG, now_ms=0, rng=random.Random(1), initial=None
     )

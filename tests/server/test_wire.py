@@ -118,7 +118,7 @@ def build(header: object, blobs: bytes = b"", version: int = WIRE_VERSION) -> by
     return struct.pack(">BI", version, len(packed)) + packed + blobs
 
 
-GOOD_HEARTBEAT = (5, 0, 1, 3, 0, 10, True)
+GOOD_HEARTBEAT = (5, 0, 1, 3, 0, 10, True, False)
 
 
 # ---------------------------------------------------------------- round trips
@@ -239,12 +239,12 @@ def test_limits() -> None:
 
 def test_oversized_arrays_and_strings_stop_inside_the_unpacker() -> None:
     limits = WireLimits(messages_max=10)
-    many = tuple((5, 0, 1, 3, 0, 10, True) for _ in range(11))
+    many = tuple((5, 0, 1, 3, 0, 10, True, False) for _ in range(11))
     assert_rejected(build((("t",), ("n",), many, ())), limits)
     assert_rejected(build((("t" * 256,), ("n",), (), ())))
     assert "max_str_len" in assert_rejected(build((("t",), ("é" * 128,), (), ())))
     longest = "é" * 127 + "x"  # 255 bytes
-    beat = (5, 0, 1, 3, 0, 10, True)
+    beat = (5, 0, 1, 3, 0, 10, True, False)
     decoded = decode_bundle(build(((longest,), (longest,), (beat,), ())))
     assert decoded.heartbeats == (((longest, 1), Heartbeat(3, NodeId(longest), 10)),)
 
@@ -262,25 +262,25 @@ def test_oversized_arrays_and_strings_stop_inside_the_unpacker() -> None:
         ((("t",), ("n",), 5, ()), "arrays"),
         ((("t",), ("n",), (5,), ()), "heartbeats[0]"),
         ((("t",), ("n",), ((5, 0),), ()), "heartbeats[0]"),
-        ((("t",), ("n",), ((9, 0, 1, 3, 0, 10, True),), ()), "kind"),
+        ((("t",), ("n",), ((9, 0, 1, 3, 0, 10, True, False),), ()), "kind"),
         ((("t",), ("n",), ((7, 0, 1, 3, 0),), ()), "kind"),  # TimeoutNow as a heartbeat
-        ((("t",), ("n",), ((5.0, 0, 1, 3, 0, 10, True),), ()), "kind"),
-        ((("t",), ("n",), ((True, 0, 1, 3, 0, 10, True),), ()), "kind"),
-        ((("t",), ("n",), ((5, 1, 1, 3, 0, 10, True),), ()), "topic index"),
-        ((("t",), ("n",), ((5, -1, 1, 3, 0, 10, True),), ()), "topic index"),
-        ((("t",), ("n",), ((5, 0, -1, 3, 0, 10, True),), ()), "partition"),
-        ((("t",), ("n",), ((5, 0, 2**31, 3, 0, 10, True),), ()), "partition"),
-        ((("t",), ("n",), ((5, 0, "1", 3, 0, 10, True),), ()), "partition"),
-        ((("t",), ("n",), ((5, 0, 1, -2, 0, 10, True),), ()), "term"),
-        ((("t",), ("n",), ((5, 0, 1, 2**63, 0, 10, True),), ()), "term"),
-        ((("t",), ("n",), ((5, 0, 1, 1.5, 0, 10, True),), ()), "term"),
-        ((("t",), ("n",), ((5, 0, 1, True, 0, 10, True),), ()), "term"),
-        ((("t",), ("n",), ((5, 0, 1, 3, 1, 10, True),), ()), "leader"),
-        ((("t",), ("n",), ((5, 0, 1, 3, "n", 10, True),), ()), "leader"),
-        ((("t",), ("n",), ((5, 0, 1, 3, 0, None, True),), ()), "commit_offset"),
-        ((("t",), ("n",), ((5, 0, 1, 3, 0, 10, 1),), ()), "member"),
-        ((("t",), ("n",), ((6, 0, 1, 3, 0, -5),), ()), "end_offset"),
-        ((("t",), ("n",), ((6, 0, 1, 3, 0, 10, True),), ()), "HeartbeatResponse needs"),
+        ((("t",), ("n",), ((5.0, 0, 1, 3, 0, 10, True, False),), ()), "kind"),
+        ((("t",), ("n",), ((True, 0, 1, 3, 0, 10, True, False),), ()), "kind"),
+        ((("t",), ("n",), ((5, 1, 1, 3, 0, 10, True, False),), ()), "topic index"),
+        ((("t",), ("n",), ((5, -1, 1, 3, 0, 10, True, False),), ()), "topic index"),
+        ((("t",), ("n",), ((5, 0, -1, 3, 0, 10, True, False),), ()), "partition"),
+        ((("t",), ("n",), ((5, 0, 2**31, 3, 0, 10, True, False),), ()), "partition"),
+        ((("t",), ("n",), ((5, 0, "1", 3, 0, 10, True, False),), ()), "partition"),
+        ((("t",), ("n",), ((5, 0, 1, -2, 0, 10, True, False),), ()), "term"),
+        ((("t",), ("n",), ((5, 0, 1, 2**63, 0, 10, True, False),), ()), "term"),
+        ((("t",), ("n",), ((5, 0, 1, 1.5, 0, 10, True, False),), ()), "term"),
+        ((("t",), ("n",), ((5, 0, 1, True, 0, 10, True, False),), ()), "term"),
+        ((("t",), ("n",), ((5, 0, 1, 3, 1, 10, True, False),), ()), "leader"),
+        ((("t",), ("n",), ((5, 0, 1, 3, "n", 10, True, False),), ()), "leader"),
+        ((("t",), ("n",), ((5, 0, 1, 3, 0, None, True, False),), ()), "commit_offset"),
+        ((("t",), ("n",), ((5, 0, 1, 3, 0, 10, 1, False),), ()), "member"),
+        ((("t",), ("n",), ((6, 0, 1, 3, 0, -5, 7),), ()), "end_offset"),
+        ((("t",), ("n",), ((6, 0, 1, 3, 0, 10, True, 1),), ()), "HeartbeatResponse needs"),
         ((("t",), ("n",), (), ((1, 0, 1, 3, 0, 10, 2, 1, True),)), "pre_vote"),
         ((("t",), ("n",), (), ((2, 0, 1, 3, 0, "yes", True),)), "granted"),
         ((("t",), ("n",), (), ((3, 0, 1, 3, 0, 10, 2, -1, 5, 3),)), "batches length"),

@@ -1,0 +1,688 @@
+"""Benchmark of a 3-node broker cluster on loopback (real node processes).
+
+Run: ``.venv/bin/python -m bench.cluster_bench [--quick] [--repeat N] [--no-fsync]
+[--inflight N] [--phases NAME,...] [--profile DIR]``
+
+Three nodes of ``python -m laminar.server node start --preset local`` run on
+127.0.0.x (:class:`~laminar.testing.processes.ProcessCluster`); the bench process is
+the one client. Records have 100-byte values; throughput batches hold 1,000 of them
+and are encoded before timing starts.
+
+* ``grpc_limit_mb_s``: the transport ceiling. A trivial grpc.aio server in its own
+  process answers a unary call carrying a request of exactly the size of one
+  produce request with an 8-byte reply; the client is the produce client below.
+  ``grpc_echo_p50_ms`` / ``_p99_ms``: the same call with a one-record-sized request,
+  one at a time (what a round trip costs before the broker does anything).
+* ``produce_rf1_records_s`` / ``produce_rf3_records_s``: one partition, one batch
+  per ``Produce`` call, ``acks=all``, ``--inflight`` calls in flight on one grpc.aio
+  channel to the leader; also as ``_mb_s`` (batch bytes, 10**6 per MB) and as a
+  ratio to ``grpc_limit_mb_s``.
+* ``fetch_records_s``: one consumer reading the RF 3 partition from offset 0
+  (1,000,000 records; ``--quick`` reads fewer, see ``fetch_records``) from a
+  follower, sequential ``Fetch`` calls of up to 4 MiB, advancing by the batch
+  headers (records are not decoded: that is the consumer's cost, not the broker's).
+* ``produce_p50_ms`` / ``produce_p99_ms``: one 100-byte record per ``Produce``,
+  ``acks=all``, RF 3, sequential, to the leader.
+* ``failover_s``: SIGKILL the leader of a partition, then one ``Client.produce``
+  (which follows ``NOT_LEADER`` hints and retries with backoff) until the first
+  acknowledged write; the killed node is restarted and caught up between runs.
+* ``idle_cpu_pct_per_node``: 3 topics x 100 partitions RF 3 created and led,
+  nothing produced; each node process's utime+stime (``/proc/<pid>/stat``) over
+  30 s (``--quick``: 10 s), as a percentage of one core, averaged over the nodes
+  (``idle_cpu_pct_max_node``: the busiest). ``idle_cpu_pct_per_node_base`` is the
+  same before the 300 partitions exist (the few bench partitions only).
+  ``others_cpu_pct`` is what the rest of the machine used during that window: the
+  figures are only as clean as the machine was quiet.
+
+Throughput and failover figures are medians of ``--repeat`` runs; latency
+percentiles pool every sample. ``--profile DIR`` runs the nodes under cProfile
+(a ``sitecustomize`` in DIR, dumps at node exit) and prints each node's hottest
+functions; use it with ``--phases`` to profile one figure. Prints a table, the
+targets missed, then one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import pstats
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+from laminar_client import Client
+
+from laminar.errors import NotLeaderError, TopicExistsError, UnavailableError
+from laminar.records import encode_batch, next_offset
+from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
+from laminar.v1 import laminar_pb2 as pb
+
+VALUE_BYTES = 100
+RECORDS_PER_BATCH = 1000
+DISTINCT_BATCHES = 32
+FETCH_BYTES_MAX = 4 * 1024 * 1024
+MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+PRODUCE_TIMEOUT_MS = 10_000
+PRODUCE_METHOD = "/laminar.v1.Laminar/Produce"
+ECHO_METHOD = "/bench.Echo/Push"
+ECHO_REPLY = b"\x00" * 8
+IDLE_TOPICS = 3
+IDLE_PARTITIONS_PER_TOPIC = 100
+PHASES = ("grpc", "produce", "fetch", "latency", "failover", "idle")
+
+TARGETS: dict[str, tuple[str, float]] = {
+    "produce_rf3_records_s": (">=", 300_000),
+    "produce_rf1_records_s": (">=", 600_000),
+    "fetch_records_s": (">=", 1_000_000),
+    "produce_p99_ms": ("<=", 3),
+    "failover_s": ("<=", 3),
+    "idle_cpu_pct_per_node": ("<=", 10),
+}
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+]
+
+# ----------------------------------------------------------------------------- payloads
+
+
+def make_batches(count: int, records: int = RECORDS_PER_BATCH) -> list[bytes]:
+    base = os.urandom(VALUE_BYTES * records + count)
+    return [
+        encode_batch(
+            [base[i + VALUE_BYTES * r : i + VALUE_BYTES * (r + 1)] for r in range(records)],
+            timestamps_ms=1_700_000_000_000 + i,
+        )
+        for i in range(count)
+    ]
+
+
+def produce_request(topic: str, batch: bytes) -> bytes:
+    """A serialized ``ProduceRequest`` carrying one batch, ``acks=all``."""
+    request = pb.ProduceRequest(
+        topic=topic, partition=0, batches=[batch], acks=pb.ACKS_ALL, timeout_ms=PRODUCE_TIMEOUT_MS
+    )
+    return request.SerializeToString()
+
+
+# ----------------------------------------------------------------------------- echo server
+
+
+def serve_echo(address: str) -> None:
+    """The transport ceiling's server: answers every request with 8 bytes."""
+
+    async def push(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return ECHO_REPLY
+
+    async def run() -> None:
+        server = grpc.aio.server(options=CHANNEL_OPTIONS)
+        handler = grpc.unary_unary_rpc_method_handler(push)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("bench.Echo", {"Push": handler}),)
+        )
+        if server.add_insecure_port(address) == 0:
+            raise SystemExit(f"cannot listen on {address}")
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        print("ready", flush=True)
+        await stop.wait()
+        await server.stop(0)
+
+    asyncio.run(run())
+
+
+@contextlib.contextmanager
+def echo_server() -> Iterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.cluster_bench", "--serve-echo", address],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != b"ready":
+            raise RuntimeError("echo server did not start")
+        yield address
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+# ----------------------------------------------------------------------------- clients
+
+
+async def pipelined_s(
+    address: str, method: str, requests: list[bytes], count: int, inflight: int
+) -> float:
+    """Seconds to complete ``count`` unary calls, ``inflight`` at a time, on one channel."""
+    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        call = channel.unary_unary(method)
+        await call(requests[0], timeout=30)  # connect before timing
+        next_index = 0
+
+        async def worker() -> None:
+            nonlocal next_index
+            while next_index < count:
+                index = next_index
+                next_index += 1
+                await call(requests[index % len(requests)], timeout=30)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+        return time.perf_counter() - started
+
+
+def sequential_ms(address: str, method: str, request: bytes, count: int) -> list[float]:
+    """Round-trip times of ``count`` calls made one after another."""
+    with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        call = channel.unary_unary(method)
+        for _ in range(max(20, count // 10)):  # warm up
+            call(request, timeout=10)
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            call(request, timeout=10)
+            times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def median_of(repeat: int, function: Callable[[], float]) -> float:
+    return statistics.median(function() for _ in range(repeat))
+
+
+def run_async(coroutine: Coroutine[Any, Any, float]) -> float:
+    return asyncio.run(coroutine)
+
+
+# ----------------------------------------------------------------------------- cluster
+
+
+class Bench:
+    """A 3-node cluster, its client and the helpers the phases share."""
+
+    def __init__(self, cluster: ProcessCluster) -> None:
+        self.cluster = cluster
+        node = cluster.add_node(bootstrap=True)
+        cluster.wait_ready(node)
+        for _ in range(2):
+            cluster.add_node()
+        for node in cluster.nodes:
+            cluster.wait_ready(node)
+        wait_for(self._all_see_three, 60, "every node to see 3 alive members")
+        self.client = Client([n.grpc for n in cluster.nodes], timeout_s=30)
+        self.metadata_retries = 0
+
+    def _all_see_three(self) -> bool:
+        for node in self.cluster.nodes:
+            response = self.cluster.stub(node).Metadata(pb.MetadataRequest(), timeout=2)
+            if sum(1 for m in response.members if m.state == "alive") != 3:
+                return False
+        return True
+
+    def node(self, node_id: str) -> NodeProcess:
+        return next(n for n in self.cluster.nodes if n.node_id() == node_id)
+
+    def partitions(self, node: NodeProcess, topics: list[str]) -> list[pb.PartitionInfo]:
+        request = pb.MetadataRequest(topics=topics)
+        response = self.cluster.stub(node).Metadata(request, timeout=5)
+        return [p for t in response.topics for p in t.partitions]
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int) -> None:
+        self.create_topic_unsettled(name, partitions, replication_factor)
+        self.wait_led([name], replication_factor)
+
+    def create_topic_unsettled(self, name: str, partitions: int, replication_factor: int) -> None:
+        """Create a topic, riding out a metadata leader that is still moving.
+
+        The client follows ``NOT_LEADER`` hints, but right after a node restart two
+        nodes may point at each other for a while; the bench retries for a minute.
+        """
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.client.create_topic(name, partitions, replication_factor)
+                return
+            except TopicExistsError:
+                return  # an earlier attempt committed
+            except (NotLeaderError, UnavailableError):
+                self.metadata_retries += 1
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def wait_led(self, topics: list[str], replication_factor: int, timeout_s: float = 120) -> None:
+        """Until every partition is settled: each of its replicas names placement's first
+        replica as the leader and the voters are placement's replicas (no leadership
+        transfer or reconfiguration is still to come)."""
+
+        def settled() -> bool:
+            seen: dict[tuple[str, int], list[tuple[str, tuple[str, ...], bool]]] = {}
+            for node in self.cluster.nodes:
+                if not node.running:
+                    continue
+                response = self.cluster.stub(node).Metadata(
+                    pb.MetadataRequest(topics=topics), timeout=5
+                )
+                for topic in response.topics:
+                    for info in topic.partitions:
+                        if info.high_watermark < 0:
+                            continue  # this node holds no replica
+                        replicas = tuple(info.replicas)
+                        good = (
+                            len(replicas) == replication_factor
+                            and info.leader == replicas[0]
+                            and sorted(info.voters) == sorted(replicas)
+                            and not info.learners
+                        )
+                        key = (topic.name, info.partition)
+                        seen.setdefault(key, []).append((info.leader, replicas, good))
+            expected = sum(
+                t.config.partitions
+                for t in self.client.metadata(refresh=True).topics.values()
+                if t.name in topics
+            )
+            return len(seen) == expected and all(
+                len(views) == replication_factor
+                and all(good for _, _, good in views)
+                and len({leader for leader, _, _ in views}) == 1
+                for views in seen.values()
+            )
+
+        wait_for(settled, timeout_s, f"leaders of {', '.join(topics)} to settle")
+
+    def leader(self, topic: str) -> NodeProcess:
+        """The node that says it leads partition 0 of ``topic``."""
+        found: list[NodeProcess] = []
+
+        def ask() -> bool:
+            found.clear()
+            for node in self.cluster.nodes:
+                if not node.running:
+                    continue
+                info = self.partitions(node, [topic])[0]
+                if info.leader == node.node_id():
+                    found.append(node)
+            return len(found) == 1
+
+        wait_for(ask, 30, f"one leader of {topic}/0")
+        return found[0]
+
+    def high_watermark(self, node: NodeProcess, topic: str) -> int:
+        return int(self.partitions(node, [topic])[0].high_watermark)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# ----------------------------------------------------------------------------- phases
+
+
+def grpc_phase(
+    results: dict[str, float], batches: list[bytes], sizes: Sizes, args: argparse.Namespace
+) -> None:
+    requests = [produce_request("rf3", b) for b in batches]
+    small = produce_request("latency", make_batches(1, records=1)[0])
+    with echo_server() as address:
+        run_async(pipelined_s(address, ECHO_METHOD, requests, 50, args.inflight))  # warm up
+        seconds = median_of(
+            args.repeat,
+            lambda: run_async(
+                pipelined_s(address, ECHO_METHOD, requests, sizes.batches_per_run, args.inflight)
+            ),
+        )
+        times = sequential_ms(address, ECHO_METHOD, small, sizes.latency_samples)
+    results["grpc_limit_mb_s"] = sizes.batches_per_run * len(batches[0]) / seconds / 1e6
+    results["grpc_echo_p50_ms"] = percentile(times, 0.50)
+    results["grpc_echo_p99_ms"] = percentile(times, 0.99)
+
+
+def produce_phase(
+    bench: Bench,
+    results: dict[str, float],
+    batches: list[bytes],
+    sizes: Sizes,
+    args: argparse.Namespace,
+) -> None:
+    for factor in (1, 3):
+        topic = f"rf{factor}"
+        bench.create_topic(topic, 1, factor)
+        requests = [produce_request(topic, b) for b in batches]
+        address = bench.leader(topic).grpc
+        run_async(pipelined_s(address, PRODUCE_METHOD, requests, 20, args.inflight))  # warm up
+        seconds = median_of(
+            args.repeat,
+            lambda a=address, r=requests: run_async(
+                pipelined_s(a, PRODUCE_METHOD, r, sizes.batches_per_run, args.inflight)
+            ),
+        )
+        rate = sizes.batches_per_run * RECORDS_PER_BATCH / seconds
+        results[f"produce_rf{factor}_records_s"] = rate
+        results[f"produce_rf{factor}_mb_s"] = rate / RECORDS_PER_BATCH * len(batches[0]) / 1e6
+        if "grpc_limit_mb_s" in results:
+            results[f"produce_rf{factor}_vs_grpc"] = (
+                results[f"produce_rf{factor}_mb_s"] / results["grpc_limit_mb_s"]
+            )
+
+
+def fetch_phase(
+    bench: Bench,
+    results: dict[str, float],
+    batches: list[bytes],
+    sizes: Sizes,
+    args: argparse.Namespace,
+) -> None:
+    topic = "rf3"
+    if "rf3" not in bench.client.metadata(refresh=True).topics:
+        bench.create_topic(topic, 1, 3)
+    leader = bench.leader(topic)
+    missing = sizes.fetch_records - bench.high_watermark(leader, topic)
+    if missing > 0:  # fill the partition (untimed)
+        requests = [produce_request(topic, b) for b in batches]
+        count = -(-missing // RECORDS_PER_BATCH)
+        run_async(pipelined_s(leader.grpc, PRODUCE_METHOD, requests, count, args.inflight))
+    follower = next(n for n in bench.cluster.nodes if n is not leader)
+    wait_for(
+        lambda: bench.high_watermark(follower, topic) >= sizes.fetch_records,
+        60,
+        "the follower's high watermark",
+    )
+
+    def once() -> float:
+        offset = 0
+        with grpc.insecure_channel(follower.grpc, options=CHANNEL_OPTIONS) as channel:
+            fetch = channel.unary_unary(
+                "/laminar.v1.Laminar/Fetch",
+                request_serializer=pb.FetchRequest.SerializeToString,
+                response_deserializer=pb.FetchResponse.FromString,
+            )
+            started = time.perf_counter()
+            while offset < sizes.fetch_records:
+                request = pb.FetchRequest(
+                    topic=topic, partition=0, offset=offset, max_bytes=FETCH_BYTES_MAX
+                )
+                response = fetch(request, timeout=30)
+                assert response.batches, f"empty fetch at {offset}"
+                offset = next_offset(response.batches)
+            return offset / (time.perf_counter() - started)
+
+    results["fetch_records_s"] = median_of(args.repeat, once)
+    results["fetch_records"] = sizes.fetch_records
+
+
+def latency_phase(bench: Bench, results: dict[str, float], sizes: Sizes) -> None:
+    bench.create_topic("latency", 1, 3)
+    request = produce_request("latency", make_batches(1, records=1)[0])
+    address = bench.leader("latency").grpc
+    times = sequential_ms(address, PRODUCE_METHOD, request, sizes.latency_samples)
+    results["produce_p50_ms"] = percentile(times, 0.50)
+    results["produce_p99_ms"] = percentile(times, 0.99)
+
+
+def failover_phase(bench: Bench, results: dict[str, float], args: argparse.Namespace) -> None:
+    topic = "failover"
+    bench.create_topic(topic, 1, 3)
+    record = make_batches(1, records=1)[0]
+    cluster = bench.cluster
+    times = []
+    for _ in range(args.repeat):
+        bench.client.produce(topic, 0, record, acks="all")  # the client knows the leader
+        victim = bench.leader(topic)
+        killed_at = time.perf_counter()
+        cluster.kill(victim)
+        bench.client.produce(topic, 0, record, acks="all", timeout_s=60)
+        times.append(time.perf_counter() - killed_at)
+        results["failover_s"] = statistics.median(times)  # kept if a later round fails
+        results["failover_max_s"] = max(times)
+        results["failover_runs"] = len(times)
+        cluster.start(victim)
+        cluster.wait_ready(victim)
+        wait_for(bench._all_see_three, 60, "the restarted node to be alive everywhere")
+        leader = bench.leader(topic)
+        wait_for(
+            lambda v=victim, ld=leader: (
+                bench.high_watermark(v, topic) >= bench.high_watermark(ld, topic)
+            ),
+            60,
+            "the restarted node to catch up",
+        )
+
+
+def idle_phase(bench: Bench, results: dict[str, float], sizes: Sizes) -> None:
+    """CPU of idle nodes, before and after 300 partitions exist.
+
+    The window starts once every partition has settled, or after ``settle_s`` if
+    they have not (``idle_settled`` says which): a cluster that cannot settle
+    300 partitions is measured as it is.
+    """
+    base = node_cpu_pct(bench.cluster, sizes.idle_s / 3)
+    results["idle_cpu_pct_per_node_base"] = statistics.mean(base[0])
+    topics = [f"idle{index}" for index in range(IDLE_TOPICS)]
+    started = time.perf_counter()
+    for topic in topics:
+        bench.create_topic_unsettled(topic, IDLE_PARTITIONS_PER_TOPIC, 3)
+    try:
+        bench.wait_led(topics, 3, timeout_s=sizes.settle_s)
+        results["idle_settled"] = 1
+        results["idle_settle_s"] = time.perf_counter() - started
+    except TimeoutError:
+        results["idle_settled"] = 0
+    per_node, others = node_cpu_pct(bench.cluster, sizes.idle_s)
+    results["idle_cpu_pct_per_node"] = statistics.mean(per_node)
+    results["idle_cpu_pct_max_node"] = max(per_node)
+    results["others_cpu_pct"] = others
+
+
+def node_cpu_pct(cluster: ProcessCluster, seconds: float) -> tuple[list[float], float]:
+    """Each node's CPU over ``seconds`` (% of one core), and everything else's."""
+    pids = [n.process.pid for n in cluster.nodes if n.process is not None and n.running]
+    ticks_s = os.sysconf("SC_CLK_TCK")
+    before = [_cpu_ticks(pid) for pid in pids]
+    machine_before = _machine_busy_ticks()
+    own_before = _cpu_ticks(os.getpid())
+    started = time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - started
+    used = [_cpu_ticks(pid) - b for pid, b in zip(pids, before, strict=True)]
+    machine = _machine_busy_ticks() - machine_before - sum(used)
+    machine -= _cpu_ticks(os.getpid()) - own_before
+    per_node = [u / ticks_s / elapsed * 100 for u in used]
+    return per_node, machine / ticks_s / elapsed * 100
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def _machine_busy_ticks() -> int:
+    with open("/proc/stat", encoding="ascii") as file:
+        values = [int(v) for v in file.readline().split()[1:]]
+    return sum(values) - values[3] - values[4]  # all but idle and iowait
+
+
+# ----------------------------------------------------------------------------- profiling
+
+SITECUSTOMIZE = """\
+import os
+if os.environ.get("LAMINAR_BENCH_PROFILE_DIR"):
+    import atexit, cProfile
+    _profile = cProfile.Profile()
+    _profile.enable()
+
+    def _dump():
+        _profile.disable()
+        _profile.dump_stats(
+            os.path.join(os.environ["LAMINAR_BENCH_PROFILE_DIR"], f"node-{os.getpid()}.prof")
+        )
+
+    atexit.register(_dump)
+"""
+
+
+@contextlib.contextmanager
+def profiled_nodes(directory: Path | None) -> Iterator[None]:
+    """Nodes started inside run under cProfile, dumping to ``directory`` at exit."""
+    if directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    saved = {key: os.environ.get(key) for key in ("PYTHONPATH", "LAMINAR_BENCH_PROFILE_DIR")}
+    paths = [str(directory), os.getcwd(), saved["PYTHONPATH"] or ""]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    os.environ["LAMINAR_BENCH_PROFILE_DIR"] = str(directory)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def print_profiles(directory: Path, lines: int) -> None:
+    for path in sorted(directory.glob("node-*.prof")):
+        print(f"\n--- {path} (tottime) ---")
+        stats = pstats.Stats(str(path))
+        stats.sort_stats("tottime").print_stats(lines)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def run_phase(
+    phase: str,
+    bench: Bench,
+    results: dict[str, float],
+    batches: list[bytes],
+    sizes: Sizes,
+    args: argparse.Namespace,
+    failures: list[str],
+) -> None:
+    """Run one cluster phase; a failure is reported and the next phases still run."""
+    started = time.perf_counter()
+    try:
+        if phase == "produce":
+            produce_phase(bench, results, batches, sizes, args)
+        elif phase == "fetch":
+            fetch_phase(bench, results, batches, sizes, args)
+        elif phase == "latency":
+            latency_phase(bench, results, sizes)
+        elif phase == "failover":
+            failover_phase(bench, results, args)
+        elif phase == "idle":
+            idle_phase(bench, results, sizes)
+    except Exception as error:  # report, keep measuring the rest
+        failures.append(f"{phase}: {type(error).__name__}: {error}")
+    print(f"# phase {phase}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+
+
+class Sizes:
+    def __init__(self, quick: bool) -> None:
+        self.batches_per_run = 100 if quick else 300
+        self.fetch_records = 200_000 if quick else 1_000_000
+        self.latency_samples = 500 if quick else 2000
+        self.idle_s = 10.0 if quick else 30.0
+        self.settle_s = 45.0 if quick else 90.0
+
+
+def missed_targets(results: dict[str, float]) -> list[str]:
+    missed = []
+    for key, (relation, target) in TARGETS.items():
+        if key not in results:
+            continue
+        value = results[key]
+        ok = value >= target if relation == ">=" else value <= target
+        if not ok:
+            missed.append(f"{key} {value:,.2f} (target {relation} {target:,})")
+    return missed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer batches, records and seconds")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per throughput figure")
+    parser.add_argument("--inflight", type=int, default=8, help="produce calls in flight")
+    parser.add_argument(
+        "--no-fsync", dest="fsync", action="store_false", help="nodes skip fsync (unsafe)"
+    )
+    parser.add_argument(
+        "--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}"
+    )
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="run nodes under cProfile")
+    parser.add_argument("--serve-echo", metavar="HOST:PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_echo:
+        serve_echo(args.serve_echo)
+        return
+    if args.repeat < 1 or args.inflight < 1:
+        parser.error("--repeat and --inflight must be at least 1")
+    phases = [p for p in args.phases.split(",") if p]
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown:
+        parser.error(f"unknown phases: {', '.join(unknown)}")
+    sizes = Sizes(args.quick)
+    batches = make_batches(DISTINCT_BATCHES)
+
+    results: dict[str, float] = {"loadavg_1m_at_start": os.getloadavg()[0]}
+    failures: list[str] = []
+    if "grpc" in phases:
+        grpc_phase(results, batches, sizes, args)
+    cluster_phases = [p for p in PHASES if p in phases and p != "grpc"]
+    if cluster_phases:
+        with (
+            tempfile.TemporaryDirectory(prefix="laminar-cluster-bench-") as root,
+            profiled_nodes(args.profile),
+            ProcessCluster(Path(root), preset="local", fsync=args.fsync) as cluster,
+        ):
+            bench = Bench(cluster)
+            try:
+                for phase in cluster_phases:
+                    run_phase(phase, bench, results, batches, sizes, args, failures)
+            finally:
+                if bench.metadata_retries:
+                    results["create_topic_retries"] = bench.metadata_retries
+                bench.close()
+    if args.profile is not None:
+        print_profiles(args.profile, 25)
+
+    width = max(map(len, results))
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:,.2f}")
+    missed = missed_targets(results)
+    for failure in failures:
+        print(f"phase failed: {failure}")
+    print("targets missed: " + ("; ".join(missed) if missed else "none"))
+    print(json.dumps({key: round(value, 3) for key, value in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
