@@ -30,6 +30,7 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -170,6 +171,10 @@ def bench_false_dead(seeds: int, duration_ms: int) -> dict[str, float]:
     return results
 
 
+def progress(what: str, started: float) -> None:
+    print(f"[{time.perf_counter() - started:6.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip n=1000, short runs (< 40 s)")
@@ -184,11 +189,13 @@ def main() -> None:
     sizes = (10, 100) if args.quick else (10, 100, 1000)
     for size in sizes:
         results.update(bench_size(config, size, args.seeds))
+        progress(f"n={size} done", started)
     if not args.quick:
         results["msgs_n1000_vs_n10"] = (
             results["msgs_per_member_s_n1000"] / results["msgs_per_member_s_n10"]
         )
     results.update(bench_false_dead(args.seeds, 60_000 if args.quick else 3_600_000))
+    progress("false dead done", started)
     results["seeds"] = args.seeds
     results["elapsed_s"] = time.perf_counter() - started
 

@@ -99,7 +99,7 @@ def core_appends_s(batches: list[bytes]) -> float:
                     ready = core.ready()
                     if ready.sync:
                         storages[node].sync()
-                    wire.extend((node, message) for message in ready.messages)
+                    wire.extend((node, m) for m in ready.early_messages + ready.messages)
                     answered += len(ready.replies)
                     core.advance(ready)
             if not wire:

@@ -17,8 +17,9 @@ depends on them exists. After any inputs, the shell loops::
 
     while core.has_ready():
         ready = core.ready()
+        send(ready.early_messages)  # 0. a leader's appends may go out at once
         if ready.sync:
-            storage.sync()          # 1. persist appended batches
+            storage.sync()          # 1. persist appended batches and staged state
         send(ready.messages)        # 2. only then send, reply and publish events
         deliver(ready.replies)
         handle(ready.events)
@@ -109,6 +110,7 @@ CONTROL_CONFIG = b"config"
 _STATE_VERSION = 1
 _BOOTSTRAP_OFFSET = -1  # the configuration a group was created with precedes its log
 _NEVER = -(2**62)
+_EARLY = (AppendRequest, Heartbeat)  # a leader's; sendable before its own fsync
 _QUIESCED_WAKE_MS = 60_000  # a quiesced replica still ticks now and then (cheaply)
 
 
@@ -513,8 +515,11 @@ class ReplicaCore:
     def ready(self) -> Ready:
         if self.role is Role.LEADER:
             self._flush_appends()
+        early = tuple(m for m in self._messages if isinstance(m.message, _EARLY))
+        late = tuple(m for m in self._messages if not isinstance(m.message, _EARLY))
         ready = Ready(
-            messages=tuple(self._messages),
+            early_messages=early,
+            messages=late,
             replies=tuple(self._replies),
             events=tuple(self._events),
             sync=self._appended,

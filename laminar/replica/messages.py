@@ -175,16 +175,22 @@ Event = RoleChanged | ConfigChanged | Removed
 class Ready:
     """What the shell must do after a batch of inputs, in this order.
 
-    1. If ``sync``: make every appended batch durable (``LogStorage.sync()``).
+    0. ``early_messages`` may be sent at once, before or during the sync: a
+       leader's appends and heartbeats (Raft §10.2.1: the leader writes its own log
+       in parallel with replicating it; it counts itself toward the commit only
+       after ``advance``).
+    1. If ``sync``: make every appended batch and the staged state durable
+       (``LogStorage.sync()``).
     2. Send ``messages`` and deliver ``replies``; handle ``events``.
     3. Call ``core.advance(ready)``.
 
-    Batches were already appended to the storage by the core, and term/vote
-    changes were saved durably (``save_state``) before any message that depends on
-    them was produced. ``high_watermark``: offsets below it are committed; reads may
-    return them. ``committed_from`` / ``high_watermark`` is the newly committed range.
+    Batches were already appended to the storage by the core; term and vote changes
+    were staged (``stage_state``), so ``sync`` is set whenever a message depends on
+    them. ``high_watermark``: offsets below it are committed; reads may return them.
+    ``committed_from`` / ``high_watermark`` is the newly committed range.
     """
 
+    early_messages: tuple[Outbound, ...]
     messages: tuple[Outbound, ...]
     replies: tuple[ProduceReply, ...]
     events: tuple[Event, ...]
@@ -195,6 +201,6 @@ class Ready:
 
     @property
     def empty(self) -> bool:
-        return not (self.messages or self.replies or self.events or self.sync) and (
-            self.committed_from == self.high_watermark
-        )
+        return not (
+            self.early_messages or self.messages or self.replies or self.events or self.sync
+        ) and (self.committed_from == self.high_watermark)

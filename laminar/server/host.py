@@ -361,6 +361,13 @@ class ReplicaHost:
                 readies.append((replica, replica.core.ready()))
         if not readies:
             return
+        # A leader's appends and heartbeats leave before its own fsync (Raft §10.2.1).
+        early = Coalescer()
+        for replica, ready in readies:
+            early.add_all(replica.key, ready.early_messages)
+        for destination, bundle in early.drain().items():
+            self.counters["bundles_sent"] += 1
+            self._send(destination, bundle)
         syncs = [replica for replica, ready in readies if ready.sync]
         if syncs and self._fsync:
             loop = asyncio.get_running_loop()

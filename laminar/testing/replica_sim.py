@@ -255,6 +255,7 @@ class ReplicaSimNode:
                 ready = core.ready()
                 if ready.sync:
                     self.storages[partition].sync()
+                self._coalescer.add_all(partition, ready.early_messages)
                 self._coalescer.add_all(partition, ready.messages)
                 for reply in ready.replies:
                     client = self._clients.pop(reply.request_id, None)

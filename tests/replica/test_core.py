@@ -57,7 +57,7 @@ class Group:
                 self.readies.append(ready)
                 if ready.sync:
                     self.storages[node].sync()
-                self.wire.extend((node, message) for message in ready.messages)
+                self.wire.extend((node, m) for m in ready.early_messages + ready.messages)
                 self.replies[node].extend(ready.replies)
                 core.advance(ready)
 
