@@ -373,7 +373,8 @@ class ReplicaCore:
                 leader_hint=self._transfer_to,
                 detail="leadership is being transferred",
             )
-        if not self._has_recent_quorum():
+        woke_recently = self._now - self._leader_since_ms < self._config.election_timeout_max_ms
+        if not (woke_recently or self._has_recent_quorum()):
             return ProduceReply(
                 request_id, ProduceStatus.UNAVAILABLE, detail="no quorum of replicas reachable"
             )
@@ -397,6 +398,14 @@ class ReplicaCore:
             )
         check = self._producers.check(header.producer_id, header.base_sequence, header.record_count)
         if check.verdict is Verdict.OUT_OF_ORDER:
+            if not self._has_lease():
+                # A deposed leader (cut off, or idle and quiesced) may not know the
+                # producer's latest batches: only a confirmed leader may say "gap".
+                return ProduceReply(
+                    request_id,
+                    ProduceStatus.UNAVAILABLE,
+                    detail="cannot confirm the producer's sequence yet; retry",
+                )
             return ProduceReply(
                 request_id,
                 ProduceStatus.OUT_OF_ORDER_SEQUENCE,
@@ -763,6 +772,22 @@ class ReplicaCore:
         self._maybe_reconfigure()
         self._maybe_prefer_leader()
 
+    def _has_lease(self) -> bool:
+        """A majority of voters answered within the minimum election timeout, so no
+        other leader can have been elected meanwhile (they refuse votes that long)."""
+        voters = self._voters()
+        window = self._config.election_timeout_min_ms
+        heard = sum(
+            1
+            for voter in voters
+            if voter == self.node_id
+            or (
+                (progress := self._progress.get(voter)) is not None
+                and self._now - progress.heard_ms < window
+            )
+        )
+        return heard >= len(voters) // 2 + 1
+
     def _has_recent_quorum(self) -> bool:
         if not self._config.check_quorum:
             return True
@@ -913,7 +938,6 @@ class ReplicaCore:
             self._heartbeat_due = self._now
             self._leader_since_ms = self._now  # check-quorum starts counting afresh
             for progress in self._progress.values():
-                progress.heard_ms = self._now
                 progress.reported_watermark = -1
         else:
             self._election_deadline = self._now + self._election_timeout()
