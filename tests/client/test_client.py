@@ -107,9 +107,18 @@ def test_retries_stop_at_deadline(cluster: FakeCluster) -> None:
     cluster.add_topic("t")
     cluster.fail_next("n0", "Produce", *[UnavailableError("down")] * 1000)
     policy = RetryPolicy(backoff_initial_ms=20, backoff_max_ms=20, attempts_max=1000)
-    with make_client(cluster, retry=policy) as client, pytest.raises(UnavailableError):
+    # A manual clock that only the backoff sleeps move: the count of attempts is then
+    # fixed by the deadline and the backoff, not by how fast this machine is.
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    client = make_client(cluster, retry=policy, clock=lambda: now[0], sleep=sleep)
+    with client, pytest.raises(UnavailableError):
         client.produce("t", 0, batch(b"x"), timeout_s=0.3)
-    assert 2 <= len(cluster.calls_to("Produce")) < 100
+    # Backoffs of 10-20 ms (jittered) within 0.3 s: between 15 and 31 attempts.
+    assert 15 <= len(cluster.calls_to("Produce")) <= 31
 
 
 def test_backoff_is_capped_exponential_with_jitter() -> None:
