@@ -77,6 +77,7 @@ from laminar.records import (
     iter_batches,
     next_offset,
     parse_header,
+    verify_batch,
 )
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.epochs import Epochs
@@ -383,7 +384,7 @@ class ReplicaCore:
                 request_id, ProduceStatus.UNAVAILABLE, detail="too many writes awaiting commit"
             )
         try:
-            header = parse_header(batch, limits=self._limits)  # storage verifies the payload
+            header = verify_batch(batch, limits=self._limits)  # on receipt, once
         except RecordFormatError as error:
             return ProduceReply(request_id, ProduceStatus.INVALID, detail=str(error))
         if header.length != len(batch):
@@ -421,10 +422,7 @@ class ReplicaCore:
                 )
                 return None
             return ProduceReply(request_id, ProduceStatus.DUPLICATE, base_offset=check.base_offset)
-        try:
-            base = self._storage.append(batch, term=self.term)
-        except RecordFormatError as error:  # the payload checksum did not match
-            return ProduceReply(request_id, ProduceStatus.INVALID, detail=str(error))
+        base = self._storage.append(batch, term=self.term, verified=True)
         self._note_appended(header._replace(base_offset=base, term=self.term), batch)
         if acks is Acks.ALL:
             heapq.heappush(

@@ -354,8 +354,8 @@ class SegmentLog:
 
     # ------------------------------------------------------------------ appends
 
-    def append(self, batch: Buffer, *, term: int = 0) -> int:
-        header = self._check_batch(batch)
+    def append(self, batch: Buffer, *, term: int = 0, verified: bool = False) -> int:
+        header = self._check_batch(batch, verified=verified)
         with self._lock:
             self._check_open()
             check_term(term, self.last_term)
@@ -379,10 +379,14 @@ class SegmentLog:
         self._after_write(ticket)
         return header.base_offset
 
-    def _check_batch(self, batch: Buffer) -> BatchHeader:
-        # The payload checksum too: an appended batch counts as verified, and a corrupt
-        # one would make recovery cut the active segment, losing every batch after it.
-        header = verify_batch(batch, limits=self._config.limits)
+    def _check_batch(self, batch: Buffer, *, verified: bool = False) -> BatchHeader:
+        # The payload checksum too (unless the caller just verified it): an appended
+        # batch counts as verified, and a corrupt one would make recovery cut the
+        # active segment, losing every batch after it.
+        limits = self._config.limits
+        header = (
+            parse_header(batch, limits=limits) if verified else verify_batch(batch, limits=limits)
+        )
         if header.length != len(batch):
             raise InvalidInputError(
                 f"buffer holds {len(batch)} bytes but the batch is {header.length} bytes"
@@ -620,6 +624,16 @@ class SegmentLog:
         Batches beyond the segment's verified prefix have their checksums checked
         here; a corrupt first batch raises, a later one ends the result early.
         """
+        # Fast path (sequential readers): ``offset`` starts an indexed batch and whole
+        # verified batches fit in the window, so no header needs reading at all.
+        relative, indexed = segment.index.floor(offset - segment.base_offset)
+        if segment.base_offset + relative == offset and indexed < segment.size:
+            window_end = min(indexed + max_bytes, segment.size)
+            boundary = _batch_boundary(segment, segment.size, indexed, window_end, upper_offset)
+            if indexed < boundary <= segment.verified_bytes:
+                data = os.pread(segment.descriptor, boundary - indexed, indexed)
+                if len(data) == boundary - indexed:
+                    return data, indexed
         position, first = self._locate_locked(segment, offset)
         if first is None:
             return b"", position

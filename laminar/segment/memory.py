@@ -66,9 +66,12 @@ class MemoryLog:
 
     # ------------------------------------------------------------------ writes
 
-    def append(self, batch: Buffer, *, term: int = 0) -> int:
+    def append(self, batch: Buffer, *, term: int = 0, verified: bool = False) -> int:
         self._check_open()
-        header = verify_batch(batch, limits=self._limits)
+        limits = self._limits
+        header = (
+            parse_header(batch, limits=limits) if verified else verify_batch(batch, limits=limits)
+        )
         if header.length != len(batch):
             raise InvalidInputError("buffer length differs from the batch length")
         check_term(term, self.last_term)

@@ -31,8 +31,11 @@ class LogStorage(Protocol):
         """The term of the last batch, or -1 for an empty log."""
         ...
 
-    def append(self, batch: Buffer, *, term: int = 0) -> int:
+    def append(self, batch: Buffer, *, term: int = 0, verified: bool = False) -> int:
         """Append one batch as leader: assign ``end_offset`` and ``term`` to it.
+
+        The payload checksum is verified unless ``verified`` says the caller just
+        did (the replication core verifies a produced batch on receipt).
 
         Returns the batch's base offset. The payload is not re-encoded.
         """
