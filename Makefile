@@ -35,7 +35,9 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.segment_bench --quick
 	$(BIN)/python -m bench.placement_bench
+	$(BIN)/python -m bench.membership_bench --quick
 	$(BIN)/python -m bench.replica_sim_bench --quick
+	$(BIN)/python -m bench.cluster_bench --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
