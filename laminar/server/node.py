@@ -238,10 +238,15 @@ class Node:
                 and (cid := member.metadata_dict().get(_CLUSTER_META))
             }
             known = self.identity.cluster_id
-            if known is not None and seen and known not in seen:
-                raise ClusterIdMismatchError(known, ", ".join(sorted(seen)))
-            if known is not None:
+            if known is not None and seen:
+                if known not in seen:
+                    raise ClusterIdMismatchError(known, ", ".join(sorted(seen)))
                 return
+            if known is not None and (
+                not self.config.seeds
+                or asyncio.get_running_loop().time() > deadline - 50  # seeds quiet for 10 s
+            ):
+                return  # a restart while the peers are away: start, they will come
             if len(seen) == 1:
                 self.identity.cluster_id = seen.pop()
                 self.identity.save(self.config.data_dir)

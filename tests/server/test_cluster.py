@@ -808,3 +808,33 @@ def test_drained_node_ends_with_no_replicas_and_nothing_is_lost(fresh: FreshClus
             wait_values(client, "drain", partition, replica, expected[partition])
     assert drained.running
     assert os.path.isdir(drained.data_dir)
+
+
+def test_a_node_of_another_cluster_is_refused(shared: Shared, tmp_path: Path) -> None:
+    """A data dir that belongs to another cluster must not join this one."""
+    import json
+    import subprocess
+    import sys
+
+    data_dir = tmp_path / "stranger"
+    data_dir.mkdir()
+    (data_dir / "node.json").write_text(
+        json.dumps({"node_id": "stranger", "cluster_id": "another-cluster"})
+    )
+    seed = shared.cluster.nodes[0].gossip
+    host = shared.cluster.nodes[-1].host.rsplit(".", 1)[0] + ".250"
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "laminar.server", "node", "start",
+            "--data-dir", str(data_dir), "--gossip", f"{host}:7000", "--grpc", f"{host}:7100",
+            "--seeds", seed, "--preset", "local",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "cluster id mismatch" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert_all_serving(shared)
