@@ -773,31 +773,23 @@ class ReplicaCore:
     def _has_lease(self) -> bool:
         """A majority of voters answered within the minimum election timeout, so no
         other leader can have been elected meanwhile (they refuse votes that long)."""
-        voters = self._voters()
-        window = self._config.election_timeout_min_ms
-        heard = sum(
-            1
-            for voter in voters
-            if voter == self.node_id
-            or (
-                (progress := self._progress.get(voter)) is not None
-                and self._now - progress.heard_ms < window
-            )
-        )
-        return heard >= len(voters) // 2 + 1
+        return self._majority_heard_within(self._config.election_timeout_min_ms)
 
     def _has_recent_quorum(self) -> bool:
+        """Check-quorum: a majority answered within the maximum election timeout."""
         if not self._config.check_quorum:
             return True
+        return self._majority_heard_within(self._config.election_timeout_max_ms)
+
+    def _majority_heard_within(self, window_ms: int) -> bool:
         voters = self._voters()
-        window = self._config.election_timeout_max_ms
         heard = sum(
             1
             for voter in voters
             if voter == self.node_id
             or (
                 (progress := self._progress.get(voter)) is not None
-                and self._now - progress.heard_ms < window
+                and self._now - progress.heard_ms < window_ms
             )
         )
         return heard >= len(voters) // 2 + 1
