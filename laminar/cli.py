@@ -317,6 +317,9 @@ def _topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+_BATCH_BYTES_TARGET = 1024 * 1024
+
+
 def _produce(args: argparse.Namespace) -> int:
     with _client(args) as client, _open_input(args.file) as lines:
         partitions = 1
@@ -324,6 +327,7 @@ def _produce(args: argparse.Namespace) -> int:
             partitions = client.metadata().topic(args.topic).config.partitions
         pending: dict[int, tuple[list[bytes | None], list[bytes | None]]] = {}
         written: dict[int, tuple[int, int, int]] = {}  # partition -> (count, first, last)
+        sizes: dict[int, int] = {}  # partition -> bytes pending
 
         def flush(partition: int) -> None:
             keys, values = pending.pop(partition)
@@ -344,7 +348,11 @@ def _produce(args: argparse.Namespace) -> int:
             keys, values = pending.setdefault(partition, ([], []))
             keys.append(key)
             values.append(value)
-            if len(values) >= args.batch_size:
+            sizes[partition] = sizes.get(partition, 0) + len(line)
+            # Flush by count, and by bytes so that a batch stays far below the
+            # server's batch limit whatever the line lengths.
+            if len(values) >= args.batch_size or sizes[partition] >= _BATCH_BYTES_TARGET:
+                sizes.pop(partition)
                 flush(partition)
         for partition in sorted(pending):
             flush(partition)
