@@ -1,6 +1,7 @@
 """Benchmark of SWIM + Lifeguard membership in the deterministic simulator.
 
-Run: ``.venv/bin/python -m bench.membership_bench [--quick] [--seeds N]``
+Run: ``.venv/bin/python -m bench.membership_bench [--quick] [--seeds N]
+[--only {sizes,false-dead}] [--sizes N,N,...]``
 
 Every figure uses the ``lan()`` preset and is taken over ``--seeds`` seeds (20 by
 default); times are simulated seconds. The simulated network delays each packet
@@ -20,8 +21,9 @@ every "dead" verdict is false since nobody crashes. Counted as distinct
 (member, incarnation) verdicts, divided by node-hours; once with Lifeguard and
 once without (``_no_lifeguard``). Each seed simulates one hour (``--quick``: 60 s).
 
-``--quick`` skips n = 1000 and finishes in well under 40 s. Prints a table, then
-one JSON object as the last line.
+``--quick`` skips n = 1000 and finishes in well under 40 s. ``--only`` runs just
+the per-size figures or just the false-dead figures; ``--sizes`` overrides the
+cluster sizes. Prints a table, then one JSON object as the last line.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from laminar.membership import config as presets
 from laminar.membership.config import MembershipConfig
 from laminar.membership.core import MembershipCore, Output
 from laminar.membership.member import EventKind, MemberEvent, NodeId
-from laminar.testing.membership_sim import build_cluster, sim_address
+from laminar.testing.membership_sim import build_cluster, schedule_pauses, sim_address
 from laminar.testing.sim import LinkConfig, Simulator
 
 WARM_UP_MS = 2000
@@ -147,13 +149,15 @@ def false_dead_verdicts(config: MembershipConfig, seed: int, duration_ms: int) -
     nodes = build_cluster(
         simulator, config, FALSE_DEAD_NODES, converged=True, on_event=watcher, trace_events=False
     )
-    choice = random.Random(seed)
-    start_ms = choice.randrange(PAUSE_EVERY_MS)
-    for pause_at_ms in range(start_ms, duration_ms, PAUSE_EVERY_MS):
-        address = nodes[choice.randrange(len(nodes))].address
-        resume_at_ms = pause_at_ms + choice.randint(PAUSE_MIN_MS, PAUSE_MAX_MS)
-        simulator.at(pause_at_ms, lambda address=address: simulator.pause(address))
-        simulator.at(resume_at_ms, lambda address=address: simulator.resume(address))
+    schedule_pauses(
+        simulator,
+        nodes,
+        random.Random(seed),
+        until_ms=duration_ms,
+        every_ms=PAUSE_EVERY_MS,
+        pause_min_ms=PAUSE_MIN_MS,
+        pause_max_ms=PAUSE_MAX_MS,
+    )
     simulator.run_until(duration_ms)
     return len(watcher.dead_verdicts)
 
@@ -179,23 +183,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip n=1000, short runs (< 40 s)")
     parser.add_argument("--seeds", type=int, default=20, help="seeds per figure (default 20)")
+    parser.add_argument(
+        "--only", choices=("sizes", "false-dead"), help="run only this part of the benchmark"
+    )
+    parser.add_argument(
+        "--sizes", help="comma-separated cluster sizes (default 10,100,1000; --quick 10,100)"
+    )
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
+    sizes: tuple[int, ...] = (10, 100) if args.quick else (10, 100, 1000)
+    if args.sizes:
+        try:
+            sizes = tuple(int(size) for size in args.sizes.split(","))
+        except ValueError:
+            parser.error("--sizes must be comma-separated integers")
+        if any(size < 3 for size in sizes):
+            parser.error("--sizes must be >= 3")
 
     started = time.perf_counter()
     config = presets.lan()
     results: dict[str, float] = {}
-    sizes = (10, 100) if args.quick else (10, 100, 1000)
-    for size in sizes:
-        results.update(bench_size(config, size, args.seeds))
-        progress(f"n={size} done", started)
-    if not args.quick:
-        results["msgs_n1000_vs_n10"] = (
-            results["msgs_per_member_s_n1000"] / results["msgs_per_member_s_n10"]
-        )
-    results.update(bench_false_dead(args.seeds, 60_000 if args.quick else 3_600_000))
-    progress("false dead done", started)
+    if args.only != "false-dead":
+        for size in sizes:
+            results.update(bench_size(config, size, args.seeds))
+            progress(f"n={size} done", started)
+        if 10 in sizes and 1000 in sizes:
+            results["msgs_n1000_vs_n10"] = (
+                results["msgs_per_member_s_n1000"] / results["msgs_per_member_s_n10"]
+            )
+    if args.only != "sizes":
+        results.update(bench_false_dead(args.seeds, 60_000 if args.quick else 3_600_000))
+        progress("false dead done", started)
     results["seeds"] = args.seeds
     results["elapsed_s"] = time.perf_counter() - started
 

@@ -24,8 +24,18 @@ the interval: the target becomes *suspect*.
 
 Suspicion. A suspect has a timer; when it fires the member is declared *dead*.
 With Lifeguard the timer starts at its maximum and shrinks as independent members
-report the same suspicion. A member that hears it is suspected *refutes* by raising
-its incarnation and gossiping ``alive``. Precedence (SWIM, as memberlist):
+report the same suspicion (at the same incarnation: a suspicion at a newer one
+means the member refuted the old one, and starts a new timer). A member that hears
+it is suspected *refutes* by raising its incarnation and gossiping ``alive``; one
+that hears an accusation it already refuted gossips its ``alive`` again, since
+somebody evidently missed it. Buddy system (Lifeguard): a probe of a suspect
+carries the suspicion ahead of the ping, so the suspect's ack carries its
+refutation. A suspicion still running after the minimum timeout (too few
+confirmations: probably false) is checked that way by the suspecting node itself,
+ahead of the round-robin and again every minimum timeout, so that a node that
+missed every gossiped copy of the refutation (it happens under packet loss) still
+gets it before declaring a live member dead.
+Precedence (SWIM, as memberlist):
 ``alive(i)`` beats ``suspect(j)``/``alive(j)`` when ``i > j``; ``suspect(i)`` beats
 ``alive(j)`` when ``i >= j``; ``dead(i)`` beats ``alive``/``suspect`` at ``j <= i``;
 nothing but a newer ``alive`` brings a dead or left member back.
@@ -418,6 +428,11 @@ class MembershipCore:
                 if not probe.indirect_sent:
                     self._awareness.apply_delta(-1)
                 self._probe = None
+                suspicion = self._suspicions.get(probe.target_id)
+                if suspicion is not None and probe.indirect_sent:
+                    # It answers, but through a relay: that ack carries no refutation
+                    # (a direct one does, in the same packet). Ask again next probe.
+                    suspicion.verify_at_ms = 0
             return
         relay = self._relays.get(ack.sequence)
         if relay is not None and ack.source_id == relay.target_id:
@@ -511,19 +526,21 @@ class MembershipCore:
             self._refute(alive.incarnation)
 
     def _on_suspect(self, suspect: Suspect, now_ms: int) -> None:
+        if suspect.node_id == self._local_id:
+            self._on_accusation(suspect.incarnation)
+            return
         entry = self._members.get(suspect.node_id)
         if entry is None or suspect.incarnation < entry.incarnation:
             return
-        if suspect.node_id == self._local_id:
-            if not self._leaving:
-                self._refute(suspect.incarnation)
-            return
         suspicion = self._suspicions.get(suspect.node_id)
-        if suspicion is not None:
+        if suspicion is not None and suspect.incarnation == entry.incarnation:
             if suspicion.confirm(suspect.from_id, now_ms):
                 self._queue_update(suspect.node_id, suspect)
             return
-        if entry.state is not MemberState.ALIVE:
+        # A suspicion at a newer incarnation than the one we suspect means the member
+        # refuted our suspicion (we missed the ``alive``) and was accused again: it
+        # starts a new timer rather than confirming (and shortening) the stale one.
+        if suspicion is None and entry.state is not MemberState.ALIVE:
             return
         entry.incarnation = suspect.incarnation
         entry.state = MemberState.SUSPECT
@@ -531,6 +548,19 @@ class MembershipCore:
         self._suspicions[entry.node_id] = self._new_suspicion(suspect.from_id, now_ms)
         self._emit(EventKind.SUSPECT, entry, now_ms)
         self._queue_update(entry.node_id, suspect)
+
+    def _on_accusation(self, incarnation: int) -> None:
+        """Somebody says we are suspect or dead at ``incarnation``."""
+        if self._leaving:
+            return
+        if incarnation >= self._self.incarnation:
+            self._refute(incarnation)
+            return
+        # Stale: we already refuted it, but the sender (or whoever it relays) still
+        # holds the old state, maybe because it missed every copy of our ``alive``.
+        # Send the refutation around again (and in our answer to a buddy probe).
+        self._count("refutations_repeated")
+        self._queue_update(self._local_id, self._self.alive_message())
 
     def _new_suspicion(self, from_id: NodeId, now_ms: int) -> Suspicion:
         config = self._config
@@ -545,12 +575,11 @@ class MembershipCore:
         return Suspicion(from_id, expected, min_ms, max_ms, now_ms)
 
     def _on_dead(self, dead: Dead, now_ms: int) -> None:
+        if dead.node_id == self._local_id:
+            self._on_accusation(dead.incarnation)
+            return
         entry = self._members.get(dead.node_id)
         if entry is None or dead.incarnation < entry.incarnation or entry.state.is_gone:
-            return
-        if dead.node_id == self._local_id:
-            if not self._leaving:
-                self._refute(dead.incarnation)
             return
         self._suspicions.pop(entry.node_id, None)
         left = dead.from_id == dead.node_id
@@ -629,7 +658,7 @@ class MembershipCore:
     def _start_probe(self, now_ms: int) -> None:
         interval_ms = self._awareness.scale_ms(self._config.probe_interval_ms)
         self._next_probe_ms = now_ms + interval_ms
-        target = self._next_probe_target()
+        target = self._next_probe_target(now_ms)
         if target is None:
             return
         sequence = self._next_sequence()
@@ -640,16 +669,28 @@ class MembershipCore:
             indirect_at_ms=now_ms + self._awareness.scale_ms(self._config.probe_timeout_ms),
             fail_at_ms=now_ms + interval_ms,
         )
-        messages: list[Message] = [
-            Ping(sequence, target.node_id, self._local_id, self._self.gossip_address)
-        ]
+        messages: list[Message] = []
         if self._config.lifeguard_enabled and target.state is MemberState.SUSPECT:
-            # Buddy system: tell a suspect directly that it is suspected.
+            # Buddy system: tell a suspect directly that it is suspected. The
+            # suspicion goes first, so that the target's ack (sent when it handles
+            # the ping) piggybacks its refutation.
             messages.append(Suspect(target.node_id, target.incarnation, self._local_id))
+        messages.append(Ping(sequence, target.node_id, self._local_id, self._self.gossip_address))
         self._count("probes")
         self._send(target.gossip_address, messages)
 
-    def _next_probe_target(self) -> _Entry | None:
+    def _next_probe_target(self, now_ms: int) -> _Entry | None:
+        if self._config.lifeguard_enabled:
+            # Buddy system: a suspicion that outlived the minimum timeout was not
+            # confirmed by enough members, so it is probably false, and the suspect
+            # has probably refuted it; if we are still suspecting, we may have missed
+            # every copy of the refutation. Ask the suspect itself (the suspicion
+            # rides ahead of the ping, so its ack carries the refutation) before the
+            # timer runs out; again every minimum timeout while it lasts.
+            for node_id, suspicion in self._suspicions.items():
+                if suspicion.verify_at_ms <= now_ms:
+                    suspicion.verify_at_ms = now_ms + suspicion.min_ms
+                    return self._members[node_id]
         order = self._probe_order
         for _ in range(len(order)):
             if self._probe_index >= len(order):

@@ -29,7 +29,15 @@ def remaining_timeout_ms(
 class Suspicion:
     """One suspected member's timer, with the members that confirmed it."""
 
-    __slots__ = ("_confirmers", "deadline_ms", "expected", "max_ms", "min_ms", "start_ms")
+    __slots__ = (
+        "_confirmers",
+        "deadline_ms",
+        "expected",
+        "max_ms",
+        "min_ms",
+        "start_ms",
+        "verify_at_ms",
+    )
 
     def __init__(
         self, suspector: NodeId, expected: int, min_ms: int, max_ms: int, start_ms: int
@@ -42,6 +50,9 @@ class Suspicion:
         # The first suspector is not an independent confirmation of itself.
         self._confirmers: dict[NodeId, None] = {suspector: None}
         self.deadline_ms = start_ms + (max_ms if expected >= 1 else min_ms)
+        self.verify_at_ms = start_ms + min_ms
+        """When the suspecting node should probe the suspect itself (buddy system):
+        a suspicion still running after the minimum timeout lacks confirmations."""
 
     @property
     def confirmation_count(self) -> int:

@@ -6,6 +6,7 @@ push-pull stream message is a ``reliable`` envelope.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Sequence
 
@@ -178,6 +179,26 @@ def build_cluster(
         simulator.add_node(node, start_at_ms=start_at_ms)
         nodes.append(node)
     return nodes
+
+
+def schedule_pauses(
+    simulator: Simulator,
+    nodes: Sequence[MembershipSimNode],
+    rng: random.Random,
+    *,
+    until_ms: int,
+    every_ms: int,
+    pause_min_ms: int,
+    pause_max_ms: int,
+) -> None:
+    """Every ``every_ms`` (from a random offset), pause one random node for a random
+    ``[pause_min_ms, pause_max_ms]`` (as by SIGSTOP/SIGCONT), until ``until_ms``."""
+    start_ms = rng.randrange(every_ms)
+    for pause_at_ms in range(start_ms, until_ms, every_ms):
+        address = nodes[rng.randrange(len(nodes))].address
+        resume_at_ms = pause_at_ms + rng.randint(pause_min_ms, pause_max_ms)
+        simulator.at(pause_at_ms, functools.partial(simulator.pause, address))
+        simulator.at(resume_at_ms, functools.partial(simulator.resume, address))
 
 
 def view_states(node: MembershipSimNode) -> dict[NodeId, MemberState]:

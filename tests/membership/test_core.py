@@ -204,12 +204,17 @@ def test_unanswered_probe_suspects_then_declares_dead() -> None:
         kinds = cluster.kinds(observer, "b")
         assert kinds[:2] == [EventKind.SUSPECT, EventKind.DEAD], kinds
         assert cluster.state(observer, "b") is MemberState.DEAD
-    suspect_ms = next(
-        e.at_ms for n, e in cluster.events if n == "a" and e.kind is EventKind.SUSPECT
+    # The first suspicion's timer decides (the other observer may hear the verdict
+    # before its own, later-started timer fires).
+    first, suspect_ms = next(
+        (n, e.at_ms)
+        for n, e in cluster.events
+        if e.member.node_id == "b" and e.kind is EventKind.SUSPECT
     )
-    dead_ms = next(e.at_ms for n, e in cluster.events if n == "a" and e.kind is EventKind.DEAD)
+    dead_ms = next(e.at_ms for n, e in cluster.events if n == first and e.kind is EventKind.DEAD)
     # n=3: min = 4 * 1 * 1 s; k = 2 expected but n - 2 < 2, so the timeout is the minimum.
     assert 4000 <= dead_ms - suspect_ms <= 4000 + 1000
+    assert all(e.at_ms >= suspect_ms + 4000 for _, e in cluster.events if e.kind is EventKind.DEAD)
 
 
 def test_suspect_refutes_with_a_higher_incarnation() -> None:
@@ -270,6 +275,92 @@ def test_dead_about_self_is_refuted_unless_leaving() -> None:
     assert core.incarnation == 10
     me = core.member(NodeId("a"))
     assert me is not None and me.zone == "z1" and me.state is MemberState.ALIVE
+
+
+def test_suspicion_at_a_newer_incarnation_restarts_the_timer() -> None:
+    """We missed b's refutation of suspect(b, 0); suspect(b, 1) from somebody else
+    is a new accusation, not a confirmation that would shorten (here: end) the old,
+    long-running timer (seen as a false death in the false-dead benchmark)."""
+    core = make_core("a", ("b", "c", "d", "e"))  # n = 5: min 4 s, max 24 s, k = 2
+    b = NodeId("b")
+    assert feed(core, Suspect(b, 0, NodeId("c")), now_ms=0) == [EventKind.SUSPECT]
+    assert feed(core, Suspect(b, 1, NodeId("d")), now_ms=20_000) == [EventKind.SUSPECT]
+    member = core.member(b)
+    assert member is not None and member.incarnation == 1
+    kinds = [event.kind for event in core.tick(20_001).events]
+    assert EventKind.DEAD not in kinds
+    assert core.member(b) == member
+    # The new timer runs from the new accusation: its maximum, then dead.
+    assert EventKind.DEAD not in [event.kind for event in core.tick(43_999).events]
+    assert [event.kind for event in core.tick(44_000).events] == [EventKind.DEAD]
+
+
+def test_stale_accusation_about_self_resends_the_refutation() -> None:
+    core = make_core("b", ("a", "c"))
+    feed(core, Suspect(NodeId("b"), 0, NodeId("a")))
+    assert core.incarnation == 1
+    refutation = alive("b", 1)
+    now_ms = 0
+    for _ in range(200):  # send the refutation its full retransmit count
+        now_ms += 50
+        core.tick(now_ms)
+    ping = Ping(7, NodeId("b"), NodeId("c"), "c:7946")
+    output = core.receive_packet(seal([ping]), now_ms)
+    assert refutation not in open_frame(output.packets[0].data)
+    # c still suspects b at 0 (it missed every copy of the refutation): b answers
+    # c's buddy probe with its alive again, without raising its incarnation.
+    stale = Suspect(NodeId("b"), 0, NodeId("c"))
+    output = core.receive_packet(seal([stale, ping]), now_ms)
+    messages = open_frame(output.packets[0].data)
+    assert isinstance(messages[0], Ack) and refutation in messages
+    assert core.incarnation == 1
+    assert core.counters()["refutations_repeated"] == 1
+    # Same for a stale death verdict.
+    feed(core, Dead(NodeId("b"), 0, NodeId("c")), now_ms=now_ms)
+    assert core.incarnation == 1 and core.counters()["refutations_repeated"] == 2
+
+
+def test_unconfirmed_suspicion_is_checked_with_a_buddy_probe() -> None:
+    """A suspicion still running at the minimum timeout (not confirmed, probably
+    false) makes the node probe the suspect itself, the suspicion ahead of the
+    ping, so that the suspect's ack carries its refutation: a node that missed
+    every gossiped copy of the refutation still learns it before the timer ends."""
+    others = (*(f"m{i}" for i in range(20)), "b")
+    core = make_core("a", others)
+    b = NodeId("b")
+    min_ms = CONFIG.suspicion_min_ms(len(others) + 1)
+    assert feed(core, Suspect(b, 0, NodeId("m1"))) == [EventKind.SUSPECT]
+    probe = [p for p in core.tick(min_ms).packets if p.address == "b:7946"]
+    assert len(probe) == 1
+    messages = open_frame(probe[0].data)
+    assert messages[0] == Suspect(b, 0, NodeId("a"))
+    assert isinstance(messages[1], Ping) and messages[1].target_id == b
+    suspected = make_core("b", ("a", "m1"))
+    answer = suspected.receive_packet(probe[0].data, min_ms + 1)
+    assert suspected.incarnation == 1
+    reply = open_frame(answer.packets[0].data)
+    assert isinstance(reply[0], Ack) and alive("b", 1) in reply
+    assert feed(core, *reply, now_ms=min_ms + 2) == [EventKind.ALIVE]
+
+
+def test_suspect_acked_through_a_relay_is_checked_again() -> None:
+    others = (*(f"m{i}" for i in range(20)), "b")
+    core = make_core("a", others)
+    b = NodeId("b")
+    min_ms = CONFIG.suspicion_min_ms(len(others) + 1)
+    feed(core, Suspect(b, 0, NodeId("m1")))
+    probe = next(p for p in core.tick(min_ms).packets if p.address == "b:7946")
+    ping = next(m for m in open_frame(probe.data) if isinstance(m, Ping))
+    requests = core.tick(min_ms + CONFIG.probe_timeout_ms).packets
+    assert any(isinstance(open_frame(p.data)[0], PingRequest) for p in requests)
+    # A relayed ack: b is up, but the refutation did not come with it.
+    feed(core, Ack(ping.sequence, b), now_ms=min_ms + 600)
+    next_probe = core.tick(min_ms + CONFIG.probe_interval_ms).packets
+    assert ping_targets(next_probe) == [b]
+    # Without Lifeguard the suspicion simply runs out at the minimum.
+    plain = make_core("a", others, config=MembershipConfig(lifeguard_enabled=False))
+    feed(plain, Suspect(b, 0, NodeId("m1")))
+    assert EventKind.DEAD in [event.kind for event in plain.tick(min_ms).events]
 
 
 def test_alive_attribute_change_is_an_update() -> None:
@@ -481,9 +572,10 @@ def test_authentic_but_malformed_bodies_are_dropped() -> None:
 def ping_targets(output_packets: object) -> list[str]:
     targets = []
     for packet in output_packets:  # type: ignore[attr-defined]
-        first = open_frame(packet.data)[0]
-        if isinstance(first, Ping):
-            targets.append(first.target_id)
+        # A probe of a suspect carries the suspicion ahead of the ping (buddy system).
+        ping = next((m for m in open_frame(packet.data) if isinstance(m, Ping)), None)
+        if ping is not None:
+            targets.append(ping.target_id)
     return targets
 
 
@@ -492,10 +584,11 @@ def tick_with_acks(core: MembershipCore, now_ms: int) -> tuple[list[str], Output
     output = core.tick(now_ms)
     targets = []
     for packet in output.packets:
-        first = open_frame(packet.data)[0]
-        if isinstance(first, Ping):
-            targets.append(first.target_id)
-            core.receive_packet(seal([Ack(first.sequence, first.target_id)]), now_ms)
+        # A probe of a suspect carries the suspicion ahead of the ping (buddy system).
+        ping = next((m for m in open_frame(packet.data) if isinstance(m, Ping)), None)
+        if ping is not None:
+            targets.append(ping.target_id)
+            core.receive_packet(seal([Ack(ping.sequence, ping.target_id)]), now_ms)
     return targets, output
 
 
