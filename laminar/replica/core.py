@@ -1081,19 +1081,7 @@ class ReplicaCore:
 
     def _on_append(self, request: AppendRequest) -> None:
         if request.term < self.term:
-            self._messages.append(
-                Outbound(
-                    request.leader,
-                    AppendResponse(
-                        self.term,
-                        self.node_id,
-                        success=False,
-                        match_offset=-1,
-                        end_offset=self._storage.end_offset,
-                        prev_end_offset=request.prev_end_offset,
-                    ),
-                )
-            )
+            self._reject(request, conflict_term=-1, conflict_start=-1)  # tells it our term
             return
         self._heard_from_leader(request.term, request.leader)
         end = self._storage.end_offset

@@ -348,6 +348,11 @@ class ReplicaHost:
             _LOG.exception("replica flush failed")
             raise
 
+    def _send_all(self, coalescer: Coalescer) -> None:
+        for destination, bundle in coalescer.drain().items():
+            self.counters["bundles_sent"] += 1
+            self._send(destination, bundle)
+
     async def _flush_round(self) -> None:
         self.counters["flush_rounds"] += 1
         batch = list(self._dirty.values())
@@ -365,9 +370,7 @@ class ReplicaHost:
         early = Coalescer()
         for replica, ready in readies:
             early.add_all(replica.key, ready.early_messages)
-        for destination, bundle in early.drain().items():
-            self.counters["bundles_sent"] += 1
-            self._send(destination, bundle)
+        self._send_all(early)
         syncs = [replica for replica, ready in readies if ready.sync]
         if syncs and self._fsync:
             loop = asyncio.get_running_loop()
@@ -398,9 +401,7 @@ class ReplicaHost:
                 _LOG.info("replica %s/%d: %s", *replica.key, event)
                 if isinstance(event, Removed):
                     removed.append(replica)
-        for destination, bundle in coalescer.drain().items():
-            self.counters["bundles_sent"] += 1
-            self._send(destination, bundle)
+        self._send_all(coalescer)
         for replica, ready in readies:
             replica.core.advance(ready)
             replica.busy = False
