@@ -8,7 +8,8 @@
 #   scripts/local_cluster.sh restart ID  start node ID again (after kill or stop)
 #   scripts/local_cluster.sh logs ID     print node ID's log
 #
-# Node I gossips on 127.0.0.1:(7000+I) and serves gRPC on 127.0.0.1:(7100+I); its data,
+# Node I gossips on 127.0.0.1:(7000+I), serves gRPC on 127.0.0.1:(7100+I) and takes
+# replication traffic on 127.0.0.1:(7200+I) (N <= 50); its data,
 # log and pid file live under ./.cluster/ (LAMINAR_CLUSTER_DIR overrides). Python comes
 # from ./.venv (LAMINAR_PYTHON overrides). Extra node options: LAMINAR_NODE_ARGS.
 set -euo pipefail
@@ -17,9 +18,10 @@ ROOT="${LAMINAR_CLUSTER_DIR:-.cluster}"
 PYTHON="${LAMINAR_PYTHON:-.venv/bin/python}"
 GOSSIP_BASE=7000
 GRPC_BASE=7100
+PEER_BASE=7200
 
 usage() {
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -54,6 +56,7 @@ start_node() {
         --node-id "node$id" \
         --gossip "127.0.0.1:$((GOSSIP_BASE + id))" \
         --grpc "127.0.0.1:$((GRPC_BASE + id))" \
+        --peer "127.0.0.1:$((PEER_BASE + id))" \
         --preset local "${extra[@]}" ${LAMINAR_NODE_ARGS:-} \
         >>"$ROOT/node$id.log" 2>&1 &
     echo $! >"$ROOT/node$id.pid"

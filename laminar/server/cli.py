@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from laminar.errors import LaminarError
@@ -34,6 +35,11 @@ def register(subparsers: Any) -> None:
     )
     start.add_argument(
         "--grpc", metavar="HOST:PORT", help="gRPC API address (default 127.0.0.1:7100)"
+    )
+    start.add_argument(
+        "--peer",
+        metavar="HOST:PORT",
+        help="replication address, TCP, for other nodes (default 127.0.0.1:7200)",
     )
     start.add_argument(
         "--seeds", metavar="HOST:PORT[,...]", help="gossip addresses of nodes to join through"
@@ -65,6 +71,15 @@ def register(subparsers: Any) -> None:
     start.set_defaults(handler=_start)
 
 
+def _run_loop(main: Coroutine[Any, Any, int]) -> int:
+    """Run the node on uvloop (a faster event loop) where it is installed."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def _start(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -78,6 +93,7 @@ def _start(args: argparse.Namespace) -> int:
                 "data_dir": args.data_dir,
                 "gossip": args.gossip,
                 "grpc": args.grpc,
+                "peer": args.peer,
                 "seeds": args.seeds,
                 "bootstrap": args.bootstrap,
                 "weight": args.weight,
@@ -89,7 +105,7 @@ def _start(args: argparse.Namespace) -> int:
             },
             file_values,
         )
-        return asyncio.run(_run(config))
+        return _run_loop(_run(config))
     except LaminarError as error:
         print(f"laminar node: {error}", file=sys.stderr)
         return 2

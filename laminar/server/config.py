@@ -1,7 +1,7 @@
 """Configuration of a broker node: command-line options, an optional TOML file, presets.
 
 Precedence: command-line option > TOML file > preset default. The TOML file holds
-the same keys as the long options (``data_dir``, ``gossip``, ``grpc``, ``seeds``,
+the same keys as the long options (``data_dir``, ``gossip``, ``grpc``, ``peer``, ``seeds``,
 ``bootstrap``, ``weight``, ``zone``, ``preset``, ``cluster_key``, ``fsync``,
 ``node_id``) plus optional ``[replica]`` and ``[membership]`` tables whose keys are
 fields of :class:`~laminar.replica.config.ReplicaConfig` and
@@ -29,7 +29,9 @@ class NodeConfig:
     gossip: str = "127.0.0.1:7000"
     """``host:port`` for SWIM gossip (UDP, with TCP push-pull on the same port)."""
     grpc: str = "127.0.0.1:7100"
-    """``host:port`` of the gRPC API (public and peer services)."""
+    """``host:port`` of the gRPC API (clients and admin tools)."""
+    peer: str = "127.0.0.1:7200"
+    """``host:port`` (TCP) where other nodes send replication traffic."""
     seeds: tuple[str, ...] = ()
     """Gossip addresses of nodes to join through."""
     bootstrap: bool = False
@@ -65,8 +67,13 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if not self.data_dir:
             raise ConfigError("--data-dir is required")
-        for name in ("gossip", "grpc"):
+        for name in ("gossip", "grpc", "peer"):
             _check_address(name, getattr(self, name))
+        if len({self.gossip, self.grpc, self.peer}) < 3:
+            raise ConfigError(
+                f"gossip ({self.gossip}), grpc ({self.grpc}) and peer ({self.peer}) "
+                "addresses must differ"
+            )
         for seed in self.seeds:
             _check_address("seed", seed)
         if self.weight is not None and not (self.weight >= 0 and self.weight < float("inf")):
@@ -106,6 +113,7 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "data_dir": str,
     "gossip": str,
     "grpc": str,
+    "peer": str,
     "seeds": list,
     "bootstrap": bool,
     "weight": (int, float),

@@ -4,7 +4,7 @@ Start-up::
 
     identity (data dir: node id, cluster id, weight, zone)
     membership (SWIM over UDP) -- learns the cluster id from peers when joining
-    replica host + peer transport + gRPC server (public API, peer service, health)
+    replica host + peer transport (TCP) + gRPC server (public API, health, reflection)
     metadata loop: apply __cluster/0 (locally, or long-polled from a replica)
     placement: on every membership or catalogue change, recompute every partition's
                target replica list and hand it to the replica host
@@ -49,16 +49,14 @@ from laminar.server.metadata import (
     MetadataState,
 )
 from laminar.server.transport import (
-    PeerServicer,
     PeerTransport,
-    TransportConfig,
-    server_options,
 )
 from laminar.v1 import laminar_pb2, laminar_pb2_grpc
 
 _LOG = logging.getLogger(__name__)
 _IDENTITY_FILE = "node.json"
 _CLUSTER_META = "cluster"
+_PEER_META = "peer"  # the member's peer (replication) address
 
 
 @dataclass
@@ -133,6 +131,7 @@ class Node:
         self._targets: dict[PartitionKey, tuple[str, ...]] = {}
         self._stopping = False
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._peer_addresses: dict[str, str] = {}
         self.ready = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -177,6 +176,10 @@ class Node:
             on_removed=self._on_removed,
         )
         self.transport = PeerTransport(self.node_id, identity.cluster_id, self.host.on_bundle)
+        try:
+            await self.transport.listen(config.peer)
+        except OSError as error:
+            raise ConfigError(f"cannot listen on {config.peer}: {error.strerror}") from None
         await self.host.start()
         if founding:  # only ever once: a restarted founder rejoins its group
             self.host.open_replica(METADATA_KEY, GroupConfig((NodeId(self.node_id),)))
@@ -185,11 +188,12 @@ class Node:
         self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
         self.ready.set()
         _LOG.info(
-            "node %s ready: cluster %s, gossip %s, grpc %s",
+            "node %s ready: cluster %s, gossip %s, grpc %s, peer %s",
             self.node_id,
             identity.cluster_id,
             self.membership.local.gossip_address,
             config.grpc,
+            config.peer,
         )
 
     async def stop(self, *, graceful: bool = True) -> None:
@@ -259,31 +263,26 @@ class Node:
 
     def _gossip_metadata(self) -> tuple[tuple[str, str], ...]:
         cluster_id = self.identity.cluster_id
-        return ((_CLUSTER_META, cluster_id),) if cluster_id else ()
+        peer = ((_PEER_META, self.config.peer),)
+        return ((_CLUSTER_META, cluster_id), *peer) if cluster_id else peer
 
     async def _start_server(self) -> None:
         from laminar.server.service import LaminarService
 
         limit = self.config.request_bytes_max
-        options = dict(server_options(TransportConfig()))
-        options["grpc.max_receive_message_length"] = max(
-            limit, int(options.get("grpc.max_receive_message_length", 0))
-        )
-        options["grpc.max_send_message_length"] = max(
-            limit, int(options.get("grpc.max_send_message_length", 0))
-        )
-        options["grpc.so_reuseport"] = 0
+        options = {
+            "grpc.max_receive_message_length": limit,
+            "grpc.max_send_message_length": limit,
+            "grpc.so_reuseport": 0,
+        }
         server = grpc.aio.server(options=list(options.items()))
         laminar_pb2_grpc.add_LaminarServicer_to_server(LaminarService(self), server)  # type: ignore[no-untyped-call]
-        assert self.transport is not None
-        laminar_pb2_grpc.add_PeerServicer_to_server(PeerServicer(self.transport), server)  # type: ignore[no-untyped-call]
         if self._health is not None:
             health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
             await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
             await self._health.set("laminar.v1.Laminar", health_pb2.HealthCheckResponse.SERVING)
         names = (
             laminar_pb2.DESCRIPTOR.services_by_name["Laminar"].full_name,
-            laminar_pb2.DESCRIPTOR.services_by_name["Peer"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         )
@@ -312,6 +311,7 @@ class Node:
             return
         node_id = event.member.node_id
         _LOG.info("member %s %s", node_id, event.kind.value)
+        self._peer_addresses.pop(node_id, None)  # it may have moved
         loop = asyncio.get_running_loop()
         if event.kind is EventKind.DEAD:
             self._dead_since.setdefault(node_id, loop.time())
@@ -397,8 +397,19 @@ class Node:
         if self.host is not None:
             self.host.delete_replica(key)
 
+    def peer_address_of(self, node_id: str) -> str | None:
+        """Where ``node_id`` accepts replication traffic (gossiped in its metadata)."""
+        address = self._peer_addresses.get(node_id)
+        if address is None and self.membership is not None:
+            member = self.membership.member(node_id)
+            if member is not None:
+                address = dict(member.metadata).get(_PEER_META)
+                if address is not None:
+                    self._peer_addresses[node_id] = address
+        return address
+
     def _send_bundle(self, peer: str, bundle: Any) -> None:
-        address = self.grpc_address_of(peer)
+        address = self.peer_address_of(peer)
         if address is None or self.transport is None:
             return
         self.transport.send(peer, address, bundle)

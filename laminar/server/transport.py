@@ -1,40 +1,61 @@
-"""Peer transport: replication bundles between nodes over gRPC (``Peer.Replicate``).
+"""Peer transport: replication bundles between nodes over framed TCP streams.
 
-Theory of operation
--------------------
+Why not gRPC. Replication is the broker's hottest path: every acknowledged write
+costs one round trip leader → follower → leader. A gRPC streaming message through
+``grpc.aio`` costs a few hundred microseconds of Python and C-core work at each end
+(measured on the project's 2-core machine: ping-pong round trip 340–430 µs over two
+client streams, 50 µs over plain asyncio TCP with uvloop), and that CPU is shared
+with everything else a node does. The public API stays gRPC; the peer protocol is
+this small framed stream (``docs/design.md``, "Peer transport").
 
-Sending. For every destination peer the transport keeps one *link*: a bounded
-queue of encoded bundles and one task that owns a gRPC channel and, while the peer
-is reachable, one long-lived client-streaming ``Replicate`` call fed from the
-queue. :meth:`PeerTransport.send` never blocks and never fails for network
-reasons: it encodes the bundle (:mod:`laminar.server.wire`) and enqueues it, or
-drops it and counts why. Consensus tolerates loss (a lost append is retried, a
-lost heartbeat is superseded by the next), so dropping is always preferable to
-buffering without bound or stalling the caller's event loop. A link is in one of
-three states:
+Wire protocol
+-------------
 
-- ``connecting``: waiting up to ``connect_timeout_ms`` for the channel; bundles
-  queue (up to ``queue_max``) and are written once the stream is open;
-- ``connected``: bundles are written to the stream in order; a full queue (the
-  peer or the network is slower than we produce) drops new bundles
-  (``dropped_full``);
-- ``backoff``: the peer is unreachable or the stream ended; whatever was queued and
-  everything sent until the next attempt is dropped (``dropped_unreachable``), then
-  the link reconnects after a capped exponential backoff with jitter.
+The sender of a link opens one TCP connection to the peer's *peer address* and
+writes a hello, then frames, and never reads anything but a rejection:
 
-A bundle whose encoding exceeds ``WireLimits.bundle_bytes_max`` is split into
-several frames (messages before heartbeats, order kept); a single message that is
-still too large is dropped (``dropped_oversized``). When a peer's address changes,
-the old link is closed and a new one opens to the new address.
+- hello: ``b"LMNP"``, version (u8, 1), cluster id length (u8) and UTF-8 bytes,
+  source node id length (u8) and UTF-8 bytes;
+- frame: length (u32, big endian, 1 ..= ``WireLimits.bundle_bytes_max``) and one
+  encoded bundle (:mod:`laminar.server.wire`).
 
-Receiving. :class:`PeerServicer` implements the ``Peer`` service. Every
-``PeerFrame`` of a ``Replicate`` stream goes to :meth:`PeerTransport.receive_frame`:
-a frame from another cluster aborts the stream with ``FAILED_PRECONDITION``; a
-malformed frame is counted and skipped (the stream lives on); a valid bundle is
-handed to ``on_bundle(source, bundle)``, synchronously, on the event loop.
+The receiver checks the hello: another cluster's id (``rejected_cluster``) or a
+malformed hello (``rejected_malformed``) gets a rejection (``0x01``, reason length
+u8, UTF-8 reason) and the connection is closed. A frame length out of range closes
+the connection (the stream cannot be resynchronised); a frame whose bundle does not
+decode is counted and skipped, the stream lives on. TLS (mTLS) fits under the same
+framing when it lands: ``asyncio`` takes an ``ssl`` context on both ends.
+
+Sending. For every destination peer the transport keeps one *link*. A link is in
+one of three states:
+
+- ``connecting``: a task connects (up to ``connect_timeout_ms``); frames queue (up
+  to ``queue_max``; more are dropped as ``dropped_full``) and are written once the
+  connection is open;
+- ``connected``: :meth:`PeerTransport.send` writes frames straight to the socket
+  (no task hop); if more than ``send_buffer_bytes_max`` is already waiting in the
+  socket's buffer (the peer or the network is slower than we produce), new frames
+  are dropped (``dropped_full``);
+- ``backoff``: the peer is unreachable or the connection ended; everything sent
+  until the next attempt is dropped (``dropped_unreachable``), then the link
+  reconnects after a capped exponential backoff with jitter.
+
+:meth:`PeerTransport.send` never blocks and never fails for network reasons.
+Consensus tolerates loss (a lost append is retried, a lost heartbeat is superseded
+by the next), so dropping is always preferable to buffering without bound or
+stalling the event loop. A bundle whose encoding exceeds ``bundle_bytes_max`` is
+split into several frames (messages before heartbeats, order kept); a single
+message that is still too large is dropped (``dropped_oversized``). When a peer's
+address changes, the old link is closed and a new one opens to the new address.
+TCP keepalive and ``TCP_USER_TIMEOUT`` notice a dead peer within about
+``keepalive_time_ms + keepalive_timeout_ms`` even when nothing is written.
+
+Receiving. :meth:`PeerTransport.listen` accepts connections (at most
+``inbound_connections_max`` at once); every valid bundle is handed to
+``on_bundle(source, bundle)``, synchronously, on the event loop.
 
 All methods must be called from the event loop's thread; the transport makes no
-protocol decision and keeps no state but links and counters.
+protocol decision and keeps no state but links, connections and counters.
 """
 
 from __future__ import annotations
@@ -44,62 +65,73 @@ import contextlib
 import enum
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
-
-import grpc
+from typing import Final, cast
 
 from laminar.errors import ConfigError, InvalidInputError
 from laminar.replica.coalesce import PeerBundle
 from laminar.server.wire import NODE_ID_BYTES_MAX, WireLimits, decode_bundle, encode_bundle
-from laminar.v1 import laminar_pb2, laminar_pb2_grpc
 
 _LOG = logging.getLogger(__name__)
 
-FRAME_OVERHEAD_BYTES_MAX: Final = 4096
-"""Room for a ``PeerFrame``'s cluster id, source and protobuf tags around a bundle."""
+MAGIC: Final = b"LMNP"
+PROTOCOL_VERSION: Final = 1
+_LENGTH: Final = struct.Struct(">I")
+_REJECT: Final = 0x01
+HELLO_BYTES_MAX: Final = len(MAGIC) + 1 + 2 * (1 + 255)
+"""The longest hello; more bytes without a complete hello is a malformed hello."""
 
 OnBundle = Callable[[str, PeerBundle], None]
-FetchMetadata = Callable[[laminar_pb2.FetchRequest, Any], Awaitable[laminar_pb2.FetchResponse]]
-"""``(request, grpc.aio.ServicerContext) -> FetchResponse`` for ``Peer.FetchMetadata``."""
 
 
 @dataclass(frozen=True, slots=True)
 class TransportConfig:
     """Tunables of the peer transport.
 
-    ``queue_max``: bundles waiting per destination peer; beyond it new bundles are
-    dropped. 1024 covers ~0.3 s of appends at 3,000 bundles/s per peer.
-    ``connect_timeout_ms``: how long a link waits for a channel to become ready
-    before it declares the peer unreachable and backs off.
+    ``queue_max``: frames waiting per destination while its link connects; beyond
+    it new frames are dropped.
+    ``send_buffer_bytes_max``: bytes a connected link may hold unsent in its
+    socket buffer before new frames are dropped (one frame is always accepted into
+    an empty buffer, so a bundle up to ``bundle_bytes_max`` always fits).
+    ``connect_timeout_ms``: how long a connection attempt may take before the peer
+    counts as unreachable and the link backs off.
     ``backoff_initial_ms`` / ``backoff_max_ms``: reconnect delay after the n-th
     consecutive failure is ``min(max, initial * 2**n)``, scaled by a random factor
-    in [0.5, 1) so that peers do not reconnect in lockstep. A stream that lived at
-    least ``backoff_max_ms`` resets the count.
-    ``keepalive_time_ms`` / ``keepalive_timeout_ms``: HTTP/2 pings on idle
-    connections, so a dead peer is noticed (and its stream ended) within about
-    their sum even when nothing is being written.
-    ``limits``: wire limits; also sets the gRPC message size limits.
+    in [0.5, 1) so that peers do not reconnect in lockstep. A connection that lived
+    at least ``backoff_max_ms`` resets the count.
+    ``keepalive_time_ms`` / ``keepalive_timeout_ms``: TCP keepalive probes start
+    after ``keepalive_time_ms`` of silence, and a connection whose probes or data
+    go unanswered for ``keepalive_timeout_ms`` is closed.
+    ``inbound_connections_max``: accepted connections open at once; more are
+    refused (closed at once).
+    ``limits``: wire limits (the largest frame is ``limits.bundle_bytes_max``).
     """
 
     queue_max: int = 1024
+    send_buffer_bytes_max: int = 64 * 1024 * 1024
     connect_timeout_ms: int = 2000
     backoff_initial_ms: int = 50
     backoff_max_ms: int = 2000
     keepalive_time_ms: int = 10_000
     keepalive_timeout_ms: int = 5_000
+    inbound_connections_max: int = 1024
     limits: WireLimits = field(default_factory=WireLimits)
 
     def __post_init__(self) -> None:
-        if self.queue_max < 1:
-            raise ConfigError("queue_max must be positive")
+        if self.queue_max < 1 or self.send_buffer_bytes_max < 1:
+            raise ConfigError("queue_max and send_buffer_bytes_max must be positive")
         if self.connect_timeout_ms <= 0:
             raise ConfigError("connect_timeout_ms must be positive")
         if not 0 < self.backoff_initial_ms <= self.backoff_max_ms:
             raise ConfigError("need 0 < backoff_initial_ms <= backoff_max_ms")
-        if self.keepalive_time_ms <= 0 or self.keepalive_timeout_ms <= 0:
-            raise ConfigError("keepalive_time_ms and keepalive_timeout_ms must be positive")
+        if self.keepalive_time_ms < 1000 or self.keepalive_timeout_ms < 1000:
+            raise ConfigError("keepalive_time_ms and keepalive_timeout_ms must be >= 1000")
+        if self.inbound_connections_max < 1:
+            raise ConfigError("inbound_connections_max must be positive")
 
     @classmethod
     def local(cls) -> TransportConfig:
@@ -112,20 +144,17 @@ class TransportConfig:
             keepalive_timeout_ms=1_000,
         )
 
-    @property
-    def message_bytes_max(self) -> int:
-        """The gRPC message size limit on peer channels and servers."""
-        return self.limits.bundle_bytes_max + FRAME_OVERHEAD_BYTES_MAX
-
 
 @dataclass(slots=True)
 class TransportCounters:
     """Frames (encoded bundles) by fate, since the transport started; for metrics.
 
-    Sending: ``sent`` (written to a stream; delivery is not acknowledged),
+    Sending: ``sent`` (written to a connection; delivery is not acknowledged),
     ``dropped_full``, ``dropped_unreachable``, ``dropped_oversized``. Receiving:
-    ``received`` (handed to ``on_bundle``), ``rejected_malformed``,
-    ``rejected_cluster``, ``handler_errors`` (``on_bundle`` raised).
+    ``received`` (handed to ``on_bundle``), ``rejected_malformed`` (a bundle that
+    does not decode, a bad hello or frame length), ``rejected_cluster`` (a hello
+    from another cluster), ``handler_errors`` (``on_bundle`` raised),
+    ``refused_connections`` (over ``inbound_connections_max``).
     """
 
     sent: int = 0
@@ -136,6 +165,7 @@ class TransportCounters:
     rejected_malformed: int = 0
     rejected_cluster: int = 0
     handler_errors: int = 0
+    refused_connections: int = 0
 
 
 class FrameOutcome(enum.Enum):
@@ -150,54 +180,215 @@ class LinkState(enum.Enum):
     BACKOFF = "backoff"
 
 
-def channel_options(config: TransportConfig) -> list[tuple[str, int]]:
-    """gRPC options for a channel to a peer."""
-    return [
-        ("grpc.max_send_message_length", config.message_bytes_max),
-        ("grpc.max_receive_message_length", config.message_bytes_max),
-        ("grpc.keepalive_time_ms", config.keepalive_time_ms),
-        ("grpc.keepalive_timeout_ms", config.keepalive_timeout_ms),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.initial_reconnect_backoff_ms", config.backoff_initial_ms),
-        ("grpc.min_reconnect_backoff_ms", config.backoff_initial_ms),
-        ("grpc.max_reconnect_backoff_ms", config.backoff_max_ms),
-        # The transport decides about retries itself (it drops and reconnects).
-        ("grpc.enable_retries", 0),
-    ]
+def encode_hello(cluster_id: str, source: str) -> bytes:
+    """The first bytes a sender writes on a new connection."""
+    cluster = cluster_id.encode()
+    node = source.encode()
+    if not 0 < len(cluster) <= 255 or not 0 < len(node) <= NODE_ID_BYTES_MAX:
+        raise InvalidInputError("cluster id and node id must be 1..255 bytes")
+    return MAGIC + bytes((PROTOCOL_VERSION, len(cluster))) + cluster + bytes((len(node),)) + node
 
 
-def server_options(config: TransportConfig) -> list[tuple[str, int]]:
-    """gRPC options a server hosting :class:`PeerServicer` needs.
+def decode_hello(data: bytes | bytearray) -> tuple[str, str, int] | None:
+    """``(cluster_id, source, length)`` of a complete hello at the start of ``data``,
+    or None if more bytes are needed; raises InvalidInputError if it is malformed."""
+    if data[: len(MAGIC)] != MAGIC[: len(data)]:
+        raise InvalidInputError("not a Laminar peer connection (bad magic)")
+    position = len(MAGIC)
+    if len(data) <= position + 1:
+        return None
+    if data[position] != PROTOCOL_VERSION:
+        raise InvalidInputError(f"unsupported peer protocol version {data[position]}")
+    position += 1
+    fields = []
+    for what in ("cluster id", "node id"):
+        if len(data) <= position:
+            return None
+        size = data[position]
+        if size == 0:
+            raise InvalidInputError(f"empty {what} in hello")
+        if len(data) < position + 1 + size:
+            return None
+        try:
+            fields.append(bytes(data[position + 1 : position + 1 + size]).decode())
+        except UnicodeDecodeError:
+            raise InvalidInputError(f"{what} in hello is not UTF-8") from None
+        position += 1 + size
+    return fields[0], fields[1], position
 
-    They accept the peers' keepalive pings (a server would otherwise answer them
-    with ``too_many_pings`` and drop the connection) and frames up to the wire
-    limit. The composition root merges them with the public API's own options
-    (taking the larger message size).
-    """
-    return [
-        ("grpc.max_send_message_length", config.message_bytes_max),
-        ("grpc.max_receive_message_length", config.message_bytes_max),
-        ("grpc.keepalive_time_ms", config.keepalive_time_ms),
-        ("grpc.keepalive_timeout_ms", config.keepalive_timeout_ms),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", config.keepalive_time_ms // 2),
-        ("grpc.http2.max_ping_strikes", 0),
-    ]
+
+def _set_socket_options(transport: asyncio.BaseTransport, config: TransportConfig) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        idle_s = max(1, config.keepalive_time_ms // 1000)
+        interval_s = max(1, config.keepalive_timeout_ms // 3000)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+        sock.setsockopt(
+            socket.IPPROTO_TCP,
+            socket.TCP_USER_TIMEOUT,
+            config.keepalive_time_ms + config.keepalive_timeout_ms,
+        )
 
 
 class _Link:
-    """One destination peer: its queue, its connection task, its state."""
+    """One destination peer: its connection or pending frames, its task, its state."""
 
-    __slots__ = ("address", "peer_id", "queue", "state", "task")
+    __slots__ = ("address", "peer_id", "pending", "state", "task", "writer")
 
-    def __init__(self, peer_id: str, address: str, queue_max: int) -> None:
+    def __init__(self, peer_id: str, address: str) -> None:
         self.peer_id = peer_id
         self.address = address
-        # None wakes the writer when the stream ends while it waits for a frame.
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(queue_max)
+        self.pending: deque[bytes] = deque()
         self.state = LinkState.CONNECTING
         self.task: asyncio.Task[None] | None = None
+        self.writer: asyncio.Transport | None = None
+
+
+class _SenderProtocol(asyncio.Protocol):
+    """The sending end of a link: reads only a possible rejection."""
+
+    def __init__(self, transport: PeerTransport, link: _Link, closed: asyncio.Future[None]) -> None:
+        self._owner = transport
+        self._link = link
+        self._closed = closed
+        self._received = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        if len(self._received) < 1 + 1 + 255:
+            self._received += data[: 1 + 1 + 255 - len(self._received)]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        received = self._received
+        if received[:1] == bytes((_REJECT,)):
+            reason = bytes(received[2 : 2 + received[1]] if len(received) > 1 else b"")
+            _LOG.warning(
+                "peer rejected our connection node=%s peer=%s: %s",
+                self._owner.node_id,
+                self._link.peer_id,
+                reason.decode(errors="replace"),
+            )
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+
+class _ReceiverProtocol(asyncio.Protocol):
+    """The receiving end of a connection: a hello, then frames."""
+
+    def __init__(self, owner: PeerTransport) -> None:
+        self._owner = owner
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._source: str | None = None
+        self._frame_max = owner.config.limits.bundle_bytes_max
+        self._warned = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's do not subclass it
+        self._transport = transport
+        owner = self._owner
+        if len(owner._inbound) >= owner.config.inbound_connections_max:
+            owner._counters.refused_connections += 1
+            transport.abort()
+            return
+        owner._inbound.add(self)
+        _set_socket_options(transport, owner.config)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._inbound.discard(self)
+        self._buffer = bytearray()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        if self._source is None and not self._read_hello():
+            return
+        source = self._source
+        assert source is not None
+        view = memoryview(buffer)
+        try:
+            position = self._read_frames(source, view, len(buffer))
+        finally:
+            view.release()
+        if position:
+            del buffer[:position]
+
+    def _read_frames(self, source: str, view: memoryview, size: int) -> int:
+        """Deliver the complete frames in ``view``; returns the bytes consumed."""
+        owner = self._owner
+        position = 0
+        while size - position >= 4:
+            (length,) = _LENGTH.unpack_from(view, position)
+            if not 0 < length <= self._frame_max:
+                owner._counters.rejected_malformed += 1
+                _LOG.warning(
+                    "peer sent a frame of %d bytes (limit %d); closing node=%s source=%.80r",
+                    length,
+                    self._frame_max,
+                    owner.node_id,
+                    source,
+                )
+                self.close()
+                return 0
+            end = position + 4 + length
+            if end > size:
+                break
+            outcome = owner.deliver(source, bytes(view[position + 4 : end]))
+            position = end
+            if outcome is FrameOutcome.MALFORMED and not self._warned:
+                self._warned = True
+                _LOG.warning(
+                    "peer sent a malformed frame node=%s source=%.80r (counted; later ones "
+                    "on this connection are only counted)",
+                    owner.node_id,
+                    source,
+                )
+            if self._transport is None or self._transport.is_closing():
+                return 0
+        return position
+
+    def _read_hello(self) -> bool:
+        owner = self._owner
+        try:
+            hello = decode_hello(self._buffer)
+            if hello is None and len(self._buffer) >= HELLO_BYTES_MAX:
+                raise InvalidInputError("hello too long")
+        except InvalidInputError as error:
+            owner._counters.rejected_malformed += 1
+            _LOG.warning("malformed peer hello node=%s: %s", owner.node_id, error)
+            self._reject(str(error))
+            return False
+        if hello is None:
+            return False
+        cluster_id, source, length = hello
+        outcome = owner.check_hello(cluster_id, source)
+        if outcome is not FrameOutcome.ACCEPTED:
+            self._reject(
+                f"cluster id mismatch: this node belongs to cluster {owner.cluster_id!r}, "
+                f"the connection to {cluster_id!r:.80}"
+                if outcome is FrameOutcome.WRONG_CLUSTER
+                else f"bad source node id {source!r:.80}"
+            )
+            return False
+        self._source = source
+        del self._buffer[:length]
+        return True
+
+    def _reject(self, reason: str) -> None:
+        data = reason.encode()[:255]
+        if self._transport is not None:
+            self._transport.write(bytes((_REJECT, len(data))) + data)
+            self._transport.close()
+        self._buffer = bytearray()
 
 
 class PeerTransport:
@@ -221,10 +412,12 @@ class PeerTransport:
         self.config = config if config is not None else TransportConfig()
         self._on_bundle = on_bundle
         self._rng = rng if rng is not None else random.Random()
+        self._hello = encode_hello(cluster_id, node_id)
         self._links: dict[str, _Link] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._counters = TransportCounters()
-        self._channel_options = channel_options(self.config)
+        self._server: asyncio.Server | None = None
+        self._inbound: set[_ReceiverProtocol] = set()
         self._closed = False
 
     @property
@@ -237,20 +430,60 @@ class PeerTransport:
         link = self._links.get(peer_id)
         return None if link is None else link.state
 
+    @property
+    def listening_port(self) -> int | None:
+        """The port :meth:`listen` bound (useful with port 0), or None."""
+        if self._server is None or not self._server.sockets:
+            return None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def listen(self, address: str) -> None:
+        """Accept peers' connections on ``address`` (``host:port``)."""
+        host, _, port = address.rpartition(":")
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _ReceiverProtocol(self), host.strip("[]"), int(port), reuse_address=True
+        )
+
+    async def stop_listening(self) -> None:
+        """Close the listener and every accepted connection (a node stopping)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for connection in list(self._inbound):
+            connection.close()
+        self._inbound.clear()
+        if server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2)
+
+    async def close(self) -> None:
+        """Close every link and the listener; wait until their tasks are gone."""
+        self._closed = True
+        for link in list(self._links.values()):
+            self._retire(link)
+        self._links.clear()
+        await self.stop_listening()
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
     # ------------------------------------------------------------------ sending
 
     def send(self, peer_id: str, address: str, bundle: PeerBundle) -> None:
-        """Queue ``bundle`` for ``peer_id`` at ``address`` (``host:port``); never blocks.
+        """Send ``bundle`` to ``peer_id`` at ``address`` (``host:port``); never blocks.
 
         Opens the link on first use and reopens it when ``address`` changed. The
-        bundle is dropped (and counted) when the queue is full, the peer is
+        bundle is dropped (and counted) when the link's buffer is full, the peer is
         unreachable, or the transport is closed. Raises
         :class:`~laminar.errors.InvalidInputError` only for a bundle that cannot be
         encoded (a caller bug).
         """
         frames = self._encode(bundle)
+        counters = self._counters
         if self._closed:
-            self._counters.dropped_unreachable += len(frames)
+            counters.dropped_unreachable += len(frames)
             return
         link = self._links.get(peer_id)
         if link is None or link.address != address:
@@ -264,37 +497,42 @@ class PeerTransport:
                 )
                 self._retire(link)
             link = self._open(peer_id, address)
-        if link.state is LinkState.BACKOFF:
-            self._counters.dropped_unreachable += len(frames)
-            return
-        for frame in frames:
-            try:
-                link.queue.put_nowait(frame)
-            except asyncio.QueueFull:
-                self._counters.dropped_full += 1
+        state = link.state
+        if state is LinkState.CONNECTED and link.writer is not None and link.writer.is_closing():
+            state = LinkState.BACKOFF  # lost; the link task has not noticed yet
+        if state is LinkState.CONNECTED:
+            writer = link.writer
+            assert writer is not None
+            limit = self.config.send_buffer_bytes_max
+            for frame in frames:
+                buffered = writer.get_write_buffer_size()
+                if buffered and buffered + len(frame) > limit:
+                    counters.dropped_full += 1
+                    continue
+                writer.write(frame)
+                counters.sent += 1
+        elif state is LinkState.CONNECTING:
+            for frame in frames:
+                if len(link.pending) >= self.config.queue_max:
+                    counters.dropped_full += 1
+                else:
+                    link.pending.append(frame)
+        else:
+            counters.dropped_unreachable += len(frames)
 
     def forget(self, peer_id: str) -> None:
-        """Close the link to ``peer_id`` (it left the cluster); queued bundles are dropped."""
+        """Close the link to ``peer_id`` (it left the cluster); queued frames are dropped."""
         link = self._links.pop(peer_id, None)
         if link is not None:
             self._retire(link)
 
-    async def close(self) -> None:
-        """Close every link and wait until their tasks and channels are gone."""
-        self._closed = True
-        for link in list(self._links.values()):
-            self._retire(link)
-        self._links.clear()
-        while self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
-
     def _encode(self, bundle: PeerBundle) -> list[bytes]:
-        """One frame, or several if the bundle is too large for one."""
+        """One length-prefixed frame, or several if the bundle is too large for one."""
         limits = self.config.limits
         if len(bundle) <= limits.messages_max:
             data = encode_bundle(bundle)
             if len(data) <= limits.bundle_bytes_max:
-                return [data]
+                return [_LENGTH.pack(len(data)) + data]
         if len(bundle) <= 1:
             self._counters.dropped_oversized += 1
             _LOG.warning(
@@ -306,7 +544,7 @@ class PeerTransport:
         return [frame for part in _split(bundle) for frame in self._encode(part)]
 
     def _open(self, peer_id: str, address: str) -> _Link:
-        link = _Link(peer_id, address, self.config.queue_max)
+        link = _Link(peer_id, address)
         link.task = asyncio.get_running_loop().create_task(
             self._run(link), name=f"laminar-peer-link-{peer_id}"
         )
@@ -316,85 +554,73 @@ class PeerTransport:
     def _retire(self, link: _Link) -> None:
         if self._links.get(link.peer_id) is link:
             del self._links[link.peer_id]
-        link.state = LinkState.BACKOFF
+        self._disconnect(link)
         task = link.task
         if task is not None and not task.done():
             task.cancel()
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
+    def _disconnect(self, link: _Link) -> None:
+        link.state = LinkState.BACKOFF
+        self._counters.dropped_unreachable += len(link.pending)
+        link.pending.clear()
+        writer, link.writer = link.writer, None
+        if writer is not None:
+            writer.abort()
+
     async def _run(self, link: _Link) -> None:
-        """The life of a link: connect, stream, back off, again, until cancelled."""
+        """The life of a link: connect, send, back off, again, until cancelled."""
         loop = asyncio.get_running_loop()
-        channel = grpc.aio.insecure_channel(link.address, options=self._channel_options)
-        stub = laminar_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
         failures = 0
         try:
             while True:
                 link.state = LinkState.CONNECTING
                 started = loop.time()
                 try:
-                    await self._stream(link, channel, stub)
+                    await self._connection(link)
                 except Exception:
-                    # A bug or an unexpected gRPC error must not leave the link dead.
-                    _LOG.exception("peer stream failed node=%s peer=%s", self.node_id, link.peer_id)
-                link.state = LinkState.BACKOFF
-                self._drop_queued(link)
+                    # A bug or an unexpected error must not leave the link dead.
+                    _LOG.exception("peer link failed node=%s peer=%s", self.node_id, link.peer_id)
+                self._disconnect(link)
                 lived_ms = (loop.time() - started) * 1000
                 failures = 0 if lived_ms >= self.config.backoff_max_ms else failures + 1
                 await asyncio.sleep(self._backoff_ms(failures) / 1000)
         finally:
-            link.state = LinkState.BACKOFF
-            self._drop_queued(link)
-            await channel.close(grace=None)
+            self._disconnect(link)
 
-    async def _stream(self, link: _Link, channel: Any, stub: Any) -> None:
-        """One ``Replicate`` call: returns when the peer is unreachable or it ended."""
-        timeout_s = self.config.connect_timeout_ms / 1000
+    async def _connection(self, link: _Link) -> None:
+        """One connection: returns when the peer is unreachable or it ended."""
+        loop = asyncio.get_running_loop()
+        host, _, port = link.address.rpartition(":")
+        closed: asyncio.Future[None] = loop.create_future()
         try:
-            await asyncio.wait_for(channel.channel_ready(), timeout_s)
-        except TimeoutError:
-            _LOG.debug("peer unreachable node=%s peer=%s", self.node_id, link.peer_id)
+            writer, _ = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _SenderProtocol(self, link, closed), host.strip("[]"), int(port)
+                ),
+                self.config.connect_timeout_ms / 1000,
+            )
+        except (OSError, TimeoutError, ValueError) as error:
+            _LOG.debug("peer unreachable node=%s peer=%s: %s", self.node_id, link.peer_id, error)
             return
-        call = stub.Replicate()
-        call.add_done_callback(lambda _call: _wake(link))
+        _set_socket_options(writer, self.config)
+        writer.write(self._hello)
+        pending = link.pending
+        while pending:
+            writer.write(pending.popleft())
+            self._counters.sent += 1
+        link.writer = writer
         link.state = LinkState.CONNECTED
         _LOG.info(
-            "peer stream open node=%s peer=%s address=%s", self.node_id, link.peer_id, link.address
+            "peer link open node=%s peer=%s address=%s", self.node_id, link.peer_id, link.address
         )
         try:
-            while not call.done():
-                data = await link.queue.get()
-                if data is None:
-                    continue
-                frame = laminar_pb2.PeerFrame(
-                    cluster_id=self.cluster_id, source=self.node_id, bundle=data
-                )
-                await call.write(frame)
-                self._counters.sent += 1
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
-            self._counters.dropped_unreachable += 1  # the frame being written
+            await closed
         finally:
-            call.cancel()
-        await self._log_end(link, call)
-
-    async def _log_end(self, link: _Link, call: Any) -> None:
-        code = await call.code()
-        details = await call.details()
-        level = logging.WARNING if code == grpc.StatusCode.FAILED_PRECONDITION else logging.INFO
-        _LOG.log(
-            level,
-            "peer stream closed node=%s peer=%s code=%s details=%s",
-            self.node_id,
-            link.peer_id,
-            getattr(code, "name", code),
-            details,
-        )
-
-    def _drop_queued(self, link: _Link) -> None:
-        while not link.queue.empty():
-            if link.queue.get_nowait() is not None:
-                self._counters.dropped_unreachable += 1
+            link.writer = None
+            writer.abort()
+        _LOG.info("peer link closed node=%s peer=%s", self.node_id, link.peer_id)
 
     def _backoff_ms(self, failures: int) -> float:
         ceiling = self.config.backoff_max_ms
@@ -403,14 +629,25 @@ class PeerTransport:
 
     # ---------------------------------------------------------------- receiving
 
-    def receive_frame(self, cluster_id: str, source: str, data: bytes) -> FrameOutcome:
-        """Check, decode and deliver one received frame; never raises."""
+    def check_hello(self, cluster_id: str, source: str) -> FrameOutcome:
+        """Whether a connection announcing ``cluster_id`` and ``source`` is accepted."""
         if cluster_id != self.cluster_id:
             self._counters.rejected_cluster += 1
+            _LOG.warning(
+                "rejected peer from another cluster node=%s source=%.80r cluster=%.80r",
+                self.node_id,
+                source,
+                cluster_id,
+            )
             return FrameOutcome.WRONG_CLUSTER
+        if not source or len(source.encode()) > NODE_ID_BYTES_MAX:
+            self._counters.rejected_malformed += 1
+            return FrameOutcome.MALFORMED
+        return FrameOutcome.ACCEPTED
+
+    def deliver(self, source: str, data: bytes) -> FrameOutcome:
+        """Decode and deliver one received frame from an accepted ``source``; never raises."""
         try:
-            if not source or len(source.encode()) > NODE_ID_BYTES_MAX:
-                raise InvalidInputError(f"bad source node id {source!r:.80}")
             bundle = decode_bundle(data, limits=self.config.limits)
         except InvalidInputError as error:
             self._counters.rejected_malformed += 1
@@ -425,11 +662,6 @@ class PeerTransport:
         return FrameOutcome.ACCEPTED
 
 
-def _wake(link: _Link) -> None:
-    with contextlib.suppress(asyncio.QueueFull):
-        link.queue.put_nowait(None)
-
-
 def _split(bundle: PeerBundle) -> list[PeerBundle]:
     """Two smaller bundles whose items, in order, are ``bundle.items()``."""
     if bundle.messages and bundle.heartbeats:
@@ -439,57 +671,3 @@ def _split(bundle: PeerBundle) -> list[PeerBundle]:
         return [PeerBundle((), bundle.messages[:half]), PeerBundle((), bundle.messages[half:])]
     half = len(bundle.heartbeats) // 2
     return [PeerBundle(bundle.heartbeats[:half], ()), PeerBundle(bundle.heartbeats[half:], ())]
-
-
-class PeerServicer(laminar_pb2_grpc.PeerServicer):
-    """The ``Peer`` gRPC service over a :class:`PeerTransport`.
-
-    ``Replicate`` feeds every frame to :meth:`PeerTransport.receive_frame`.
-    ``FetchMetadata`` calls ``fetch_metadata`` if given, else answers
-    ``UNIMPLEMENTED``; a subclass may override it instead.
-    """
-
-    def __init__(
-        self, transport: PeerTransport, *, fetch_metadata: FetchMetadata | None = None
-    ) -> None:
-        self._transport = transport
-        self._fetch_metadata = fetch_metadata
-
-    async def Replicate(  # noqa: N802  (gRPC method name)
-        self, request_iterator: AsyncIterator[laminar_pb2.PeerFrame], context: Any
-    ) -> laminar_pb2.PeerAck:
-        transport = self._transport
-        warned = False
-        async for frame in request_iterator:
-            outcome = transport.receive_frame(frame.cluster_id, frame.source, frame.bundle)
-            if outcome is FrameOutcome.WRONG_CLUSTER:
-                _LOG.warning(
-                    "rejected peer from another cluster node=%s source=%.80r cluster=%.80r",
-                    transport.node_id,
-                    frame.source,
-                    frame.cluster_id,
-                )
-                await context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"cluster id mismatch: this node belongs to cluster {transport.cluster_id!r}, "
-                    f"the frame to {frame.cluster_id!r:.80}",
-                )
-            elif outcome is FrameOutcome.MALFORMED and not warned:
-                warned = True
-                _LOG.warning(
-                    "peer sent a malformed frame node=%s source=%.80r (counted; later ones "
-                    "on this stream are only counted)",
-                    transport.node_id,
-                    frame.source,
-                )
-        return laminar_pb2.PeerAck()
-
-    async def FetchMetadata(  # noqa: N802  (gRPC method name)
-        self, request: laminar_pb2.FetchRequest, context: Any
-    ) -> laminar_pb2.FetchResponse:
-        if self._fetch_metadata is None:
-            await context.abort(
-                grpc.StatusCode.UNIMPLEMENTED, "metadata catch-up is not served by this node"
-            )
-            raise AssertionError("context.abort returns only by raising")
-        return await self._fetch_metadata(request, context)

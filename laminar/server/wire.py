@@ -5,8 +5,8 @@ Theory of operation
 
 A bundle is what one node sends one peer in one tick (see
 :mod:`laminar.replica.coalesce`): messages of many partitions, each tagged with its
-``(topic, partition)`` key. It travels as the ``bundle`` field of a ``PeerFrame``
-on the ``Peer.Replicate`` stream. The encoding is::
+``(topic, partition)`` key. It travels as one length-prefixed frame on the
+peer TCP connection (:mod:`laminar.server.transport`). The encoding is::
 
     version (1 byte) | header length (4 bytes, big-endian) | header (msgpack) | blobs
 

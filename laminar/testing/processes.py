@@ -1,8 +1,8 @@
 """Real broker node processes on loopback, for integration tests and benchmarks.
 
 :class:`ProcessCluster` starts ``python -m laminar.server node start`` processes,
-node ``i`` on its own loopback address ``127.0.0.<base + i>`` (gossip and gRPC on
-fixed ports there), with data and logs under a directory it owns. It waits on
+node ``i`` on its own loopback address ``127.0.0.<base + i>`` (gossip, gRPC and
+peer replication on fixed ports there), with data and logs under a directory it owns. It waits on
 conditions with deadlines (a node is up when its gRPC Metadata call answers), and
 :meth:`ProcessCluster.close` stops every process it started (SIGTERM, then SIGKILL).
 """
@@ -27,6 +27,7 @@ from laminar.v1 import laminar_pb2_grpc
 
 GOSSIP_PORT = 7000
 GRPC_PORT = 7100
+PEER_PORT = 7200
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -59,6 +60,10 @@ class NodeProcess:
     @property
     def grpc(self) -> str:
         return f"{self.host}:{GRPC_PORT}"
+
+    @property
+    def peer(self) -> str:
+        return f"{self.host}:{PEER_PORT}"
 
     @property
     def running(self) -> bool:
@@ -121,6 +126,8 @@ class ProcessCluster:
             node.gossip,
             "--grpc",
             node.grpc,
+            "--peer",
+            node.peer,
             "--preset",
             self.preset,
             "--node-id",

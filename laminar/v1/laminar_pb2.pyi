@@ -276,17 +276,3 @@ class ErrorDetail(_message.Message):
     base_sequence: int
     expected_sequence: int
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., offset: _Optional[int] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ..., expected_sequence: _Optional[int] = ...) -> None: ...
-
-class PeerFrame(_message.Message):
-    __slots__ = ("cluster_id", "source", "bundle")
-    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
-    SOURCE_FIELD_NUMBER: _ClassVar[int]
-    BUNDLE_FIELD_NUMBER: _ClassVar[int]
-    cluster_id: str
-    source: str
-    bundle: bytes
-    def __init__(self, cluster_id: _Optional[str] = ..., source: _Optional[str] = ..., bundle: _Optional[bytes] = ...) -> None: ...
-
-class PeerAck(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...

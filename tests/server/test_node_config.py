@@ -38,6 +38,8 @@ def test_seeds_from_a_comma_list() -> None:
         ({"data_dir": "d", "grpc": "nohost"}, "host:port"),
         ({"data_dir": "d", "grpc": "0.0.0.0:7100"}, "wildcard"),
         ({"data_dir": "d", "gossip": "h:70000"}, "host:port"),
+        ({"data_dir": "d", "peer": "h"}, "host:port"),
+        ({"data_dir": "d", "peer": "127.0.0.1:7100"}, "must differ"),
         ({"data_dir": "d", "weight": -1.0}, "weight"),
         ({"data_dir": "d", "preset": "fast"}, "preset"),
     ],

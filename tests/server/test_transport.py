@@ -1,4 +1,4 @@
-"""The peer transport over real grpc.aio servers on loopback.
+"""The peer transport over real TCP connections on loopback.
 
 Each test is a coroutine run by ``asyncio.run`` (no pytest-asyncio). Waits are on
 conditions with deadlines, never on fixed sleeps.
@@ -12,21 +12,20 @@ import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import grpc
 import pytest
+import uvloop
 
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.messages import AppendRequest, Heartbeat
 from laminar.replica.types import NodeId
 from laminar.server.transport import (
     LinkState,
-    PeerServicer,
     PeerTransport,
     TransportConfig,
-    server_options,
+    decode_hello,
+    encode_hello,
 )
 from laminar.server.wire import WireLimits, encode_bundle
-from laminar.v1 import laminar_pb2, laminar_pb2_grpc
 
 DEADLINE_S = 10.0
 CONFIG = TransportConfig(
@@ -47,6 +46,7 @@ def run(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
                 await test()
 
         asyncio.run(bounded())
+        uvloop.run(bounded())  # the loop nodes run on
 
     return wrapper
 
@@ -62,7 +62,7 @@ def number_of(received: PeerBundle) -> int:
 
 
 class Node:
-    """A transport with its own gRPC server; records what it receives."""
+    """A transport listening on its own port; records what it receives."""
 
     def __init__(self, node_id: str, cluster_id: str = CLUSTER, **options: Any) -> None:
         self.received: list[tuple[str, PeerBundle]] = []
@@ -70,7 +70,6 @@ class Node:
         self.transport = PeerTransport(
             node_id, cluster_id, self._on_bundle, config=options.pop("config", CONFIG), **options
         )
-        self.server: Any = None
         self.port = 0
 
     def _on_bundle(self, source: str, received: PeerBundle) -> None:
@@ -97,22 +96,17 @@ class Node:
     def numbers(self) -> list[int]:
         return [number_of(received) for _, received in self.received]
 
-    async def start(self, servicer: Any = None) -> None:
-        self.server = grpc.aio.server(options=server_options(CONFIG))
-        laminar_pb2_grpc.add_PeerServicer_to_server(
-            servicer or PeerServicer(self.transport), self.server
-        )
-        self.port = self.server.add_insecure_port(f"127.0.0.1:{self.port}")
-        assert self.port
-        await self.server.start()
+    async def start(self) -> None:
+        await self.transport.listen(f"127.0.0.1:{self.port}")
+        port = self.transport.listening_port
+        assert port
+        self.port = port
 
     async def stop(self) -> None:
-        await self.server.stop(grace=None)
+        await self.transport.stop_listening()
 
     async def close(self) -> None:
         await self.transport.close()
-        if self.server is not None:
-            await self.stop()
 
 
 async def eventually(predicate: Callable[[], bool], what: str) -> None:
@@ -276,53 +270,98 @@ async def test_wrong_cluster_is_rejected() -> None:
         await b.close()
 
 
+async def raw_connection(node: Node) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", node.port)
+
+
+def framed(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
 @run
-async def test_wrong_cluster_aborts_with_failed_precondition() -> None:
+async def test_wrong_cluster_is_told_why_and_closed() -> None:
     b = Node("b")
     await b.start()
     try:
-        async with grpc.aio.insecure_channel(b.address) as channel:
-            stub = laminar_pb2_grpc.PeerStub(channel)
-            call = stub.Replicate()
-            frame = laminar_pb2.PeerFrame(
-                cluster_id="other", source="x", bundle=encode_bundle(bundle(0))
-            )
-            await call.write(frame)
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await call
-            assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-            assert "cluster" in (caught.value.details() or "")
+        reader, writer = await raw_connection(b)
+        writer.write(encode_hello("other", "x") + framed(encode_bundle(bundle(0))))
+        answer = await asyncio.wait_for(reader.read(), DEADLINE_S)  # until closed
+        assert answer[0] == 1
+        assert b"cluster id mismatch" in answer
+        writer.close()
         assert b.received == []
+        assert b.transport.counters.rejected_cluster == 1
     finally:
         await b.close()
 
 
 @run
-async def test_malformed_frames_do_not_kill_the_stream() -> None:
+async def test_bad_hellos_are_rejected() -> None:
     b = Node("b")
     await b.start()
     try:
-        async with grpc.aio.insecure_channel(b.address) as channel:
-            stub = laminar_pb2_grpc.PeerStub(channel)
-            call = stub.Replicate()
-            good = encode_bundle(bundle(1))
-            for data, source in (
-                (b"garbage", "x"),
-                (good[:-1], "x"),
-                (b"", "x"),
-                (good, ""),
-                (good, "x"),
-                (encode_bundle(bundle(2)), "x"),
-            ):
-                await call.write(
-                    laminar_pb2.PeerFrame(cluster_id=CLUSTER, source=source, bundle=data)
-                )
-            await b.until(lambda: len(b.received) == 2)
-            await call.done_writing()
-            assert await call == laminar_pb2.PeerAck()
-        assert b.numbers() == [1, 2]
+        for hello in (
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"LMNP\x09" + bytes(20),  # unknown version
+            b"LMNP\x01\x00",  # empty cluster id
+            b"LMNP\x01\x03ab\xff\x01x",  # not UTF-8
+        ):
+            reader, writer = await raw_connection(b)
+            writer.write(hello)
+            answer = await asyncio.wait_for(reader.read(), DEADLINE_S)
+            writer.close()
+            assert answer[:1] == b"\x01", hello
+        assert b.received == []
         assert b.transport.counters.rejected_malformed == 4
+    finally:
+        await b.close()
+
+
+def test_hello_round_trip() -> None:
+    hello = encode_hello("c1", "node-a")
+    assert decode_hello(hello + b"rest") == ("c1", "node-a", len(hello))
+    for cut in range(len(hello)):
+        assert decode_hello(hello[:cut]) is None
+
+
+@run
+async def test_malformed_frames_do_not_kill_the_connection() -> None:
+    b = Node("b")
+    await b.start()
+    try:
+        reader, writer = await raw_connection(b)
+        good = encode_bundle(bundle(1))
+        writer.write(encode_hello(CLUSTER, "x"))
+        for data in (b"garbage", good[:-1], b"\x00", good, encode_bundle(bundle(2))):
+            writer.write(framed(data))
+        await b.until(lambda: len(b.received) == 2)
+        assert b.numbers() == [1, 2]
+        assert b.transport.counters.rejected_malformed == 3
         assert b.transport.counters.received == 2
+        # A frame length beyond the limit cannot be skipped: the connection closes.
+        writer.write((2**32 - 1).to_bytes(4, "big"))
+        assert await asyncio.wait_for(reader.read(), DEADLINE_S) == b""
+        writer.close()
+        assert b.transport.counters.rejected_malformed == 4
+    finally:
+        await b.close()
+
+
+@run
+async def test_frames_split_across_reads_are_reassembled() -> None:
+    b = Node("b")
+    await b.start()
+    try:
+        _, writer = await raw_connection(b)
+        stream = encode_hello(CLUSTER, "x") + b"".join(
+            framed(encode_bundle(bundle(number))) for number in range(20)
+        )
+        for index in range(0, len(stream), 7):
+            writer.write(stream[index : index + 7])
+            await writer.drain()
+        await b.until(lambda: len(b.received) == 20)
+        assert b.numbers() == list(range(20))
+        writer.close()
     finally:
         await b.close()
 
@@ -378,29 +417,6 @@ async def test_oversized_bundles_are_split_or_dropped() -> None:
 
 
 @run
-async def test_fetch_metadata_is_unimplemented_unless_provided() -> None:
-    async def fetch(request: laminar_pb2.FetchRequest, context: Any) -> laminar_pb2.FetchResponse:
-        return laminar_pb2.FetchResponse()
-
-    plain, served = Node("plain"), Node("served")
-    await plain.start()
-    await served.start(PeerServicer(served.transport, fetch_metadata=fetch))
-    try:
-        for node, expected in ((plain, grpc.StatusCode.UNIMPLEMENTED), (served, None)):
-            async with grpc.aio.insecure_channel(node.address) as channel:
-                stub = laminar_pb2_grpc.PeerStub(channel)
-                try:
-                    answer = await stub.FetchMetadata(laminar_pb2.FetchRequest())
-                    assert expected is None
-                    assert answer == laminar_pb2.FetchResponse()
-                except grpc.aio.AioRpcError as error:
-                    assert error.code() == expected
-    finally:
-        await plain.close()
-        await served.close()
-
-
-@run
 async def test_forget_and_close_leave_no_tasks() -> None:
     a, b = Node("a"), Node("b")
     await b.start()
@@ -416,8 +432,7 @@ async def test_forget_and_close_leave_no_tasks() -> None:
         await b.close()
     assert a.transport.link_state("b") is None
     a.transport.send("b", b.address, bundle(6))  # after close: dropped, no new task
-    # The transport's own tasks are gone. (gRPC's server may still be finishing its
-    # handler tasks after stop(); those are not the transport's.)
+    # The transport's own tasks are gone.
     current = asyncio.current_task()
     pending = [
         task
@@ -432,10 +447,13 @@ def test_config_is_checked() -> None:
 
     for bad in (
         {"queue_max": 0},
+        {"send_buffer_bytes_max": 0},
+        {"inbound_connections_max": 0},
         {"connect_timeout_ms": 0},
         {"backoff_initial_ms": 0},
         {"backoff_initial_ms": 10, "backoff_max_ms": 5},
         {"keepalive_time_ms": 0},
+        {"keepalive_timeout_ms": 999},
     ):
         with pytest.raises(ConfigError):
             TransportConfig(**bad)
