@@ -470,15 +470,48 @@ def parse_header(
             needed_bytes=HEADER_BYTES,
             available_bytes=max(available, 0),
         )
-    header = BatchHeader._make(_PARSE_STRUCT.unpack_from(buffer, position))
-    if header.magic != MAGIC:
-        raise UnsupportedMagicError(header.magic)
-    stored = header.header_checksum
+    fields = _PARSE_STRUCT.unpack_from(buffer, position)
+    (
+        length,
+        magic,
+        attributes,
+        count,
+        uncompressed_bytes,
+        base_offset,
+        term,
+        first_timestamp_ms,
+        max_timestamp_ms,
+        _,
+        _,
+        _,
+        stored,
+    ) = fields
+    if magic != MAGIC:
+        raise UnsupportedMagicError(magic)
     actual = xxhash.xxh3_64_intdigest(buffer[position : position + _CHECKSUMMED_HEADER_BYTES])
     if stored != actual:
         raise ChecksumMismatchError("header", stored, actual)
-    _check_header_fields(header, limits)
+    header: BatchHeader = _new_header(fields)
+    # This runs on every append and read: one pass over local ints that accepts
+    # every well-formed uncompressed header; anything else (compressed, control,
+    # or bad) takes the full check, which raises the precise error.
+    if not (
+        attributes == 0
+        and HEADER_BYTES < length <= limits.batch_bytes_max
+        and 0 < count <= limits.record_count_max
+        and uncompressed_bytes == length - HEADER_BYTES
+        and uncompressed_bytes <= limits.payload_uncompressed_bytes_max
+        and count * _RECORD_BYTES_MIN < uncompressed_bytes
+        and first_timestamp_ms <= max_timestamp_ms
+        and NO_OFFSET <= base_offset <= _INT64_MAX - count
+        and term >= NO_TERM
+    ):
+        _check_header_fields(header, limits)
     return header
+
+
+# Builds a BatchHeader from the unpacked tuple at C speed (NamedTuple._make is Python).
+_new_header = partial(tuple.__new__, BatchHeader)
 
 
 def _check_header_fields(header: BatchHeader, limits: BatchLimits) -> None:
@@ -572,10 +605,9 @@ def stamp(
             needed_bytes=HEADER_BYTES,
             available_bytes=len(view),
         )
-    head = bytearray(view[:_CHECKSUMMED_HEADER_BYTES])
-    _STAMP_STRUCT.pack_into(head, _STAMP_POSITION, base_offset, term)
-    head += _CHECKSUM_STRUCT.pack(xxhash.xxh3_64_intdigest(head))
-    return bytes(head), view[HEADER_BYTES:]
+    head = view[:_STAMP_POSITION].tobytes() + _STAMP_STRUCT.pack(base_offset, term)
+    head += view[_STAMP_POSITION + _STAMP_STRUCT.size : _CHECKSUMMED_HEADER_BYTES]
+    return head + _CHECKSUM_STRUCT.pack(xxhash.xxh3_64_intdigest(head)), view[HEADER_BYTES:]
 
 
 def with_leader_fields(batch: bytes | bytearray | memoryview, base_offset: int, term: int) -> bytes:

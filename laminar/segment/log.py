@@ -122,10 +122,13 @@ class _Segment:
         term: int,
         index_interval_bytes: int,
     ) -> None:
+        # SegmentLog._write_locked inlines this: keep the two in step.
         if position == 0 or self.bytes_since_index_entry >= index_interval_bytes:
+            # The time entry carries the running maximum of the batches before this one.
             self.index.add(base_offset - self.base_offset, position, self.max_timestamp_ms)
-            self.bytes_since_index_entry = 0
-        self.bytes_since_index_entry += length
+            self.bytes_since_index_entry = length
+        else:
+            self.bytes_since_index_entry += length
         self.size = position + length
         self.next_offset = next_offset
         self.max_timestamp_ms = max(self.max_timestamp_ms, max_timestamp_ms)
@@ -355,14 +358,26 @@ class SegmentLog:
     # ------------------------------------------------------------------ appends
 
     def append(self, batch: Buffer, *, term: int = 0, verified: bool = False) -> int:
-        header = self._check_batch(batch, verified=verified)
+        # The hot path of every produce: properties and small helpers are inlined
+        # here, as Python calls are a large share of an append's fixed cost.
+        limits = self._config.limits
+        # The payload checksum too, unless the caller just verified it (see _check_batch).
+        header = (
+            parse_header(batch, limits=limits) if verified else verify_batch(batch, limits=limits)
+        )
+        if header.length != len(batch):
+            self._check_batch(batch, verified=True)  # raises the length error
         with self._lock:
-            self._check_open()
-            check_term(term, self.last_term)
-            base_offset = self.end_offset
+            if self._closed:
+                self._check_open()
+            active = self._segments[-1]
+            if term < active.last_term or term < 0:
+                check_term(term, active.last_term)
+            base_offset = active.next_offset
             head, payload = stamp(batch, base_offset, term)
             ticket = self._write_locked(head, payload, header, base_offset, term)
-        self._after_write(ticket)
+        if self._config.fsync_policy is not FsyncPolicy.NEVER:
+            self._after_write(ticket)
         return base_offset
 
     def append_stamped(self, batch: Buffer) -> int:
@@ -376,7 +391,8 @@ class SegmentLog:
             ticket = self._write_locked(
                 view[:HEADER_BYTES], view[HEADER_BYTES:], header, header.base_offset, header.term
             )
-        self._after_write(ticket)
+        if self._config.fsync_policy is not FsyncPolicy.NEVER:
+            self._after_write(ticket)
         return header.base_offset
 
     def _check_batch(self, batch: Buffer, *, verified: bool = False) -> BatchHeader:
@@ -396,26 +412,35 @@ class SegmentLog:
     def _write_locked(
         self, head: Buffer, payload: Buffer, header: BatchHeader, base_offset: int, term: int
     ) -> int:
+        config = self._config
         segment = self._segments[-1]
-        if segment.size and (
-            segment.size + header.length > self._config.segment_bytes_max
-            or self._clock_ms() - segment.created_ms >= self._config.segment_age_ms_max
+        position = segment.size
+        length = header.length
+        if position and (
+            position + length > config.segment_bytes_max
+            or self._clock_ms() - segment.created_ms >= config.segment_age_ms_max
         ):
             segment = self._roll_locked()
-        position = segment.size
-        _pwrite_all(segment.descriptor, [head, payload], position)
-        segment.note_write(
-            position,
-            base_offset,
-            header.length,
-            base_offset + header.record_count,
-            header.max_timestamp_ms,
-            term,
-            self._config.index_interval_bytes,
-        )
+            position = segment.size
+        buffers = [head, payload]
+        written = os.pwritev(segment.descriptor, buffers, position)
+        if written != length:
+            _pwrite_rest(segment.descriptor, buffers, position, written)
+        # _Segment.note_write, inlined: this runs on every append.
+        end = position + length
+        if position == 0 or segment.bytes_since_index_entry >= config.index_interval_bytes:
+            segment.index.add(base_offset - segment.base_offset, position, segment.max_timestamp_ms)
+            segment.bytes_since_index_entry = length
+        else:
+            segment.bytes_since_index_entry += length
+        segment.size = end
+        segment.next_offset = base_offset + header.record_count
+        segment.max_timestamp_ms = max(segment.max_timestamp_ms, header.max_timestamp_ms)
+        segment.last_term = term
         # The new batch is known good, but only extends the verified prefix when no
         # unverified bytes lie before it (a sealed segment made active by truncation).
-        _advance_verified(segment, position, segment.size)
+        if position <= segment.verified_bytes < end:
+            segment.verified_bytes = end
         self._written += 1
         return self._written
 
@@ -858,8 +883,12 @@ def _advance_verified(segment: _Segment, start: int, end: int) -> None:
 def _pwrite_all(descriptor: int, buffers: list[Buffer], position: int) -> None:
     """``pwritev`` until every byte is written (it may write less than asked)."""
     written = os.pwritev(descriptor, buffers, position)
-    if written == sum(map(len, buffers)):
-        return
+    if written != sum(map(len, buffers)):
+        _pwrite_rest(descriptor, buffers, position, written)
+
+
+def _pwrite_rest(descriptor: int, buffers: list[Buffer], position: int, written: int) -> None:
+    """Finish a ``pwritev`` of ``buffers`` at ``position`` that wrote only ``written``."""
     views = [memoryview(buffer).cast("B") for buffer in buffers]
     while True:
         if written <= 0:
