@@ -39,7 +39,7 @@ import os
 import re
 import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from mmap import ACCESS_READ, mmap
@@ -71,6 +71,7 @@ _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _STATE_FILE = "state"
 _TIMESTAMP_MIN = -(2**63)
 _RECOVERY_CHUNK_BYTES = 1 << 20
+_RECENT_MAX = 256  # recent batch starts remembered per segment (halved when full)
 
 
 def _wall_clock_ms() -> int:
@@ -92,6 +93,11 @@ class _Segment:
     index: SparseIndex = field(default_factory=SparseIndex)
     bytes_since_index_entry: int = 0
     verified_bytes: int = 0
+    # Where the latest appended batches start (the readers of a log's tail -- the
+    # leader sending to followers, consumers keeping up -- ask for exactly these):
+    # base offsets and file positions, ascending, at most _RECENT_MAX.
+    recent_offsets: list[int] = field(default_factory=list)
+    recent_positions: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -434,6 +440,11 @@ class SegmentLog:
         else:
             segment.bytes_since_index_entry += length
         segment.size = end
+        recent = segment.recent_offsets
+        if len(recent) >= _RECENT_MAX:
+            del recent[: _RECENT_MAX // 2], segment.recent_positions[: _RECENT_MAX // 2]
+        recent.append(base_offset)
+        segment.recent_positions.append(position)
         segment.next_offset = base_offset + header.record_count
         segment.max_timestamp_ms = max(segment.max_timestamp_ms, header.max_timestamp_ms)
         segment.last_term = term
@@ -571,6 +582,8 @@ class SegmentLog:
             if os.path.exists(path):
                 os.unlink(path)
         segment.index.truncate(position)
+        keep = bisect_left(segment.recent_positions, position)
+        del segment.recent_offsets[keep:], segment.recent_positions[keep:]
         segment.size = position
         segment.next_offset = new_end
         segment.verified_bytes = min(segment.verified_bytes, position)
@@ -651,8 +664,8 @@ class SegmentLog:
         """
         # Fast path (sequential readers): ``offset`` starts an indexed batch and whole
         # verified batches fit in the window, so no header needs reading at all.
-        relative, indexed = segment.index.floor(offset - segment.base_offset)
-        if segment.base_offset + relative == offset and indexed < segment.size:
+        indexed = _known_start(segment, offset)
+        if indexed is not None and indexed < segment.size:
             window_end = min(indexed + max_bytes, segment.size)
             boundary = _batch_boundary(segment, segment.size, indexed, window_end, upper_offset)
             if indexed < boundary <= segment.verified_bytes:
@@ -709,8 +722,13 @@ class SegmentLog:
 
         Returns ``(segment.size, None)`` when ``offset`` is at the segment's end.
         """
-        relative, position = segment.index.floor(offset - segment.base_offset)
-        expected = segment.base_offset + max(relative, 0)
+        recent = segment.recent_offsets
+        if recent and offset >= recent[0]:
+            entry = bisect_right(recent, offset) - 1
+            position, expected = segment.recent_positions[entry], recent[entry]
+        else:
+            relative, position = segment.index.floor(offset - segment.base_offset)
+            expected = segment.base_offset + max(relative, 0)
         while position < segment.size:
             header = self._read_header(segment, position, expected)
             if header.next_offset > offset:
@@ -841,6 +859,20 @@ class SegmentLog:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _known_start(segment: _Segment, offset: int) -> int | None:
+    """The file position of the batch starting at ``offset`` if the index or the
+    recent appends know it, else None."""
+    relative, indexed = segment.index.floor(offset - segment.base_offset)
+    if segment.base_offset + relative == offset:
+        return indexed
+    recent = segment.recent_offsets
+    if recent and offset >= recent[0]:
+        entry = bisect_right(recent, offset) - 1
+        if recent[entry] == offset:
+            return segment.recent_positions[entry]
+    return None
 
 
 def _batch_boundary(

@@ -1017,3 +1017,40 @@ def test_memory_log_operations_after_close_raise() -> None:
         log.append(BATCH)
     with pytest.raises(LogClosedError):
         log.read(0, 10)
+
+
+def test_reading_recent_batches_needs_one_pread(
+    open_log: Callable[..., SegmentLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The leader sends every new batch to its followers right after appending it:
+    # reading a batch just appended must not scan headers from the last index entry.
+    log = open_log(index_interval_bytes=1 << 20)
+    stored = _append_all(log, [simple_batch(2) for _ in range(100)])
+    calls: list[int] = []
+    real_pread = os.pread
+
+    def counting_pread(descriptor: int, length: int, position: int) -> bytes:
+        calls.append(position)
+        return real_pread(descriptor, length, position)
+
+    monkeypatch.setattr(os, "pread", counting_pread)
+    for number in (99, 60, 98):
+        calls.clear()
+        assert log.read(2 * number, 1 << 20) == b"".join(stored[number:])
+        assert len(calls) == 1
+    calls.clear()
+    assert log.read(2 * 99 + 1, 1 << 20) == stored[99]  # inside the batch
+    assert len(calls) <= 2
+
+
+def test_recent_batches_stay_right_after_truncation(
+    open_log: Callable[..., SegmentLog],
+) -> None:
+    log = open_log(index_interval_bytes=1 << 20)
+    _append_all(log, [simple_batch(2) for _ in range(10)])
+    log.truncate_suffix(10)  # drops batches 5..9
+    again = _append_all(log, [simple_batch(3, value_bytes=33) for _ in range(4)], term=2)
+    assert log.end_offset == 22
+    for number in range(len(again)):
+        assert log.read(10 + 3 * number, 1 << 20) == b"".join(again[number:])
+    assert log.read(11, 1 << 20) == b"".join(again)  # inside the first new batch
