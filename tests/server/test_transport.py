@@ -458,3 +458,50 @@ def test_config_is_checked() -> None:
         with pytest.raises(ConfigError):
             TransportConfig(**bad)
     assert TransportConfig.local().backoff_max_ms < TransportConfig().backoff_max_ms
+
+
+@run
+async def test_a_peer_that_does_not_read_fills_the_buffer_then_drops() -> None:
+    # A peer that accepts but never reads: the socket buffers fill, then our own
+    # buffer up to send_buffer_bytes_max, then frames are dropped and counted.
+    class Stalled(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.ReadTransport)
+            transport.pause_reading()
+
+    server = await asyncio.get_running_loop().create_server(Stalled, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = TransportConfig(send_buffer_bytes_max=4 * 1024 * 1024)
+    a = Node("a", config=config)
+    big = PeerBundle(
+        (), ((("t", 0), AppendRequest(1, NodeId("a"), 0, -1, b"x" * 1_000_000, 1, 0)),)
+    )
+    try:
+        a.transport.send("b", f"127.0.0.1:{port}", big)
+        await eventually(lambda: a.transport.link_state("b") is LinkState.CONNECTED, "connect")
+        for _ in range(200):  # 200 MB: more than any socket buffer
+            a.transport.send("b", f"127.0.0.1:{port}", big)
+            await asyncio.sleep(0)
+        counters = a.transport.counters
+        assert counters.dropped_full > 0
+        assert counters.sent + counters.dropped_full == 201
+    finally:
+        await a.close()
+        server.close()
+
+
+@run
+async def test_connections_beyond_the_limit_are_refused() -> None:
+    b = Node("b", config=TransportConfig(inbound_connections_max=1))
+    await b.start()
+    try:
+        _, first = await raw_connection(b)
+        first.write(encode_hello(CLUSTER, "x") + framed(encode_bundle(bundle(1))))
+        await b.until(lambda: b.numbers() == [1])
+        reader, second = await raw_connection(b)
+        assert await asyncio.wait_for(reader.read(), DEADLINE_S) == b""  # closed at once
+        second.close()
+        assert b.transport.counters.refused_connections == 1
+        first.close()
+    finally:
+        await b.close()
