@@ -48,9 +48,7 @@ from laminar.server.metadata import (
     Change,
     MetadataState,
 )
-from laminar.server.transport import (
-    PeerTransport,
-)
+from laminar.server.transport import PeerTransport, TransportConfig
 from laminar.v1 import laminar_pb2, laminar_pb2_grpc
 
 _LOG = logging.getLogger(__name__)
@@ -175,7 +173,12 @@ class Node:
             on_committed=self._on_committed,
             on_removed=self._on_removed,
         )
-        self.transport = PeerTransport(self.node_id, identity.cluster_id, self.host.on_bundle)
+        self.transport = PeerTransport(
+            self.node_id,
+            identity.cluster_id,
+            self.host.on_bundle,
+            config=TransportConfig.local() if config.preset == "local" else TransportConfig(),
+        )
         try:
             await self.transport.listen(config.peer)
         except OSError as error:
