@@ -299,7 +299,8 @@ class ReplicaHost:
         now = self._now()
         self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now))
         try:
-            reply = await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):  # lighter than wait_for: no extra future
+                reply = await future
         except TimeoutError:
             raise RequestTimeoutError(
                 f"no answer within {timeout_s:.1f} s; the write may still commit"

@@ -112,9 +112,10 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if host.get(key) is None:
             raise self._not_leader(key)
         try:
-            results = await asyncio.gather(
-                *(host.produce(key, bytes(batch), acks, timeout_s) for batch in request.batches)
-            )
+            calls = [host.produce(key, bytes(b), acks, timeout_s) for b in request.batches]
+            # One batch (the common case) is awaited directly: gather would wrap it in
+            # a task, one more hop through the event loop each way.
+            results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
         except NotLeaderError as error:
             raise NotLeaderError(error.leader_id, node.grpc_address_of(error.leader_id)) from None
         return pb.ProduceResponse(

@@ -1,0 +1,128 @@
+"""The replica host in one process: single-voter groups on real logs, no network.
+
+Each test is a coroutine run by ``asyncio.run``; waits are on conditions with
+deadlines, never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laminar.errors import RequestTimeoutError
+from laminar.records import encode_batch, next_offset
+from laminar.replica.config import ReplicaConfig
+from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.segment.config import LogConfig
+from laminar.server import host as host_module
+from laminar.server.host import Replica, ReplicaHost
+
+DEADLINE_S = 10.0
+KEY = ("events", 0)
+
+
+def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
+    @functools.wraps(test)
+    def wrapper(tmp_path: Path) -> None:
+        async def bounded() -> None:
+            async with asyncio.timeout(DEADLINE_S * 3):
+                await test(tmp_path)
+
+        asyncio.run(bounded())
+
+    return wrapper
+
+
+async def leading_host(tmp_path: Path) -> tuple[ReplicaHost, Replica]:
+    host = ReplicaHost("n1", str(tmp_path), ReplicaConfig.local(), LogConfig(), send=_no_peers)
+    await host.start()
+    replica = host.open_replica(KEY, GroupConfig((NodeId("n1"),)))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while replica.core.role is not Role.LEADER:
+        assert loop.time() < deadline, "the single voter never became leader"
+        await asyncio.sleep(0.01)
+    return host, replica
+
+
+def _no_peers(node: str, bundle: object) -> None:
+    raise AssertionError("a single-voter group sends nothing")
+
+
+def batch(value: bytes) -> bytes:
+    return encode_batch([value], timestamps_ms=1)
+
+
+@run
+async def test_produce_then_fetch(tmp_path: Path) -> None:
+    host, _ = await leading_host(tmp_path)
+    try:
+        first = await host.produce(KEY, batch(b"a"), Acks.ALL, 5)
+        second = await host.produce(KEY, batch(b"b"), Acks.ALL, 5)
+        assert second.base_offset == first.base_offset + 1
+        fetched = await host.fetch(KEY, first.base_offset, 1 << 20, 0)
+        assert next_offset(fetched.batches) == second.base_offset + 1
+        assert fetched.high_watermark == second.base_offset + 1
+    finally:
+        await host.close()
+
+
+@run
+async def test_a_lone_fast_fsync_runs_on_the_loop_and_a_slow_disk_moves_it_off(
+    tmp_path: Path,
+) -> None:
+    host, replica = await leading_host(tmp_path)
+    threads: list[str] = []
+    delay_s = 0.0
+
+    def recording_sync() -> None:
+        # A disk of known speed, whatever this machine's: instant, then 20 ms.
+        threads.append(threading.current_thread().name)
+        if delay_s:
+            time.sleep(delay_s)
+
+    replica.log.sync = recording_sync  # type: ignore[method-assign]
+    try:
+        for number in range(20):  # the average forgets the start-up fsyncs
+            await host.produce(KEY, batch(b"fast %d" % number), Acks.ALL, 5)
+        assert threads[-1] == threading.current_thread().name
+        delay_s = 0.02
+        for number in range(4):
+            await host.produce(KEY, batch(b"slow %d" % number), Acks.ALL, 5)
+        assert threads[-1].startswith("fsync")  # later fsyncs left the loop
+    finally:
+        await host.close()
+
+
+@run
+async def test_a_produce_that_outlives_its_timeout_fails_and_may_still_commit(
+    tmp_path: Path,
+) -> None:
+    host, replica = await leading_host(tmp_path)
+    release = threading.Event()
+    real_sync = replica.log.sync
+
+    def stuck_sync() -> None:
+        release.wait(DEADLINE_S)
+        real_sync()
+
+    replica.log.sync = stuck_sync  # type: ignore[method-assign]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host_module, "INLINE_FSYNC_MS_MAX", 0.0)  # keep the loop free
+        try:
+            late_offset = replica.log.end_offset
+            with pytest.raises(RequestTimeoutError, match="may still commit"):
+                await host.produce(KEY, batch(b"late"), Acks.ALL, 0.2)
+            release.set()
+            after = await host.produce(KEY, batch(b"next"), Acks.ALL, 5)
+            assert after.base_offset == late_offset + 1  # the timed-out write came first
+        finally:
+            release.set()
+            await host.close()
