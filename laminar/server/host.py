@@ -436,7 +436,8 @@ class ReplicaHost:
             replica.busy = False
             while replica.queued:
                 replica.queued.popleft()()
-            if not replica.closed:
+            # advance() (a commit) or the queued inputs may have made more work.
+            if not replica.closed and replica.core.has_ready():
                 self._dirty[replica.key] = replica
         for replica in removed:
             if self._on_removed is not None:
