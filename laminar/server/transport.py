@@ -308,6 +308,8 @@ class _ReceiverProtocol(asyncio.Protocol):
             self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return  # rejected or refused: ignore what is still arriving
         buffer = self._buffer
         buffer += data
         if self._source is None and not self._read_hello():
