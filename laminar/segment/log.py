@@ -366,13 +366,7 @@ class SegmentLog:
     def append(self, batch: Buffer, *, term: int = 0, verified: bool = False) -> int:
         # The hot path of every produce: properties and small helpers are inlined
         # here, as Python calls are a large share of an append's fixed cost.
-        limits = self._config.limits
-        # The payload checksum too, unless the caller just verified it (see _check_batch).
-        header = (
-            parse_header(batch, limits=limits) if verified else verify_batch(batch, limits=limits)
-        )
-        if header.length != len(batch):
-            self._check_batch(batch, verified=True)  # raises the length error
+        header = self._check_batch(batch, verified=verified)
         with self._lock:
             if self._closed:
                 self._check_open()
@@ -450,8 +444,7 @@ class SegmentLog:
         segment.last_term = term
         # The new batch is known good, but only extends the verified prefix when no
         # unverified bytes lie before it (a sealed segment made active by truncation).
-        if position <= segment.verified_bytes < end:
-            segment.verified_bytes = end
+        _advance_verified(segment, position, end)
         self._written += 1
         return self._written
 
@@ -722,10 +715,9 @@ class SegmentLog:
 
         Returns ``(segment.size, None)`` when ``offset`` is at the segment's end.
         """
-        recent = segment.recent_offsets
-        if recent and offset >= recent[0]:
-            entry = bisect_right(recent, offset) - 1
-            position, expected = segment.recent_positions[entry], recent[entry]
+        recent = _recent_floor(segment, offset)
+        if recent is not None:
+            expected, position = recent
         else:
             relative, position = segment.index.floor(offset - segment.base_offset)
             expected = segment.base_offset + max(relative, 0)
@@ -867,12 +859,18 @@ def _known_start(segment: _Segment, offset: int) -> int | None:
     relative, indexed = segment.index.floor(offset - segment.base_offset)
     if segment.base_offset + relative == offset:
         return indexed
+    recent = _recent_floor(segment, offset)
+    return recent[1] if recent is not None and recent[0] == offset else None
+
+
+def _recent_floor(segment: _Segment, offset: int) -> tuple[int, int] | None:
+    """``(base offset, position)`` of the last recently appended batch starting at or
+    below ``offset``, or None if ``offset`` is older than the recent appends."""
     recent = segment.recent_offsets
-    if recent and offset >= recent[0]:
-        entry = bisect_right(recent, offset) - 1
-        if recent[entry] == offset:
-            return segment.recent_positions[entry]
-    return None
+    if not recent or offset < recent[0]:
+        return None
+    entry = bisect_right(recent, offset) - 1
+    return recent[entry], segment.recent_positions[entry]
 
 
 def _batch_boundary(
