@@ -82,6 +82,7 @@ MAGIC: Final = b"LMNP"
 PROTOCOL_VERSION: Final = 1
 _LENGTH: Final = struct.Struct(">I")
 _REJECT: Final = 0x01
+_REJECT_BYTES_MAX: Final = 1 + 1 + 255  # code, reason length, reason
 HELLO_BYTES_MAX: Final = len(MAGIC) + 1 + 2 * (1 + 255)
 """The longest hello; more bytes without a complete hello is a malformed hello."""
 
@@ -217,6 +218,12 @@ def decode_hello(data: bytes | bytearray) -> tuple[str, str, int] | None:
     return fields[0], fields[1], position
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 hosts in brackets) as a host and a port number."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 def _set_socket_options(transport: asyncio.BaseTransport, config: TransportConfig) -> None:
     sock = transport.get_extra_info("socket")
     if sock is None:
@@ -260,8 +267,8 @@ class _SenderProtocol(asyncio.Protocol):
         self._received = bytearray()
 
     def data_received(self, data: bytes) -> None:
-        if len(self._received) < 1 + 1 + 255:
-            self._received += data[: 1 + 1 + 255 - len(self._received)]
+        if len(self._received) < _REJECT_BYTES_MAX:
+            self._received += data[: _REJECT_BYTES_MAX - len(self._received)]
 
     def connection_lost(self, exc: Exception | None) -> None:
         received = self._received
@@ -444,9 +451,9 @@ class PeerTransport:
 
     async def listen(self, address: str) -> None:
         """Accept peers' connections on ``address`` (``host:port``)."""
-        host, _, port = address.rpartition(":")
+        host, port = _host_port(address)
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _ReceiverProtocol(self), host.strip("[]"), int(port), reuse_address=True
+            lambda: _ReceiverProtocol(self), host, port, reuse_address=True
         )
 
     async def stop_listening(self) -> None:
@@ -594,13 +601,11 @@ class PeerTransport:
     async def _connection(self, link: _Link) -> None:
         """One connection: returns when the peer is unreachable or it ended."""
         loop = asyncio.get_running_loop()
-        host, _, port = link.address.rpartition(":")
         closed: asyncio.Future[None] = loop.create_future()
         try:
+            host, port = _host_port(link.address)
             writer, _ = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: _SenderProtocol(self, link, closed), host.strip("[]"), int(port)
-                ),
+                loop.create_connection(lambda: _SenderProtocol(self, link, closed), host, port),
                 self.config.connect_timeout_ms / 1000,
             )
         except (OSError, TimeoutError, ValueError) as error:

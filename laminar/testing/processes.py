@@ -2,9 +2,10 @@
 
 :class:`ProcessCluster` starts ``python -m laminar.server node start`` processes,
 node ``i`` on its own loopback address ``127.0.0.<base + i>`` (gossip, gRPC and
-peer replication on fixed ports there), with data and logs under a directory it owns. It waits on
-conditions with deadlines (a node is up when its gRPC Metadata call answers), and
-:meth:`ProcessCluster.close` stops every process it started (SIGTERM, then SIGKILL).
+peer replication on fixed ports there), with data and logs under a directory it
+owns. It waits on conditions with deadlines (a node is up when its gRPC Metadata
+call answers), and :meth:`ProcessCluster.close` stops every process it started
+(SIGTERM, then SIGKILL).
 """
 
 from __future__ import annotations
