@@ -406,7 +406,7 @@ class Node:
         if address is None and self.membership is not None:
             member = self.membership.member(node_id)
             if member is not None:
-                address = dict(member.metadata).get(_PEER_META)
+                address = member.metadata_dict().get(_PEER_META)
                 if address is not None:
                     self._peer_addresses[node_id] = address
         return address
