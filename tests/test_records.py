@@ -207,6 +207,20 @@ def test_bad_record_types_get_a_clear_error() -> None:
         encode_batch([b"a"], producer_id=3)  # sequence missing
     with pytest.raises(RecordFormatError):
         stamp(encode_batch([b"a"]), -5, 1)
+    for timestamps in ([1.5], ["1"], [2**63], [None]):
+        with pytest.raises(RecordFormatError, match="64-bit integers"):
+            encode_batch([b"a"], timestamps_ms=timestamps)  # type: ignore[arg-type]
+    with pytest.raises(RecordFormatError, match="64-bit integers"):
+        encode_batch([b"a", b"b"], timestamps_ms=-(2**63) - 1)
+
+
+def test_timestamps_as_one_int_or_one_per_record() -> None:
+    shared = decode_batch(encode_batch([b"a", b"b"], timestamps_ms=-7))
+    assert shared.timestamps_ms == [-7, -7]
+    assert (shared.header.first_timestamp_ms, shared.header.max_timestamp_ms) == (-7, -7)
+    each = decode_batch(encode_batch([b"a", b"b", b"c"], timestamps_ms=(5, 9, 2**63 - 1)))
+    assert each.timestamps_ms == [5, 9, 2**63 - 1]
+    assert (each.header.first_timestamp_ms, each.header.max_timestamp_ms) == (5, 2**63 - 1)
 
 
 def test_zstd_bomb_is_bounded_by_the_header() -> None:
