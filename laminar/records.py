@@ -579,12 +579,15 @@ def next_offset(buffer: bytes | bytearray | memoryview) -> int:
     position = 0
     last = -1
     size = len(buffer)
-    while position < size:
+    unpack_length = _LENGTH_STRUCT.unpack_from  # peek_length, inlined: once per batch
+    while position + _LENGTH_STRUCT.size <= size:
         last = position
-        length = peek_length(buffer, position)
+        (length,) = unpack_length(buffer, position)
         if length < HEADER_BYTES:
             raise RecordFormatError(f"batch length {length} is below the header size")
         position += length
+    if position < size:  # fewer than 4 bytes left: not even a length
+        peek_length(buffer, position)
     if last < 0:
         raise TruncatedBatchError(
             "no batch in an empty buffer", needed_bytes=HEADER_BYTES, available_bytes=0
@@ -600,7 +603,7 @@ def next_offset(buffer: bytes | bytearray | memoryview) -> int:
 
 def stamp(
     batch: bytes | bytearray | memoryview, base_offset: int, term: int
-) -> tuple[bytes, memoryview]:
+) -> tuple[bytearray, memoryview]:
     """Set the leader fields without touching the payload.
 
     Returns the new 80-byte header and a view of the unchanged payload, so a writer
@@ -615,15 +618,16 @@ def stamp(
             needed_bytes=HEADER_BYTES,
             available_bytes=len(view),
         )
-    head = view[:_STAMP_POSITION].tobytes() + _STAMP_STRUCT.pack(base_offset, term)
-    head += view[_STAMP_POSITION + _STAMP_STRUCT.size : _CHECKSUMMED_HEADER_BYTES]
-    return head + _CHECKSUM_STRUCT.pack(xxhash.xxh3_64_intdigest(head)), view[HEADER_BYTES:]
+    head = bytearray(view[:_CHECKSUMMED_HEADER_BYTES])
+    _STAMP_STRUCT.pack_into(head, _STAMP_POSITION, base_offset, term)
+    head += _CHECKSUM_STRUCT.pack(xxhash.xxh3_64_intdigest(head))
+    return head, view[HEADER_BYTES:]
 
 
 def with_leader_fields(batch: bytes | bytearray | memoryview, base_offset: int, term: int) -> bytes:
     """A copy of ``batch`` with ``base_offset`` and ``term`` set."""
     header, payload = stamp(batch, base_offset, term)
-    return header + payload
+    return b"".join((header, payload))
 
 
 # --------------------------------------------------------------------------- validation

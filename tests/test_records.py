@@ -29,6 +29,7 @@ from laminar.records import (
     encode_control_batch,
     encode_records,
     iter_batches,
+    next_offset,
     parse_header,
     stamp,
     verify_batch,
@@ -277,3 +278,18 @@ def test_decode_of_many_random_batches_matches() -> None:
         count = rng.randint(1, 200)
         values = [rng.randbytes(rng.randint(0, 64)) for _ in range(count)]
         assert decode_batch(encode_batch(values)).values == values
+
+
+def test_next_offset_walks_whole_batches_and_rejects_partial_ones() -> None:
+    first = with_leader_fields(encode_batch([b"a", b"b"]), 10, 1)
+    second = with_leader_fields(encode_batch([b"c"] * 3), 12, 1)
+    assert next_offset(first) == 12
+    assert next_offset(first + second) == 15
+    assert next_offset(memoryview(first + second)) == 15
+    for cut in (b"", first + second[:3], first + second[:40], first[:-1]):
+        with pytest.raises(TruncatedBatchError):
+            next_offset(cut)
+    too_short = bytearray(first)
+    struct.pack_into("<I", too_short, 0, HEADER_BYTES - 1)
+    with pytest.raises(RecordFormatError, match="below the header size"):
+        next_offset(too_short)

@@ -62,6 +62,7 @@ from laminar.records import (
     verify_batch,
 )
 from laminar.segment.config import FsyncPolicy, LogConfig
+from laminar.segment.fallocate import reserve
 from laminar.segment.index import SparseIndex
 from laminar.segment.offsets import check_read_range, check_term
 from laminar.segment.storage import Buffer
@@ -72,6 +73,8 @@ _STATE_FILE = "state"
 _TIMESTAMP_MIN = -(2**63)
 _RECOVERY_CHUNK_BYTES = 1 << 20
 _RECENT_MAX = 256  # recent batch starts remembered per segment (halved when full)
+_RESERVE_MIN = 256 * 1024  # smallest step of block reservation ahead of appends
+_UNRESERVED = 2**63 - 1  # _Segment.allocated when blocks are not reserved
 
 
 def _wall_clock_ms() -> int:
@@ -93,6 +96,10 @@ class _Segment:
     index: SparseIndex = field(default_factory=SparseIndex)
     bytes_since_index_entry: int = 0
     verified_bytes: int = 0
+    # File bytes with disk blocks reserved (see SegmentLog._reserve_locked); an
+    # append ending beyond it reserves more. ``reserved``: blocks may lie past the end.
+    allocated: int = 0
+    reserved: bool = False
     # Where the latest appended batches start (the readers of a log's tail -- the
     # leader sending to followers, consumers keeping up -- ask for exactly these):
     # base offsets and file positions, ascending, at most _RECENT_MAX.
@@ -163,6 +170,7 @@ class SegmentLog:
         self._syncing = False
         self._last_sync_ms = clock_ms()
         self._directory_descriptor = os.open(directory, os.O_RDONLY)
+        self._reserving = True  # until the filesystem refuses fallocate
 
     # ------------------------------------------------------------------ opening
 
@@ -305,6 +313,7 @@ class SegmentLog:
             os.ftruncate(segment.descriptor, position)
             os.fsync(segment.descriptor)
         segment.size = position
+        segment.allocated = position
         segment.next_offset = expected_offset
         segment.last_term = last_term
         segment.verified_bytes = position
@@ -422,12 +431,14 @@ class SegmentLog:
         ):
             segment = self._roll_locked()
             position = segment.size
+        end = position + length
+        if end > segment.allocated:
+            self._reserve_locked(segment, end)
         buffers = [head, payload]
         written = os.pwritev(segment.descriptor, buffers, position)
         if written != length:
             _pwrite_rest(segment.descriptor, buffers, position, written)
         # _Segment.note_write, inlined: this runs on every append.
-        end = position + length
         if position == 0 or segment.bytes_since_index_entry >= config.index_interval_bytes:
             segment.index.add(base_offset - segment.base_offset, position, segment.max_timestamp_ms)
             segment.bytes_since_index_entry = length
@@ -447,6 +458,47 @@ class SegmentLog:
         _advance_verified(segment, position, end)
         self._written += 1
         return self._written
+
+    def _reserve_locked(self, segment: _Segment, needed: int) -> None:
+        """Reserve disk blocks for ``segment`` through ``needed`` and some way beyond.
+
+        Ahead by as much as the segment holds (so a quiet partition reserves
+        little), within [_RESERVE_MIN, preallocate_bytes_max]. A failure only costs
+        speed: it is logged, and retried one step later.
+        """
+        step_max = self._config.preallocate_bytes_max
+        if not step_max or not self._reserving:
+            segment.allocated = _UNRESERVED
+            return
+        start = max(segment.allocated, segment.size)
+        target = needed + min(step_max, max(needed, _RESERVE_MIN))
+        try:
+            supported = reserve(segment.descriptor, start, target - start)
+        except OSError as error:
+            _LOG.warning(
+                "cannot reserve segment blocks path=%s bytes=%d error=%s",
+                segment.path("log"),
+                target - start,
+                error,
+            )
+            segment.allocated = target
+            return
+        if not supported:
+            self._reserving = False
+            segment.allocated = _UNRESERVED
+            _LOG.info(
+                "filesystem cannot reserve blocks; appends grow files directory=%s", self._directory
+            )
+            return
+        segment.allocated = target
+        segment.reserved = True
+
+    def _release_reserve(self, segment: _Segment) -> None:
+        """Give back the blocks reserved past the end of ``segment``'s file."""
+        if segment.reserved:
+            os.ftruncate(segment.descriptor, segment.size)
+            segment.reserved = False
+        segment.allocated = segment.size
 
     def _after_write(self, ticket: int) -> None:
         policy = self._config.fsync_policy
@@ -494,6 +546,7 @@ class SegmentLog:
     def _roll_locked(self) -> _Segment:
         """Seal the active segment (fsync log and indexes) and start a new one."""
         sealed = self._segments[-1]
+        self._release_reserve(sealed)
         os.fsync(sealed.descriptor)
         sealed.index.write(sealed.path("index"), sealed.path("timeindex"))
         segment = self._create_segment(sealed.next_offset)
@@ -568,8 +621,9 @@ class SegmentLog:
             return new_end
 
     def _cut_segment(self, segment: _Segment, position: int, new_end: int) -> None:
-        os.ftruncate(segment.descriptor, position)
+        os.ftruncate(segment.descriptor, position)  # also frees reserved blocks
         os.fsync(segment.descriptor)
+        segment.allocated, segment.reserved = position, False
         for suffix in ("index", "timeindex"):
             path = segment.path(suffix)
             if os.path.exists(path):
@@ -641,11 +695,16 @@ class SegmentLog:
         return data
 
     def _segment_to_read_locked(self, offset: int) -> _Segment | None:
-        self._check_open()
-        check_read_range(offset, self.start_offset, self.end_offset)
-        if offset == self.end_offset:
-            return None
-        return self._segment_for(offset)
+        # Runs on every read: the properties and _segment_for's common case inlined.
+        if self._closed:
+            self._check_open()
+        segments = self._segments
+        active = segments[-1]
+        end = active.next_offset
+        if not segments[0].base_offset <= offset < end:
+            check_read_range(offset, segments[0].base_offset, end)
+            return None  # offset == end: nothing to read yet
+        return active if offset >= active.base_offset else self._segment_for(offset)
 
     def _read_from(
         self, segment: _Segment, offset: int, max_bytes: int, upper_offset: int | None
@@ -701,14 +760,9 @@ class SegmentLog:
         return (data[:end] if end < len(data) else data), position
 
     def _segment_for(self, offset: int) -> _Segment:
-        low, high = 0, len(self._segments) - 1
-        while low < high:
-            middle = (low + high + 1) // 2
-            if self._segments[middle].base_offset <= offset:
-                low = middle
-            else:
-                high = middle - 1
-        return self._segments[low]
+        """The segment holding ``offset`` (the first one for offsets below it)."""
+        index = bisect_right(self._segments, offset, key=_base_offset_of) - 1
+        return self._segments[max(index, 0)]
 
     def _locate_locked(self, segment: _Segment, offset: int) -> tuple[int, BatchHeader | None]:
         """Position and header of the batch containing ``offset`` in ``segment``.
@@ -821,6 +875,7 @@ class SegmentLog:
             if self._closed:
                 return
             active = self._segments[-1]
+            self._release_reserve(active)
             os.fsync(active.descriptor)
             active.index.write(active.path("index"), active.path("timeindex"))
             self._closed = True
@@ -851,6 +906,10 @@ class SegmentLog:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _base_offset_of(segment: _Segment) -> int:
+    return segment.base_offset
 
 
 def _known_start(segment: _Segment, offset: int) -> int | None:

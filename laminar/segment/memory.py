@@ -77,7 +77,7 @@ class MemoryLog:
         check_term(term, self.last_term)
         base = self.end_offset
         head, payload = stamp(batch, base, term)
-        self._push(base, base + header.record_count, term, head + payload)
+        self._push(base, base + header.record_count, term, b"".join((head, payload)))
         return base
 
     def append_stamped(self, batch: Buffer) -> int:
