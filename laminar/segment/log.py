@@ -775,23 +775,46 @@ class SegmentLog:
         else:
             relative, position = segment.index.floor(offset - segment.base_offset)
             expected = segment.base_offset + max(relative, 0)
-        while position < segment.size:
-            header = self._read_header(segment, position, expected)
+        size = segment.size
+        if position >= size:
+            return size, None
+        # The headers to walk start less than index_interval_bytes after the entry
+        # (unless a batch is larger than that, which the first header shows): one
+        # pread of that window serves them all, instead of one pread per header.
+        window_start = position
+        window = os.pread(
+            segment.descriptor,
+            min(size - position, self._config.index_interval_bytes + HEADER_BYTES),
+            position,
+        )
+        while position < size:
+            if position + HEADER_BYTES <= window_start + len(window):
+                at = position - window_start
+                header = self._parse_header(segment, window, at, position, expected)
+            else:
+                header = self._read_header(segment, position, expected)
             if header.next_offset > offset:
                 return position, header
             position += header.length
             expected = header.next_offset
-        return segment.size, None
+        return size, None
 
     def _read_header(self, segment: _Segment, position: int, expected: int) -> BatchHeader:
-        """The header at ``position``; ``expected`` is the base offset it should have.
+        """The header at ``position``; ``expected`` is the base offset it should have."""
+        data = os.pread(segment.descriptor, HEADER_BYTES, position)
+        return self._parse_header(segment, data, 0, position, expected)
+
+    def _parse_header(
+        self, segment: _Segment, data: bytes, at: int, position: int, expected: int
+    ) -> BatchHeader:
+        """The header at ``data[at:]``, which lies at ``position`` in ``segment``'s file;
+        ``expected`` is the base offset it should have.
 
         A damaged header cannot be trusted for its own offset, so the error names
         the offset the batch must start at (the end of the batch before it).
         """
-        data = os.pread(segment.descriptor, HEADER_BYTES, position)
         try:
-            return parse_header(data, limits=self._config.limits)
+            return parse_header(data, at, limits=self._config.limits)
         except RecordFormatError as error:
             raise CorruptSegmentError(
                 segment.path("log"), expected, position, f"bad batch header: {error}"

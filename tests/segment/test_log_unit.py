@@ -1043,6 +1043,30 @@ def test_reading_recent_batches_needs_one_pread(
     assert len(calls) <= 2
 
 
+def test_locating_an_older_batch_reads_its_index_interval_at_once(
+    open_log: Callable[..., SegmentLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Beyond the recent appends, a read finds its batch from the sparse index entry
+    # below it: one pread covers the headers up to the next entry, then one more
+    # reads the batches (not one pread per header walked).
+    log = open_log(index_interval_bytes=16 * BATCH_BYTES)
+    stored = _append_all(log, [BATCH] * 600)  # older than the recent-append ring
+    log.close()
+    log = open_log(index_interval_bytes=16 * BATCH_BYTES)  # no recent appends at all
+    calls: list[int] = []
+    real_pread = os.pread
+
+    def counting_pread(descriptor: int, length: int, position: int) -> bytes:
+        calls.append(length)
+        return real_pread(descriptor, length, position)
+
+    monkeypatch.setattr(os, "pread", counting_pread)
+    for number in (15, 16, 17, 100, 311, 599):
+        calls.clear()
+        assert log.read(number, BATCH_BYTES) == stored[number]
+        assert len(calls) <= 2, (number, calls)
+
+
 def test_recent_batches_stay_right_after_truncation(
     open_log: Callable[..., SegmentLog],
 ) -> None:
