@@ -494,9 +494,18 @@ class SegmentLog:
         segment.reserved = True
 
     def _release_reserve(self, segment: _Segment) -> None:
-        """Give back the blocks reserved past the end of ``segment``'s file."""
+        """Give back the blocks reserved past the end of ``segment``'s file.
+
+        A failure leaves them reserved (disk space, never data, is at stake): it is
+        logged, and deleting the segment frees them.
+        """
         if segment.reserved:
-            os.ftruncate(segment.descriptor, segment.size)
+            try:
+                os.ftruncate(segment.descriptor, segment.size)
+            except OSError as error:
+                _LOG.warning(
+                    "cannot release reserved blocks path=%s error=%s", segment.path("log"), error
+                )
             segment.reserved = False
         segment.allocated = segment.size
 

@@ -208,3 +208,24 @@ def test_a_failed_reservation_is_logged_and_retried_a_step_later(
 def test_config_rejects_out_of_range_settings(setting: dict[str, int]) -> None:
     with pytest.raises(ConfigError):
         LogConfig(**setting)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("reserving")
+def test_a_failed_release_is_logged_and_close_still_closes(
+    open_log: Callable[..., SegmentLog],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = open_log()
+    stored = _append_all(log, [BATCH] * 2)
+
+    def fail(descriptor: int, length: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "ftruncate", fail)
+    with caplog.at_level(logging.WARNING, logger="laminar.segment.log"):
+        log.close()
+    assert any("cannot release reserved blocks" in r.message for r in caplog.records)
+    monkeypatch.undo()
+    reopened = open_log()
+    assert _read_all(reopened) == stored
