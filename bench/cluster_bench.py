@@ -9,7 +9,7 @@ the one client. Records have 100-byte values; throughput batches hold 1,000 of t
 and are encoded before timing starts.
 
 * ``grpc_limit_mb_s``: the transport ceiling. A trivial grpc.aio server in its own
-  process answers a unary call carrying a request of exactly the size of one
+  process (set up as a node is: uvloop, :mod:`laminar.tuning`) answers a unary call carrying a request of exactly the size of one
   produce request with an 8-byte reply; the client is the produce client below.
   ``grpc_echo_p50_ms`` / ``_p99_ms``: the same call with a one-record-sized request,
   one at a time (what a round trip costs before the broker does anything).
@@ -68,6 +68,7 @@ from laminar_client import Client
 from laminar.errors import NotLeaderError, TopicExistsError, UnavailableError
 from laminar.records import encode_batch, next_offset
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
+from laminar.tuning import tune_allocator, tune_grpc
 from laminar.v1 import laminar_pb2 as pb
 
 VALUE_BYTES = 100
@@ -123,7 +124,12 @@ def produce_request(topic: str, batch: bytes) -> bytes:
 
 
 def serve_echo(address: str) -> None:
-    """The transport ceiling's server: answers every request with 8 bytes."""
+    """The transport ceiling's server: answers every request with 8 bytes.
+
+    Set up as a node is: the same process tuning and event loop (uvloop).
+    """
+    tune_allocator()
+    tune_grpc()
 
     async def push(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return ECHO_REPLY
@@ -144,7 +150,12 @@ def serve_echo(address: str) -> None:
         await stop.wait()
         await server.stop(0)
 
-    asyncio.run(run())
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows
+        asyncio.run(run())
+    else:
+        uvloop.run(run())
 
 
 @contextlib.contextmanager

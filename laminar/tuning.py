@@ -1,5 +1,8 @@
 """Process-wide tuning a node applies once at start (benchmarks apply it too).
 
+Allocator
+---------
+
 glibc's ``malloc`` serves a request of 128 KiB or more with a fresh ``mmap`` until a
 block that large is freed, and from then on from the heap, whose free top it hands
 back to the kernel (``trim``) whenever it exceeds twice that size. A broker lives on
@@ -13,14 +16,30 @@ with the defaults, 0 faults and 8.2 GB/s with the values below.
 from the heap, and up to ``trim_threshold`` bytes of free heap top are kept for
 reuse instead of being returned. The cost is that much memory kept mapped after a
 burst; it is bounded by ``trim_threshold``.
+
+gRPC
+----
+grpcio's default server listener runs connections on its EventEngine threads, which
+hand every completion to the completion-queue poller thread and that to the event
+loop. :func:`tune_grpc` turns the ``event_engine_listener`` experiment off, so the
+poller thread does the socket work itself. Measured on the 3-node bench (2 cores):
+12 thread context switches per produce on the leader instead of 17, and the
+one-record produce latency 0.1-0.3 ms lower at p50 and 0.04-0.6 ms lower at p99 in
+four of four interleaved run pairs. Experiments are a grpcio implementation detail:
+the setting is applied only on grpcio versions it was measured on (others would log
+"Unknown experiment" once it is gone), and never over an operator's own
+``GRPC_EXPERIMENTS``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.metadata
 import logging
+import os
 import platform
+from collections.abc import MutableMapping
 
 _LOG = logging.getLogger(__name__)
 
@@ -65,4 +84,38 @@ def tune_allocator(
     if not mallopt(_M_TRIM_THRESHOLD, trim_threshold):  # pragma: no cover - never refused
         _LOG.debug("mallopt(M_TRIM_THRESHOLD, %d) refused", trim_threshold)
         return False
+    return True
+
+
+GRPC_EXPERIMENTS = "-event_engine_listener"
+GRPC_VERSIONS_MEASURED = ((1, 85),)
+"""grpcio (major, minor) versions on which :data:`GRPC_EXPERIMENTS` was measured."""
+
+
+def tune_grpc(
+    grpc_version: str | None = None, environ: MutableMapping[str, str] = os.environ
+) -> bool:
+    """Set ``GRPC_EXPERIMENTS`` for this process unless already set or untested.
+
+    Call it before the process creates its first gRPC server or channel (gRPC
+    reads the variable then). ``grpc_version`` defaults to the installed grpcio's.
+    Returns whether it set the variable.
+    """
+    if "GRPC_EXPERIMENTS" in environ:
+        return False
+    try:
+        if grpc_version is None:
+            grpc_version = importlib.metadata.version("grpcio")
+        major, minor = (int(part) for part in grpc_version.split(".")[:2])
+    except (ValueError, importlib.metadata.PackageNotFoundError):
+        return False
+    if (major, minor) not in GRPC_VERSIONS_MEASURED:
+        _LOG.info(
+            "gRPC left at its defaults: %s was measured on grpcio %s, this is %s",
+            GRPC_EXPERIMENTS,
+            ", ".join(f"{a}.{b}" for a, b in GRPC_VERSIONS_MEASURED),
+            grpc_version,
+        )
+        return False
+    environ["GRPC_EXPERIMENTS"] = GRPC_EXPERIMENTS
     return True

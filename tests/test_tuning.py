@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from laminar.tuning import tune_allocator
+from laminar.tuning import GRPC_EXPERIMENTS, tune_allocator, tune_grpc
 
 # Megabyte-sized blocks of varying size, two alive at a time, above a heap of
 # smaller blocks: the allocation pattern of a node serving fetches. Prints the
@@ -67,3 +67,20 @@ def test_thresholds_out_of_range_are_refused() -> None:
         tune_allocator(mmap_threshold=1 << 40)
     with pytest.raises(ValueError, match="trim_threshold"):
         tune_allocator(trim_threshold=0)
+
+
+def test_grpc_experiments_are_set_only_on_measured_versions() -> None:
+    environ: dict[str, str] = {}
+    assert tune_grpc("1.85.1", environ) is True
+    assert environ == {"GRPC_EXPERIMENTS": GRPC_EXPERIMENTS}
+    for version in ("1.99.0", "2.0.0", "1.84.2", "not-a-version", ""):
+        untouched: dict[str, str] = {}
+        assert tune_grpc(version, untouched) is False
+        assert untouched == {}
+
+
+def test_an_operators_grpc_experiments_are_kept() -> None:
+    environ = {"GRPC_EXPERIMENTS": "something_else"}
+    assert tune_grpc("1.85.1", environ) is False
+    assert environ == {"GRPC_EXPERIMENTS": "something_else"}
+

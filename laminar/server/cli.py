@@ -18,7 +18,7 @@ from typing import Any
 
 from laminar.errors import LaminarError
 from laminar.server.config import PRESETS, build_config, load_toml
-from laminar.tuning import tune_allocator
+from laminar.tuning import tune_allocator, tune_grpc
 
 
 def register(subparsers: Any) -> None:
@@ -108,6 +108,7 @@ def _start(args: argparse.Namespace) -> int:
             file_values,
         )
         tune_allocator()
+        tune_grpc()
         return _run_loop(_run(config))
     except LaminarError as error:
         print(f"laminar node: {error}", file=sys.stderr)
