@@ -9,8 +9,9 @@ the one client. Records have 100-byte values; throughput batches hold 1,000 of t
 and are encoded before timing starts.
 
 * ``grpc_limit_mb_s``: the transport ceiling. A trivial grpc.aio server in its own
-  process (set up as a node is: uvloop, :mod:`laminar.tuning`) answers a unary call carrying a request of exactly the size of one
-  produce request with an 8-byte reply; the client is the produce client below.
+  process (set up as a node is: uvloop, :mod:`laminar.tuning`) answers a unary call
+  carrying a request of exactly the size of one produce request with an 8-byte
+  reply; the client is the produce client below.
   ``grpc_echo_p50_ms`` / ``_p99_ms``: the same call with a one-record-sized request,
   one at a time (what a round trip costs before the broker does anything).
 * ``produce_rf1_records_s`` / ``produce_rf3_records_s``: one partition, one batch
