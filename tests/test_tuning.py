@@ -83,4 +83,3 @@ def test_an_operators_grpc_experiments_are_kept() -> None:
     environ = {"GRPC_EXPERIMENTS": "something_else"}
     assert tune_grpc("1.85.1", environ) is False
     assert environ == {"GRPC_EXPERIMENTS": "something_else"}
-
