@@ -1019,13 +1019,8 @@ def test_memory_log_operations_after_close_raise() -> None:
         log.read(0, 10)
 
 
-def test_reading_recent_batches_needs_one_pread(
-    open_log: Callable[..., SegmentLog], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The leader sends every new batch to its followers right after appending it:
-    # reading a batch just appended must not scan headers from the last index entry.
-    log = open_log(index_interval_bytes=1 << 20)
-    stored = _append_all(log, [simple_batch(2) for _ in range(100)])
+def _count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Patches ``os.pread`` to record the position of every call in the returned list."""
     calls: list[int] = []
     real_pread = os.pread
 
@@ -1034,6 +1029,17 @@ def test_reading_recent_batches_needs_one_pread(
         return real_pread(descriptor, length, position)
 
     monkeypatch.setattr(os, "pread", counting_pread)
+    return calls
+
+
+def test_reading_recent_batches_needs_one_pread(
+    open_log: Callable[..., SegmentLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The leader sends every new batch to its followers right after appending it:
+    # reading a batch just appended must not scan headers from the last index entry.
+    log = open_log(index_interval_bytes=1 << 20)
+    stored = _append_all(log, [simple_batch(2) for _ in range(100)])
+    calls = _count_preads(monkeypatch)
     for number in (99, 60, 98):
         calls.clear()
         assert log.read(2 * number, 1 << 20) == b"".join(stored[number:])
@@ -1053,14 +1059,7 @@ def test_locating_an_older_batch_reads_its_index_interval_at_once(
     stored = _append_all(log, [BATCH] * 600)  # older than the recent-append ring
     log.close()
     log = open_log(index_interval_bytes=16 * BATCH_BYTES)  # no recent appends at all
-    calls: list[int] = []
-    real_pread = os.pread
-
-    def counting_pread(descriptor: int, length: int, position: int) -> bytes:
-        calls.append(length)
-        return real_pread(descriptor, length, position)
-
-    monkeypatch.setattr(os, "pread", counting_pread)
+    calls = _count_preads(monkeypatch)
     for number in (15, 16, 17, 100, 311, 599):
         calls.clear()
         assert log.read(number, BATCH_BYTES) == stored[number]
