@@ -25,8 +25,7 @@ and are encoded before timing starts.
 * ``produce_p50_ms`` / ``produce_p99_ms``: one 100-byte record per ``Produce``,
   ``acks=all``, RF 3, sequential, to the leader; ``--repeat`` rounds of 2,000 calls
   (``--quick``: 500), and the median over rounds of each round's percentile (the
-  rounds' spread: ``produce_p99_ms_min`` / ``_max``). Dirty pages left by the
-  earlier phases are written back (``sync``) before the first round.
+  rounds' spread: ``produce_p99_ms_min`` / ``_max``).
 * ``failover_s``: SIGKILL the leader of a partition, then one ``Client.produce``
   (which follows ``NOT_LEADER`` hints and retries with backoff) until the first
   acknowledged write; the killed node is restarted and caught up between runs.
@@ -452,10 +451,6 @@ def fetch_phase(
 
 def latency_phase(bench: Bench, results: dict[str, float], sizes: Sizes, repeat: int) -> None:
     bench.create_topic("latency", 1, 3)
-    # The throughput phases leave hundreds of MB of dirty pages, which the kernel
-    # writes back 30 s later, in the middle of this phase, making fsyncs slow:
-    # write them back first, so this phase measures produce latency alone.
-    os.sync()
     request = produce_request("latency", make_batches(1, records=1)[0])
     address = bench.leader("latency").grpc
     p50s, p99s = [], []
