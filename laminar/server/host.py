@@ -27,10 +27,11 @@ import random
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
 from laminar.errors import (
     NotLeaderError,
@@ -53,6 +54,8 @@ from laminar.segment.log import SegmentLog
 _LOG = logging.getLogger(__name__)
 
 INLINE_FSYNC_MS_MAX = 2.0
+
+
 """A lone fsync runs on the event loop while recent fsync rounds averaged below this."""
 
 PartitionKey = tuple[str, int]
@@ -218,11 +221,21 @@ class ReplicaHost:
 
     # ------------------------------------------------------------------ inputs
 
-    def _input(self, replica: Replica, action: Callable[[], object]) -> None:
+    def _input(
+        self, replica: Replica, action: Callable[[], object], *, defer: bool = False
+    ) -> None:
+        """Apply ``action`` to the replica's core (or queue it while a round holds it).
+
+        With ``defer`` the replica is only marked: the caller runs :meth:`_flush_now`
+        once it has applied all its inputs.
+        """
         if replica.closed:
             return
         if replica.busy:
             replica.queued.append(action)
+        elif defer:
+            action()
+            self._dirty[replica.key] = replica
         else:
             action()
             self._mark(replica)
@@ -231,6 +244,26 @@ class ReplicaHost:
         self._dirty[replica.key] = replica
         if self._flush_task is None or self._flush_task.done():
             self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+
+    def _flush_now(self) -> None:
+        """Run the flush rounds the dirty replicas need here, not in a task.
+
+        A round whose fsync goes to the thread pool is finished by a task (with any
+        rounds after it). Saves a task and a pass of the event loop per hop of a
+        write: produce -> appends out, append -> acknowledgement out, acknowledgement
+        -> reply.
+        """
+        if not self._dirty or (self._flush_task is not None and not self._flush_task.done()):
+            return  # nothing to do, or the running task takes the dirty replicas
+        try:
+            while self._dirty:
+                pending = self._start_round()
+                if pending is not None:
+                    self._flush_task = asyncio.get_running_loop().create_task(self._flush(pending))
+                    return
+        except Exception:  # pragma: no cover - a bug; keep the node alive and loud
+            _LOG.exception("replica flush failed")
+            raise
 
     def on_bundle(self, source: str, bundle: PeerBundle) -> None:
         """Peer messages arrived (called by the transport)."""
@@ -243,7 +276,10 @@ class ReplicaHost:
                     continue
                 # A leader added us to the group: learn everything from its log.
                 replica = self.open_replica(key, None)
-            self._input(replica, partial(replica.core.step, NodeId(source), message, now))
+            self._input(
+                replica, partial(replica.core.step, NodeId(source), message, now), defer=True
+            )
+        self._flush_now()
 
     def set_target(self, key: PartitionKey, target: tuple[str, ...]) -> None:
         """Placement's replica list for ``key`` (the leader reconfigures towards it)."""
@@ -297,7 +333,8 @@ class ReplicaHost:
         future: asyncio.Future[ProduceReply] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         now = self._now()
-        self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now))
+        self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now), defer=True)
+        self._flush_now()
         try:
             async with asyncio.timeout(timeout_s):  # lighter than wait_for: no extra future
                 reply = await future
@@ -346,47 +383,60 @@ class ReplicaHost:
                 if replica.core.next_wake_ms() <= now:
                     self._input(replica, partial(replica.core.tick, now))
 
-    async def _flush(self) -> None:
+    async def _flush(self, pending: Coroutine[Any, Any, None] | None = None) -> None:
         try:
+            if pending is not None:
+                await pending
             while self._dirty:
-                await self._flush_round()
+                pending = self._start_round()
+                if pending is not None:
+                    await pending
         except Exception:  # pragma: no cover - a bug; keep the node alive and loud
             _LOG.exception("replica flush failed")
             raise
 
-    async def _sync(self, replicas: list[Replica]) -> list[object]:
-        """Fsync the logs of ``replicas``; each result is None or the exception raised.
-
-        Several logs are synced in parallel in the thread pool. A single one is synced
-        on the loop itself while recent fsyncs have been fast: handing it to a thread
-        and back costs two thread wake-ups (≈0.2 ms of CPU and latency here), more than
-        a fast fsync blocks the loop. A slow disk sends the next fsyncs to the pool, so
-        that a stalled disk blocks one partition, not the node.
-        """
+    def _sync_inline(self, replica: Replica) -> object:
+        """Fsync one log on the loop itself; None or the exception raised."""
         started = time.perf_counter()
-        results: list[object]
-        if len(replicas) == 1 and self._fsync_recent_ms < INLINE_FSYNC_MS_MAX:
-            try:
-                replicas[0].log.sync()
-                results = [None]
-            except Exception as error:
-                results = [error]
-        else:
-            loop = asyncio.get_running_loop()
-            results = await asyncio.gather(
-                *(loop.run_in_executor(self._pool, replica.log.sync) for replica in replicas),
-                return_exceptions=True,
-            )
+        try:
+            replica.log.sync()
+            result: object = None
+        except Exception as error:
+            result = error
+        self._note_fsync_time(started)
+        return result
+
+    async def _sync_pool(self, replicas: list[Replica]) -> list[object]:
+        """Fsync the logs of ``replicas`` in parallel in the thread pool."""
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        results = await asyncio.gather(
+            *(loop.run_in_executor(self._pool, replica.log.sync) for replica in replicas),
+            return_exceptions=True,
+        )
+        self._note_fsync_time(started)
+        return list(results)
+
+    def _note_fsync_time(self, started: float) -> None:
         elapsed_ms = (time.perf_counter() - started) * 1000
         self._fsync_recent_ms += (elapsed_ms - self._fsync_recent_ms) / 4
-        return results
 
     def _send_all(self, coalescer: Coalescer) -> None:
         for destination, bundle in coalescer.drain().items():
             self.counters["bundles_sent"] += 1
             self._send(destination, bundle)
 
-    async def _flush_round(self) -> None:
+    def _start_round(self) -> Coroutine[Any, Any, None] | None:
+        """One flush round: take every dirty replica's ``Ready`` and carry it out.
+
+        Several logs to sync are synced in parallel in the thread pool; then the
+        round is finished by the returned coroutine. A single one is synced on the
+        loop itself while recent fsyncs have been fast: handing it to a thread and
+        back costs two thread wake-ups (≈0.2 ms of CPU and latency here), more than a
+        fast fsync blocks the loop. A slow disk sends the next fsyncs to the pool,
+        so that a stalled disk blocks one partition, not the node. Returns None when
+        the round is done.
+        """
         self.counters["flush_rounds"] += 1
         batch = list(self._dirty.values())
         self._dirty.clear()
@@ -398,7 +448,7 @@ class ReplicaHost:
                 replica.busy = True
                 readies.append((replica, replica.core.ready()))
         if not readies:
-            return
+            return None
         # A leader's appends and heartbeats leave before its own fsync (Raft §10.2.1).
         early = Coalescer()
         for replica, ready in readies:
@@ -406,11 +456,27 @@ class ReplicaHost:
         self._send_all(early)
         syncs = [replica for replica, ready in readies if ready.sync]
         if syncs and self._fsync:
-            results = await self._sync(syncs)
-            self.counters["fsyncs"] += len(syncs)
-            for replica, result in zip(syncs, results, strict=True):
-                if isinstance(result, BaseException):
-                    _LOG.error("fsync failed for %s/%d: %s", *replica.key, result)
+            if len(syncs) == 1 and self._fsync_recent_ms < INLINE_FSYNC_MS_MAX:
+                self._synced(syncs, [self._sync_inline(syncs[0])])
+            else:
+                return self._finish_after_pool(readies, syncs)
+        self._finish_round(readies)
+        return None
+
+    async def _finish_after_pool(
+        self, readies: list[tuple[Replica, Ready]], syncs: list[Replica]
+    ) -> None:
+        self._synced(syncs, await self._sync_pool(syncs))
+        self._finish_round(readies)
+
+    def _synced(self, syncs: list[Replica], results: list[object]) -> None:
+        self.counters["fsyncs"] += len(syncs)
+        for replica, result in zip(syncs, results, strict=True):
+            if isinstance(result, BaseException):
+                _LOG.error("fsync failed for %s/%d: %s", *replica.key, result)
+
+    def _finish_round(self, readies: list[tuple[Replica, Ready]]) -> None:
+        """The durable part of a round: messages, replies, events, then ``advance``."""
         coalescer = Coalescer()
         removed: list[Replica] = []
         for replica, ready in readies:
