@@ -54,8 +54,6 @@ from laminar.segment.log import SegmentLog
 _LOG = logging.getLogger(__name__)
 
 INLINE_FSYNC_MS_MAX = 2.0
-
-
 """A lone fsync runs on the event loop while recent fsync rounds averaged below this."""
 
 PartitionKey = tuple[str, int]
