@@ -121,6 +121,8 @@ class ReplicaHost:
         self._replicas: dict[PartitionKey, Replica] = {}
         self._dirty: dict[PartitionKey, Replica] = {}
         self._flush_task: asyncio.Task[None] | None = None
+        self._flush_scheduled = False  # flush_now is queued on the loop
+        self._produce_pass = False  # a produce call ran its round in this loop pass
         self._ticker: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
         self._request_ids = 0
@@ -219,38 +221,37 @@ class ReplicaHost:
 
     # ------------------------------------------------------------------ inputs
 
-    def _input(
-        self, replica: Replica, action: Callable[[], object], *, defer: bool = False
-    ) -> None:
-        """Apply ``action`` to the replica's core (or queue it while a round holds it).
-
-        With ``defer`` the replica is only marked: the caller runs :meth:`_flush_now`
-        once it has applied all its inputs.
-        """
+    def _input(self, replica: Replica, action: Callable[[], object]) -> None:
         if replica.closed:
             return
         if replica.busy:
             replica.queued.append(action)
-        elif defer:
-            action()
-            self._dirty[replica.key] = replica
         else:
             action()
             self._mark(replica)
 
     def _mark(self, replica: Replica) -> None:
         self._dirty[replica.key] = replica
-        if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+        if self._flush_scheduled or (self._flush_task is not None and not self._flush_task.done()):
+            return  # a flush is already on its way; it takes this replica too
+        self._flush_scheduled = True
+        asyncio.get_running_loop().call_soon(self.flush_now)
 
-    def _flush_now(self) -> None:
-        """Run the flush rounds the dirty replicas need here, not in a task.
+    def _end_produce_pass(self) -> None:
+        self._produce_pass = False
 
-        A round whose fsync goes to the thread pool is finished by a task (with any
-        rounds after it). Saves a task and a pass of the event loop per hop of a
-        write: produce -> appends out, append -> acknowledgement out, acknowledgement
-        -> reply.
+    def flush_now(self) -> None:
+        """Run the flush rounds the dirty replicas need here and now.
+
+        Inputs only mark their replica and queue this on the loop, so that every
+        input of one pass of the loop shares a round (and its fsyncs: group commit).
+        The transport calls it directly once it has delivered one read's bundles, and
+        the first produce call of a loop pass does too: that takes a pass of the event loop off each
+        hop of a write (produce -> appends out, append -> acknowledgement out,
+        acknowledgement -> reply). A round whose fsync goes to the thread pool is
+        finished by a task, with any rounds after it.
         """
+        self._flush_scheduled = False
         if not self._dirty or (self._flush_task is not None and not self._flush_task.done()):
             return  # nothing to do, or the running task takes the dirty replicas
         try:
@@ -274,10 +275,7 @@ class ReplicaHost:
                     continue
                 # A leader added us to the group: learn everything from its log.
                 replica = self.open_replica(key, None)
-            self._input(
-                replica, partial(replica.core.step, NodeId(source), message, now), defer=True
-            )
-        self._flush_now()
+            self._input(replica, partial(replica.core.step, NodeId(source), message, now))
 
     def set_target(self, key: PartitionKey, target: tuple[str, ...]) -> None:
         """Placement's replica list for ``key`` (the leader reconfigures towards it)."""
@@ -331,8 +329,13 @@ class ReplicaHost:
         future: asyncio.Future[ProduceReply] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         now = self._now()
-        self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now), defer=True)
-        self._flush_now()
+        self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now))
+        if not self._produce_pass:
+            # The first produce call of this pass of the loop runs its round now; the
+            # calls after it in the same pass share the queued round (group commit).
+            self._produce_pass = True
+            asyncio.get_running_loop().call_soon(self._end_produce_pass)
+            self.flush_now()
         try:
             async with asyncio.timeout(timeout_s):  # lighter than wait_for: no extra future
                 reply = await future

@@ -177,6 +177,7 @@ class Node:
             self.node_id,
             identity.cluster_id,
             self.host.on_bundle,
+            on_delivered=self.host.flush_now,
             config=TransportConfig.local() if config.preset == "local" else TransportConfig(),
         )
         try:

@@ -330,6 +330,7 @@ class _ReceiverProtocol(asyncio.Protocol):
             view.release()
         if position:
             del buffer[:position]
+            self._owner.delivered()
 
     def _read_frames(self, source: str, view: memoryview, size: int) -> int:
         """Deliver the complete frames in ``view``; returns the bytes consumed."""
@@ -404,7 +405,10 @@ class PeerTransport:
     """Sends bundles to peers and receives theirs; see the module docstring.
 
     ``on_bundle(source_node_id, bundle)`` is called on the event loop for every
-    valid bundle received; it must not block. ``rng`` draws the backoff jitter.
+    valid bundle received; it must not block. ``on_delivered()``, when given, is
+    called after the bundles of one read from a connection were handed over (a read
+    may carry several frames), so that the receiver can act on them together at
+    once. ``rng`` draws the backoff jitter.
     """
 
     def __init__(
@@ -413,6 +417,7 @@ class PeerTransport:
         cluster_id: str,
         on_bundle: OnBundle,
         *,
+        on_delivered: Callable[[], None] | None = None,
         config: TransportConfig | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -420,6 +425,7 @@ class PeerTransport:
         self.cluster_id = cluster_id
         self.config = config if config is not None else TransportConfig()
         self._on_bundle = on_bundle
+        self._on_delivered = on_delivered
         self._rng = rng if rng is not None else random.Random()
         self._hello = encode_hello(cluster_id, node_id)
         self._links: dict[str, _Link] = {}
@@ -651,6 +657,16 @@ class PeerTransport:
             self._counters.rejected_malformed += 1
             return FrameOutcome.MALFORMED
         return FrameOutcome.ACCEPTED
+
+    def delivered(self) -> None:
+        """The frames of one read were delivered: tell ``on_delivered``; never raises."""
+        if self._on_delivered is None:
+            return
+        try:
+            self._on_delivered()
+        except Exception:
+            self._counters.handler_errors += 1
+            _LOG.exception("on_delivered failed node=%s", self.node_id)
 
     def deliver(self, source: str, data: bytes) -> FrameOutcome:
         """Decode and deliver one received frame from an accepted ``source``; never raises."""

@@ -131,11 +131,12 @@ async def test_a_produce_that_outlives_its_timeout_fails_and_may_still_commit(
 
 
 @run
-async def test_a_follower_acknowledges_an_append_before_on_bundle_returns(
+async def test_a_follower_acknowledges_an_append_when_told_the_read_is_delivered(
     tmp_path: Path,
 ) -> None:
-    # The round an append needs (append, fsync, acknowledge) runs inside on_bundle,
-    # not in a task after a pass of the event loop: one hop less per write.
+    # The transport calls flush_now after delivering a read's bundles: the round an
+    # append needs (append, fsync, acknowledge) runs then and there, not after a
+    # pass of the event loop: one hop less per write.
     sent: list[tuple[str, PeerBundle]] = []
     host = ReplicaHost(
         "n1",
@@ -162,6 +163,8 @@ async def test_a_follower_acknowledges_an_append_before_on_bundle_returns(
             commit_offset=0,
         )
         host.on_bundle("n0", PeerBundle((), ((KEY, request),)))
+        assert sent == []  # bundles of the same read would share the round
+        host.flush_now()
         answers = [
             message
             for node, bundle in sent
@@ -170,5 +173,24 @@ async def test_a_follower_acknowledges_an_append_before_on_bundle_returns(
         ]
         assert [(a.success, a.match_offset) for a in answers] == [(True, 1)]
         assert replica.log.end_offset == 1
+    finally:
+        await host.close()
+
+
+@run
+async def test_concurrent_produce_calls_share_one_fsync(tmp_path: Path) -> None:
+    # A lone produce runs its round at once; calls made together wait for the
+    # queued round and are synced together (group commit).
+    host, _ = await leading_host(tmp_path)
+    try:
+        await host.produce(KEY, batch(b"warm"), Acks.ALL, 5)
+        before = host.counters["fsyncs"]
+        results = await asyncio.gather(
+            *(host.produce(KEY, batch(b"%d" % n), Acks.ALL, 5) for n in range(8))
+        )
+        assert sorted(r.base_offset for r in results) == list(
+            range(results[0].base_offset, results[0].base_offset + 8)
+        )
+        assert host.counters["fsyncs"] - before <= 2
     finally:
         await host.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -388,6 +389,45 @@ async def test_failing_handler_does_not_kill_the_stream() -> None:
         assert b.transport.counters.handler_errors == 3
     finally:
         await a.close()
+        await b.close()
+
+
+@run
+async def test_on_delivered_follows_each_read_of_frames() -> None:
+    # The receiver acts once per read on all the bundles it carried (the node runs
+    # one flush round for them), and a failing on_delivered is counted, not fatal.
+    events: list[object] = []
+    done = asyncio.Event()
+
+    def on_bundle(source: str, received: PeerBundle) -> None:
+        events.append(number_of(received))
+
+    def on_delivered() -> None:
+        events.append("delivered")
+        if len([e for e in events if e != "delivered"]) == 10:
+            done.set()
+        raise RuntimeError("handler bug")
+
+    b = Node("b")
+    b.transport = PeerTransport("b", CLUSTER, on_bundle, on_delivered=on_delivered, config=CONFIG)
+    await b.start()
+    try:
+        _, writer = await raw_connection(b)
+        writer.write(encode_hello(CLUSTER, "x"))
+        writer.write(b"".join(framed(encode_bundle(bundle(n))) for n in range(5)))
+        await writer.drain()
+        writer.write(b"".join(framed(encode_bundle(bundle(n))) for n in range(5, 10)))
+        await writer.drain()
+        await asyncio.wait_for(done.wait(), DEADLINE_S)
+        numbers = [e for e in events if e != "delivered"]
+        assert numbers == list(range(10))
+        assert events[0] != "delivered" and events[-1] == "delivered"
+        assert all(  # never twice in a row: only after a read that delivered something
+            not (x == y == "delivered") for x, y in itertools.pairwise(events)
+        )
+        assert b.transport.counters.handler_errors == events.count("delivered")
+        writer.close()
+    finally:
         await b.close()
 
 
