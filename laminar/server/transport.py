@@ -52,7 +52,9 @@ TCP keepalive and ``TCP_USER_TIMEOUT`` notice a dead peer within about
 
 Receiving. :meth:`PeerTransport.listen` accepts connections (at most
 ``inbound_connections_max`` at once); every valid bundle is handed to
-``on_bundle(source, bundle)``, synchronously, on the event loop.
+``on_bundle(source, bundle)``, synchronously, on the event loop; after the bundles
+of one read from a connection, ``on_delivered()`` is called, so that the receiver
+can act on them together at once (the node runs their flush round then).
 
 All methods must be called from the event loop's thread; the transport makes no
 protocol decision and keeps no state but links, connections and counters.
