@@ -246,10 +246,10 @@ class ReplicaHost:
         Inputs only mark their replica and queue this on the loop, so that every
         input of one pass of the loop shares a round (and its fsyncs: group commit).
         The transport calls it directly once it has delivered one read's bundles, and
-        the first produce call of a loop pass does too: that takes a pass of the event loop off each
-        hop of a write (produce -> appends out, append -> acknowledgement out,
-        acknowledgement -> reply). A round whose fsync goes to the thread pool is
-        finished by a task, with any rounds after it.
+        the first produce call of a loop pass does too: that takes a pass of the
+        event loop off each hop of a write (produce -> appends out, append ->
+        acknowledgement out, acknowledgement -> reply). A round whose fsync goes to
+        the thread pool is finished by a task, with any rounds after it.
         """
         self._flush_scheduled = False
         if not self._dirty or (self._flush_task is not None and not self._flush_task.done()):
