@@ -97,9 +97,8 @@ class _Segment:
     bytes_since_index_entry: int = 0
     verified_bytes: int = 0
     # File bytes with disk blocks reserved (see SegmentLog._reserve_locked); an
-    # append ending beyond it reserves more. ``reserved``: blocks may lie past the end.
+    # append ending beyond it reserves more; _UNRESERVED when none are.
     allocated: int = 0
-    reserved: bool = False
     # Where the latest appended batches start (the readers of a log's tail -- the
     # leader sending to followers, consumers keeping up -- ask for exactly these):
     # base offsets and file positions, ascending, at most _RECENT_MAX.
@@ -491,7 +490,6 @@ class SegmentLog:
             )
             return
         segment.allocated = target
-        segment.reserved = True
 
     def _release_reserve(self, segment: _Segment) -> None:
         """Give back the blocks reserved past the end of ``segment``'s file.
@@ -499,14 +497,13 @@ class SegmentLog:
         A failure leaves them reserved (disk space, never data, is at stake): it is
         logged, and deleting the segment frees them.
         """
-        if segment.reserved:
+        if segment.size < segment.allocated < _UNRESERVED:
             try:
                 os.ftruncate(segment.descriptor, segment.size)
             except OSError as error:
                 _LOG.warning(
                     "cannot release reserved blocks path=%s error=%s", segment.path("log"), error
                 )
-            segment.reserved = False
         segment.allocated = segment.size
 
     def _after_write(self, ticket: int) -> None:
@@ -632,7 +629,7 @@ class SegmentLog:
     def _cut_segment(self, segment: _Segment, position: int, new_end: int) -> None:
         os.ftruncate(segment.descriptor, position)  # also frees reserved blocks
         os.fsync(segment.descriptor)
-        segment.allocated, segment.reserved = position, False
+        segment.allocated = position
         for suffix in ("index", "timeindex"):
             path = segment.path(suffix)
             if os.path.exists(path):
