@@ -68,6 +68,7 @@ from laminar_client import Client
 
 from laminar.errors import NotLeaderError, TopicExistsError, UnavailableError
 from laminar.records import encode_batch, next_offset
+from laminar.server.cli import run_loop
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
 from laminar.tuning import tune_allocator, tune_grpc
 from laminar.v1 import laminar_pb2 as pb
@@ -151,12 +152,7 @@ def serve_echo(address: str) -> None:
         await stop.wait()
         await server.stop(0)
 
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - Windows
-        asyncio.run(run())
-    else:
-        uvloop.run(run())
+    run_loop(run())
 
 
 @contextlib.contextmanager

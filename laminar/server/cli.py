@@ -14,11 +14,13 @@ import logging
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from laminar.errors import LaminarError
 from laminar.server.config import PRESETS, build_config, load_toml
 from laminar.tuning import tune_allocator, tune_grpc
+
+_T = TypeVar("_T")
 
 
 def register(subparsers: Any) -> None:
@@ -73,8 +75,8 @@ def register(subparsers: Any) -> None:
     start.set_defaults(handler=_start)
 
 
-def _run_loop(main: Coroutine[Any, Any, int]) -> int:
-    """Run the node on uvloop (a faster event loop) where it is installed."""
+def run_loop(main: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``main`` on uvloop (a faster event loop) where it is installed, as a node does."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - Windows
@@ -109,7 +111,7 @@ def _start(args: argparse.Namespace) -> int:
         )
         tune_allocator()
         tune_grpc()
-        return _run_loop(_run(config))
+        return run_loop(_run(config))
     except LaminarError as error:
         print(f"laminar node: {error}", file=sys.stderr)
         return 2

@@ -3,9 +3,10 @@
 Each replica is a :class:`~laminar.replica.core.ReplicaCore` over a
 :class:`~laminar.segment.log.SegmentLog` in ``<data>/<topic>/<partition>/``. All
 cores run on the asyncio loop's thread; the one slow step of the shell contract,
-``fsync``, runs in a thread pool (a lone fast one inline, see ``_sync``). The
-*flush loop* carries out the contract for all replicas together, so the messages
-of every partition produced in one round leave as one coalesced bundle per peer::
+``fsync``, runs in a thread pool (a lone fast one inline, see ``_start_round``). A
+*flush round* (:meth:`ReplicaHost.flush_now`) carries out the contract for all
+dirty replicas together, so the messages of every partition produced in one round
+leave as one coalesced bundle per peer::
 
     take a Ready from every replica with work  (the replica is now "busy")
     fsync the logs of those whose Ready says so (in parallel threads)
@@ -384,14 +385,14 @@ class ReplicaHost:
                 if replica.core.next_wake_ms() <= now:
                     self._input(replica, partial(replica.core.tick, now))
 
-    async def _flush(self, pending: Coroutine[Any, Any, None] | None = None) -> None:
+    async def _flush(self, pending: Coroutine[Any, Any, None]) -> None:
+        """Finish a round whose fsyncs went to the pool, then the rounds after it."""
         try:
-            if pending is not None:
-                await pending
+            await pending
             while self._dirty:
-                pending = self._start_round()
-                if pending is not None:
-                    await pending
+                rest = self._start_round()
+                if rest is not None:
+                    await rest
         except Exception:  # pragma: no cover - a bug; keep the node alive and loud
             _LOG.exception("replica flush failed")
             raise
