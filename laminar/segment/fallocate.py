@@ -38,9 +38,6 @@ def _bind() -> Callable[[int, int, int, int], int] | None:
 
 _fallocate = _bind()
 
-SUPPORTED = _fallocate is not None
-"""Whether this platform has ``fallocate`` (a filesystem may still refuse it)."""
-
 
 def reserve(descriptor: int, offset: int, length: int) -> bool:
     """Reserve ``length`` bytes of blocks from ``offset`` without changing the size.
