@@ -25,6 +25,7 @@ from laminar.replica.messages import (
     VoteResponse,
 )
 from laminar.replica.types import NodeId
+from laminar.server import wire
 from laminar.server.wire import (
     OFFSET_MAX,
     PARTITION_MAX,
@@ -420,3 +421,71 @@ def test_mutated_encodings_decode_validly_or_raise_invalid_input(data: bytes) ->
         return
     # A mutation that survives must still be a well-formed bundle: re-encodable.
     assert decode_bundle(encode_bundle(bundle)) == bundle
+
+
+# ---------------------------------------------------------------- fast paths
+
+FAST_TYPES = (AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse)
+fast_shaped = st.builds(
+    lambda kind, rest: (kind, *rest),
+    st.sampled_from([3, 4, 5, 6]),
+    st.lists(
+        st.one_of(
+            st.integers(min_value=-2, max_value=4),
+            st.sampled_from([None, True, False, "n", 1.0, 2**63, -(2**63) - 1, b"x"]),
+        ),
+        min_size=4,
+        max_size=10,
+    ),
+)
+
+
+def decode_both(
+    entry: object, heartbeats_only: bool, topics: object, nodes: object, blob: bytes
+) -> tuple[object, object]:
+    """(fast path's result, general path's result); an InvalidInputError is returned."""
+    results: list[object] = []
+    for decode in (wire._decode_fast, wire._decode_entry):
+        try:
+            results.append(decode(entry, heartbeats_only, topics, nodes, wire._Blobs(blob, 0, 5)))
+        except InvalidInputError as error:
+            results.append(error)
+    return results[0], results[1]
+
+
+@given(st.tuples(keys, messages), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_fast_paths_take_every_valid_frequent_message(
+    item: tuple[tuple[str, int], Message], heartbeats_only: bool
+) -> None:
+    data = encode_bundle(PeerBundle((), (item,)))
+    size = struct.unpack_from(">I", data, 1)[0]
+    topics_, nodes_, _, (entry,) = msgpack.unpackb(
+        data[PREFIX_BYTES : PREFIX_BYTES + size], use_list=False
+    )
+    blob = data[PREFIX_BYTES + size :]
+    fast = wire._decode_fast(
+        entry, heartbeats_only, topics_, nodes_, wire._Blobs(blob, 0, len(blob))
+    )
+    allowed = not heartbeats_only or isinstance(item[1], (Heartbeat, HeartbeatResponse))
+    if isinstance(item[1], FAST_TYPES) and allowed:
+        general = wire._decode_entry(
+            entry, heartbeats_only, topics_, nodes_, wire._Blobs(blob, 0, len(blob))
+        )
+        assert fast == general == item
+        assert type(fast[1]) is type(item[1])
+    else:
+        assert fast is None  # the general path decides (and rejects what is misplaced)
+
+
+@given(fast_shaped, st.booleans())
+@settings(max_examples=1000, deadline=None)
+def test_fast_paths_accept_nothing_the_general_path_rejects(
+    entry: tuple[object, ...], heartbeats_only: bool
+) -> None:
+    fast, general = decode_both(entry, heartbeats_only, ("t", "u"), ("n", "m", "o"), b"0123456789")
+    if fast is None:
+        return
+    assert type(fast) is type(general)
+    if not isinstance(fast, InvalidInputError):
+        assert fast == general
