@@ -214,6 +214,8 @@ class ReplicaCore:
 
         # leader state
         self._progress: dict[NodeId, _Progress] = {}
+        # While _flush_appends runs: start offset -> (batches read, their end).
+        self._read_once: dict[int, tuple[bytes, int]] | None = None
         self._departing: dict[NodeId, int] = {}  # removed peers still told the commit
         self._pending: list[_Pending] = []
         self._heartbeat_due = 0
@@ -795,8 +797,11 @@ class ReplicaCore:
         return heard >= len(voters) // 2 + 1
 
     def _flush_appends(self) -> None:
+        # Followers in step get the same batches: read them from the log once.
+        self._read_once = {}
         for peer, progress in self._progress.items():
             self._send_appends(peer, progress)
+        self._read_once = None
         self._maybe_send_timeout_now()
 
     def _send_appends(self, peer: NodeId, progress: _Progress) -> None:
@@ -819,8 +824,15 @@ class ReplicaCore:
         data = b""
         request_end = start
         if start < self._storage.end_offset:
-            data = self._storage.read(start, self._config.append_bytes_max)
-            request_end = next_offset(data)
+            shared = self._read_once
+            cached = shared.get(start) if shared is not None else None
+            if cached is None:
+                data = self._storage.read(start, self._config.append_bytes_max)
+                request_end = next_offset(data)
+                if shared is not None:
+                    shared[start] = (data, request_end)
+            else:
+                data, request_end = cached
         request = AppendRequest(
             term=self.term,
             leader=self.node_id,

@@ -126,6 +126,31 @@ def test_propose_commits_and_replicas_serve_reads_below_their_watermark() -> Non
         _core_starting_at_5().read(0, 10)
 
 
+def test_followers_in_step_share_one_read_of_the_new_batches() -> None:
+    group = Group()
+    group.elect(A)
+    leader_log = group.storages[A]
+    reads: list[int] = []
+    original_read = leader_log.read
+
+    def counting_read(offset: int, max_bytes: int) -> bytes:
+        reads.append(offset)
+        return original_read(offset, max_bytes)
+
+    leader_log.read = counting_read  # type: ignore[method-assign]
+    group.cores[A].propose(1, _batch(b"x"), Acks.ALL, group.now)
+    ready = group.cores[A].ready()
+    appends = [m for m in ready.early_messages if isinstance(m.message, AppendRequest)]
+    assert sorted(m.destination for m in appends) == [B, C]
+    assert reads == [1]  # one read for both followers
+    assert appends[0].message == appends[1].message
+    assert next(iter(iter_batches(appends[0].message.batches)))[1].base_offset == 1
+    group.cores[A].advance(ready)
+    group.wire.extend((A, m) for m in ready.early_messages + ready.messages)
+    group.advance_time(100)
+    assert all(core.high_watermark == 2 for core in group.cores.values())
+
+
 def _core_starting_at_5() -> ReplicaCore:
     storage = MemoryLog(5, fsync=False)
     return ReplicaCore(A, storage, CONFIG, now_ms=0, rng=random.Random(1), initial=GROUP)
