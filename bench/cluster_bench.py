@@ -25,7 +25,11 @@ and are encoded before timing starts.
 * ``produce_p50_ms`` / ``produce_p99_ms``: one 100-byte record per ``Produce``,
   ``acks=all``, RF 3, sequential, to the leader; ``--repeat`` rounds of 2,000 calls
   (``--quick``: 500), and the median over rounds of each round's percentile (the
-  rounds' spread: ``produce_p99_ms_min`` / ``_max``).
+  rounds' spread: ``produce_p99_ms_min`` / ``_max``). Each round runs in 4 blocks,
+  each followed by as many calls of the echo above with the same request:
+  ``latency_echo_p99_ms`` is the echo's p99 in those blocks (median over rounds),
+  and ``produce_p99_vs_echo`` the median of the rounds' produce/echo p99 ratios. They
+  tell a slow broker from a slow moment of the machine.
 * ``failover_s``: SIGKILL the leader of a partition, then one ``Client.produce``
   (which follows ``NOT_LEADER`` hints and retries with backoff) until the first
   acknowledged write; the killed node is restarted and caught up between runs.
@@ -445,19 +449,36 @@ def fetch_phase(
     results["fetch_records"] = sizes.fetch_records
 
 
+LATENCY_BLOCKS = 4
+"""Blocks per latency round, each of produce calls then the same number of echo calls."""
+
+
 def latency_phase(bench: Bench, results: dict[str, float], sizes: Sizes, repeat: int) -> None:
     bench.create_topic("latency", 1, 3)
     request = produce_request("latency", make_batches(1, records=1)[0])
     address = bench.leader("latency").grpc
-    p50s, p99s = [], []
-    for _ in range(repeat):
-        times = sequential_ms(address, PRODUCE_METHOD, request, sizes.latency_samples)
-        p50s.append(percentile(times, 0.50))
-        p99s.append(percentile(times, 0.99))
+    per_block = max(1, sizes.latency_samples // LATENCY_BLOCKS)
+    p50s, p99s, echo_p99s = [], [], []
+    with echo_server() as echo_address:
+        for _ in range(repeat):
+            # Echo blocks between the produce blocks show what the machine gave a bare
+            # gRPC round trip at the same moments (its speed drifts second to second).
+            times: list[float] = []
+            echo_times: list[float] = []
+            for _ in range(LATENCY_BLOCKS):
+                times += sequential_ms(address, PRODUCE_METHOD, request, per_block)
+                echo_times += sequential_ms(echo_address, ECHO_METHOD, request, per_block)
+            p50s.append(percentile(times, 0.50))
+            p99s.append(percentile(times, 0.99))
+            echo_p99s.append(percentile(echo_times, 0.99))
     results["produce_p50_ms"] = statistics.median(p50s)
     results["produce_p99_ms"] = statistics.median(p99s)
     results["produce_p99_ms_min"] = min(p99s)
     results["produce_p99_ms_max"] = max(p99s)
+    results["latency_echo_p99_ms"] = statistics.median(echo_p99s)
+    results["produce_p99_vs_echo"] = statistics.median(
+        produce / echo for produce, echo in zip(p99s, echo_p99s, strict=True)
+    )
 
 
 def failover_phase(bench: Bench, results: dict[str, float], args: argparse.Namespace) -> None:
