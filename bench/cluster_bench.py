@@ -25,11 +25,11 @@ and are encoded before timing starts.
 * ``produce_p50_ms`` / ``produce_p99_ms``: one 100-byte record per ``Produce``,
   ``acks=all``, RF 3, sequential, to the leader; ``--repeat`` rounds of 2,000 calls
   (``--quick``: 500), and the median over rounds of each round's percentile (the
-  rounds' spread: ``produce_p99_ms_min`` / ``_max``). Each round runs in 4 blocks,
-  each followed by as many calls of the echo above with the same request:
-  ``latency_echo_p99_ms`` is the echo's p99 in those blocks (median over rounds),
-  and ``produce_p99_vs_echo`` the median of the rounds' produce/echo p99 ratios. They
-  tell a slow broker from a slow moment of the machine.
+  rounds' spread: ``produce_p99_ms_min`` / ``_max``). Each round is followed by as
+  many calls of the echo above with the same request: ``latency_echo_p99_ms`` is
+  their p99 (median over rounds) and ``produce_p99_vs_echo`` the median of the
+  rounds' produce/echo p99 ratios. They tell a slow broker from a slow stretch of
+  the machine, whose speed drifts from second to second.
 * ``failover_s``: SIGKILL the leader of a partition, then one ``Client.produce``
   (which follows ``NOT_LEADER`` hints and retries with backoff) until the first
   acknowledged write; the killed node is restarted and caught up between runs.
@@ -211,13 +211,17 @@ def sequential_ms(address: str, method: str, request: bytes, count: int) -> list
     """Round-trip times of ``count`` calls made one after another."""
     with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
         call = channel.unary_unary(method)
-        for _ in range(max(20, count // 10)):  # warm up
-            call(request, timeout=10)
-        times = []
-        for _ in range(count):
-            started = time.perf_counter()
-            call(request, timeout=10)
-            times.append((time.perf_counter() - started) * 1000)
+        timed_calls(call, request, max(20, count // 10))  # warm up
+        return timed_calls(call, request, count)
+
+
+def timed_calls(call: grpc.UnaryUnaryMultiCallable, request: bytes, count: int) -> list[float]:
+    """Milliseconds of each of ``count`` sequential calls."""
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        call(request, timeout=10)
+        times.append((time.perf_counter() - started) * 1000)
     return times
 
 
@@ -449,25 +453,26 @@ def fetch_phase(
     results["fetch_records"] = sizes.fetch_records
 
 
-LATENCY_BLOCKS = 4
-"""Blocks per latency round, each of produce calls then the same number of echo calls."""
-
-
 def latency_phase(bench: Bench, results: dict[str, float], sizes: Sizes, repeat: int) -> None:
     bench.create_topic("latency", 1, 3)
     request = produce_request("latency", make_batches(1, records=1)[0])
     address = bench.leader("latency").grpc
-    per_block = max(1, sizes.latency_samples // LATENCY_BLOCKS)
+    warm_up = max(20, sizes.latency_samples // 10)
     p50s, p99s, echo_p99s = [], [], []
-    with echo_server() as echo_address:
+    with (
+        echo_server() as echo_address,
+        grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel,
+        grpc.insecure_channel(echo_address, options=CHANNEL_OPTIONS) as echo_channel,
+    ):
+        produce = channel.unary_unary(PRODUCE_METHOD)
+        echo = echo_channel.unary_unary(ECHO_METHOD)
+        timed_calls(produce, request, warm_up)
+        timed_calls(echo, request, warm_up)
         for _ in range(repeat):
-            # Echo blocks between the produce blocks show what the machine gave a bare
-            # gRPC round trip at the same moments (its speed drifts second to second).
-            times: list[float] = []
-            echo_times: list[float] = []
-            for _ in range(LATENCY_BLOCKS):
-                times += sequential_ms(address, PRODUCE_METHOD, request, per_block)
-                echo_times += sequential_ms(echo_address, ECHO_METHOD, request, per_block)
+            times = timed_calls(produce, request, sizes.latency_samples)
+            # The same calls to the echo server right after: what the machine gave a
+            # bare gRPC round trip at about the same time (its speed drifts).
+            echo_times = timed_calls(echo, request, sizes.latency_samples)
             p50s.append(percentile(times, 0.50))
             p99s.append(percentile(times, 0.99))
             echo_p99s.append(percentile(echo_times, 0.99))
