@@ -799,9 +799,11 @@ class ReplicaCore:
     def _flush_appends(self) -> None:
         # Followers in step get the same batches: read them from the log once.
         self._read_once = {}
-        for peer, progress in self._progress.items():
-            self._send_appends(peer, progress)
-        self._read_once = None
+        try:
+            for peer, progress in self._progress.items():
+                self._send_appends(peer, progress)
+        finally:
+            self._read_once = None  # the log changes after this: never reuse a read
         self._maybe_send_timeout_now()
 
     def _send_appends(self, peer: NodeId, progress: _Progress) -> None:
