@@ -57,7 +57,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import partial
@@ -372,7 +372,7 @@ def _column(items: Sequence[bytes | None], name: str) -> tuple[bytes, bytes]:
     count = len(items)
     try:
         data = b"".join(items)  # type: ignore[arg-type]
-        lengths = struct.pack(f"<{count}i", *map(len, items))  # type: ignore[arg-type]
+        lengths = _length_column(map(len, items), count, name)  # type: ignore[arg-type]
     except TypeError:
         for item in items:
             if item is not None and not isinstance(item, bytes | bytearray | memoryview):
@@ -380,15 +380,16 @@ def _column(items: Sequence[bytes | None], name: str) -> tuple[bytes, bytes]:
                     f"{name} must be bytes or None, not {type(item).__name__}"
                 ) from None
         data = b"".join(item for item in items if item is not None)
-        try:
-            lengths = struct.pack(
-                f"<{count}i", *[-1 if item is None else len(item) for item in items]
-            )
-        except struct.error:
-            raise BatchLimitError(f"an item in {name} is too large") from None
+        lengths = _length_column((-1 if item is None else len(item) for item in items), count, name)
+    return lengths, data
+
+
+def _length_column(lengths: Iterable[int], count: int, name: str) -> bytes:
+    """``count`` lengths as little-endian int32s; a TypeError from ``lengths`` passes."""
+    try:
+        return struct.pack(f"<{count}i", *lengths)
     except struct.error:
         raise BatchLimitError(f"an item in {name} is too large") from None
-    return lengths, data
 
 
 def _headers_column(headers: Sequence[Sequence[Header]]) -> tuple[bytes, bytes]:
