@@ -35,12 +35,13 @@ the setting is applied only on grpcio versions it was measured on (others would 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import importlib.metadata
 import logging
 import os
 import platform
 from collections.abc import MutableMapping
+
+from laminar import libc
 
 _LOG = logging.getLogger(__name__)
 
@@ -71,11 +72,9 @@ def tune_allocator(
             raise ValueError(f"{name} must be in (0, 2**31), got {value}")
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError) as error:  # pragma: no cover - unusual libc
-        _LOG.debug("allocator left untuned: %s", error)
+    mallopt = libc.function("mallopt")
+    if mallopt is None:  # pragma: no cover - unusual libc
+        _LOG.debug("allocator left untuned: no mallopt in the C library")
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

@@ -14,11 +14,12 @@ the same way, in 32 MiB steps.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import sys
 from collections.abc import Callable
+
+from laminar import libc
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 
@@ -26,14 +27,12 @@ _FALLOC_FL_KEEP_SIZE = 0x01
 def _bind() -> Callable[[int, int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        function = libc.fallocate
-    except (OSError, AttributeError):  # pragma: no cover - a libc without fallocate
+    function = libc.function("fallocate")
+    if function is None:  # pragma: no cover - a libc without fallocate
         return None
     function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
     function.restype = ctypes.c_int
-    return function
+    return function  # type: ignore[no-any-return]
 
 
 _fallocate = _bind()
