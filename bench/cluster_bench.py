@@ -211,8 +211,13 @@ def sequential_ms(address: str, method: str, request: bytes, count: int) -> list
     """Round-trip times of ``count`` calls made one after another."""
     with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
         call = channel.unary_unary(method)
-        timed_calls(call, request, max(20, count // 10))  # warm up
+        warm_up(call, request, count)
         return timed_calls(call, request, count)
+
+
+def warm_up(call: grpc.UnaryUnaryMultiCallable, request: bytes, count: int) -> None:
+    """Untimed calls before ``count`` timed ones: a tenth of them, at least 20."""
+    timed_calls(call, request, max(20, count // 10))
 
 
 def timed_calls(call: grpc.UnaryUnaryMultiCallable, request: bytes, count: int) -> list[float]:
@@ -457,7 +462,6 @@ def latency_phase(bench: Bench, results: dict[str, float], sizes: Sizes, repeat:
     bench.create_topic("latency", 1, 3)
     request = produce_request("latency", make_batches(1, records=1)[0])
     address = bench.leader("latency").grpc
-    warm_up = max(20, sizes.latency_samples // 10)
     p50s, p99s, echo_p99s = [], [], []
     with (
         echo_server() as echo_address,
@@ -466,8 +470,8 @@ def latency_phase(bench: Bench, results: dict[str, float], sizes: Sizes, repeat:
     ):
         produce = channel.unary_unary(PRODUCE_METHOD)
         echo = echo_channel.unary_unary(ECHO_METHOD)
-        timed_calls(produce, request, warm_up)
-        timed_calls(echo, request, warm_up)
+        warm_up(produce, request, sizes.latency_samples)
+        warm_up(echo, request, sizes.latency_samples)
         for _ in range(repeat):
             times = timed_calls(produce, request, sizes.latency_samples)
             # The same calls to the echo server right after: what the machine gave a
