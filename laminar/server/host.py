@@ -16,6 +16,18 @@ leave as one coalesced bundle per peer::
 An input (a peer message, a produce, a tick) that reaches a busy replica waits in a
 small per-replica queue until its ``advance``: no input ever lands between a
 core's ``ready()`` and ``advance()``.
+
+Storage failures. A failed ``fsync`` (or any storage error while the core works)
+*fences* the replica: nothing of that round that depended on durability leaves
+(follower acknowledgements, replies, votes), its pending produce calls fail with
+:class:`~laminar.errors.StorageError`, and the replica is closed, so it neither
+leads, votes nor serves: the group elects another leader. After
+``HostConfig.storage_retry_ms`` the host reopens it: the log is recovered from
+disk and truncated to the end of the last fsync that succeeded (Linux may drop the
+dirty pages of a failed fsync while still serving them from the page cache, so
+nothing written after that point can be trusted), and the replica rejoins its
+group as a follower. :meth:`ReplicaHost.fenced` lists fenced replicas for
+``cluster status``.
 """
 
 from __future__ import annotations
@@ -35,11 +47,13 @@ from functools import partial
 from typing import Any
 
 from laminar.errors import (
+    ConfigError,
     NotLeaderError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordFormatError,
     RequestTimeoutError,
+    StorageError,
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
@@ -51,6 +65,7 @@ from laminar.replica.messages import ProduceReply, ProduceStatus, Ready, Removed
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.log import SegmentLog
+from laminar.segment.storage import LogStorage
 
 _LOG = logging.getLogger(__name__)
 
@@ -58,6 +73,58 @@ INLINE_FSYNC_MS_MAX = 2.0
 """A lone fsync runs on the event loop while recent fsync rounds averaged below this."""
 
 PartitionKey = tuple[str, int]
+LogFactory = Callable[[str, LogConfig], LogStorage]
+"""Opens (or creates) the log of one replica in a directory: ``SegmentLog.open`` on a
+node, a memory log in tests."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """Tunables of the replica host.
+
+    ``produce_calls_max``: produce calls waiting for their answer on one replica at
+    once; more are refused with ``UNAVAILABLE`` (counted as ``produce_refused``), so a
+    flood of clients cannot grow the host's memory without bound. Independent of the
+    core's ``pending_produce_max`` (``acks=all`` writes awaiting commit).
+    ``fetch_waiters_max``: long-polling fetches waiting on one replica at once; more
+    are answered at once, empty (counted as ``fetch_wait_refused``).
+    ``queued_inputs_max``: inputs waiting for one busy replica's ``advance``; peer
+    messages beyond it are dropped (consensus tolerates loss; counted as
+    ``inputs_dropped``), local inputs (produce, targets) are always queued.
+    ``storage_retry_ms`` / ``storage_retry_max_ms``: a replica fenced by a storage
+    failure is reopened after ``storage_retry_ms``, doubling after each failed
+    reopen up to ``storage_retry_max_ms``.
+    ``fsync_threads``: threads running fsyncs of different partitions in parallel.
+    """
+
+    produce_calls_max: int = 10_000
+    fetch_waiters_max: int = 1_000
+    queued_inputs_max: int = 10_000
+    storage_retry_ms: int = 5_000
+    storage_retry_max_ms: int = 60_000
+    fsync_threads: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if not 0 < self.storage_retry_ms <= self.storage_retry_max_ms:
+            raise ConfigError("need 0 < storage_retry_ms <= storage_retry_max_ms")
+        if self.fsync_threads < 1:
+            raise ConfigError("fsync_threads must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class FencedReplica:
+    """A replica taken out of service by a storage failure, until it is reopened."""
+
+    key: PartitionKey
+    reason: str
+    since_ms: int
+    durable_end: int
+    """The log end at the last fsync that succeeded; a reopen truncates to it."""
+    retry_at_ms: int
+    attempts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +146,15 @@ class Replica:
 
     key: PartitionKey
     directory: str
-    log: SegmentLog
+    log: LogStorage
     core: ReplicaCore
+    durable_end: int
+    """The log end as of the last fsync that succeeded (or the open)."""
     busy: bool = False
     queued: deque[Callable[[], object]] = field(default_factory=deque)
-    watermark_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    watermark_waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    calls: dict[int, asyncio.Future[ProduceReply]] = field(default_factory=dict)
+    """Produce calls awaiting their answer, by request id."""
     closed: bool = False
 
 
@@ -107,10 +178,14 @@ class ReplicaHost:
         on_committed: Callable[[PartitionKey, int, int], None] | None = None,
         on_removed: Callable[[PartitionKey], None] | None = None,
         rng: random.Random | None = None,
+        host_config: HostConfig | None = None,
+        log_factory: LogFactory = SegmentLog.open,
     ) -> None:
         self.node_id = NodeId(node_id)
         self._data_dir = data_dir
         self._config = config
+        self.config = host_config if host_config is not None else HostConfig()
+        self._log_factory = log_factory
         # The core decides when to fsync (Ready.sync); the log itself never does.
         self._log_config = _without_fsync(log_config)
         self._send = send
@@ -125,13 +200,23 @@ class ReplicaHost:
         self._flush_scheduled = False  # flush_now is queued on the loop
         self._produce_pass = False  # a produce call ran its round in this loop pass
         self._ticker: asyncio.Task[None] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
+        self._pool = ThreadPoolExecutor(
+            max_workers=self.config.fsync_threads, thread_name_prefix="fsync"
+        )
         self._request_ids = 0
         self._fsync_recent_ms = 0.0  # moving average of fsync rounds' duration
-        self._pending: dict[int, asyncio.Future[ProduceReply]] = {}
         self._targets: dict[PartitionKey, tuple[str, ...]] = {}
+        self._fenced: dict[PartitionKey, FencedReplica] = {}
         self._closed = False
-        self.counters: dict[str, int] = {"fsyncs": 0, "bundles_sent": 0, "flush_rounds": 0}
+        self.counters: dict[str, int] = {
+            "fsyncs": 0,
+            "bundles_sent": 0,
+            "flush_rounds": 0,
+            "storage_failures": 0,
+            "produce_refused": 0,
+            "fetch_wait_refused": 0,
+            "inputs_dropped": 0,
+        }
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -155,10 +240,8 @@ class ReplicaHost:
         if self._flush_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self._flush_task, 5)
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(UnavailableError("node shutting down"))
         for replica in list(self._replicas.values()):
+            _fail_calls(replica, UnavailableError("node shutting down"))
             self._close_replica(replica)
         self._pool.shutdown(wait=True)
 
@@ -173,14 +256,24 @@ class ReplicaHost:
     def get(self, key: PartitionKey) -> Replica | None:
         return self._replicas.get(key)
 
-    def open_replica(self, key: PartitionKey, initial: GroupConfig | None) -> Replica:
-        """Open (or create) the replica of ``key``; ``initial`` for founding replicas."""
+    def fenced(self) -> list[FencedReplica]:
+        """Replicas out of service after a storage failure, by key."""
+        return [self._fenced[key] for key in sorted(self._fenced)]
+
+    def open_replica(
+        self, key: PartitionKey, initial: GroupConfig | None, *, log: LogStorage | None = None
+    ) -> Replica:
+        """Open (or create) the replica of ``key``; ``initial`` for founding replicas.
+
+        ``log`` is an already opened log (a reopen after a storage failure).
+        """
         existing = self._replicas.get(key)
         if existing is not None:
             return existing
         topic, partition = key
         directory = partition_directory(self._data_dir, topic, partition)
-        log = SegmentLog.open(directory, self._log_config)
+        if log is None:
+            log = self._log_factory(directory, self._log_config)
         core = ReplicaCore(
             self.node_id,
             log,
@@ -190,7 +283,7 @@ class ReplicaHost:
             initial=initial,
             limits=self._log_config.limits,
         )
-        replica = Replica(key, directory, log, core)
+        replica = Replica(key, directory, log, core, durable_end=log.end_offset)
         self._replicas[key] = replica
         target = self._targets.get(key)
         if target is not None:
@@ -203,6 +296,9 @@ class ReplicaHost:
         """Close the replica and delete its data (topic deleted, or moved away)."""
         replica = self._replicas.get(key)
         if replica is None:
+            if self._fenced.pop(key, None) is not None:
+                topic, partition = key
+                shutil.rmtree(partition_directory(self._data_dir, topic, partition), True)
             return
         self._close_replica(replica)
         shutil.rmtree(replica.directory, ignore_errors=True)
@@ -222,14 +318,32 @@ class ReplicaHost:
 
     # ------------------------------------------------------------------ inputs
 
-    def _input(self, replica: Replica, action: Callable[[], object]) -> None:
+    def _input(
+        self, replica: Replica, action: Callable[[], object], *, droppable: bool = False
+    ) -> None:
+        """Apply ``action`` to the replica's core now, or after its ``advance`` if busy.
+
+        A ``droppable`` input (a peer message) is dropped when the replica's queue is
+        full; consensus retransmits what matters.
+        """
         if replica.closed:
             return
         if replica.busy:
+            if droppable and len(replica.queued) >= self.config.queued_inputs_max:
+                self.counters["inputs_dropped"] += 1
+                return
             replica.queued.append(action)
         else:
+            self._apply(replica, action)
+            if not replica.closed:
+                self._mark(replica)
+
+    def _apply(self, replica: Replica, action: Callable[[], object]) -> None:
+        """Run an input on the core; a storage failure fences the replica."""
+        try:
             action()
-            self._mark(replica)
+        except (OSError, StorageError) as error:
+            self._fence(replica, error)
 
     def _mark(self, replica: Replica) -> None:
         self._dirty[replica.key] = replica
@@ -272,11 +386,13 @@ class ReplicaHost:
             key = _partition_key(item)
             replica = self._replicas.get(key)
             if replica is None:
-                if self._closed or not self._accept_replica(key):
+                if self._closed or key in self._fenced or not self._accept_replica(key):
                     continue
                 # A leader added us to the group: learn everything from its log.
                 replica = self.open_replica(key, None)
-            self._input(replica, partial(replica.core.step, NodeId(source), message, now))
+            self._input(
+                replica, partial(replica.core.step, NodeId(source), message, now), droppable=True
+            )
 
     def set_target(self, key: PartitionKey, target: tuple[str, ...]) -> None:
         """Placement's replica list for ``key`` (the leader reconfigures towards it)."""
@@ -322,14 +438,17 @@ class ReplicaHost:
         self, key: PartitionKey, batch: bytes, acks: Acks, timeout_s: float
     ) -> ProduceResult:
         """Append one batch through this node's replica, which must lead."""
-        replica = self._replicas.get(key)
-        if replica is None:
-            raise UnknownTopicOrPartitionError(f"{key[0]}/{key[1]} has no replica on this node")
+        replica = self._serving(key)
+        if len(replica.calls) >= self.config.produce_calls_max:
+            self.counters["produce_refused"] += 1
+            raise UnavailableError(
+                f"{len(replica.calls)} produce calls already wait on {key[0]}/{key[1]}; retry later"
+            )
         self._request_ids += 1
         request_id = self._request_ids
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ProduceReply] = loop.create_future()
-        self._pending[request_id] = future
+        replica.calls[request_id] = future
         now = self._now()
         self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now))
         if not self._produce_pass:
@@ -344,20 +463,21 @@ class ReplicaHost:
             reply = await future
         finally:
             timer.cancel()
-            self._pending.pop(request_id, None)
+            replica.calls.pop(request_id, None)
         return _result(reply, batch)
 
     async def fetch(
         self, key: PartitionKey, offset: int, max_bytes: int, max_wait_s: float
     ) -> FetchResult:
         """Committed batches from ``offset``; waits up to ``max_wait_s`` for new data."""
-        replica = self._replicas.get(key)
-        if replica is None:
-            raise UnknownTopicOrPartitionError(f"{key[0]}/{key[1]} has no replica on this node")
+        replica = self._serving(key)
         core = replica.core
         if offset < core.start_offset:
             raise OffsetOutOfRangeError(offset, core.start_offset, core.high_watermark)
         if offset >= core.high_watermark and max_wait_s > 0:
+            if len(replica.watermark_waiters) >= self.config.fetch_waiters_max:
+                self.counters["fetch_wait_refused"] += 1
+                max_wait_s = 0  # answer at once: the client polls again
             loop = asyncio.get_running_loop()
             deadline = loop.time() + max_wait_s
             while offset >= core.high_watermark and not replica.closed:
@@ -365,13 +485,95 @@ class ReplicaHost:
                 if remaining <= 0:
                     break
                 waiter: asyncio.Future[None] = loop.create_future()
-                replica.watermark_waiters.append(waiter)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter, remaining)
+                replica.watermark_waiters.add(waiter)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(waiter, remaining)
+                finally:
+                    replica.watermark_waiters.discard(waiter)
         if replica.closed:
+            self._serving(key)  # fenced meanwhile: say so
             raise UnknownTopicOrPartitionError(f"{key[0]}/{key[1]} was closed")
         data = core.read(offset, max_bytes) if offset < core.high_watermark else b""
         return FetchResult(data, core.high_watermark, core.start_offset)
+
+    def _serving(self, key: PartitionKey) -> Replica:
+        """The open replica of ``key``, or the error that explains why there is none."""
+        replica = self._replicas.get(key)
+        if replica is not None:
+            return replica
+        fenced = self._fenced.get(key)
+        if fenced is not None:
+            raise UnavailableError(
+                f"the replica of {key[0]}/{key[1]} on {self.node_id} is out of service after "
+                f"a storage failure ({fenced.reason}); another replica leads"
+            )
+        raise UnknownTopicOrPartitionError(f"{key[0]}/{key[1]} has no replica on this node")
+
+    # ------------------------------------------------------------------ storage failures
+
+    def _fence(self, replica: Replica, error: BaseException) -> None:
+        """Take ``replica`` out of service after a storage failure (module docstring)."""
+        if replica.closed:
+            return
+        key = replica.key
+        now = self._now()
+        self.counters["storage_failures"] += 1
+        previous = self._fenced.get(key)
+        attempts = previous.attempts if previous is not None else 0
+        reason = f"{type(error).__name__}: {error}"
+        _LOG.error(
+            "replica fenced %s/%d node=%s: storage failure (%s); out of service, reopening "
+            "in %d ms from the last durable offset %d",
+            *key,
+            self.node_id,
+            reason,
+            self.config.storage_retry_ms,
+            replica.durable_end,
+        )
+        self._fenced[key] = FencedReplica(
+            key, reason, now, replica.durable_end, now + self.config.storage_retry_ms, attempts
+        )
+        _fail_calls(
+            replica,
+            StorageError(
+                f"{key[0]}/{key[1]}: the leader's storage failed ({reason}); the write was "
+                "not acknowledged and may or may not be committed by the new leader"
+            ),
+        )
+        self._close_replica(replica)
+
+    def _reopen_fenced(self, now: int) -> None:
+        for key, fenced in list(self._fenced.items()):
+            if fenced.retry_at_ms > now or self._closed:
+                continue
+            topic, partition = key
+            directory = partition_directory(self._data_dir, topic, partition)
+            log: LogStorage | None = None
+            try:
+                log = self._log_factory(directory, self._log_config)
+                if log.end_offset > fenced.durable_end >= log.start_offset:
+                    log.truncate_suffix(fenced.durable_end)
+                log.sync()
+            except Exception as error:  # still failing: try again later
+                if log is not None:
+                    with contextlib.suppress(Exception):
+                        log.close()
+                attempts = fenced.attempts + 1
+                delay_ms = min(
+                    self.config.storage_retry_max_ms, self.config.storage_retry_ms << attempts
+                )
+                self._fenced[key] = replace(fenced, retry_at_ms=now + delay_ms, attempts=attempts)
+                _LOG.error("replica %s/%d still fenced: reopen failed: %s", *key, error)
+                continue
+            del self._fenced[key]
+            _LOG.warning(
+                "replica reopened %s/%d after a storage failure: end=%d (was fenced %d ms)",
+                *key,
+                log.end_offset,
+                now - fenced.since_ms,
+            )
+            self.open_replica(key, None, log=log)
 
     # ------------------------------------------------------------------ the loop
 
@@ -383,6 +585,8 @@ class ReplicaHost:
             for replica in list(self._replicas.values()):
                 if replica.core.next_wake_ms() <= now:
                     self._input(replica, partial(replica.core.tick, now))
+            if self._fenced:
+                self._reopen_fenced(now)
 
     async def _flush(self, pending: Coroutine[Any, Any, None]) -> None:
         """Finish a round whose fsyncs went to the pool, then the rounds after it."""
@@ -471,19 +675,24 @@ class ReplicaHost:
         self._finish_round(readies)
 
     def _synced(self, syncs: list[Replica], results: list[object]) -> None:
+        """Note what is durable; a failed fsync fences its replica (nothing acknowledged)."""
         self.counters["fsyncs"] += len(syncs)
         for replica, result in zip(syncs, results, strict=True):
             if isinstance(result, BaseException):
-                _LOG.error("fsync failed for %s/%d: %s", *replica.key, result)
+                self._fence(replica, result)
+            elif not replica.closed:
+                # The replica is busy: nothing was appended since its ready().
+                replica.durable_end = replica.log.end_offset
 
     def _finish_round(self, readies: list[tuple[Replica, Ready]]) -> None:
         """The durable part of a round: messages, replies, events, then ``advance``."""
         coalescer = Coalescer()
         removed: list[Replica] = []
+        readies = [(replica, ready) for replica, ready in readies if not replica.closed]
         for replica, ready in readies:
             coalescer.add_all(replica.key, ready.messages)
             for reply in ready.replies:
-                future = self._pending.get(reply.request_id)
+                future = replica.calls.get(reply.request_id)
                 if future is not None and not future.done():
                     future.set_result(reply)
             if ready.high_watermark > ready.committed_from:
@@ -499,16 +708,23 @@ class ReplicaHost:
                     removed.append(replica)
         self._send_all(coalescer)
         for replica, ready in readies:
-            replica.core.advance(ready)
+            self._apply(replica, partial(replica.core.advance, ready))
             replica.busy = False
-            while replica.queued:
-                replica.queued.popleft()()
+            while replica.queued and not replica.closed:
+                self._apply(replica, replica.queued.popleft())
             # advance() (a commit) or the queued inputs may have made more work.
             if not replica.closed and replica.core.has_ready():
                 self._dirty[replica.key] = replica
         for replica in removed:
             if self._on_removed is not None:
                 self._on_removed(replica.key)
+
+
+def _fail_calls(replica: Replica, error: Exception) -> None:
+    for future in replica.calls.values():
+        if not future.done():
+            future.set_exception(error)
+    replica.calls.clear()
 
 
 def _time_out(future: asyncio.Future[ProduceReply], timeout_s: float) -> None:
