@@ -3,9 +3,11 @@
 Run: ``.venv/bin/python -m bench.segment_bench [--quick] [--repeat N] [--dir PATH]``
 
 Every figure is the median of ``--repeat`` runs (3 by default) taken in this one
-process, with 100-byte values in batches of 1,000 records; the append and read
-figures are medians over interleaved rounds instead (see :func:`bench_append` and
-:func:`bench_read`), with at least 9 rounds. Baselines are
+process, with 100-byte values in batches of 1,000 records; ``check_payload_us`` is
+microseconds per batch, and ``check_vs_verify`` its cost over ``verify_batch``'s,
+the two checks a leader runs on receipt (``*_zstd_*``: the same, compressed). The
+append and read figures are medians over interleaved rounds instead (see
+:func:`bench_append` and :func:`bench_read`), with at least 9 rounds. Baselines are
 measured in the same run: plain Python writes and reads of the same bytes to a
 plain file.
 Prints a table, then one JSON object as the last line.
@@ -27,11 +29,13 @@ from pathlib import Path
 from laminar.records import (
     Compression,
     Record,
+    check_payload,
     decode_batch,
     decode_records,
     encode_batch,
     encode_records,
     next_offset,
+    verify_batch,
 )
 from laminar.segment import FsyncPolicy, LogConfig, SegmentLog
 from laminar.tuning import tune_allocator
@@ -81,28 +85,49 @@ def bench_codec(repeat: int, quick: bool) -> dict[str, float]:
     batch = encode_records(records)
     rounds = 300 if quick else 1000
 
-    def rate(function: Callable[[], object]) -> float:
+    def call_s(function: Callable[[], object], count: int) -> float:
+        """Seconds per call of ``function`` over ``count`` calls in a row."""
+
         # Each result is dropped before the next call, as a producer or consumer does
         # with a batch it has sent or handled. (Keeping all of them measured the
         # allocator and the garbage collector: 300 decoded batches hold 300,000 live
         # objects, and decode_records_s read ~2.3M instead of ~4.5M.)
         def calls() -> None:
-            for _ in range(rounds):
+            for _ in range(count):
                 function()
 
-        def once() -> float:
-            return rounds * RECORDS_PER_BATCH / timed(calls)
+        return timed(calls) / count
 
-        return median_of(repeat, once)
+    def rate(function: Callable[[], object]) -> float:
+        return median_of(repeat, lambda: RECORDS_PER_BATCH / call_s(function, rounds))
+
+    def receipt(sample: bytes) -> tuple[float, float]:
+        """check_payload's microseconds per batch, and its cost over verify_batch's.
+
+        The two checks a leader runs on every batch it receives, timed in turns
+        (each ratio from one run, the median over runs); verify_batch takes ~2 us,
+        hence ten times the calls.
+        """
+        header = verify_batch(sample)
+        count = 10 * rounds
+        check_s = []
+        ratios = []
+        for _ in range(repeat):
+            check_s.append(call_s(lambda: check_payload(sample, header), count))
+            ratios.append(check_s[-1] / call_s(lambda: verify_batch(sample), count))
+        return statistics.median(check_s) * 1e6, statistics.median(ratios)
 
     zstd_batch = encode_records(records, compression=Compression.ZSTD)
-    return {
+    results = {
         "encode_records_s": rate(lambda: encode_records(records)),
         "encode_columns_records_s": rate(lambda: encode_batch(values, timestamps_ms=timestamps_ms)),
         "decode_records_s": rate(lambda: decode_batch(batch)),
         "decode_to_record_tuples_s": rate(lambda: decode_records(batch)),
         "decode_zstd_records_s": rate(lambda: decode_batch(zstd_batch)),
     }
+    results["check_payload_us"], results["check_vs_verify"] = receipt(batch)
+    results["check_payload_zstd_us"], results["check_zstd_vs_verify"] = receipt(zstd_batch)
+    return results
 
 
 # ----------------------------------------------------------------------------- log

@@ -8,6 +8,14 @@ small header checksum; followers and the disk store the bytes as they are; the
 consumer decodes. The broker's hot path therefore touches an 80-byte header and, on
 receipt, one xxh3-64 pass over the payload — never the records themselves.
 
+A batch whose checksums are right can still be malformed (a producer bug, or a
+hostile one): a value length past the payload, a header blob that is not msgpack.
+Stored, it would stop every consumer at its offset, so on receipt the leader also
+runs :func:`check_payload`, which raises exactly when :func:`decode_batch` would. It
+reads the timestamp and length columns with a few C-level passes each and never the
+keys or values; only header blobs (when a batch has any) are unpacked one by one,
+and a compressed payload is decompressed, into at most the size its header declares.
+
 Header layout (little-endian, 80 bytes, ``magic`` 1)::
 
     offset size  field
@@ -62,7 +70,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from functools import partial
 from itertools import accumulate, pairwise
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import msgpack
 import xxhash
@@ -703,20 +711,41 @@ def decode_batch(
         header = verify_batch(batch, position, limits=limits)
     else:
         header = parse_header(batch, position, limits=limits)
-        if len(batch) - position < header.length:
-            raise TruncatedBatchError(
-                "batch longer than the buffer",
-                needed_bytes=header.length,
-                available_bytes=len(batch) - position,
-            )
-    stored = memoryview(batch)[position + HEADER_BYTES : position + header.length]
-    payload = _decompress(header, stored)
+    payload = _payload(batch, position, header)
     try:
         return _decode_payload(header, payload)
-    except (ValueError, IndexError, TypeError, msgpack.UnpackException) as error:
-        # A payload whose checksum matches but whose columns are inconsistent was
-        # built by a buggy or hostile producer.
-        raise RecordFormatError(f"malformed payload: {error}") from None
+    except _MALFORMED_PAYLOAD_ERRORS as error:
+        raise _malformed(error) from None
+
+
+def check_payload(
+    batch: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    *,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> None:
+    """Check that the payload of ``batch`` decodes, without decoding it.
+
+    ``header`` is ``batch``'s header, already parsed and its payload checksum
+    verified (:func:`verify_batch`); ``batch`` starts with it. Raises a
+    :class:`RecordFormatError` subclass exactly when :func:`decode_batch` would, so a
+    leader that runs this on receipt never stores a batch that consumers cannot read.
+    ``limits`` is checked against ``header`` again, as :func:`decode_batch` would.
+
+    The columns cost a few C-level passes each (no object per record); only header
+    blobs, when the batch has any, are unpacked one by one. A compressed payload is
+    decompressed, into at most ``header.payload_uncompressed_bytes``.
+    """
+    _check_header_fields(header, limits)
+    payload = _payload(batch, 0, header)
+    try:
+        columns = _read_columns(header, payload)
+        if columns.header_lengths is not None:
+            blobs, _ = _split(columns.data, columns.headers_start, columns.header_lengths, 0)
+            for blob in blobs:
+                _unpack_headers(blob)
+    except _MALFORMED_PAYLOAD_ERRORS as error:
+        raise _malformed(error) from None
 
 
 def decode_records(
@@ -729,85 +758,177 @@ def decode_records(
     return decode_batch(batch, verify=verify, limits=limits).records()
 
 
+# What malformed columns raise from the decoding helpers (RecordFormatError is a
+# ValueError): a payload whose checksum matches but whose columns are inconsistent
+# was built by a buggy or hostile producer.
+_MALFORMED_PAYLOAD_ERRORS = (ValueError, IndexError, TypeError, msgpack.UnpackException)
+
+
+def _malformed(error: Exception) -> RecordFormatError:
+    return RecordFormatError(f"malformed payload: {error}")
+
+
+def _payload(
+    batch: bytes | bytearray | memoryview, position: int, header: BatchHeader
+) -> memoryview:
+    """The payload of the batch at ``position``, decompressed."""
+    if len(batch) - position < header.length:
+        raise TruncatedBatchError(
+            "batch longer than the buffer",
+            needed_bytes=header.length,
+            available_bytes=len(batch) - position,
+        )
+    stored = memoryview(batch)[position + HEADER_BYTES : position + header.length]
+    return _decompress(header, stored)
+
+
 def _decompress(header: BatchHeader, stored: memoryview) -> memoryview:
     if header.compression is Compression.NONE:
         return stored
+    expected_bytes = header.payload_uncompressed_bytes
     try:
-        data = zstandard.ZstdDecompressor().decompress(
-            stored, max_output_size=header.payload_uncompressed_bytes
-        )
+        # decompress() allocates the content size the frame declares and ignores
+        # max_output_size when there is one, so a frame that declares more than the
+        # header (a zstd bomb) is refused before anything is allocated.
+        declared_bytes = zstandard.frame_content_size(stored)
+        if declared_bytes not in (expected_bytes, _ZSTD_CONTENT_SIZE_UNKNOWN):
+            raise RecordFormatError("compressed frame size disagrees with the header")
+        data = zstandard.ZstdDecompressor().decompress(stored, max_output_size=expected_bytes)
     except zstandard.ZstdError as error:
         raise RecordFormatError(f"cannot decompress payload: {error}") from None
-    if len(data) != header.payload_uncompressed_bytes:
+    if len(data) != expected_bytes:
         raise RecordFormatError("decompressed payload size disagrees with the header")
     return memoryview(data)
 
 
-def _decode_payload(header: BatchHeader, payload: memoryview) -> DecodedBatch:
+_ZSTD_CONTENT_SIZE_UNKNOWN = -1
+
+
+class _Columns(NamedTuple):
+    """A payload cut into its columns, which :func:`_read_columns` checked fit."""
+
+    timestamps_ms: list[int]
+    key_lengths: array[int] | None  # None: no keys column, every key is null
+    value_lengths: array[int]
+    header_lengths: array[int] | None  # None: no headers column
+    key_null_count: int
+    value_null_count: int
+    data: memoryview  # every key, value and header blob, concatenated
+    headers_start: int  # where the header blobs start in ``data``
+
+
+def _read_columns(header: BatchHeader, payload: memoryview) -> _Columns:
+    """Cut ``payload`` into columns; check them against each other and the header.
+
+    Checks all that decoding relies on except the header blobs' msgpack, at C level.
+    """
     count = header.record_count
     flags = payload[0]
     if flags & ~(_FLAG_KEYS | _FLAG_HEADERS):
         raise RecordFormatError(f"unknown payload flags {flags:#04x}")
-    has_keys = bool(flags & _FLAG_KEYS)
-    has_headers = bool(flags & _FLAG_HEADERS)
-    position = 1
-    timestamps_end = position + 8 * count
+    timestamps_end = 1 + 8 * count
     value_lengths_end = timestamps_end + 4 * count
-    key_lengths_end = value_lengths_end + (4 * count if has_keys else 0)
-    header_lengths_end = key_lengths_end + (4 * count if has_headers else 0)
-    if header_lengths_end > len(payload):
+    key_lengths_end = value_lengths_end + (4 * count if flags & _FLAG_KEYS else 0)
+    data_start = key_lengths_end + (4 * count if flags & _FLAG_HEADERS else 0)
+    if data_start > len(payload):
         raise RecordFormatError("payload too short for its length columns")
 
-    first = header.first_timestamp_ms
-    timestamps_ms = _from_little("q", payload[position:timestamps_end]).tolist()
-    value_lengths = _from_little("i", payload[timestamps_end:value_lengths_end])
-    data = bytes(payload[header_lengths_end:])
-    cursor = 0
-    keys: list[bytes | None]
-    if has_keys:
-        key_lengths = _from_little("i", payload[value_lengths_end:key_lengths_end])
-        keys, cursor = _split(data, cursor, key_lengths)
-    else:
-        keys = [None] * count
-    values, cursor = _split(data, cursor, value_lengths)
-    headers: list[tuple[Header, ...]]
-    if has_headers:
-        header_lengths = _from_little("I", payload[key_lengths_end:header_lengths_end])
-        blobs, cursor = _split(data, cursor, header_lengths)
-        headers = [_unpack_headers(blob) for blob in blobs]
-    else:
-        headers = [()] * count
-    if cursor != len(data):
-        raise RecordFormatError("payload length columns disagree with its data")
-    if max(timestamps_ms) != header.max_timestamp_ms or timestamps_ms[0] != first:
+    # A list rather than the array: decoding returns one, and max() over a list is
+    # cheaper than over an array, which makes an int per item.
+    timestamps_ms = _from_little("q", payload[1:timestamps_end]).tolist()
+    if timestamps_ms[0] != header.first_timestamp_ms or (
+        max(timestamps_ms) != header.max_timestamp_ms
+    ):
         raise RecordFormatError("record timestamps disagree with the header")
-    return DecodedBatch(header, timestamps_ms, keys, values, headers)
+    value_lengths, value_bytes, value_null_count = _read_length_column(
+        payload[timestamps_end:value_lengths_end]
+    )
+    key_lengths = header_lengths = None
+    key_bytes, key_null_count = 0, count
+    if flags & _FLAG_KEYS:
+        key_lengths, key_bytes, key_null_count = _read_length_column(
+            payload[value_lengths_end:key_lengths_end]
+        )
+    headers_start = key_bytes + value_bytes
+    header_bytes = 0
+    if flags & _FLAG_HEADERS:
+        header_lengths = _from_little("I", payload[key_lengths_end:data_start])
+        header_bytes = sum(header_lengths)
+    data = payload[data_start:]
+    if headers_start + header_bytes != len(data):
+        raise RecordFormatError("payload length columns disagree with its data")
+    return _Columns(
+        timestamps_ms,
+        key_lengths,
+        value_lengths,
+        header_lengths,
+        key_null_count,
+        value_null_count,
+        data,
+        headers_start,
+    )
 
 
-def _split(data: bytes, start: int, lengths: array[int]) -> tuple[list[bytes | None], int]:
-    """Cut ``data`` at ``lengths`` (-1 = None) starting at ``start``."""
-    if min(lengths) >= 0:
+def _read_length_column(column: memoryview) -> tuple[array[int], int, int]:
+    """A signed length column, the data bytes it names and its nulls (lengths of -1).
+
+    Two C-level sums rather than ``min()``, which costs twice a sum: each negative
+    length adds 2**32 more to the column's sum read as unsigned than read as signed.
+    """
+    lengths = _from_little("i", column)
+    signed_sum = sum(lengths)
+    negative_count = (sum(_from_little("I", column)) - signed_sum) >> 32
+    if negative_count and lengths.count(-1) != negative_count:
+        raise RecordFormatError(f"negative length {min(lengths)}")
+    return lengths, signed_sum + negative_count, negative_count
+
+
+def _decode_payload(header: BatchHeader, payload: memoryview) -> DecodedBatch:
+    columns = _read_columns(header, payload)
+    data = bytes(columns.data)
+    keys: list[bytes | None]
+    if columns.key_lengths is None:
+        keys = [None] * header.record_count
+        cursor = 0
+    else:
+        keys, cursor = _split(data, 0, columns.key_lengths, columns.key_null_count)
+    values, cursor = _split(data, cursor, columns.value_lengths, columns.value_null_count)
+    assert cursor == columns.headers_start
+    headers: list[tuple[Header, ...]]
+    if columns.header_lengths is None:
+        headers = [()] * header.record_count
+    else:
+        blobs, cursor = _split(data, cursor, columns.header_lengths, 0)
+        headers = [_unpack_headers(blob) for blob in blobs]
+    assert cursor == len(data)
+    return DecodedBatch(header, columns.timestamps_ms, keys, values, headers)
+
+
+_Buffer = TypeVar("_Buffer", bytes, memoryview)
+
+
+def _split(
+    data: _Buffer, start: int, lengths: array[int], null_count: int
+) -> tuple[list[_Buffer | None], int]:
+    """Cut ``data`` at ``lengths`` (-1 = None) from ``start``: ``(items, end)``.
+
+    The lengths were checked to fit ``data`` by :func:`_read_columns`.
+    """
+    if not null_count:
         bounds = list(accumulate(lengths, initial=start))
-        end = bounds[-1]
-        if end > len(data):
-            raise RecordFormatError("column lengths exceed the payload")
-        return [data[a:b] for a, b in pairwise(bounds)], end
-    items: list[bytes | None] = []
+        return [data[a:b] for a, b in pairwise(bounds)], bounds[-1]
+    items: list[_Buffer | None] = []
     cursor = start
     for length in lengths:
         if length < 0:
-            if length != -1:
-                raise RecordFormatError(f"negative length {length}")
             items.append(None)
             continue
         items.append(data[cursor : cursor + length])
         cursor += length
-    if cursor > len(data):
-        raise RecordFormatError("column lengths exceed the payload")
     return items, cursor
 
 
-def _unpack_headers(blob: bytes | None) -> tuple[Header, ...]:
+def _unpack_headers(blob: bytes | memoryview | None) -> tuple[Header, ...]:
     if not blob:
         return ()
     pairs = msgpack.unpackb(blob, use_list=False, raw=False, max_bin_len=len(blob))

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import random
 import struct
+import tracemalloc
+from collections.abc import Callable
 
+import msgpack
 import pytest
 import xxhash
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +27,7 @@ from laminar.records import (
     BatchLimits,
     Compression,
     Record,
+    check_payload,
     decode_batch,
     decode_records,
     encode_batch,
@@ -293,3 +298,210 @@ def test_next_offset_walks_whole_batches_and_rejects_partial_ones() -> None:
     struct.pack_into("<I", too_short, 0, HEADER_BYTES - 1)
     with pytest.raises(RecordFormatError, match="below the header size"):
         next_offset(too_short)
+
+
+# ------------------------------------------------------------------- payload structure
+
+
+def _payload_of(batch: bytes) -> bytes:
+    """The uncompressed payload of a batch."""
+    stored = batch[HEADER_BYTES:]
+    if parse_header(batch).compression is Compression.ZSTD:
+        return zstandard.ZstdDecompressor().decompress(stored)
+    return stored
+
+
+def _with_payload(batch: bytes, payload: bytes, **fields: int) -> bytes:
+    """``batch`` with ``payload`` (uncompressed), compressed as ``batch`` is."""
+    stored = payload
+    if parse_header(batch).compression is Compression.ZSTD:
+        stored = zstandard.ZstdCompressor().compress(payload)
+    return _with_stored(batch, stored, payload_uncompressed_bytes=len(payload), **fields)
+
+
+def _with_stored(batch: bytes, stored: bytes, **fields: int) -> bytes:
+    """``batch`` with the stored payload ``stored`` and header ``fields`` in place.
+
+    Recomputes the length and both checksums, so that :func:`verify_batch` passes
+    whatever the payload holds.
+    """
+    header = parse_header(batch)
+    values = header._asdict()
+    for unpacked_only in ("magic", "header_checksum"):
+        del values[unpacked_only]
+    values["length"] = HEADER_BYTES + len(stored)
+    values["payload_checksum"] = xxhash.xxh3_64_intdigest(stored)
+    values.update(fields)
+    return records._pack_header(**values) + stored
+
+
+def _raises_record_format_error(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except RecordFormatError:
+        return True
+    return False
+
+
+def _check_agrees_with_decode(batch: bytes) -> bool:
+    """Whether ``batch`` is malformed, asserting that both functions say the same."""
+    header = verify_batch(batch)
+    decode_fails = _raises_record_format_error(lambda: decode_batch(batch))
+    check_fails = _raises_record_format_error(lambda: check_payload(batch, header))
+    assert check_fails == decode_fails
+    return check_fails
+
+
+# Batches of records from record_strategy, with or without compression.
+batch_strategy = st.builds(
+    lambda original, compression: encode_records(original, compression=compression),
+    st.lists(record_strategy, min_size=1, max_size=30),
+    st.sampled_from(list(Compression)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch_strategy, st.booleans(), st.binary(max_size=20))
+def test_check_payload_accepts_every_valid_batch(
+    batch: bytes, stamped: bool, control_data: bytes
+) -> None:
+    if stamped:
+        batch = with_leader_fields(batch, 1000, 4)
+    check_payload(batch, verify_batch(batch))
+    check_payload(memoryview(batch), verify_batch(batch))
+    control = encode_control_batch(b"noop", control_data, timestamp_ms=3)
+    check_payload(control, verify_batch(control))
+
+
+def _header_blob(pairs: object) -> bytes:
+    return msgpack.packb(pairs, use_bin_type=True)
+
+
+def _one_record(
+    value: bytes, *, header_blob: bytes | None = None, key: bytes | None = None
+) -> bytes:
+    """The payload of one record at timestamp 5, its columns written out by hand."""
+    flags = (1 if key is not None else 0) | (2 if header_blob is not None else 0)
+    columns = struct.pack("<Bqi", flags, 5, len(value))
+    data = value
+    if key is not None:
+        columns += struct.pack("<i", len(key))
+        data = key + value
+    if header_blob is not None:
+        columns += struct.pack("<I", len(header_blob))
+        data += header_blob
+    return columns + data
+
+
+# Payloads of one record whose checksums are right but which no consumer can read.
+_MALFORMED_ONE_RECORD_PAYLOADS = {
+    "value length 10**6 in a 3-byte payload": struct.pack("<Bqi", 0, 5, 10**6) + b"abc",
+    "value length -2": struct.pack("<Bqi", 0, 5, -2) + b"abc",
+    "key length -2": struct.pack("<Bqii", 1, 5, 3, -2) + b"abc",
+    "key length past the data": struct.pack("<Bqii", 1, 5, 3, 4) + b"abc",
+    "unknown flag bit": struct.pack("<Bqi", 4, 5, 3) + b"abc",
+    "headers flag without room for its column": struct.pack("<Bqi", 2, 5, 0) + b"ab",
+    "timestamp disagrees with the header": struct.pack("<Bqi", 0, 6, 3) + b"abc",
+    "trailing data": _one_record(b"abc") + b"!",
+    "header blob not msgpack": _one_record(b"abc", header_blob=b"\xc1\xc1"),
+    "header blob cut short": _one_record(b"abc", header_blob=_header_blob([["k", b"v"]])[:-1]),
+    "header blob with extra data": _one_record(b"abc", header_blob=_header_blob([]) + b"\x90"),
+    "header value a str": _one_record(b"abc", header_blob=_header_blob([["k", "v"]])),
+    "header key bytes": _one_record(b"abc", header_blob=_header_blob([[b"k", b"v"]])),
+    "header key bad utf-8": _one_record(b"abc", header_blob=b"\x91\x92\xa1\xff\xc4\x00"),
+    "headers a map": _one_record(b"abc", header_blob=_header_blob({"k": b"v"})),
+    "headers not a list": _one_record(b"abc", header_blob=_header_blob(7)),
+    "header pair of three": _one_record(b"abc", header_blob=_header_blob([["k", b"v", b""]])),
+    "header pair a bin": _one_record(b"abc", header_blob=_header_blob([b"kv"])),
+}
+
+# Unusual but readable: what decode_batch accepts, check_payload accepts.
+_VALID_ONE_RECORD_PAYLOADS = {
+    "plain": _one_record(b"abc"),
+    "null value": struct.pack("<Bqi", 0, 5, -1) + b"",
+    "keys flag with a null key": struct.pack("<Bqii", 1, 5, 3, -1) + b"abc",
+    "headers flag with an empty blob": _one_record(b"abc", header_blob=b""),
+    "headers an empty list": _one_record(b"abc", header_blob=_header_blob([])),
+    "key and header": _one_record(b"abc", key=b"k", header_blob=_header_blob([["", b""]])),
+}
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+@pytest.mark.parametrize(
+    ("payload", "malformed"),
+    [
+        pytest.param(payload, True, id=name)
+        for name, payload in _MALFORMED_ONE_RECORD_PAYLOADS.items()
+    ]
+    + [
+        pytest.param(payload, False, id=name)
+        for name, payload in _VALID_ONE_RECORD_PAYLOADS.items()
+    ],
+)
+def test_check_payload_refuses_exactly_what_decode_refuses(
+    payload: bytes, malformed: bool, compression: Compression
+) -> None:
+    template = encode_batch([b"abc"], timestamps_ms=5, compression=compression)
+    assert _check_agrees_with_decode(_with_payload(template, payload)) is malformed
+
+
+def test_check_payload_refuses_timestamps_that_disagree_with_the_header() -> None:
+    batch = encode_batch([b"a", b"b", b"c"], timestamps_ms=[5, 9, 7])
+    payload = _payload_of(batch)
+    assert not _check_agrees_with_decode(batch)
+    for fields in ({"first_timestamp_ms": 4}, {"max_timestamp_ms": 8}, {"max_timestamp_ms": 10}):
+        assert _check_agrees_with_decode(_with_payload(batch, payload, **fields)), fields
+
+
+def test_check_payload_refuses_a_malformed_control_batch() -> None:
+    control = encode_control_batch(b"noop", b"data", timestamp_ms=3)
+    payload = bytearray(_payload_of(control))
+    struct.pack_into("<i", payload, 1 + 8 + 4, 5)  # the key's length, 4 in truth
+    assert _check_agrees_with_decode(_with_payload(control, bytes(payload)))
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+def test_check_payload_refuses_a_batch_cut_short(compression: Compression) -> None:
+    batch = encode_batch([b"value"] * 3, compression=compression)
+    header = verify_batch(batch)
+    with pytest.raises(TruncatedBatchError):
+        check_payload(batch[:-1], header)
+
+
+def test_check_payload_applies_the_limits_decode_applies() -> None:
+    batch = encode_batch([b"x"] * 20)
+    with pytest.raises(BatchLimitError):
+        check_payload(batch, verify_batch(batch), limits=BatchLimits(record_count_max=10))
+
+
+def test_zstd_frame_declaring_more_than_the_header_is_refused_unallocated() -> None:
+    """decompress() allocates what the frame declares, not what the header does."""
+    template = encode_batch([b"a" * 1000], compression=Compression.ZSTD)
+    bomb = zstandard.ZstdCompressor().compress(bytes(32 * 1024 * 1024))
+    damaged = _with_stored(template, bomb)
+    header = verify_batch(damaged)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordFormatError, match="frame size"):
+            check_payload(damaged, header)
+        with pytest.raises(RecordFormatError, match="frame size"):
+            decode_batch(damaged)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 1024 * 1024
+
+
+@settings(max_examples=400, deadline=None)
+@given(batch_strategy, st.data())
+def test_check_payload_fails_exactly_when_decode_fails(batch: bytes, data: st.DataObject) -> None:
+    """Damage re-checksummed, so that only the payload's structure can tell."""
+    payload = bytearray(_payload_of(batch))
+    for _ in range(data.draw(st.integers(1, 3))):
+        position = data.draw(st.integers(0, len(payload) - 1))
+        payload[position] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.sampled_from([0, 0, 1, 4]))
+    damaged = _with_payload(batch, bytes(payload[: len(payload) - cut]))
+    if _raises_record_format_error(lambda: verify_batch(damaged)):
+        return  # the damage broke the header's own rules (too few bytes per record)
+    _check_agrees_with_decode(damaged)
