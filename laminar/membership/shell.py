@@ -10,6 +10,13 @@ frame; a length above ``stream_bytes_max`` closes the connection. A push-pull
 reply travels on a new connection to the requester's gossip address, like the
 request did.
 
+Source addresses: everything leaves from the host of the node's gossip address,
+so that peers and firewalls can tell nodes apart (on one machine every node would
+otherwise appear as ``127.0.0.1``). Datagrams are sent from the UDP socket bound
+to the gossip address; outgoing TCP connections are bound to its host (port 0).
+A wildcard host (``0.0.0.0``, ``::``) names no single address: then the system
+picks the source.
+
 Use from other asyncio code (the full node embeds it)::
 
     node = MembershipNode(lan(), LocalMember(...), key, seeds=[...], on_event=cb)
@@ -34,6 +41,7 @@ from laminar.membership.member import EventKind, Member, MemberEvent, Metadata
 _LOG = logging.getLogger(__name__)
 _LENGTH_BYTES = 4
 _ADDRESS_CACHE_MAX = 4096
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -93,6 +101,7 @@ class MembershipNode:
         self._timer_deadline_ms: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._addresses: dict[str, tuple[str, int]] = {}
+        self._source_address: tuple[str, int] | None = None
         self._leave_done = asyncio.Event()
         self._stopped = False
         self.shell_counters: dict[str, int] = {}
@@ -116,6 +125,7 @@ class MembershipNode:
             transport.close()
             raise
         local = replace(self._local, gossip_address=f"{host}:{port}")
+        self._source_address = None if host in _WILDCARD_HOSTS else (host, 0)
         self._local = local
         self._core = MembershipCore(
             self._config,
@@ -304,7 +314,9 @@ class MembershipNode:
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self._stream_timeout_s):
-                _, writer = await asyncio.open_connection(*destination)
+                _, writer = await asyncio.open_connection(
+                    *destination, local_addr=self._source_address
+                )
                 writer.write(len(data).to_bytes(_LENGTH_BYTES, "big") + data)
                 await writer.drain()
         except (OSError, TimeoutError):

@@ -30,8 +30,8 @@ Sending. For every destination peer the transport keeps one *link*. A link is in
 one of three states:
 
 - ``connecting``: a task connects (up to ``connect_timeout_ms``); frames queue (up
-  to ``queue_max``; more are dropped as ``dropped_full``) and are written once the
-  connection is open;
+  to ``queue_max`` frames and ``send_buffer_bytes_max`` bytes; more are dropped as
+  ``dropped_full``) and are written once the connection is open;
 - ``connected``: :meth:`PeerTransport.send` writes frames straight to the socket
   (no task hop); if more than ``send_buffer_bytes_max`` is already waiting in the
   socket's buffer (the peer or the network is slower than we produce), new frames
@@ -39,6 +39,10 @@ one of three states:
 - ``backoff``: the peer is unreachable or the connection ended; everything sent
   until the next attempt is dropped (``dropped_unreachable``), then the link
   reconnects after a capped exponential backoff with jitter.
+
+Outgoing connections leave from ``local_host`` when it is given (the host of the
+node's own peer address), so that peers and firewalls see the node's address
+rather than whatever source the routing table picks (``127.0.0.1`` on loopback).
 
 :meth:`PeerTransport.send` never blocks and never fails for network reasons.
 Consensus tolerates loss (a lost append is retried, a lost heartbeat is superseded
@@ -49,6 +53,17 @@ message that is still too large is dropped (``dropped_oversized``). When a peer'
 address changes, the old link is closed and a new one opens to the new address.
 TCP keepalive and ``TCP_USER_TIMEOUT`` notice a dead peer within about
 ``keepalive_time_ms + keepalive_timeout_ms`` even when nothing is written.
+
+Stopping. :meth:`PeerTransport.forget` (a member left or was reaped) and
+:meth:`PeerTransport.close` mark a link closed and cancel its task; the task
+checks the mark after every connection attempt and ends when it is set. A cancel
+alone is not enough: on Python 3.11 ``asyncio.wait_for`` hands back the connect's
+outcome (a connection, or a refused connection's error) instead of
+``CancelledError`` when the cancel lands as the connect completes. (The link
+connects under ``asyncio.timeout``, which does not do that, but relies on the
+mark.) :meth:`PeerTransport.close` waits at most ``close_timeout_ms`` for the
+link tasks and the listener, then logs what is left and returns, so that a node
+always finishes shutting down whatever its peers do.
 
 Receiving. :meth:`PeerTransport.listen` accepts connections (at most
 ``inbound_connections_max`` at once); every valid bundle is handed to
@@ -98,8 +113,9 @@ class TransportConfig:
     ``queue_max``: frames waiting per destination while its link connects; beyond
     it new frames are dropped.
     ``send_buffer_bytes_max``: bytes a connected link may hold unsent in its
-    socket buffer before new frames are dropped (one frame is always accepted into
-    an empty buffer, so a bundle up to ``bundle_bytes_max`` always fits).
+    socket buffer, and bytes its queue may hold while it connects, before new
+    frames are dropped (one frame is always accepted into an empty buffer or queue,
+    so a bundle up to ``bundle_bytes_max`` always fits).
     ``connect_timeout_ms``: how long a connection attempt may take before the peer
     counts as unreachable and the link backs off.
     ``backoff_initial_ms`` / ``backoff_max_ms``: reconnect delay after the n-th
@@ -111,6 +127,9 @@ class TransportConfig:
     go unanswered for ``keepalive_timeout_ms`` is closed.
     ``inbound_connections_max``: accepted connections open at once; more are
     refused (closed at once).
+    ``close_timeout_ms``: how long :meth:`PeerTransport.close` waits for link
+    tasks and the listener to end before it logs and returns anyway (shutdown
+    must finish whatever the peers do).
     ``limits``: wire limits (the largest frame is ``limits.bundle_bytes_max``).
     """
 
@@ -122,6 +141,7 @@ class TransportConfig:
     keepalive_time_ms: int = 10_000
     keepalive_timeout_ms: int = 5_000
     inbound_connections_max: int = 1024
+    close_timeout_ms: int = 2000
     limits: WireLimits = field(default_factory=WireLimits)
 
     def __post_init__(self) -> None:
@@ -135,6 +155,8 @@ class TransportConfig:
             raise ConfigError("keepalive_time_ms and keepalive_timeout_ms must be >= 1000")
         if self.inbound_connections_max < 1:
             raise ConfigError("inbound_connections_max must be positive")
+        if self.close_timeout_ms < 0:
+            raise ConfigError("close_timeout_ms must not be negative")
 
     @classmethod
     def local(cls) -> TransportConfig:
@@ -226,6 +248,18 @@ def _host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+_WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
+
+
+def _source_address(local_host: str | None) -> tuple[str, int] | None:
+    """``local_addr`` for outgoing connections from ``local_host``, or None to let
+    the system pick (no host, or a wildcard, which names no single address)."""
+    if local_host is None:
+        return None
+    host = local_host.strip("[]")
+    return None if host in _WILDCARD_HOSTS else (host, 0)
+
+
 def _set_socket_options(transport: asyncio.BaseTransport, config: TransportConfig) -> None:
     sock = transport.get_extra_info("socket")
     if sock is None:
@@ -246,14 +280,30 @@ def _set_socket_options(transport: asyncio.BaseTransport, config: TransportConfi
 
 
 class _Link:
-    """One destination peer: its connection or pending frames, its task, its state."""
+    """One destination peer: its connection or pending frames, its task, its state.
 
-    __slots__ = ("address", "peer_id", "pending", "state", "task", "writer")
+    ``closed`` is set once the link is retired (forgotten, readdressed or the
+    transport closed); its task ends after its current connection attempt at the
+    latest, whether the cancel that comes with it arrives or not.
+    """
+
+    __slots__ = (
+        "address",
+        "closed",
+        "peer_id",
+        "pending",
+        "pending_bytes",
+        "state",
+        "task",
+        "writer",
+    )
 
     def __init__(self, peer_id: str, address: str) -> None:
         self.peer_id = peer_id
         self.address = address
+        self.closed = False
         self.pending: deque[bytes] = deque()
+        self.pending_bytes = 0
         self.state = LinkState.CONNECTING
         self.task: asyncio.Task[None] | None = None
         self.writer: asyncio.Transport | None = None
@@ -410,7 +460,9 @@ class PeerTransport:
     valid bundle received; it must not block. ``on_delivered()``, when given, is
     called after the bundles of one read from a connection were handed over (a read
     may carry several frames), so that the receiver can act on them together at
-    once. ``rng`` draws the backoff jitter.
+    once. ``rng`` draws the backoff jitter. ``local_host``, when given, is the
+    source address of outgoing connections (the host of this node's peer address;
+    a wildcard such as ``0.0.0.0`` means no particular source).
     """
 
     def __init__(
@@ -422,6 +474,7 @@ class PeerTransport:
         on_delivered: Callable[[], None] | None = None,
         config: TransportConfig | None = None,
         rng: random.Random | None = None,
+        local_host: str | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -429,6 +482,7 @@ class PeerTransport:
         self._on_bundle = on_bundle
         self._on_delivered = on_delivered
         self._rng = rng if rng is not None else random.Random()
+        self._source_address = _source_address(local_host)
         self._hello = encode_hello(cluster_id, node_id)
         self._links: dict[str, _Link] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -464,27 +518,46 @@ class PeerTransport:
             lambda: _ReceiverProtocol(self), host, port, reuse_address=True
         )
 
-    async def stop_listening(self) -> None:
-        """Close the listener and every accepted connection (a node stopping)."""
+    async def stop_listening(self, *, timeout_ms: int | None = None) -> None:
+        """Close the listener and every accepted connection (a node stopping);
+        wait for the listener at most ``timeout_ms`` (default ``close_timeout_ms``)."""
         server, self._server = self._server, None
         if server is not None:
             server.close()
         for connection in list(self._inbound):
             connection.close()
         self._inbound.clear()
-        if server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
+        if server is None:
+            return
+        if timeout_ms is None:
+            timeout_ms = self.config.close_timeout_ms
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(timeout_ms / 1000):
+                await server.wait_closed()
 
-    async def close(self) -> None:
-        """Close every link and the listener; wait until their tasks are gone."""
+    async def close(self, *, timeout_ms: int | None = None) -> None:
+        """Close every link and the listener; wait until their tasks are gone, but at
+        most ``timeout_ms`` (default ``close_timeout_ms``): after that, log the links
+        still running and return anyway. Bundles sent afterwards are dropped."""
+        if timeout_ms is None:
+            timeout_ms = self.config.close_timeout_ms
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
         self._closed = True
         for link in list(self._links.values()):
             self._retire(link)
-        self._links.clear()
-        await self.stop_listening()
-        while self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self.stop_listening(timeout_ms=timeout_ms)
+        closing = set(self._closing)
+        if not closing:
+            return
+        _, running = await asyncio.wait(closing, timeout=max(0.0, deadline - loop.time()))
+        if running:
+            _LOG.warning(
+                "peer links did not stop in time node=%s links=%d timeout_ms=%d",
+                self.node_id,
+                len(running),
+                timeout_ms,
+            )
 
     # ------------------------------------------------------------------ sending
 
@@ -529,11 +602,17 @@ class PeerTransport:
                 writer.write(frame)
                 counters.sent += 1
         elif state is LinkState.CONNECTING:
+            queue_max = self.config.queue_max
+            bytes_max = self.config.send_buffer_bytes_max
             for frame in frames:
-                if len(link.pending) >= self.config.queue_max:
+                pending = link.pending
+                if len(pending) >= queue_max or (
+                    pending and link.pending_bytes + len(frame) > bytes_max
+                ):
                     counters.dropped_full += 1
                 else:
-                    link.pending.append(frame)
+                    pending.append(frame)
+                    link.pending_bytes += len(frame)
         else:
             counters.dropped_unreachable += len(frames)
 
@@ -571,6 +650,7 @@ class PeerTransport:
     def _retire(self, link: _Link) -> None:
         if self._links.get(link.peer_id) is link:
             del self._links[link.peer_id]
+        link.closed = True
         self._disconnect(link)
         task = link.task
         if task is not None and not task.done():
@@ -582,12 +662,17 @@ class PeerTransport:
         link.state = LinkState.BACKOFF
         self._counters.dropped_unreachable += len(link.pending)
         link.pending.clear()
+        link.pending_bytes = 0
         writer, link.writer = link.writer, None
         if writer is not None:
             writer.abort()
 
     async def _run(self, link: _Link) -> None:
-        """The life of a link: connect, send, back off, again, until cancelled."""
+        """The life of a link: connect, send, back off, again, until it is closed.
+
+        A connection attempt can swallow the cancel that comes with closing (see
+        "Stopping" in the module docstring), so ``link.closed`` is checked after it;
+        a cancel always ends the backoff sleep."""
         loop = asyncio.get_running_loop()
         failures = 0
         try:
@@ -599,6 +684,8 @@ class PeerTransport:
                 except Exception:
                     # A bug or an unexpected error must not leave the link dead.
                     _LOG.exception("peer link failed node=%s peer=%s", self.node_id, link.peer_id)
+                if link.closed:
+                    break
                 self._disconnect(link)
                 lived_ms = (loop.time() - started) * 1000
                 failures = 0 if lived_ms >= self.config.backoff_max_ms else failures + 1
@@ -612,16 +699,24 @@ class PeerTransport:
         closed: asyncio.Future[None] = loop.create_future()
         try:
             host, port = _host_port(link.address)
-            writer, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _SenderProtocol(self, link, closed), host, port),
-                self.config.connect_timeout_ms / 1000,
-            )
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel.
+            async with asyncio.timeout(self.config.connect_timeout_ms / 1000):
+                writer, _ = await loop.create_connection(
+                    lambda: _SenderProtocol(self, link, closed),
+                    host,
+                    port,
+                    local_addr=self._source_address,
+                )
         except (OSError, TimeoutError, ValueError) as error:
             _LOG.debug("peer unreachable node=%s peer=%s: %s", self.node_id, link.peer_id, error)
+            return
+        if link.closed:  # retired while connecting: _disconnect missed this connection
+            writer.abort()
             return
         _set_socket_options(writer, self.config)
         writer.write(self._hello)
         pending = link.pending
+        link.pending_bytes = 0
         while pending:
             writer.write(pending.popleft())
             self._counters.sent += 1

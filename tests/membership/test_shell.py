@@ -6,12 +6,16 @@ import asyncio
 import socket
 from collections.abc import Callable
 
+import pytest
+
 from laminar.membership import config as presets
+from laminar.membership import shell
 from laminar.membership.core import LocalMember
 from laminar.membership.member import EventKind, MemberEvent, MemberState, NodeId
 from laminar.membership.shell import MembershipNode, parse_address
 
 KEY = b"shell-test-key"
+HOSTS = ("127.0.0.2", "127.0.0.3")
 DEADLINE_S = 10.0
 
 
@@ -91,3 +95,60 @@ async def scenario() -> None:
 
 def test_two_shells_join_update_survive_garbage_and_leave() -> None:
     asyncio.run(scenario())
+
+
+def test_gossip_leaves_from_the_node_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Loopback holds all of 127/8 on Linux: with nodes on 127.0.0.2 and 127.0.0.3,
+    # each receiver must see the sender's own address on UDP and on TCP push-pull.
+    seen: dict[tuple[str, str], set[str]] = {("udp", h): set() for h in HOSTS}
+    seen.update({("tcp", h): set() for h in HOSTS})
+
+    def host_of(node: MembershipNode) -> str:
+        return parse_address(node.local.gossip_address)[0]
+
+    original_datagram = shell._DatagramEndpoint.datagram_received
+    original_connection = MembershipNode._on_connection
+
+    def datagram_received(
+        endpoint: shell._DatagramEndpoint, data: bytes, addr: tuple[str | object, ...]
+    ) -> None:
+        seen["udp", host_of(endpoint._node)].add(str(addr[0]))
+        original_datagram(endpoint, data, addr)
+
+    async def on_connection(
+        node: MembershipNode, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        seen["tcp", host_of(node)].add(writer.get_extra_info("peername")[0])
+        await original_connection(node, reader, writer)
+
+    monkeypatch.setattr(shell._DatagramEndpoint, "datagram_received", datagram_received)
+    monkeypatch.setattr(MembershipNode, "_on_connection", on_connection)
+
+    async def pair() -> None:
+        a = MembershipNode(
+            presets.local(),
+            LocalMember(NodeId("a"), f"{HOSTS[0]}:0", "127.0.0.1:9001", 1.0, "z1"),
+            KEY,
+        )
+        await a.start()
+        b = MembershipNode(
+            presets.local(),
+            LocalMember(NodeId("b"), f"{HOSTS[1]}:0", "127.0.0.1:9002", 1.0, "z1"),
+            KEY,
+            seeds=[a.local.gossip_address],
+        )
+        await b.start()
+        try:
+            # b's join push-pull reaches a, a's reply reaches b; then both probe.
+            await wait_until(lambda: all(seen.values()), "traffic both ways on UDP and TCP")
+        finally:
+            await b.stop(leave=False)
+            await a.stop(leave=False)
+
+    asyncio.run(pair())
+    assert seen == {
+        ("udp", HOSTS[0]): {HOSTS[1]},
+        ("udp", HOSTS[1]): {HOSTS[0]},
+        ("tcp", HOSTS[0]): {HOSTS[1]},
+        ("tcp", HOSTS[1]): {HOSTS[0]},
+    }

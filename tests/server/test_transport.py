@@ -257,6 +257,26 @@ async def test_full_queue_drops_and_counts() -> None:
 
 
 @run
+async def test_queue_bytes_are_bounded_too() -> None:
+    # Frames queue while the link connects up to send_buffer_bytes_max bytes; one
+    # frame always fits into an empty queue, however large.
+    frame_bytes = 4 + len(encode_bundle(bundle(0)))
+    for buffer_bytes, expected in ((5 * frame_bytes, 5), (frame_bytes // 2, 1)):
+        a = Node("a", config=TransportConfig(send_buffer_bytes_max=buffer_bytes))
+        b = Node("b")
+        await b.start()
+        try:
+            for number in range(50):  # nothing runs between these sends
+                a.transport.send("b", b.address, bundle(number))
+            assert a.transport.counters.dropped_full == 50 - expected
+            await b.until(lambda: len(b.received) == expected)  # noqa: B023 (awaited here)
+            assert b.numbers() == list(range(expected))
+        finally:
+            await a.close()
+            await b.close()
+
+
+@run
 async def test_wrong_cluster_is_rejected() -> None:
     a, b = Node("a", cluster_id="other-cluster"), Node("b")
     await b.start()
@@ -494,6 +514,7 @@ def test_config_is_checked() -> None:
         {"backoff_initial_ms": 10, "backoff_max_ms": 5},
         {"keepalive_time_ms": 0},
         {"keepalive_timeout_ms": 999},
+        {"close_timeout_ms": -1},
     ):
         with pytest.raises(ConfigError):
             TransportConfig(**bad)
@@ -545,3 +566,35 @@ async def test_connections_beyond_the_limit_are_refused() -> None:
         first.close()
     finally:
         await b.close()
+
+
+@run
+async def test_outgoing_connections_leave_from_the_local_host() -> None:
+    # Loopback holds all of 127/8 on Linux: the receiver tells nodes apart by the
+    # source address only if each node binds its connections to its own address.
+    sources: dict[str, str] = {}  # node id in the hello: the connection's source host
+
+    class Peer(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.host: str = transport.get_extra_info("peername")[0]
+            self.received = b""
+
+        def data_received(self, data: bytes) -> None:
+            self.received += data
+            hello = decode_hello(self.received)
+            if hello is not None:
+                sources[hello[1]] = self.host
+
+    server = await asyncio.get_running_loop().create_server(Peer, "127.0.0.3", 0)
+    address = f"127.0.0.3:{server.sockets[0].getsockname()[1]}"
+    a = Node("a", local_host="127.0.0.2")
+    c = Node("c", local_host="0.0.0.0")  # a wildcard names no address: binds nothing
+    try:
+        a.transport.send("b", address, bundle(0))
+        c.transport.send("b", address, bundle(0))
+        await eventually(lambda: len(sources) == 2, "both hellos")
+        assert sources == {"a": "127.0.0.2", "c": "127.0.0.1"}
+    finally:
+        await a.close()
+        await c.close()
+        server.close()
