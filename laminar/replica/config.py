@@ -56,6 +56,11 @@ class ReplicaConfig:
     transfer_timeout_ms: int = 2000
     """A leadership transfer that has not completed by then is abandoned."""
 
+    replica_lag_max_ms: int = 10_000
+    """A follower counts as in sync (for ``cluster status``, not for commits) while it
+    answered within this long and held the leader's whole log within it (Kafka's
+    ``replica.lag.time.max.ms``)."""
+
     quiesce: bool = True
     """An idle partition whose replicas all hold the whole committed log stops
     heartbeating (like CockroachDB's quiesced ranges), so idle partitions cost
@@ -75,6 +80,8 @@ class ReplicaConfig:
             raise ConfigError("reconfigure_stable_ms and catch_up_lag_offsets_max >= 0")
         if self.transfer_timeout_ms <= 0:
             raise ConfigError("transfer_timeout_ms must be positive")
+        if self.replica_lag_max_ms < self.election_timeout_min_ms:
+            raise ConfigError("replica_lag_max_ms must be at least election_timeout_min_ms")
 
     @classmethod
     def lan(cls) -> ReplicaConfig:
@@ -90,6 +97,7 @@ class ReplicaConfig:
             heartbeat_interval_ms=50,
             reconfigure_stable_ms=500,
             transfer_timeout_ms=1000,
+            replica_lag_max_ms=2_000,
         )
 
     @classmethod
@@ -101,4 +109,5 @@ class ReplicaConfig:
             heartbeat_interval_ms=50,
             reconfigure_stable_ms=300,
             transfer_timeout_ms=600,
+            replica_lag_max_ms=2_000,
         )

@@ -57,6 +57,7 @@ Protocol notes (see ``docs/design.md`` for the reasoning)
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import random
@@ -70,8 +71,10 @@ import msgpack
 from laminar.errors import OffsetOutOfRangeError, RecordFormatError
 from laminar.records import (
     DEFAULT_LIMITS,
+    NO_PRODUCER,
     BatchHeader,
     BatchLimits,
+    check_payload,
     decode_batch,
     encode_control_batch,
     iter_batches,
@@ -99,8 +102,8 @@ from laminar.replica.messages import (
     VoteRequest,
     VoteResponse,
 )
-from laminar.replica.producers import ProducerTable, Verdict
-from laminar.replica.quorum import majority_offset
+from laminar.replica.producers import ProducerTable, SequenceCheck, Verdict
+from laminar.replica.quorum import in_sync, majority_offset
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.storage import Buffer, LogStorage
 
@@ -130,6 +133,7 @@ class _Progress:
     inflight: deque[int] = field(default_factory=deque)  # end offsets of requests sent
     waiting_since_ms: int = 0
     heard_ms: int = _NEVER
+    caught_up_ms: int = _NEVER  # when the peer last held the leader's whole log
     reported_end: int = -1
     reported_watermark: int = -1
 
@@ -322,6 +326,31 @@ class ReplicaCore:
         """The leader's view of how far each peer's log matches its own (for status)."""
         return {peer: progress.match_offset for peer, progress in self._progress.items()}
 
+    def in_sync_voters(self, now_ms: int) -> tuple[NodeId, ...]:
+        """The voters in sync with this leader (itself included), by
+        :func:`~laminar.replica.quorum.in_sync`; empty unless this replica leads."""
+        if self.role is not Role.LEADER:
+            return ()
+        end = self._storage.end_offset
+        lag_max_ms = self._config.replica_lag_max_ms
+        voters = []
+        for voter in self._voters():
+            progress = self._progress.get(voter)
+            if voter == self.node_id or (
+                progress is not None
+                and in_sync(
+                    now_ms=now_ms,
+                    heard_ms=progress.heard_ms,
+                    caught_up_ms=progress.caught_up_ms,
+                    match_offset=progress.match_offset,
+                    end_offset=end,
+                    quiesced=self._quiesced,
+                    lag_max_ms=lag_max_ms,
+                )
+            ):
+                voters.append(voter)
+        return tuple(voters)
+
     def _voters(self) -> tuple[NodeId, ...]:
         config = self.group_config
         return config.voters if config else ()
@@ -360,13 +389,47 @@ class ReplicaCore:
 
     def propose(self, request_id: int, batch: Buffer, acks: Acks, now_ms: int) -> None:
         """A client's batch; the answer comes out as a :class:`ProduceReply`."""
-        self._now = now_ms
-        reply = self._propose(request_id, batch, acks)
-        if reply is not None:
-            self._replies.append(reply)
+        self.propose_batches((request_id,), (batch,), acks, now_ms)
 
-    def _propose(self, request_id: int, batch: Buffer, acks: Acks) -> ProduceReply | None:
+    def propose_batches(
+        self,
+        request_ids: Sequence[int],
+        batches: Sequence[Buffer],
+        acks: Acks,
+        now_ms: int,
+    ) -> None:
+        """The batches of one produce request: every one is appended, or none is.
+
+        Every batch is checked (format, payload structure, producer sequence) before
+        any is appended; when one is refused, every batch of the request gets that
+        refusal. Batches of one idempotent producer in a request must follow each
+        other's sequences. Each batch is answered by its own :class:`ProduceReply`.
+        """
+        assert len(request_ids) == len(batches) >= 1
+        self._now = now_ms
         self._wake()
+        refusal = self._refuse_request(request_ids[0], len(batches))
+        checked: list[tuple[BatchHeader, SequenceCheck]] = []
+        for request_id, batch in zip(request_ids, batches, strict=True):
+            if refusal is not None:
+                break
+            result = self._check_batch(request_id, batch, checked)
+            if isinstance(result, ProduceReply):
+                refusal = result
+            else:
+                checked.append(result)
+        if refusal is not None:
+            self._replies.extend(
+                dataclasses.replace(refusal, request_id=request_id) for request_id in request_ids
+            )
+            return
+        for request_id, batch, (header, check) in zip(request_ids, batches, checked, strict=True):
+            reply = self._accept(request_id, batch, header, check, acks)
+            if reply is not None:
+                self._replies.append(reply)
+
+    def _refuse_request(self, request_id: int, batch_count: int) -> ProduceReply | None:
+        """Why this replica takes no write now, or None."""
         if self.role is not Role.LEADER:
             return ProduceReply(request_id, ProduceStatus.NOT_LEADER, leader_hint=self.leader)
         if self._transfer_to is not None:
@@ -381,12 +444,26 @@ class ReplicaCore:
             return ProduceReply(
                 request_id, ProduceStatus.UNAVAILABLE, detail="no quorum of replicas reachable"
             )
-        if len(self._pending) >= self._config.pending_produce_max:
+        if len(self._pending) + batch_count > self._config.pending_produce_max:
             return ProduceReply(
                 request_id, ProduceStatus.UNAVAILABLE, detail="too many writes awaiting commit"
             )
+        return None
+
+    def _check_batch(
+        self,
+        request_id: int,
+        batch: Buffer,
+        earlier: Sequence[tuple[BatchHeader, SequenceCheck]],
+    ) -> tuple[BatchHeader, SequenceCheck] | ProduceReply:
+        """A batch's header and sequence verdict, or the reply refusing it.
+
+        ``earlier``: the checked batches before it in the same request.
+        """
         try:
             header = verify_batch(batch, limits=self._limits)  # on receipt, once
+            if header.length == len(batch):
+                check_payload(batch, header, limits=self._limits)
         except RecordFormatError as error:
             return ProduceReply(request_id, ProduceStatus.INVALID, detail=str(error))
         if header.length != len(batch):
@@ -399,7 +476,23 @@ class ReplicaCore:
             return ProduceReply(
                 request_id, ProduceStatus.INVALID, detail="control batches are internal"
             )
-        check = self._producers.check(header.producer_id, header.base_sequence, header.record_count)
+        producer_id = header.producer_id
+        previous = None
+        if producer_id != NO_PRODUCER:
+            previous = next((c for c in reversed(earlier) if c[0].producer_id == producer_id), None)
+        if previous is not None:
+            last, last_check = previous
+            if header.base_sequence != last.base_sequence + last.record_count:
+                return ProduceReply(
+                    request_id,
+                    ProduceStatus.INVALID,
+                    detail="batches of one producer in one request must have consecutive "
+                    f"sequences: {last.base_sequence}+{last.record_count} is followed by "
+                    f"{header.base_sequence}",
+                )
+            if last_check.verdict is Verdict.NEW:
+                return header, last_check  # follows a new batch: new too
+        check = self._producers.check(producer_id, header.base_sequence, header.record_count)
         if check.verdict is Verdict.OUT_OF_ORDER:
             if not self._has_lease():
                 # A deposed leader (cut off, or idle and quiesced) may not know the
@@ -415,6 +508,18 @@ class ReplicaCore:
                 expected_sequence=check.expected_sequence,
                 detail=f"expected sequence {check.expected_sequence}, got {header.base_sequence}",
             )
+        return header, check
+
+    def _accept(
+        self,
+        request_id: int,
+        batch: Buffer,
+        header: BatchHeader,
+        check: SequenceCheck,
+        acks: Acks,
+    ) -> ProduceReply | None:
+        """Append a checked batch (or answer a duplicate); None when the answer waits
+        for the commit."""
         if check.verdict is Verdict.DUPLICATE:
             original_next = check.base_offset + header.record_count
             if acks is Acks.ALL and original_next > self.high_watermark:
@@ -864,6 +969,8 @@ class ReplicaCore:
         progress.reported_end = response.end_offset
         if response.success:
             progress.match_offset = max(progress.match_offset, response.match_offset)
+            if progress.match_offset >= self._storage.end_offset:
+                progress.caught_up_ms = self._now
             while progress.inflight and progress.inflight[0] <= progress.match_offset:
                 progress.inflight.popleft()
             progress.waiting_since_ms = self._now
@@ -906,6 +1013,8 @@ class ReplicaCore:
             progress.heard_ms = self._now
             progress.reported_end = response.end_offset
             progress.reported_watermark = response.high_watermark
+            if progress.match_offset >= self._storage.end_offset:
+                progress.caught_up_ms = self._now
 
     def _may_quiesce(self) -> bool:
         """Idle, settled, and every peer holds the whole log and knows it is committed."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import struct
 from collections import deque
 
 import msgpack
 import pytest
+import xxhash
 
 from laminar.errors import ConfigError, OffsetOutOfRangeError
 from laminar.records import encode_batch, iter_batches, with_leader_fields
@@ -37,12 +40,12 @@ GROUP = GroupConfig((A, B, C))
 class Group:
     """Three cores and a hand-driven network: nothing moves unless the test says so."""
 
-    def __init__(self, group: GroupConfig = GROUP) -> None:
+    def __init__(self, group: GroupConfig = GROUP, config: ReplicaConfig = CONFIG) -> None:
         self.now = 0
         self.storages = {node: MemoryLog(fsync=False) for node in group.voters}
         self.cores = {
             node: ReplicaCore(
-                node, self.storages[node], CONFIG, now_ms=0, rng=random.Random(node), initial=group
+                node, self.storages[node], config, now_ms=0, rng=random.Random(node), initial=group
             )
             for node in group.voters
         }
@@ -391,3 +394,96 @@ def test_config_validation() -> None:
             ReplicaConfig(**bad)  # type: ignore[arg-type]
     for preset in (ReplicaConfig.lan(), ReplicaConfig.local(), ReplicaConfig.simulation()):
         assert preset.heartbeat_interval_ms < preset.election_timeout_min_ms
+
+
+def _rechecksummed(batch: bytes, payload: bytes) -> bytes:
+    """``batch`` with ``payload`` and both checksums recomputed (a buggy producer)."""
+    header = bytearray(batch[:80])
+    struct.pack_into("<I", header, 0, 80 + len(payload))
+    struct.pack_into("<Q", header, 64, xxhash.xxh3_64_intdigest(payload))
+    struct.pack_into("<Q", header, 72, xxhash.xxh3_64_intdigest(bytes(header[:72])))
+    return bytes(header) + payload
+
+
+def _replies_of(group: Group, node: NodeId) -> dict[int, ProduceStatus]:
+    group.deliver_all()
+    return {reply.request_id: reply.status for reply in group.replies[node]}  # type: ignore[attr-defined]
+
+
+def test_a_request_with_one_bad_batch_appends_none_of_its_batches() -> None:
+    group = Group()
+    group.elect(A)
+    leader = group.cores[A]
+    end = leader.end_offset
+    good = _batch(b"good")
+    corrupt = bytearray(_batch(b"bad"))
+    corrupt[-1] ^= 0xFF  # payload checksum no longer matches
+    leader.propose_batches((1, 2), (good, bytes(corrupt)), Acks.ALL, group.now)
+    assert _replies_of(group, A) == {1: ProduceStatus.INVALID, 2: ProduceStatus.INVALID}
+    assert leader.end_offset == end
+    leader.propose_batches((3, 4), (good, _batch(b"second")), Acks.ALL, group.now)
+    assert _replies_of(group, A)[4] is ProduceStatus.OK
+    assert leader.end_offset == end + 2
+
+
+def test_a_batch_whose_columns_do_not_fit_its_payload_is_refused_on_receipt() -> None:
+    group = Group()
+    group.elect(A)
+    leader = group.cores[A]
+    end = leader.end_offset
+    valid = _batch(b"abc")
+    payload = bytearray(valid[80:])  # flags, timestamp, value length, value
+    payload[9:13] = (10**6).to_bytes(4, "little")  # a value of 10^6 bytes in 3
+    leader.propose(1, _rechecksummed(valid, bytes(payload)), Acks.ALL, group.now)
+    assert _replies_of(group, A) == {1: ProduceStatus.INVALID}
+    assert leader.end_offset == end
+
+
+def test_batches_of_one_producer_in_a_request_must_follow_each_other() -> None:
+    group = Group()
+    group.elect(A)
+    leader = group.cores[A]
+    end = leader.end_offset
+    first = _batch(b"s0", producer_id=7, base_sequence=0)
+    second = _batch(b"s1", producer_id=7, base_sequence=1)
+    gap = _batch(b"s5", producer_id=7, base_sequence=5)
+    leader.propose_batches((1, 2), (first, gap), Acks.ALL, group.now)
+    assert set(_replies_of(group, A).values()) == {ProduceStatus.INVALID}
+    assert leader.end_offset == end
+    leader.propose_batches((3, 4), (first, second), Acks.ALL, group.now)
+    replies = _replies_of(group, A)
+    assert (replies[3], replies[4]) == (ProduceStatus.OK, ProduceStatus.OK)
+    # A retry of the whole request is recognised batch by batch, and a request that
+    # retries one batch and adds the next is accepted whole.
+    third = _batch(b"s2", producer_id=7, base_sequence=2)
+    leader.propose_batches((5, 6, 7), (first, second, third), Acks.ALL, group.now)
+    replies = _replies_of(group, A)
+    assert (replies[5], replies[6], replies[7]) == (
+        ProduceStatus.DUPLICATE,
+        ProduceStatus.DUPLICATE,
+        ProduceStatus.OK,
+    )
+    assert leader.end_offset == end + 3
+
+
+def test_a_silent_follower_of_an_idle_group_drops_out_of_sync() -> None:
+    group = Group(config=dataclasses.replace(CONFIG, quiesce=False))
+    group.elect(A)
+    group.advance_time(200)
+    leader = group.cores[A]
+    assert leader.in_sync_voters(group.now) == (A, B, C)
+    # C dies: nothing is written, so its match offset still equals the watermark.
+    group.advance_time(CONFIG.replica_lag_max_ms + 500, drop_to={C})
+    assert leader.match_offsets()[C] == leader.high_watermark
+    assert leader.in_sync_voters(group.now) == (A, B)
+    assert group.cores[B].in_sync_voters(group.now) == ()  # only a leader knows
+
+
+def test_a_quiesced_group_counts_followers_that_hold_the_whole_log() -> None:
+    # A quiesced group exchanges nothing; the node adds "alive by gossip".
+    group = Group()
+    group.elect(A)
+    group.advance_time(CONFIG.replica_lag_max_ms + 500)
+    leader = group.cores[A]
+    assert leader.quiesced
+    assert leader.in_sync_voters(group.now) == (A, B, C)
