@@ -395,7 +395,7 @@ def _cluster_status(args: argparse.Namespace) -> int:
     )
     print(file=_out())
     _table(
-        ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "VOTERS", "UNDER_REPLICATED"],
+        ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "VOTERS", "IN_SYNC", "UNDER_REPLICATED"],
         [
             [
                 p.topic,
@@ -403,6 +403,7 @@ def _cluster_status(args: argparse.Namespace) -> int:
                 p.leader or "-",
                 ",".join(p.replicas),
                 ",".join(p.voters) or "-",
+                ",".join(p.in_sync) or "-",
                 "yes" if p.under_replicated else "no",
             ]
             for p in description.partitions
@@ -410,6 +411,15 @@ def _cluster_status(args: argparse.Namespace) -> int:
     )
     under = sum(p.under_replicated for p in description.partitions)
     print(f"\n{under} of {len(description.partitions)} partitions under-replicated", file=_out())
+    if description.fenced:
+        print("\nreplicas out of service after a storage failure:", file=_out())
+        _table(
+            ["NODE", "TOPIC", "PARTITION", "FOR_S", "REASON"],
+            [
+                [f.node_id, f.topic, str(f.partition), f"{f.fenced_for_ms / 1000:.0f}", f.reason]
+                for f in description.fenced
+            ],
+        )
     return 0
 
 

@@ -20,7 +20,10 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     ├── RetriableError                   the operation may succeed if retried
     │   ├── NotLeaderError               this replica is not the leader (leader hint attached)
     │   ├── UnavailableError             no quorum / not enough replicas
-    │   └── RequestTimeoutError          the deadline passed before an answer
+    │   │   └── NodeUnreachableError     (client) the connection to the node failed
+    │   ├── RequestTimeoutError          the deadline passed before an answer
+    │   │   └── AttemptTimeoutError      (client) the node did not answer one attempt in time
+    │   └── NoAnswerError                (client) base of the two: the node never answered
     ├── UnknownTopicOrPartitionError     no such topic or partition
     ├── ProducerSequenceError            idempotent-producer sequence rejected
     │   ├── DuplicateSequenceError       batch already written (original offset attached)
@@ -161,6 +164,20 @@ class UnavailableError(RetriableError):
 
 class RequestTimeoutError(RetriableError):
     """The request's deadline passed before it completed; its outcome is unknown."""
+
+
+class NoAnswerError(RetriableError):
+    """Client side: the node did not answer the call at all (no Laminar error came
+    back), so routing skips it for a while; the two kinds below say how."""
+
+
+class NodeUnreachableError(NoAnswerError, UnavailableError):
+    """Client side: the connection to the node failed (refused, reset, closed mid-call)."""
+
+
+class AttemptTimeoutError(NoAnswerError, RequestTimeoutError):
+    """Client side: the node did not answer before the attempt's deadline (stopped,
+    cut off or overloaded)."""
 
 
 class UnknownTopicOrPartitionError(LaminarError):

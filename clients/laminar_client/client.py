@@ -3,10 +3,21 @@
 Layers, bottom up:
 
 - :class:`~laminar_client.transport.Transport` — channels and one typed call;
-- :class:`MetadataCache` — the current :class:`ClusterMetadata`, refreshed from
-  any reachable node when stale or after an error, plus leader hints learned from
-  ``NOT_LEADER`` errors;
-- :class:`Client` — produce to the leader, fetch from any replica, admin calls.
+- :class:`MetadataCache` — the current :class:`ClusterMetadata`, merged from the
+  answers of several nodes (a partition's own replicas first) when stale or after
+  an error, leader hints learned from ``NOT_LEADER`` errors, and which nodes to
+  skip because they did not answer lately;
+- :class:`Client` — produce to the leader, fetch from any replica, admin calls;
+  each attempt bounded by its own timeout within the call's deadline.
+
+How a write finds a new leader after the old one died: the attempt to the old
+leader fails at once (connection refused) or after ``attempt_timeout_s`` (no
+answer); the old leader is then skipped, and a metadata refresh asks the
+partition's other replicas, each within ``metadata_timeout_s``. While they still
+name the old leader, or none, the client tries the live replicas in turn (one that
+has become leader accepts; the others redirect or say they know none), backing
+off between rounds (25 ms doubling to 1 s). So a write succeeds within about one
+backoff of the election, whatever the bootstrap order and whichever nodes answer.
 
 Later API objects (a batching producer, consumer groups) sit beside
 :class:`Client` on the same transport and cache.
@@ -35,25 +46,42 @@ from laminar.errors import (
 )
 from laminar.records import Record, decode_records, iter_batches, next_offset
 from laminar.v1 import laminar_pb2 as pb
+from laminar_client.health import NodeHealth
 from laminar_client.metadata import (
     ClusterDescription,
     ClusterMetadata,
+    FencedReplica,
     MemberInfo,
     PartitionHealth,
     TopicConfig,
     TopicMetadata,
+    answers_settled,
+    merge_answers,
 )
 from laminar_client.retry import RetryPolicy
-from laminar_client.transport import Transport
+from laminar_client.transport import NoAnswerError, Transport, UnaryTransport
 
 AcksMode = Literal["all", "leader", "none"]
 ACKS: dict[str, pb.Acks] = {"all": pb.ACKS_ALL, "leader": pb.ACKS_LEADER, "none": pb.ACKS_NONE}
 
 DEFAULT_TIMEOUT_S = 30.0
+"""Deadline of a whole call, retries included (Kafka's ``delivery.timeout.ms``)."""
+DEFAULT_ATTEMPT_TIMEOUT_S = 3.0
+"""Deadline of one attempt (one RPC) of a produce or read (Kafka's ``request.timeout.ms``).
+
+An acks=all produce takes milliseconds; the server is asked to give up 0.5 s before
+this, so an answer normally arrives, and a leader that hangs costs only this long."""
+DEFAULT_METADATA_TIMEOUT_S = 1.0
+"""Deadline of one ``Metadata`` RPC: a node that cannot answer this in a second is
+not the one to learn the cluster from."""
+DEFAULT_METADATA_ANSWERS_MAX = 4
+"""Most nodes whose ``Metadata`` answers one refresh merges: the three replicas of a
+partition (replication factor 3) and one node, answering first, that hosts none."""
 DEFAULT_FETCH_BYTES_MAX = 4 * 1024 * 1024
-_METADATA_RPC_TIMEOUT_S = 5.0
-# Room for the answer to travel back after the server's own timeout or long-poll.
+# Room for the answer to travel back after the server's own timeout.
 _RESPONSE_MARGIN_S = 0.5
+_LEADER_HINTS_MAX = 65_536
+"""Most remembered ``NOT_LEADER`` hints; beyond it they are all dropped (metadata remains)."""
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound=Message)
@@ -112,142 +140,336 @@ class _Deadline:
         return self._at_s - self._clock()
 
 
-_FAILED_ADDRESS_S = 5.0
-"""A node that failed a call is skipped by :meth:`MetadataCache.any_address` this long."""
-
-
 class MetadataCache:
-    """The client's view of the cluster, refreshed from any reachable node.
+    """The client's view of the cluster, merged from the answers of several nodes.
 
-    A snapshot older than ``max_age_s`` is refreshed on next use; errors call
-    :meth:`invalidate`. Leader hints from ``NOT_LEADER`` errors override the
-    snapshot's leader for a partition until they fail. Thread-safe.
+    **When.** A snapshot older than ``max_age_s`` is refreshed on next use; errors
+    call :meth:`invalidate`. Concurrent refreshes are one: a caller that waited for
+    another's refresh uses its result.
+
+    **From whom.** A refresh asks nodes one at a time, each bounded by
+    ``metadata_timeout_s``, skipping nodes that recently gave no answer (unless no
+    node answered yet), until :func:`~laminar_client.metadata.answers_settled` or
+    ``answers_max`` answers. With a *focus* partition (the one a call is about) it
+    asks that partition's live replicas first, followers before the leader they
+    name, because only a node that hosts a partition knows its leader, and a
+    deposed leader may still name itself; then the last node that answered, the
+    members and the bootstrap list. The answers are merged by
+    :func:`~laminar_client.metadata.merge_answers`.
+
+    **Leader hints** from ``NOT_LEADER`` errors override the snapshot's leader for a
+    partition until the hinted node fails or a refresh names a live leader.
+
+    **Node health** (:class:`~laminar_client.health.NodeHealth`) is kept here, under
+    the same lock: callers report each node's answer or failure. Thread-safe.
     """
 
     def __init__(
         self,
-        transport: Transport,
+        transport: UnaryTransport,
         bootstrap: Sequence[str],
         *,
         max_age_s: float,
+        retry: RetryPolicy | None = None,
+        metadata_timeout_s: float = DEFAULT_METADATA_TIMEOUT_S,
+        answers_max: int = DEFAULT_METADATA_ANSWERS_MAX,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if metadata_timeout_s <= 0 or answers_max < 1:
+            raise InvalidInputError("need metadata_timeout_s > 0 and answers_max >= 1")
         self._transport = transport
         self._bootstrap = list(bootstrap)
         self._max_age_s = max_age_s
+        self._metadata_timeout_s = metadata_timeout_s
+        self._answers_max = answers_max
         self._clock = clock
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._snapshot: ClusterMetadata | None = None
+        self._generation = 0
         self._fetched_at_s = 0.0
         self._stale = True
         self._last_good_address: str | None = None
         self._leader_hints: dict[tuple[str, int], str] = {}
-        self._failed_at_s: dict[str, float] = {}
+        self._health = NodeHealth(retry if retry is not None else RetryPolicy())
 
-    def get(self, timeout_s: float) -> ClusterMetadata:
-        """The current snapshot, refreshed first if missing, stale or invalidated."""
+    # ------------------------------------------------------------------ snapshots
+
+    def get(self, timeout_s: float, focus: tuple[str, int] | None = None) -> ClusterMetadata:
+        """The current snapshot, refreshed first (about ``focus``) if missing or stale."""
         with self._lock:
             snapshot = self._snapshot
             fresh = not self._stale and self._clock() - self._fetched_at_s < self._max_age_s
         if snapshot is not None and fresh:
             return snapshot
-        return self.refresh(timeout_s)
+        return self.refresh(timeout_s, focus)
 
-    def refresh(self, timeout_s: float) -> ClusterMetadata:
-        """Ask the nodes in turn (last good first) until one answers ``Metadata``."""
+    def refresh(self, timeout_s: float, focus: tuple[str, int] | None = None) -> ClusterMetadata:
+        """Ask nodes for ``Metadata`` (see the class docstring) and keep the merged answer."""
         deadline = _Deadline(timeout_s, self._clock)
-        errors: list[str] = []
-        for address in self._candidates():
-            remaining_s = deadline.remaining_s()
-            if remaining_s <= 0:
-                break
-            try:
-                response = self._transport.call(
-                    address,
-                    "Metadata",
-                    pb.MetadataRequest(),
-                    pb.MetadataResponse,
-                    timeout_s=min(remaining_s, _METADATA_RPC_TIMEOUT_S),
-                )
-            except LaminarError as error:
-                errors.append(str(error))
-                continue
-            snapshot = ClusterMetadata.from_proto(response)
+        with self._lock:
+            generation = self._generation
+        if not self._refresh_lock.acquire(timeout=max(0.0, deadline.remaining_s())):
+            raise UnavailableError("timed out waiting for another metadata refresh")
+        try:
             with self._lock:
-                self._snapshot = snapshot
-                self._fetched_at_s = self._clock()
-                self._stale = False
-                self._last_good_address = address
-            return snapshot
-        detail = "; ".join(errors[-3:]) or "deadline passed"
-        raise UnavailableError(f"no node answered a metadata request ({detail})")
+                if (
+                    self._generation != generation
+                    and not self._stale
+                    and self._snapshot is not None
+                ):
+                    return self._snapshot  # another caller refreshed while this one waited
+            return self._refresh(deadline, focus)
+        finally:
+            self._refresh_lock.release()
 
     def invalidate(self) -> None:
         """Refresh on next use."""
         with self._lock:
             self._stale = True
 
+    # ------------------------------------------------------------------ node health
+
+    def node_answered(self, address: str) -> None:
+        """``address`` answered (a result or its own error): it is reachable."""
+        with self._lock:
+            self._health.answered(address)
+            self._last_good_address = address
+
+    def node_failed(self, address: str) -> None:
+        """``address`` did not answer: skip it for a while and drop hints that point at it."""
+        with self._lock:
+            self._health.failed(address, self._clock())
+            if self._last_good_address == address:
+                self._last_good_address = None
+            self._drop_hints_to(address)
+            self._stale = True
+
+    def skipped(self, address: str) -> bool:
+        """Whether ``address`` failed recently and is avoided while others are left."""
+        with self._lock:
+            return self._health.skipped(address, self._clock())
+
+    def usable(self, addresses: Sequence[str]) -> list[str]:
+        """``addresses`` not skipped, in order; if all are, the one whose skip ends first."""
+        with self._lock:
+            return self._health.usable(addresses, self._clock())
+
+    # ------------------------------------------------------------------ routing
+
+    def hint_leader(self, topic: str, partition: int, address: str) -> None:
+        """Send writes for the partition to ``address`` (a ``NOT_LEADER`` hint)."""
+        with self._lock:
+            if len(self._leader_hints) >= _LEADER_HINTS_MAX:
+                self._leader_hints.clear()
+            self._leader_hints[(topic, partition)] = address
+
+    def drop_hints_to(self, address: str) -> None:
+        """Forget the hints that point at ``address`` (it failed as a leader)."""
+        with self._lock:
+            self._drop_hints_to(address)
+
+    def hint_usable(self, leader_id: str | None, address: str) -> bool:
+        """Whether a ``NOT_LEADER`` hint is worth following: not skipped, not known dead."""
+        with self._lock:
+            if self._health.skipped(address, self._clock()):
+                return False
+            snapshot = self._snapshot
+        return snapshot is None or not leader_id or snapshot.is_live(leader_id)
+
+    def write_targets(self, topic: str, partition: int, timeout_s: float) -> list[str]:
+        """Where to send a write, in order.
+
+        The hinted or known live leader when it is not skipped; else the live
+        replicas in placement order (one that is not the leader redirects with a
+        hint, or says it knows none), skipped ones only when nothing else is left.
+        """
+        snapshot = self.get(timeout_s, focus=(topic, partition))
+        with self._lock:
+            now = self._clock()
+            hint = self._leader_hints.get((topic, partition))
+            if hint is not None and not self._health.skipped(hint, now):
+                return [hint]
+            leader = snapshot.live_leader(topic, partition)
+            address = snapshot.address_of(leader) if leader is not None else None
+            if address is not None and not self._health.skipped(address, now):
+                return [address]
+            replicas = _addresses(snapshot, snapshot.live_replicas(topic, partition))
+            targets = self._health.usable(replicas, now)
+        if not targets:
+            raise UnavailableError(f"no live replica known for {topic}/{partition}")
+        return targets
+
+    def read_targets(self, topic: str, partition: int, timeout_s: float) -> list[str]:
+        """The partition's live replicas in placement order, skipped ones left out."""
+        snapshot = self.get(timeout_s, focus=(topic, partition))
+        targets = self.usable(_addresses(snapshot, snapshot.live_replicas(topic, partition)))
+        if not targets:
+            raise UnavailableError(f"no reachable replica known for {topic}/{partition}")
+        return targets
+
     def any_address(self) -> str:
         """A node to send a call that any node can answer.
 
-        The last node that answered; else the known nodes in turn, skipping those
-        that failed recently (all of them failed: the one that failed longest ago).
+        The last node that answered unless it is skipped; else the known nodes in
+        turn, skipping those that failed recently (all of them failed: the one whose
+        skip ends first).
         """
         with self._lock:
-            if self._last_good_address is not None:
-                return self._last_good_address
-            failed = dict(self._failed_at_s)
-        candidates = self._candidates()
-        now = self._clock()
-        healthy = [a for a in candidates if now - failed.get(a, -1e9) > _FAILED_ADDRESS_S]
-        if healthy:
-            return healthy[0]
-        return min(candidates, key=lambda a: failed.get(a, -1e9))
+            snapshot = self._snapshot
+            last_good = self._last_good_address
+            members = snapshot.grpc_addresses() if snapshot is not None else []
+            ordered = [*([last_good] if last_good else []), *members, *self._bootstrap]
+            return self._health.usable(ordered, self._clock())[0]
 
-    def forget_address(self, address: str) -> None:
-        """``address`` failed: prefer another node and drop hints that point at it."""
+    # ------------------------------------------------------------------ refresh
+
+    def _refresh(self, deadline: _Deadline, focus: tuple[str, int] | None) -> ClusterMetadata:
+        answers: list[ClusterMetadata] = []
+        asked: set[str] = set()
+        errors: list[str] = []
+        while len(answers) < self._answers_max and not answers_settled(answers, focus):
+            address = self._next_source(answers, asked, focus)
+            remaining_s = deadline.remaining_s()
+            if address is None or remaining_s <= 0:
+                break
+            asked.add(address)
+            try:
+                response = self._transport.call(
+                    address,
+                    "Metadata",
+                    pb.MetadataRequest(),
+                    pb.MetadataResponse,
+                    timeout_s=min(remaining_s, self._metadata_timeout_s),
+                )
+            except NoAnswerError as error:
+                self.node_failed(address)
+                errors.append(str(error))
+                continue
+            except LaminarError as error:
+                self.node_answered(address)
+                errors.append(str(error))
+                continue
+            self.node_answered(address)
+            answer = ClusterMetadata.from_proto(response)
+            if answers and answer.cluster_id != answers[0].cluster_id:
+                errors.append(f"{address}: belongs to cluster {answer.cluster_id!r}")
+                continue
+            answers.append(answer)
+        if not answers:
+            detail = "; ".join(errors[-3:]) or "deadline passed"
+            raise UnavailableError(f"no node answered a metadata request ({detail})")
+        snapshot = merge_answers(answers)
         with self._lock:
-            self._failed_at_s[address] = self._clock()
-            if self._last_good_address == address:
-                self._last_good_address = None
+            self._forgive_returned(self._snapshot, snapshot)
+            self._snapshot = snapshot
+            self._generation += 1
+            self._fetched_at_s = self._clock()
+            self._stale = False
+            # A hint gives way to a newer snapshot that names a live leader.
             self._leader_hints = {
-                key: hint for key, hint in self._leader_hints.items() if hint != address
+                key: hint
+                for key, hint in self._leader_hints.items()
+                if snapshot.find_partition(*key) is None or snapshot.live_leader(*key) is None
             }
-            self._stale = True
+        return snapshot
 
-    def hint_leader(self, topic: str, partition: int, address: str) -> None:
+    def _next_source(
+        self,
+        answers: Sequence[ClusterMetadata],
+        asked: set[str],
+        focus: tuple[str, int] | None,
+    ) -> str | None:
+        """The next node to ask for metadata, or None when more answers would not help."""
         with self._lock:
-            self._leader_hints[(topic, partition)] = address
+            now = self._clock()
+            known = merge_answers(answers) if answers else self._snapshot
 
-    def leader_address(self, topic: str, partition: int, timeout_s: float) -> str:
-        """Where to send a write: the hinted leader, the known leader, or placement's first."""
-        with self._lock:
-            hint = self._leader_hints.get((topic, partition))
-        if hint is not None:
-            return hint
-        snapshot = self.get(timeout_s)
-        leader = snapshot.preferred_leader(topic, partition)
-        address = snapshot.address_of(leader) if leader is not None else None
-        if address is None:
-            raise UnavailableError(f"no known leader address for {topic}/{partition}")
-        return address
+            def fresh(addresses: Sequence[str]) -> list[str]:
+                return [
+                    a
+                    for a in dict.fromkeys(addresses)
+                    if a not in asked and not self._health.skipped(a, now)
+                ]
 
-    def _candidates(self) -> list[str]:
-        with self._lock:
-            first = [self._last_good_address] if self._last_good_address else []
-            members = self._snapshot.grpc_addresses() if self._snapshot is not None else []
-        ordered = [*first, *members, *self._bootstrap]
-        return list(dict.fromkeys(ordered))
+            if focus is not None and known is not None and known.find_partition(*focus):
+                hosts = fresh(_focus_sources(known, focus))
+                if hosts:
+                    return hosts[0]
+                if answers:
+                    return None  # the partition's replicas were all asked or are skipped
+            last_good = [self._last_good_address] if self._last_good_address else []
+            members = known.grpc_addresses() if known is not None else []
+            general = [*last_good, *members, *self._bootstrap]
+            others = fresh(general)
+            if others:
+                return others[0]
+            if answers:
+                return None
+            # Nothing answered yet and every node is skipped: try them anyway.
+            skipped = [a for a in self._health.by_skip_end(general, now) if a not in asked]
+            return skipped[0] if skipped else None
+
+    def _forgive_returned(self, before: ClusterMetadata | None, after: ClusterMetadata) -> None:
+        """Stop skipping members that gossip shows back: live with a higher incarnation
+        (a node refutes its suspicion or death so), as they may lead again at once.
+
+        A state alone that turns live is not enough: answers from different nodes
+        can disagree about a member while its death spreads."""
+        if before is None:
+            return
+        for node_id, member in after.members.items():
+            old = before.members.get(node_id)
+            if old is None or not member.live or not member.grpc_address:
+                continue
+            if member.incarnation > old.incarnation:
+                self._health.answered(member.grpc_address)
+
+    def _drop_hints_to(self, address: str) -> None:
+        self._leader_hints = {
+            key: hint for key, hint in self._leader_hints.items() if hint != address
+        }
+
+
+def _addresses(snapshot: ClusterMetadata, node_ids: Sequence[str]) -> list[str]:
+    return [address for node_id in node_ids if (address := snapshot.address_of(node_id))]
+
+
+def _focus_sources(snapshot: ClusterMetadata, focus: tuple[str, int]) -> list[str]:
+    """The partition's replicas to ask for metadata, in order.
+
+    Live followers first, then the leader they name (a deposed leader may still
+    name itself), then replicas called dead: one that answers is up after all,
+    and asking costs at most ``metadata_timeout_s`` before it is skipped.
+    """
+    info = snapshot.partition(*focus)
+    everyone = dict.fromkeys((*snapshot.replicas_of(*focus), *info.voters))
+    live = [node for node in everyone if snapshot.is_live(node)]
+    ordered = [node for node in live if node != info.leader]
+    ordered += [node for node in live if node == info.leader]
+    ordered += [node for node in everyone if not snapshot.is_live(node)]
+    return _addresses(snapshot, ordered)
 
 
 class Client:
     """A synchronous Laminar client.
 
     ``bootstrap`` is one ``host:port`` gRPC address, a comma-separated list, or a
-    list; any node will do. ``timeout_s`` is the default deadline of a whole call,
-    retries included. ``retry`` bounds the retries; ``metadata_max_age_s`` is how
-    long a metadata snapshot is trusted when nothing failed. ``rng`` drives jitter
-    and replica choice (pass a seeded one for reproducible tests).
+    list; any node will do, in any order. Timeouts, in seconds:
+
+    - ``timeout_s``: the default deadline of a whole call, retries included;
+    - ``attempt_timeout_s``: the deadline of one attempt (one RPC) within it, so a
+      node that hangs costs one attempt, not the call; a produce asks the server to
+      give up 0.5 s sooner, a long-poll fetch adds its ``max_wait_ms``. Topic
+      creation and deletion are not idempotent and get the whole deadline;
+    - ``metadata_timeout_s``: the deadline of one ``Metadata`` RPC.
+
+    ``retry`` bounds the retries and says how long a node that did not answer is
+    skipped; ``metadata_max_age_s`` is how long a metadata snapshot is trusted when
+    nothing failed; ``metadata_answers_max`` bounds how many nodes one metadata
+    refresh asks (see :class:`MetadataCache`). ``rng`` drives jitter and replica
+    choice (pass a seeded one for reproducible tests); ``clock`` and ``sleep`` can be
+    replaced together by a manual clock.
 
     Use as a context manager, or call :meth:`close`.
     """
@@ -257,25 +479,34 @@ class Client:
         bootstrap: str | Sequence[str],
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        attempt_timeout_s: float = DEFAULT_ATTEMPT_TIMEOUT_S,
+        metadata_timeout_s: float = DEFAULT_METADATA_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         metadata_max_age_s: float = 60.0,
+        metadata_answers_max: int = DEFAULT_METADATA_ANSWERS_MAX,
         rng: random.Random | None = None,
-        transport: Transport | None = None,
+        transport: UnaryTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if timeout_s <= 0:
-            raise InvalidInputError("timeout_s must be > 0")
+        if timeout_s <= 0 or attempt_timeout_s <= 0 or metadata_timeout_s <= 0:
+            raise InvalidInputError(
+                "timeout_s, attempt_timeout_s and metadata_timeout_s must be > 0"
+            )
         self.timeout_s = timeout_s
+        self.attempt_timeout_s = attempt_timeout_s
         self.retry = retry if retry is not None else RetryPolicy()
         self._rng = rng if rng is not None else random.Random()
         self._sleep = sleep
         self._clock = clock
-        self.transport = transport if transport is not None else Transport()
+        self.transport: UnaryTransport = transport if transport is not None else Transport()
         self.cache = MetadataCache(
             self.transport,
             _bootstrap_list(bootstrap),
             max_age_s=metadata_max_age_s,
+            retry=self.retry,
+            metadata_timeout_s=metadata_timeout_s,
+            answers_max=metadata_answers_max,
             clock=clock,
         )
         self._read_cursor: dict[tuple[str, int], int] = {}
@@ -306,10 +537,11 @@ class Client:
     ) -> list[int]:
         """Append encoded batches to a partition through its leader; their base offsets.
 
-        Follows ``NOT_LEADER`` hints at once and retries other retriable errors with
-        backoff until the deadline. A retry after a timeout can write a batch twice
-        unless it carries a producer id and sequence (see
-        :class:`~laminar_client.producer.IdempotentProducer`).
+        Follows ``NOT_LEADER`` hints at once, tries the live replicas in turn when the
+        leader is unknown or does not answer, and retries other retriable errors with
+        backoff until the deadline (see :meth:`_with_retries`). A retry after a
+        timeout can write a batch twice unless it carries a producer id and sequence
+        (see :class:`~laminar_client.producer.IdempotentProducer`).
         """
         payload = [bytes(batches)] if isinstance(batches, bytes | bytearray) else list(batches)
         if not payload:
@@ -319,7 +551,9 @@ class Client:
             raise InvalidInputError(f"acks must be one of {sorted(ACKS)}, got {acks!r}")
 
         def attempt(address: str, remaining_s: float) -> list[int]:
-            server_timeout_s = max(remaining_s - _RESPONSE_MARGIN_S, remaining_s / 2)
+            attempt_s = min(remaining_s, self.attempt_timeout_s)
+            # The server gives up first, so that its answer (not our deadline) ends the attempt.
+            server_timeout_s = max(attempt_s - _RESPONSE_MARGIN_S, attempt_s / 2)
             request = pb.ProduceRequest(
                 topic=topic,
                 partition=partition,
@@ -328,7 +562,7 @@ class Client:
                 timeout_ms=max(1, int(server_timeout_s * 1000)),
             )
             response = self.transport.call(
-                address, "Produce", request, pb.ProduceResponse, timeout_s=remaining_s
+                address, "Produce", request, pb.ProduceResponse, timeout_s=attempt_s
             )
             return list(response.base_offsets)
 
@@ -351,15 +585,16 @@ class Client:
     ) -> FetchResult:
         """Read batches from ``offset`` on one replica.
 
-        Without ``replica`` the replicas take turns (round-robin from a random
-        start), and a failing one is skipped. ``replica`` (a node id, or a
-        ``host:port`` address) pins the read to that node. ``max_wait_ms`` makes the
-        server wait for data at ``offset`` (long-poll).
+        Without ``replica`` the live replicas take turns (round-robin from a random
+        start), and one that does not answer is skipped for a while. ``replica`` (a
+        node id, or a ``host:port`` address) pins the read to that node.
+        ``max_wait_ms`` makes the server wait for data at ``offset`` (long-poll); an
+        attempt may then take ``attempt_timeout_s`` plus that wait.
         """
         if offset < 0 or max_bytes < 0 or max_wait_ms < 0:
             raise InvalidInputError("offset, max_bytes and max_wait_ms must be >= 0")
         deadline = self._deadline(timeout_s)
-        rpc_timeout_extra_s = max_wait_ms / 1000 + _RESPONSE_MARGIN_S
+        attempt_bound_s = self.attempt_timeout_s + max_wait_ms / 1000
 
         def attempt(address: str, remaining_s: float) -> FetchResult:
             request = pb.FetchRequest(
@@ -369,7 +604,7 @@ class Client:
                 max_bytes=max_bytes,
                 max_wait_ms=max_wait_ms,
             )
-            timeout = min(remaining_s, self.timeout_s + rpc_timeout_extra_s)
+            timeout = min(remaining_s, attempt_bound_s)
             try:
                 response = self.transport.call(
                     address, "Fetch", request, pb.FetchResponse, timeout_s=timeout
@@ -460,17 +695,23 @@ class Client:
         retention_ms: int = -1,
         timeout_s: float | None = None,
     ) -> TopicMetadata:
-        """Create a topic; :class:`~laminar.grpc_errors.TopicExistsError` if it exists."""
+        """Create a topic; :class:`~laminar.grpc_errors.TopicExistsError` if it exists.
+
+        Not idempotent, so one attempt may take the whole deadline: a creation that
+        was merely slow is not retried into ``TopicExistsError``.
+        """
         config = TopicConfig(partitions, replication_factor, retention_bytes, retention_ms)
         request = pb.CreateTopicRequest(name=name, config=config.to_proto())
-        response = self._admin("CreateTopic", request, pb.CreateTopicResponse, timeout_s)
+        response = self._admin(
+            "CreateTopic", request, pb.CreateTopicResponse, timeout_s, whole_deadline=True
+        )
         self.cache.invalidate()
         return TopicMetadata.from_proto(response.topic)
 
     def delete_topic(self, name: str, *, timeout_s: float | None = None) -> None:
-        """Delete a topic and, on every replica, its data."""
+        """Delete a topic and, on every replica, its data (one attempt: the whole deadline)."""
         request = pb.DeleteTopicRequest(name=name)
-        self._admin("DeleteTopic", request, pb.DeleteTopicResponse, timeout_s)
+        self._admin("DeleteTopic", request, pb.DeleteTopicResponse, timeout_s, whole_deadline=True)
         self.cache.invalidate()
 
     def list_topics(self, *, timeout_s: float | None = None) -> list[TopicMetadata]:
@@ -484,8 +725,10 @@ class Client:
         """Members and the replication health of every partition.
 
         Each node reports the partitions it leads, so this asks every alive member
-        and merges the answers; a partition of a known topic that nobody reports as
-        leader is listed without a leader, under-replicated.
+        (each within ``attempt_timeout_s``, even one skipped for not answering
+        lately: this is an operator's view, complete rather than fast) and merges the
+        answers; a partition of a known topic that nobody reports as leader is listed
+        without a leader, under-replicated.
         """
         response = self._admin(
             "DescribeCluster",
@@ -496,6 +739,7 @@ class Client:
         first = ClusterDescription.from_proto(response)
         deadline = self._deadline(timeout_s)
         found: dict[tuple[str, int], PartitionHealth] = {}
+        fenced: list[FencedReplica] = []
         for member in first.members:
             if member.state != "alive" or not member.grpc_address:
                 continue
@@ -509,11 +753,15 @@ class Client:
                             "DescribeCluster",
                             pb.DescribeClusterRequest(),
                             pb.DescribeClusterResponse,
-                            timeout_s=min(deadline.remaining_s(), 5.0),
+                            timeout_s=min(deadline.remaining_s(), self.attempt_timeout_s),
                         )
                     )
+                except NoAnswerError:
+                    self.cache.node_failed(member.grpc_address)
+                    continue  # its partitions show up as leaderless
                 except LaminarError:
-                    continue  # unreachable: its partitions show up as leaderless
+                    continue
+            fenced.extend(answer.fenced)
             for health in answer.partitions:
                 found.setdefault((health.topic, health.partition), health)
         with contextlib.suppress(LaminarError):
@@ -531,7 +779,7 @@ class Client:
             if not key[0].startswith("__")  # internal partitions are not the operator's
             or found[key].under_replicated
         )
-        return replace(first, partitions=partitions)
+        return replace(first, partitions=partitions, fenced=tuple(fenced))
 
     def update_node(
         self,
@@ -552,7 +800,11 @@ class Client:
 
         def attempt(target: str, remaining_s: float) -> MemberInfo:
             response = self.transport.call(
-                target, "UpdateNode", request, pb.UpdateNodeResponse, timeout_s=remaining_s
+                target,
+                "UpdateNode",
+                request,
+                pb.UpdateNodeResponse,
+                timeout_s=min(remaining_s, self.attempt_timeout_s),
             )
             self.cache.invalidate()
             return MemberInfo.from_proto(response.member)
@@ -570,11 +822,12 @@ class Client:
         request: Message,
         response_type: type[_M],
         timeout_s: float | None,
+        *,
+        whole_deadline: bool = False,
     ) -> _M:
         def attempt(address: str, remaining_s: float) -> _M:
-            return self.transport.call(
-                address, method, request, response_type, timeout_s=remaining_s
-            )
+            bound_s = remaining_s if whole_deadline else min(remaining_s, self.attempt_timeout_s)
+            return self.transport.call(address, method, request, response_type, timeout_s=bound_s)
 
         return self._with_retries(attempt, self._deadline(timeout_s))
 
@@ -588,15 +841,8 @@ class Client:
         raise UnknownTopicOrPartitionError(f"unknown node {replica!r}")
 
     def _read_addresses(self, topic: str, partition: int, timeout_s: float) -> list[str]:
-        """The partition's replica addresses, rotated so that reads take turns."""
-        snapshot = self.cache.get(timeout_s)
-        addresses = [
-            address
-            for node_id in snapshot.replicas_of(topic, partition)
-            if (address := snapshot.address_of(node_id)) is not None
-        ]
-        if not addresses:
-            raise UnavailableError(f"no reachable replica known for {topic}/{partition}")
+        """The partition's usable replica addresses, rotated so that reads take turns."""
+        addresses = self.cache.read_targets(topic, partition, timeout_s)
         with self._cursor_lock:
             key = (topic, partition)
             cursor = self._read_cursor.get(key)
@@ -605,6 +851,16 @@ class Client:
             self._read_cursor[key] = cursor + 1
         start = cursor % len(addresses)
         return addresses[start:] + addresses[:start]
+
+    def _round(
+        self, topic: str | None, partition: int, spread_reads: bool, deadline: _Deadline
+    ) -> list[str]:
+        """The candidates of one round of attempts (never empty; raises instead)."""
+        if topic is None:
+            return [self.cache.any_address()]
+        if spread_reads:
+            return self._read_addresses(topic, partition, deadline.remaining_s())
+        return self.cache.write_targets(topic, partition, deadline.remaining_s())
 
     def _with_retries(
         self,
@@ -618,66 +874,113 @@ class Client:
     ) -> _T:
         """Run ``attempt(address, remaining_s)`` until it succeeds or must give up.
 
-        The target is ``address`` when pinned; else the partition's leader (writes)
-        or its replicas in turn (``spread_reads``); else any node (admin calls).
+        The target is ``address`` when pinned. Otherwise attempts go in *rounds*: a
+        round's candidates are, for writes, the partition's leader, or its live
+        replicas in turn when the leader is unknown or skipped
+        (:meth:`MetadataCache.write_targets`); for reads the replicas in turn; for
+        admin calls any node. Within a round:
+
+        - ``NOT_LEADER`` with a hint is followed at once (at most
+          ``redirects_max`` times), unless the hint points at a node that failed
+          in this round, is skipped, or is known dead;
+        - a node that did not answer is skipped for a while
+          (:mod:`laminar_client.health`);
+        - after any retriable error the next candidate is tried at once.
+
+        When a round of one candidate ends because it did not answer or is not the
+        leader, the next round starts at once (it walks the replicas instead, or
+        follows fresh metadata); any other round ends with a backoff (with jitter).
+        A new round reads metadata again when an error made it stale. Every attempt
+        counts towards ``attempts_max``; the deadline bounds everything.
         """
         policy = self.retry
+        attempts = redirects = backoffs = 0
         redirect: str | None = None
-        redirects = 0
-        retries = 0
+        candidates: list[str] = []
+        round_size = 0
+        failed_this_round: set[str] = set()
+        rebuilt_at_once = False
         refreshed_for_unknown = False
-        read_queue: list[str] = []
         last_error: LaminarError | None = None
         while True:
             if last_error is not None and deadline.remaining_s() <= 0:
                 raise last_error
-            target = address or redirect
-            redirect = None
+            attempts += 1
+            target: str | None = None
+            move_on = False
             try:
-                if target is None:
-                    if spread_reads and topic is not None:
-                        if not read_queue:
-                            read_queue = self._read_addresses(
-                                topic, partition, deadline.remaining_s()
-                            )
-                        target = read_queue.pop(0)
-                    elif topic is not None:
-                        target = self.cache.leader_address(topic, partition, deadline.remaining_s())
-                    else:
-                        target = self.cache.any_address()
-                return attempt(target, deadline.remaining_s())
+                if redirect is not None:
+                    target, redirect = redirect, None
+                elif address is not None:
+                    target = address
+                else:
+                    if not candidates:
+                        candidates = self._round(topic, partition, spread_reads, deadline)
+                        round_size = len(candidates)
+                    target = candidates.pop(0)
+                result = attempt(target, deadline.remaining_s())
             except NotLeaderError as error:
+                assert target is not None
+                self.cache.node_answered(target)
+                failed_this_round.add(target)
                 hint = error.leader_address
-                if hint and hint != target and redirects < policy.redirects_max and not address:
+                if (
+                    hint
+                    and address is None
+                    and redirects < policy.redirects_max
+                    and attempts < policy.attempts_max
+                    and hint not in failed_this_round
+                    and self.cache.hint_usable(error.leader_id, hint)
+                ):
                     redirects += 1
                     redirect = hint
                     if topic is not None and not spread_reads:
                         self.cache.hint_leader(topic, partition, hint)
                     continue
+                self.cache.drop_hints_to(target)
+                self.cache.invalidate()
                 last_error = error
-                if target is not None:
-                    self.cache.forget_address(target)
+                move_on = True
             except UnknownTopicOrPartitionError as error:
                 # A topic created a moment ago may not have reached every node yet.
                 if refreshed_for_unknown or topic is None:
                     raise
                 refreshed_for_unknown = True
+                if target is not None:
+                    self.cache.node_answered(target)
                 self.cache.invalidate()
                 last_error = error
-            except RetriableError as error:
+            except NoAnswerError as error:
+                assert target is not None
+                self.cache.node_failed(target)
+                failed_this_round.add(target)
                 last_error = error
-                if target is not None:
-                    self.cache.forget_address(target)
-            if spread_reads and read_queue:
-                continue  # try the next replica at once
-            self._backoff(retries, deadline, last_error)
-            retries += 1
+                move_on = True
+            except RetriableError as error:
+                if target is not None:  # else the metadata lookup failed
+                    self.cache.node_answered(target)
+                    self.cache.drop_hints_to(target)
+                    failed_this_round.add(target)
+                self.cache.invalidate()
+                last_error = error
+            else:
+                self.cache.node_answered(target)
+                return result
+            if attempts >= policy.attempts_max:
+                raise last_error
+            if candidates:
+                continue  # the round goes on with the next candidate
+            if move_on and round_size == 1 and address is None and not rebuilt_at_once:
+                rebuilt_at_once = True  # the one candidate is out: the next round differs
+                continue
+            self._backoff(backoffs, deadline, last_error)
+            backoffs += 1
+            rebuilt_at_once = False
+            failed_this_round.clear()
 
-    def _backoff(self, retries: int, deadline: _Deadline, error: LaminarError) -> None:
-        """Wait before the next attempt, or raise ``error`` if no attempt is left."""
-        if retries + 1 >= self.retry.attempts_max:
-            raise error
-        delay_s = self.retry.backoff_ms(retries, self._rng) / 1000
+    def _backoff(self, backoffs: int, deadline: _Deadline, error: LaminarError) -> None:
+        """Wait before the next round, or raise ``error`` if the deadline would pass."""
+        delay_s = self.retry.backoff_ms(backoffs, self._rng) / 1000
         if deadline.remaining_s() <= delay_s:
             raise error
         self._sleep(delay_s)

@@ -1,14 +1,21 @@
-"""Cluster metadata as immutable values, converted once from the wire.
+"""Cluster metadata as immutable values, converted once from the wire, and merged.
 
 The API objects (client, producers, later consumer groups) read a
-:class:`ClusterMetadata` snapshot; the :class:`~laminar_client.transport.Transport`
-and the cache in :mod:`laminar_client.client` decide when to fetch a new one.
+:class:`ClusterMetadata` snapshot; the cache in :mod:`laminar_client.client`
+decides when to fetch a new one and from which nodes.
+
+One node's answer can be wrong about leaders: a node without a replica of a
+partition does not know its leader, and a node cut off from the others, or slow
+to learn of a failure, reports an old leader or none. So the cache asks several
+nodes and :func:`merge_answers` combines their answers; :func:`answers_settled`
+says when the answers so far are enough. Both are pure functions of the answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from laminar.errors import UnknownTopicOrPartitionError
 from laminar.placement import PlacementMember, partition_key, replicas
@@ -16,6 +23,8 @@ from laminar.v1 import laminar_pb2 as pb
 
 # Members in these states can hold replicas (a suspect member keeps its partitions).
 _LIVE_STATES = frozenset({"alive", "suspect"})
+# On a tie between answers, the livelier state wins (lower first).
+_STATE_ORDER = {"alive": 0, "suspect": 1, "dead": 2, "left": 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +137,18 @@ class TopicMetadata:
 
 @dataclass(frozen=True, slots=True)
 class ClusterMetadata:
-    """A snapshot of members and topics, as answered by node ``node_id``."""
+    """A snapshot of members and topics, as answered by node ``node_id``.
+
+    A merged snapshot (:func:`merge_answers`) names the first node that answered in
+    ``node_id`` and every node whose answer it combines in ``answered_by``.
+    """
 
     cluster_id: str
     node_id: str
     members: Mapping[str, MemberInfo]
     topics: Mapping[str, TopicMetadata]
     metadata_offset: int = -1
+    answered_by: tuple[str, ...] = ()
     _partitions: dict[tuple[str, int], PartitionMetadata] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -152,6 +166,7 @@ class ClusterMetadata:
             members={m.node_id: MemberInfo.from_proto(m) for m in response.members},
             topics={t.name: TopicMetadata.from_proto(t) for t in response.topics},
             metadata_offset=response.metadata_offset,
+            answered_by=(response.node_id,),
         )
 
     def topic(self, name: str) -> TopicMetadata:
@@ -168,6 +183,15 @@ class ClusterMetadata:
             self.topic(topic)  # raises for an unknown topic
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
         return found
+
+    def find_partition(self, topic: str, partition: int) -> PartitionMetadata | None:
+        """One partition, or None when this snapshot does not know it."""
+        return self._partitions.get((topic, partition))
+
+    def is_live(self, node_id: str) -> bool:
+        """Whether ``node_id`` may serve: not known as dead or left (unknown counts as live)."""
+        member = self.members.get(node_id)
+        return member is None or member.live
 
     def address_of(self, node_id: str) -> str | None:
         """The gRPC address of a member, or None if it is unknown or has none."""
@@ -190,18 +214,179 @@ class ClusterMetadata:
         ]
         return replicas(partition_key(topic, partition), members, max(factor, 1))
 
-    def preferred_leader(self, topic: str, partition: int) -> str | None:
-        """The leader as known, else placement's first replica, else None."""
+    def live_replicas(self, topic: str, partition: int) -> tuple[str, ...]:
+        """The replicas and voters that are not dead or left, in placement order."""
         info = self.partition(topic, partition)
-        if info.leader:
-            return info.leader
-        ordered = self.replicas_of(topic, partition)
+        ordered = dict.fromkeys((*self.replicas_of(topic, partition), *info.voters))
+        return tuple(node_id for node_id in ordered if self.is_live(node_id))
+
+    def live_leader(self, topic: str, partition: int) -> str | None:
+        """The leader, unless unknown or known to be dead or left."""
+        leader = self.partition(topic, partition).leader
+        return leader if leader and self.is_live(leader) else None
+
+    def preferred_leader(self, topic: str, partition: int) -> str | None:
+        """The live leader as known, else the first live replica, else None."""
+        leader = self.live_leader(topic, partition)
+        if leader is not None:
+            return leader
+        ordered = self.live_replicas(topic, partition)
         return ordered[0] if ordered else None
 
     def grpc_addresses(self) -> list[str]:
         """Every member's gRPC address, live members first, in node id order."""
         ordered = sorted(self.members.values(), key=lambda m: (not m.live, m.node_id))
         return [m.grpc_address for m in ordered if m.grpc_address]
+
+
+def merge_answers(answers: Sequence[ClusterMetadata]) -> ClusterMetadata:
+    """One snapshot from the ``Metadata`` answers of several nodes (at least one).
+
+    - **Members**: a node that answered is taken as it describes itself (it is up,
+      whatever the others think). Any other member gets the state most answers give
+      it; a tie goes to the livelier state, because trusting a dead node costs one
+      failed attempt while distrusting a live leader refuses writes. Its other
+      fields come from the answer with its highest incarnation.
+    - **Topics**: those of the answer with the highest ``metadata_offset`` (it has
+      applied the most topic changes); the others' views of the same partitions
+      still count for leaders.
+    - **Leader** of a partition: a vote among the answers of nodes that host it
+      (``high_watermark >= 0``) and name a live leader. Most votes wins; then a
+      leader that names itself; then the highest high watermark among its voters
+      (a deposed leader cannot advance it); then the lowest node id. Answers of
+      nodes without a replica vote only when no hosting node names a live leader.
+    - **Replicas, voters, learners** from the elected leader's own answer if it
+      hosts the partition, else from the first hosting answer; the high watermark
+      is the highest any hosting node reports.
+    """
+    assert answers, "merge_answers needs at least one answer"
+    first = answers[0]
+    members = _merge_members(answers)
+    newest = max(answers, key=lambda answer: answer.metadata_offset)
+    topics = {
+        name: replace(
+            topic,
+            partitions=tuple(
+                _merge_partition(answers, members, name, p.partition) for p in topic.partitions
+            ),
+        )
+        for name, topic in newest.topics.items()
+    }
+    return ClusterMetadata(
+        cluster_id=first.cluster_id,
+        node_id=first.node_id,
+        members=members,
+        topics=topics,
+        metadata_offset=newest.metadata_offset,
+        answered_by=tuple(dict.fromkeys(node for a in answers for node in a.answered_by)),
+    )
+
+
+def answers_settled(answers: Sequence[ClusterMetadata], focus: tuple[str, int] | None) -> bool:
+    """Whether asking more nodes would not change what these answers say.
+
+    Settled when, for the ``focus`` partition (without a focus: for every
+    partition), at least two hosting nodes (one, if it has a single live replica)
+    name the same live leader and no hosting node names another. One answer is
+    never enough where two can be had: a node that was cut off, or is slow to learn
+    of an election, names an old leader, itself included.
+    """
+    if not answers:
+        return False
+    merged = merge_answers(answers)
+    if focus is None:
+        keys = [(t.name, p.partition) for t in merged.topics.values() for p in t.partitions]
+    elif merged.find_partition(*focus) is None:
+        return False  # maybe a topic too new for these nodes
+    else:
+        keys = [focus]
+    for topic, partition in keys:
+        named = _hosting_leaders(answers, merged, topic, partition)
+        wanted = min(2, max(1, len(merged.live_replicas(topic, partition))))
+        if len(named) < wanted or len(set(named)) != 1:
+            return False
+    return True
+
+
+def _hosting_leaders(
+    answers: Sequence[ClusterMetadata], merged: ClusterMetadata, topic: str, partition: int
+) -> list[str]:
+    """The live leaders that nodes hosting the partition name, one entry per answer."""
+    views = [answer.find_partition(topic, partition) for answer in answers]
+    return [
+        info.leader
+        for info in views
+        if info is not None
+        and info.high_watermark >= 0
+        and info.leader
+        and merged.is_live(info.leader)
+    ]
+
+
+def _merge_members(answers: Sequence[ClusterMetadata]) -> dict[str, MemberInfo]:
+    answered = {answer.node_id: answer for answer in answers}
+    views: dict[str, list[MemberInfo]] = {}
+    for answer in answers:
+        for member in answer.members.values():
+            views.setdefault(member.node_id, []).append(member)
+    merged: dict[str, MemberInfo] = {}
+    for node_id in sorted(views):
+        own = answered.get(node_id)
+        if own is not None and node_id in own.members:
+            merged[node_id] = own.members[node_id]
+            continue
+        reported = views[node_id]
+        counts = Counter(member.state for member in reported)
+        state = min(counts, key=lambda s: (-counts[s], _STATE_ORDER.get(s, len(_STATE_ORDER))))
+        newest = max(reported, key=lambda member: member.incarnation)
+        merged[node_id] = replace(newest, state=state)
+    return merged
+
+
+def _merge_partition(
+    answers: Sequence[ClusterMetadata],
+    members: Mapping[str, MemberInfo],
+    topic: str,
+    partition: int,
+) -> PartitionMetadata:
+    views = [
+        (answer, info)
+        for answer in answers
+        if (info := answer.find_partition(topic, partition)) is not None
+    ]
+    hosting = [(answer, info) for answer, info in views if info.high_watermark >= 0]
+    leader = _elect(hosting, members) or _elect(views, members)
+    base = next(
+        (info for answer, info in hosting if answer.node_id == leader),
+        hosting[0][1] if hosting else views[0][1],
+    )
+    high_watermark = max((info.high_watermark for _, info in hosting), default=-1)
+    return replace(base, leader=leader, high_watermark=high_watermark)
+
+
+def _elect(
+    views: Sequence[tuple[ClusterMetadata, PartitionMetadata]],
+    members: Mapping[str, MemberInfo],
+) -> str | None:
+    """The leader most of ``views`` name (see :func:`merge_answers` for the ties)."""
+    votes: Counter[str] = Counter()
+    self_named: set[str] = set()
+    high_watermarks: dict[str, int] = {}
+    for answer, info in views:
+        leader = info.leader
+        member = members.get(leader) if leader else None
+        if not leader or (member is not None and not member.live):
+            continue
+        votes[leader] += 1
+        if answer.node_id == leader:
+            self_named.add(leader)
+        high_watermarks[leader] = max(high_watermarks.get(leader, -1), info.high_watermark)
+    if not votes:
+        return None
+    return min(
+        votes,
+        key=lambda node: (-votes[node], node not in self_named, -high_watermarks[node], node),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +399,9 @@ class PartitionHealth:
     replicas: tuple[str, ...]
     voters: tuple[str, ...]
     under_replicated: bool
+    in_sync: tuple[str, ...] = ()
+    """The voters in sync with the leader (it included): answered it and held its
+    whole log recently."""
 
     @classmethod
     def from_proto(cls, health: pb.PartitionHealth) -> PartitionHealth:
@@ -224,7 +412,23 @@ class PartitionHealth:
             replicas=tuple(health.replicas),
             voters=tuple(health.voters),
             under_replicated=health.under_replicated,
+            in_sync=tuple(health.in_sync),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class FencedReplica:
+    """A replica out of service on node ``node_id`` after a storage failure."""
+
+    node_id: str
+    topic: str
+    partition: int
+    reason: str
+    fenced_for_ms: int
+
+    @classmethod
+    def from_proto(cls, node_id: str, fenced: pb.FencedReplica) -> FencedReplica:
+        return cls(node_id, fenced.topic, fenced.partition, fenced.reason, fenced.fenced_for_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +439,8 @@ class ClusterDescription:
     node_id: str
     members: tuple[MemberInfo, ...]
     partitions: tuple[PartitionHealth, ...]
+    fenced: tuple[FencedReplica, ...] = ()
+    """Replicas out of service after a storage failure (each node reports its own)."""
 
     @classmethod
     def from_proto(cls, response: pb.DescribeClusterResponse) -> ClusterDescription:
@@ -243,4 +449,5 @@ class ClusterDescription:
             node_id=response.node_id,
             members=tuple(MemberInfo.from_proto(m) for m in response.members),
             partitions=tuple(PartitionHealth.from_proto(p) for p in response.partitions),
+            fenced=tuple(FencedReplica.from_proto(response.node_id, f) for f in response.fenced),
         )

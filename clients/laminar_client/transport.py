@@ -3,19 +3,32 @@
 This layer knows addresses, channels and the error table, nothing about leaders,
 metadata or retries; the API objects above it make those decisions. A batching
 producer or a consumer group reuses the same :class:`Transport`.
+
+It tells apart a node that answered with an error (the answer carries Laminar's
+typed detail: the node is up, it just cannot do this now) from a call that got no
+answer from Laminar at all (:class:`NoAnswerError`: the connection failed, or the
+attempt's deadline passed first), because routing treats them differently: the
+first node is still a good source of metadata, the second is skipped for a while.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
-from laminar.errors import RequestTimeoutError
-from laminar.grpc_errors import error_from_rpc
+from laminar.errors import (
+    AttemptTimeoutError,
+    LaminarError,
+    NoAnswerError,
+    NodeUnreachableError,
+    RequestTimeoutError,
+    UnavailableError,
+)
+from laminar.grpc_errors import ERROR_METADATA_KEY, error_from_rpc
 
 _SERVICE_PATH = "/laminar.v1.Laminar/"
 
@@ -34,13 +47,43 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 
 _R = TypeVar("_R", bound=Message)
 
+__all__ = [
+    "AttemptTimeoutError",
+    "NoAnswerError",
+    "NodeUnreachableError",
+    "Transport",
+    "UnaryTransport",
+]
+
+
+class UnaryTransport(Protocol):
+    """What the client needs from a transport: one typed call by address, and close.
+
+    :class:`Transport` is the gRPC one; tests pass an in-memory one. ``call``
+    raises the node's :class:`~laminar.errors.LaminarError`, or a
+    :class:`NoAnswerError` when the node did not answer.
+    """
+
+    def call(
+        self,
+        address: str,
+        method: str,
+        request: Message,
+        response_type: type[_R],
+        *,
+        timeout_s: float,
+    ) -> _R: ...
+
+    def close(self) -> None: ...
+
 
 class Transport:
     """Channels to nodes by gRPC address, created on first use and reused.
 
     ``call`` raises the :class:`~laminar.errors.LaminarError` the server sent (via
-    :func:`laminar.grpc_errors.error_from_rpc`); an unreachable node is an
-    :class:`~laminar.errors.UnavailableError`. Thread-safe.
+    :func:`laminar.grpc_errors.error_from_rpc`); a failure without Laminar's typed
+    detail (the node never answered) is a :class:`NodeUnreachableError` or an
+    :class:`AttemptTimeoutError`. Thread-safe.
     """
 
     def __init__(self, *, channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS):
@@ -80,7 +123,7 @@ class Transport:
         try:
             response: _R = callable_(request, timeout=timeout_s)
         except grpc.RpcError as rpc_error:
-            error = error_from_rpc(rpc_error)
+            error = _no_answer(error_from_rpc(rpc_error), rpc_error)
             error.args = (f"{address}: {error}",) if error.args else error.args
             raise error from None
         return response
@@ -93,6 +136,22 @@ class Transport:
             self._closed = True
         for channel in channels:
             channel.close()
+
+
+def _no_answer(error: LaminarError, rpc_error: grpc.RpcError) -> LaminarError:
+    """``error`` as a :class:`NoAnswerError` when no Laminar code answered the call.
+
+    Every error a node sends carries the typed detail in its trailing metadata;
+    an ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` without it came from gRPC itself.
+    """
+    trailing = rpc_error.trailing_metadata() if isinstance(rpc_error, grpc.Call) else None
+    if any(key == ERROR_METADATA_KEY for key, _ in trailing or ()):
+        return error
+    if type(error) is UnavailableError:
+        return NodeUnreachableError(*error.args)
+    if type(error) is RequestTimeoutError:
+        return AttemptTimeoutError(*error.args)
+    return error
 
 
 def _serialize(message: Message) -> bytes:

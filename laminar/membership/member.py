@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import NewType
 
-NodeId = NewType("NodeId", str)
-"""A node's stable identity, chosen at its first start and kept in its data dir."""
+from laminar.ids import NodeId
+
+__all__ = ["EventKind", "Member", "MemberEvent", "MemberState", "Metadata", "NodeId"]
 
 Metadata = tuple[tuple[str, str], ...]
 """A member's small metadata map, as sorted ``(key, value)`` pairs (immutable)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NewType
 
-NodeId = NewType("NodeId", str)
-Term = NewType("Term", int)
+from laminar.ids import NodeId, Term
+
+__all__ = ["Acks", "GroupConfig", "NodeId", "Role", "Term"]
 
 
 class Role(StrEnum):

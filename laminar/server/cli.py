@@ -123,7 +123,6 @@ def _start(args: argparse.Namespace) -> int:
 async def _run(config: Any) -> int:
     from laminar.server.node import Node
 
-    node = Node(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = 0
@@ -137,11 +136,7 @@ async def _run(config: Any) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
-    try:
-        await node.start()
-    except BaseException:
-        await node.stop(graceful=False)
-        raise
+    node = await Node.open(config)  # stops what it started if it fails
     # Everything built so far (modules, gRPC, open logs) lives as long as the node:
     # keep it out of the cyclic collector's generations, so that collections (which
     # pause the loop) only walk what was allocated since.

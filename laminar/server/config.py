@@ -3,9 +3,18 @@
 Precedence: command-line option > TOML file > preset default. The TOML file holds
 the same keys as the long options (``data_dir``, ``gossip``, ``grpc``, ``peer``, ``seeds``,
 ``bootstrap``, ``weight``, ``zone``, ``preset``, ``cluster_key``, ``fsync``,
-``node_id``) plus optional ``[replica]`` and ``[membership]`` tables whose keys are
-fields of :class:`~laminar.replica.config.ReplicaConfig` and
-:class:`~laminar.membership.config.MembershipConfig`.
+``node_id``), the node's own fields below (``replica_move_grace_ms`` ...), and
+optional tables for the parts of a node, whose keys are the fields of their config
+classes: ``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
+``[membership]`` (:class:`~laminar.membership.config.MembershipConfig`), ``[host]``
+(:class:`~laminar.server.host.HostConfig`), ``[service]`` (:class:`ServiceConfig`),
+``[transport]`` (:class:`~laminar.server.transport.TransportConfig`) and ``[log]``
+(:class:`~laminar.segment.config.LogConfig`; retention comes from each topic).
+
+Two presets: ``local`` (nodes on one machine: fast failure detection and failover,
+short graces; the default, for tests and ``scripts/local_cluster.sh``) and ``lan``
+(a data-centre network: the libraries' LAN defaults, and replicas of a dead node
+move only after five minutes).
 """
 
 from __future__ import annotations
@@ -19,19 +28,71 @@ from laminar.errors import ConfigError
 from laminar.membership import config as membership_presets
 from laminar.membership.config import MembershipConfig
 from laminar.replica.config import ReplicaConfig
+from laminar.segment.config import LogConfig
+from laminar.server.host import HostConfig
+from laminar.server.transport import TransportConfig
 
 PRESETS = ("local", "lan")
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """Limits and defaults of the public gRPC API (``laminar.v1.Laminar``)."""
+
+    produce_timeout_ms: int = 10_000
+    """Default time a produce waits for its acknowledgement (``timeout_ms`` 0)."""
+    produce_timeout_max_ms: int = 100_000
+    """The longest ``timeout_ms`` a produce may ask for; longer values are capped."""
+    fetch_bytes_max: int = 16 * 1024 * 1024
+    """The largest fetch response (and the default ``max_bytes``)."""
+    fetch_wait_ms_max: int = 30_000
+    """The longest a fetch may long-poll; a longer ``max_wait_ms`` is capped."""
+    request_bytes_max: int = 64 * 1024 * 1024
+    """The largest gRPC message accepted or sent."""
+    batches_per_produce_max: int = 10_000
+    """The most batches one produce request may carry."""
+    admin_timeout_ms: int = 15_000
+    """How long a topic creation or deletion waits for its commit and application."""
+    calls_max: int = 10_000
+    """gRPC calls handled at once; more are refused with ``UNAVAILABLE`` (counted)."""
+    channels_max: int = 64
+    """gRPC channels this node keeps open to other nodes (metadata catch-up); the
+    least recently used is closed beyond it."""
+    log_interval_ms: int = 10_000
+    """At most one log line per kind (malformed request, internal error) this often;
+    the lines skipped are counted in the next one."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "produce_timeout_ms",
+            "batches_per_produce_max",
+            "admin_timeout_ms",
+            "calls_max",
+            "channels_max",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0")
+        if self.produce_timeout_max_ms < self.produce_timeout_ms:
+            raise ConfigError("produce_timeout_max_ms must be >= produce_timeout_ms")
+        if self.fetch_wait_ms_max < 0 or self.log_interval_ms < 0:
+            raise ConfigError("fetch_wait_ms_max and log_interval_ms must be >= 0")
+        if not 0 < self.fetch_bytes_max <= self.request_bytes_max:
+            raise ConfigError("need 0 < fetch_bytes_max <= request_bytes_max")
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
+    """Everything a node needs; build one with :meth:`local`, :meth:`lan` or
+    :func:`build_config` (which also reads options and TOML)."""
+
     data_dir: str
     gossip: str = "127.0.0.1:7000"
     """``host:port`` for SWIM gossip (UDP, with TCP push-pull on the same port)."""
     grpc: str = "127.0.0.1:7100"
     """``host:port`` of the gRPC API (clients and admin tools)."""
     peer: str = "127.0.0.1:7200"
-    """``host:port`` (TCP) where other nodes send replication traffic."""
+    """``host:port`` (TCP) where other nodes send replication traffic. Outgoing
+    gossip and replication connections leave from these hosts too."""
     seeds: tuple[str, ...] = ()
     """Gossip addresses of nodes to join through."""
     bootstrap: bool = False
@@ -49,20 +110,35 @@ class NodeConfig:
     """Fsync appended batches before acknowledging them. Turning it off trades the
     durability of acknowledged writes on power loss for speed."""
     preset: str = "local"
+    """Which preset the defaults came from (``local`` or ``lan``)."""
+    replica_move_grace_ms: int = 10_000
+    """How long a member that membership declared dead keeps its replicas (a slow
+    restart or a short partition should not re-copy its partitions); after it, its
+    replicas are placed elsewhere. Leadership does not wait for it: the groups a
+    dead node led elect a new leader within about an election timeout. A member that
+    left gracefully is replaced at once. ``local`` 10 s, ``lan`` 5 min (Redpanda's
+    node-availability timeout plays the same part)."""
+    join_wait_ms: int = 60_000
+    """A new node gives up joining when its seeds show no cluster for this long."""
+    restart_wait_ms: int = 10_000
+    """A restarted node (it has a cluster id) waits this long for its seeds to
+    confirm the id, then starts anyway (the peers may be down too)."""
+    handover_timeout_ms: int = 3_000
+    """On shutdown, how long to wait for leaderships to move to other replicas."""
+    shutdown_timeout_ms: int = 5_000
+    """Shutdown closes the gRPC server, the peer links and the logs within about
+    this long whatever the peers do (on top of the handover)."""
+    metadata_wait_ms: int = 1_000
+    """A node without a replica of ``__cluster/0`` long-polls it this long per call."""
+    metadata_call_timeout_ms: int = 5_000
+    """The deadline of one metadata catch-up call to another node."""
     replica: ReplicaConfig = field(default_factory=ReplicaConfig.local)
     membership: MembershipConfig = field(default_factory=membership_presets.local)
-    dead_grace_ms: int = 10_000
-    """How long placement keeps a member that membership declared dead (a restart
-    or a false suspicion should not move its replicas); after it, the member's
-    replicas are replaced. A member that left gracefully is replaced at once."""
-    produce_timeout_ms: int = 10_000
-    """Default time a produce waits for its acknowledgement."""
-    fetch_bytes_max: int = 16 * 1024 * 1024
-    """The largest fetch response (and the default ``max_bytes``)."""
-    fetch_wait_ms_max: int = 30_000
-    """The longest a fetch may long-poll."""
-    request_bytes_max: int = 64 * 1024 * 1024
-    """The largest gRPC message accepted."""
+    host: HostConfig = field(default_factory=HostConfig)
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig.local)
+    log: LogConfig = field(default_factory=LogConfig)
+    """Segment settings of every replica's log; retention comes from each topic."""
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -80,12 +156,35 @@ class NodeConfig:
             raise ConfigError(f"weight must be a finite number >= 0, got {self.weight}")
         if self.preset not in PRESETS:
             raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
-        if self.dead_grace_ms < 0:
-            raise ConfigError("dead_grace_ms must be >= 0")
-        if self.produce_timeout_ms <= 0 or self.fetch_wait_ms_max < 0:
-            raise ConfigError("produce_timeout_ms must be > 0 and fetch_wait_ms_max >= 0")
-        if not 0 < self.fetch_bytes_max <= self.request_bytes_max:
-            raise ConfigError("need 0 < fetch_bytes_max <= request_bytes_max")
+        for name in (
+            "replica_move_grace_ms",
+            "join_wait_ms",
+            "restart_wait_ms",
+            "handover_timeout_ms",
+            "shutdown_timeout_ms",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        if self.metadata_wait_ms < 0 or self.metadata_call_timeout_ms <= self.metadata_wait_ms:
+            raise ConfigError("need 0 <= metadata_wait_ms < metadata_call_timeout_ms")
+
+    @classmethod
+    def local(cls, data_dir: str, **changes: Any) -> NodeConfig:
+        """Nodes on one machine: fast failover, short graces (the default preset)."""
+        return cls(data_dir=data_dir, **changes)
+
+    @classmethod
+    def lan(cls, data_dir: str, **changes: Any) -> NodeConfig:
+        """Nodes on a data-centre network."""
+        values: dict[str, Any] = {
+            "preset": "lan",
+            "replica_move_grace_ms": 300_000,
+            "replica": ReplicaConfig.lan(),
+            "membership": membership_presets.lan(),
+            "transport": TransportConfig(),
+        }
+        values.update(changes)
+        return cls(data_dir=data_dir, **values)
 
 
 def _check_address(name: str, address: str) -> None:
@@ -122,20 +221,23 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "cluster_key": str,
     "fsync": bool,
     "preset": str,
-    "produce_timeout_ms": int,
-    "dead_grace_ms": int,
-    "fetch_bytes_max": int,
-    "fetch_wait_ms_max": int,
-    "request_bytes_max": int,
+    "replica_move_grace_ms": int,
+    "join_wait_ms": int,
+    "restart_wait_ms": int,
+    "handover_timeout_ms": int,
+    "shutdown_timeout_ms": int,
+    "metadata_wait_ms": int,
+    "metadata_call_timeout_ms": int,
 }
+_TABLES = ("replica", "membership", "host", "service", "transport", "log")
 
 
 def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = None) -> NodeConfig:
-    """Merge command-line ``options`` (None = not given) over TOML ``file_values``."""
+    """Merge command-line ``options`` (None = not given) over TOML ``file_values``
+    over the preset's defaults."""
     values: dict[str, Any] = {}
     file_values = dict(file_values or {})
-    replica_overrides = file_values.pop("replica", {})
-    membership_overrides = file_values.pop("membership", {})
+    tables = {name: file_values.pop(name, {}) for name in _TABLES}
     for key, value in file_values.items():
         expected = _TOP_LEVEL.get(key)
         if expected is None:
@@ -153,16 +255,19 @@ def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = N
         values["seeds"] = tuple(str(s).strip() for s in seeds)
     if "weight" in values and values["weight"] is not None:
         values["weight"] = float(values["weight"])
-    preset = values.get("preset", "local")
+    preset = values.pop("preset", "local")
     if preset not in PRESETS:
         raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    replica = ReplicaConfig.local() if preset == "local" else ReplicaConfig.lan()
-    membership = membership_presets.local() if preset == "local" else membership_presets.lan()
-    values["replica"] = _override(replica, replica_overrides, "replica")
-    values["membership"] = _override(membership, membership_overrides, "membership")
     if "data_dir" not in values:
         raise ConfigError("--data-dir is required (or data_dir in the config file)")
-    return NodeConfig(**values)
+    data_dir = values.pop("data_dir")
+    base = NodeConfig.local(data_dir) if preset == "local" else NodeConfig.lan(data_dir)
+    for name, overrides in tables.items():
+        values[name] = _override(getattr(base, name), overrides, name)
+    try:
+        return dataclasses.replace(base, **values)
+    except TypeError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _override(base: Any, overrides: dict[str, Any], table: str) -> Any:

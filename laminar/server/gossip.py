@@ -5,7 +5,9 @@ burst of elections can keep it busy for a while. SWIM's probes must be answered
 within the probe timeout regardless, so the membership shell runs on a dedicated
 thread with its own event loop. This wrapper marshals calls to it and hands events
 back to the node's loop, together with a fresh snapshot of the view, so the node
-reads members without touching the other thread's state.
+reads members without touching the other thread's state. Reading the view never
+waits for the membership thread: every change of a member comes with an event,
+and each event carries the view after it.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class ThreadedMembership:
                 ready.set_exception(error)
                 return
             self.local = node.local
-            self._snapshot()
+            self._set_view(self._snapshot())  # the node's loop waits on `ready`
             ready.set_result(None)
 
         loop.run_until_complete(main())
@@ -98,26 +100,12 @@ class ThreadedMembership:
     # ------------------------------------------------------------------ queries
 
     def view(self) -> tuple[Member, ...]:
-        if not self._view:
-            self._refresh()
+        """The latest view handed over with an event (never blocks the caller)."""
         return self._view
 
     def member(self, node_id: str) -> Member | None:
-        if node_id not in self._by_id:
-            self._refresh()
+        """One member of :meth:`view`, or None (never blocks the caller)."""
         return self._by_id.get(node_id)
-
-    def _refresh(self) -> None:
-        if self._loop is None or self._node is None:
-            return
-        node = self._node
-
-        async def read() -> tuple[Member, ...]:
-            return node.view()
-
-        view = asyncio.run_coroutine_threadsafe(read(), self._loop).result(5)
-        self._view = view
-        self._by_id = {member.node_id: member for member in view}
 
     # ------------------------------------------------------------------ commands
 

@@ -40,7 +40,7 @@ import random
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -57,6 +57,7 @@ from laminar.errors import (
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
+from laminar.ids import TopicPartition
 from laminar.records import parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
@@ -72,7 +73,7 @@ _LOG = logging.getLogger(__name__)
 INLINE_FSYNC_MS_MAX = 2.0
 """A lone fsync runs on the event loop while recent fsync rounds averaged below this."""
 
-PartitionKey = tuple[str, int]
+PartitionKey = TopicPartition
 LogFactory = Callable[[str, LogConfig], LogStorage]
 """Opens (or creates) the log of one replica in a directory: ``SegmentLog.open`` on a
 node, a memory log in tests."""
@@ -180,12 +181,14 @@ class ReplicaHost:
         rng: random.Random | None = None,
         host_config: HostConfig | None = None,
         log_factory: LogFactory = SegmentLog.open,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.node_id = NodeId(node_id)
         self._data_dir = data_dir
         self._config = config
         self.config = host_config if host_config is not None else HostConfig()
         self._log_factory = log_factory
+        self._clock = clock  # seconds, monotonic; None: the event loop's
         # The core decides when to fsync (Ready.sync); the log itself never does.
         self._log_config = _without_fsync(log_config)
         self._send = send
@@ -231,30 +234,45 @@ class ReplicaHost:
                         self.open_replica((topic, int(name)), None)
         self._ticker = asyncio.create_task(self._tick_loop(), name="replica-ticker")
 
-    async def close(self) -> None:
+    async def close(self, *, timeout_s: float = 5.0) -> None:
+        """Close every replica; waits for a running flush round and the fsync
+        threads at most about ``timeout_s`` (a stuck disk must not stop a shutdown)."""
         self._closed = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         if self._flush_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._flush_task, 5)
+                await asyncio.wait_for(self._flush_task, max(0.0, deadline - loop.time()))
         for replica in list(self._replicas.values()):
             _fail_calls(replica, UnavailableError("node shutting down"))
             self._close_replica(replica)
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(TimeoutError):
+            remaining_s = max(0.0, deadline - loop.time())
+            await asyncio.wait_for(asyncio.to_thread(self._pool.shutdown, True), remaining_s)
 
     def _now(self) -> int:
-        return int(asyncio.get_running_loop().time() * 1000)
+        clock = self._clock
+        return int((clock() if clock is not None else asyncio.get_running_loop().time()) * 1000)
+
+    def now_ms(self) -> int:
+        """The host's clock (the one its cores and fencing times use), in ms."""
+        return self._now()
 
     # ------------------------------------------------------------------ replicas
 
-    def keys(self) -> list[PartitionKey]:
+    def replica_keys(self) -> list[PartitionKey]:
         return list(self._replicas)
 
     def get(self, key: PartitionKey) -> Replica | None:
         return self._replicas.get(key)
+
+    def is_fenced(self, key: PartitionKey) -> bool:
+        return key in self._fenced
 
     def fenced(self) -> list[FencedReplica]:
         """Replicas out of service after a storage failure, by key."""
@@ -305,6 +323,21 @@ class ReplicaHost:
         with contextlib.suppress(OSError):  # the topic's directory, once it is empty
             os.rmdir(os.path.dirname(replica.directory))
         _LOG.info("replica deleted %s/%d", *key)
+
+    def reopen_replica(self, key: PartitionKey) -> Replica | None:
+        """Close the replica's core and open it again on the same log, data kept.
+
+        For a replica its group removed while placement wants it back: a removed core
+        ignores everything, while a fresh one rejoins when the leader adds it again,
+        and catches up from where its log still matches the leader's.
+        """
+        replica = self._replicas.get(key)
+        if replica is None:
+            return None
+        _LOG.info("replica reopened %s/%d, log kept end=%d", *key, replica.log.end_offset)
+        _fail_calls(replica, UnavailableError(f"{key[0]}/{key[1]}: replica reopened"))
+        self._close_replica(replica)
+        return self.open_replica(key, None)
 
     def _close_replica(self, replica: Replica) -> None:
         replica.closed = True
@@ -411,25 +444,16 @@ class ReplicaHost:
             if replica.core.leader == node_id:
                 self._input(replica, partial(replica.core.hint_leader_dead, now))
 
-    def transfer_all_leadership(self) -> int:
-        """Hand every leadership to another voter (graceful shutdown); returns how many."""
-        now = self._now()
-        count = 0
-        for replica in list(self._replicas.values()):
-            core = replica.core
-            config = core.group_config
-            if core.role is not Role.LEADER or config is None:
-                continue
-            matches = core.match_offsets()
-            others = sorted(
-                (n for n in config.voters if n != self.node_id),
-                key=lambda n: -matches.get(n, -1),
-            )
-            if others:
-                target = others[0]
-                self._input(replica, partial(core.transfer_leadership, target, now))
-                count += 1
-        return count
+    def transfer_leadership(self, key: PartitionKey, target: NodeId) -> None:
+        """Ask the replica of ``key``, if it leads, to hand leadership to ``target``."""
+        replica = self._replicas.get(key)
+        if replica is not None and replica.core.role is Role.LEADER:
+            now = self._now()
+            self._input(replica, partial(replica.core.transfer_leadership, target, now))
+
+    def leads(self, key: PartitionKey) -> bool:
+        replica = self._replicas.get(key)
+        return replica is not None and replica.core.role is Role.LEADER
 
     def leader_count(self) -> int:
         return sum(1 for r in self._replicas.values() if r.core.role is Role.LEADER)
@@ -438,19 +462,30 @@ class ReplicaHost:
         self, key: PartitionKey, batch: bytes, acks: Acks, timeout_s: float
     ) -> ProduceResult:
         """Append one batch through this node's replica, which must lead."""
+        (result,) = await self.produce_batches(key, (batch,), acks, timeout_s)
+        return result
+
+    async def produce_batches(
+        self, key: PartitionKey, batches: Sequence[bytes], acks: Acks, timeout_s: float
+    ) -> list[ProduceResult]:
+        """Append the batches of one request, all or none, through the leading replica."""
         replica = self._serving(key)
-        if len(replica.calls) >= self.config.produce_calls_max:
+        if len(replica.calls) + len(batches) > self.config.produce_calls_max:
             self.counters["produce_refused"] += 1
             raise UnavailableError(
                 f"{len(replica.calls)} produce calls already wait on {key[0]}/{key[1]}; retry later"
             )
-        self._request_ids += 1
-        request_id = self._request_ids
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[ProduceReply] = loop.create_future()
-        replica.calls[request_id] = future
+        first_id = self._request_ids + 1
+        self._request_ids += len(batches)
+        request_ids = range(first_id, first_id + len(batches))
+        futures: list[asyncio.Future[ProduceReply]] = []
+        for request_id in request_ids:
+            future: asyncio.Future[ProduceReply] = loop.create_future()
+            replica.calls[request_id] = future
+            futures.append(future)
         now = self._now()
-        self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now))
+        self._input(replica, lambda: replica.core.propose_batches(request_ids, batches, acks, now))
         if not self._produce_pass:
             # The first produce call of this pass of the loop runs its round now; the
             # calls after it in the same pass share the queued round (group commit).
@@ -458,13 +493,24 @@ class ReplicaHost:
             loop.call_soon(self._end_produce_pass)
             self.flush_now()
         # A bare timer: a third of asyncio.timeout's cost (7 µs less per write here).
-        timer = loop.call_later(timeout_s, _time_out, future, timeout_s)
+        timers = [loop.call_later(timeout_s, _time_out, f, timeout_s) for f in futures]
         try:
-            reply = await future
+            # One batch (the common case) is awaited directly: gather would wrap it in
+            # a task, one more hop through the event loop each way.
+            if len(futures) == 1:
+                replies = [await futures[0]]
+            else:
+                answers = await asyncio.gather(*futures, return_exceptions=True)
+                for answer in answers:
+                    if isinstance(answer, BaseException):
+                        raise answer
+                replies = [answer for answer in answers if not isinstance(answer, BaseException)]
         finally:
-            timer.cancel()
-            replica.calls.pop(request_id, None)
-        return _result(reply, batch)
+            for timer in timers:
+                timer.cancel()
+            for request_id in request_ids:
+                replica.calls.pop(request_id, None)
+        return [_result(reply, batch) for reply, batch in zip(replies, batches, strict=True)]
 
     async def fetch(
         self, key: PartitionKey, offset: int, max_bytes: int, max_wait_s: float
@@ -472,7 +518,9 @@ class ReplicaHost:
         """Committed batches from ``offset``; waits up to ``max_wait_s`` for new data."""
         replica = self._serving(key)
         core = replica.core
-        if offset < core.start_offset:
+        if offset < core.start_offset or offset > core.end_offset:
+            # Waiting is for offsets this replica will reach by appending; one past its
+            # log end is a consumer's mistake (or a read meant for another replica).
             raise OffsetOutOfRangeError(offset, core.start_offset, core.high_watermark)
         if offset >= core.high_watermark and max_wait_s > 0:
             if len(replica.watermark_waiters) >= self.config.fetch_waiters_max:

@@ -1,31 +1,39 @@
-"""The broker node: the composition root wiring membership, placement and replicas.
+"""The broker node: the composition root that builds each part and wires them.
 
-Start-up::
+:meth:`Node.open` does the start-up in order and returns a node whose parts all
+exist (no field is filled in later)::
 
     identity (data dir: node id, cluster id, weight, zone)
-    membership (SWIM over UDP) -- learns the cluster id from peers when joining
-    replica host + peer transport (TCP) + gRPC server (public API, health, reflection)
-    metadata loop: apply __cluster/0 (locally, or long-polled from a replica)
-    placement: on every membership or catalogue change, recompute every partition's
-               target replica list and hand it to the replica host
+    membership (SWIM over UDP, on its own thread) -- learns the cluster id from
+               peers when joining (rules.join_decision)
+    Node(...): replica host (log factory, clock) + peer transport (TCP) + metadata
+               follower (applies __cluster/0) + gRPC service and server
+    start: listen, open the replicas on disk, serve, follow the metadata
 
-A node hosts the partitions placement gives it: founding replicas are opened when a
-topic's creation is applied; a node added later gets its replica when the leader
-first replicates to it; a replica is deleted when its group removed it, or when its
-topic is deleted. Shutdown (SIGTERM) hands leaderships over, gossips ``left`` and
-closes everything.
+Every protocol decision the node makes is a pure function in
+:mod:`laminar.server.rules` (placement targets with the two graces, the cluster-id
+join rule, topic planning, the shutdown successor); the node gathers their inputs
+and acts on the results. A node hosts the partitions placement gives it: founding
+replicas are opened when a topic's creation is applied; a node added later gets its
+replica when the leader first replicates to it; a replica is deleted when its group
+removed it and placement does not want it back, or when its topic is deleted.
+Shutdown (SIGTERM) hands leaderships over, gossips ``left`` and closes everything,
+each step bounded in time whatever the peers do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import random
 import time
 import uuid
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,28 +41,30 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from laminar.errors import ClusterIdMismatchError, ConfigError
-from laminar.membership import EventKind, LocalMember, MemberEvent, MemberState
-from laminar.placement import PlacementMember, partition_key, replicas
-from laminar.replica.types import GroupConfig, NodeId
-from laminar.segment.config import LogConfig
+from laminar.errors import ClusterIdMismatchError, ConfigError, InvalidInputError
+from laminar.ids import TopicPartition
+from laminar.membership import EventKind, LocalMember, Member, MemberEvent, MemberState
+from laminar.placement import PlacementMember
+from laminar.replica.core import ReplicaCore
+from laminar.replica.types import GroupConfig, NodeId, Role
+from laminar.segment.log import SegmentLog
+from laminar.server import rules
+from laminar.server.channels import ChannelCache
 from laminar.server.config import NodeConfig
+from laminar.server.follower import READ_BYTES_MAX, MetadataFollower
 from laminar.server.gossip import ThreadedMembership
-from laminar.server.host import PartitionKey, ReplicaHost
-from laminar.server.metadata import (
-    CLUSTER_TOPIC,
-    METADATA_KEY,
-    METADATA_REPLICATION_MAX,
-    Change,
-    MetadataState,
-)
-from laminar.server.transport import PeerTransport, TransportConfig
+from laminar.server.host import LogFactory, ReplicaHost
+from laminar.server.metadata import CLUSTER_TOPIC, METADATA_KEY, Change, MetadataState
+from laminar.server.service import LaminarService, add_to_server
+from laminar.server.transport import PeerTransport
 from laminar.v1 import laminar_pb2, laminar_pb2_grpc
 
 _LOG = logging.getLogger(__name__)
 _IDENTITY_FILE = "node.json"
 _CLUSTER_META = "cluster"
 _PEER_META = "peer"  # the member's peer (replication) address
+_JOIN_POLL_S = 0.05
+_EARLY_EVENTS_MAX = 10_000
 
 
 @dataclass
@@ -107,36 +117,108 @@ class Identity:
         os.replace(temporary, path)
 
 
-class Node:
-    """One broker node. ``await start()``, then ``await stop()``."""
+class MemberEventRelay:
+    """Membership's event callback, connected to the node once it exists.
 
-    def __init__(self, config: NodeConfig) -> None:
+    Membership must run before the node can be built (the node needs the cluster
+    id it learns from gossip); events of that interval are kept (at most
+    ``_EARLY_EVENTS_MAX``) and replayed on :meth:`connect`.
+    """
+
+    def __init__(self) -> None:
+        self._early: deque[MemberEvent] = deque(maxlen=_EARLY_EVENTS_MAX)
+        self._sink: Callable[[MemberEvent], None] | None = None
+
+    def __call__(self, event: MemberEvent) -> None:
+        if self._sink is None:
+            self._early.append(event)
+        else:
+            self._sink(event)
+
+    def connect(self, sink: Callable[[MemberEvent], None]) -> None:
+        self._sink = sink
+        while self._early:
+            sink(self._early.popleft())
+
+
+def _host_of(address: str) -> str:
+    return address.rpartition(":")[0]
+
+
+class Node:
+    """One broker node: ``node = await Node.open(config)``, then ``await node.stop()``.
+
+    ``log_factory`` opens each replica's log (a memory log in tests) and ``clock``
+    (seconds, monotonic) drives the replica host; both default to the real ones.
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        identity: Identity,
+        membership: ThreadedMembership,
+        events: MemberEventRelay,
+        *,
+        log_factory: LogFactory,
+        clock: Callable[[], float] | None,
+    ) -> None:
+        assert identity.cluster_id is not None
         self.config = config
-        os.makedirs(config.data_dir, exist_ok=True)
-        self.identity = Identity.load_or_create(config)
-        self.node_id = self.identity.node_id
+        self.identity = identity
+        self.node_id = identity.node_id
+        self.cluster_id: str = identity.cluster_id
+        self.membership = membership
         self.metadata = MetadataState()
-        self.membership: ThreadedMembership | None = None
-        self._dead_since: dict[str, float] = {}
-        self._replan_handle: asyncio.TimerHandle | None = None
-        self.host: ReplicaHost | None = None
-        self.transport: PeerTransport | None = None
-        self.server: grpc.aio.Server | None = None
-        self._health = health.aio.HealthServicer() if hasattr(health, "aio") else None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._metadata_changed = asyncio.Event()
-        self._metadata_committed = asyncio.Event()
-        self._targets: dict[PartitionKey, tuple[str, ...]] = {}
-        self._stopping = False
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.host = ReplicaHost(
+            self.node_id,
+            config.data_dir,
+            config.replica,
+            config.log,
+            send=self._send_bundle,
+            fsync=config.fsync,
+            accept_replica=self._accept_replica,
+            on_committed=self._on_committed,
+            on_removed=self._on_removed,
+            host_config=config.host,
+            log_factory=log_factory,
+            clock=clock,
+        )
+        self.transport = PeerTransport(
+            self.node_id,
+            self.cluster_id,
+            self.host.on_bundle,
+            on_delivered=self.host.flush_now,
+            config=config.transport,
+            local_host=_host_of(config.peer),
+        )
+        self.channels = ChannelCache(config.service.channels_max)
+        self.follower = MetadataFollower(
+            self.metadata, self._metadata_core, self._fetch_metadata_remote, self._on_changes
+        )
+        self.service = LaminarService(self, config.service)
+        self._health = health.aio.HealthServicer()
+        self.server = self._build_server()
+        self._dead_since_ms: dict[str, int] = {}
+        self._targets: dict[TopicPartition, tuple[str, ...]] = {}
         self._peer_addresses: dict[str, str] = {}
+        self._known_members: set[NodeId] = set()
+        self._stopping = False
         self.ready = asyncio.Event()
+        events.connect(self._on_member_event)
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        config = self.config
-        identity = self.identity
+    @classmethod
+    async def open(
+        cls,
+        config: NodeConfig,
+        *,
+        log_factory: LogFactory = SegmentLog.open,
+        clock: Callable[[], float] | None = None,
+    ) -> Node:
+        """Start membership, learn the cluster id, build the node and start it."""
+        os.makedirs(config.data_dir, exist_ok=True)
+        identity = Identity.load_or_create(config)
         founding = config.bootstrap and identity.cluster_id is None
         if founding:
             identity.cluster_id = uuid.uuid4().hex
@@ -144,42 +226,38 @@ class Node:
             _LOG.info("bootstrapping new cluster %s", identity.cluster_id)
         elif identity.cluster_id is None and not config.seeds:
             raise ConfigError("a new node needs --seeds to join, or --bootstrap to start a cluster")
-        self.membership = ThreadedMembership(
+        events = MemberEventRelay()
+        membership = ThreadedMembership(
             config.membership,
             LocalMember(
-                node_id=self.node_id,  # type: ignore[arg-type]
+                node_id=NodeId(identity.node_id),
                 gossip_address=config.gossip,
                 grpc_address=config.grpc,
                 weight=identity.weight,
                 zone=identity.zone,
-                metadata=self._gossip_metadata(),
+                metadata=_gossip_metadata(identity.cluster_id, config.peer),
             ),
             config.cluster_key.encode(),
             seeds=config.seeds,
             incarnation=int(time.time()),
-            on_event=self._on_member_event,
+            on_event=events,
         )
-        await self.membership.start()
-        await self._learn_cluster_id()
-        assert identity.cluster_id is not None
-        self.host = ReplicaHost(
-            self.node_id,
-            config.data_dir,
-            config.replica,
-            LogConfig(),
-            send=self._send_bundle,
-            fsync=config.fsync,
-            accept_replica=self._accept_replica,
-            on_committed=self._on_committed,
-            on_removed=self._on_removed,
-        )
-        self.transport = PeerTransport(
-            self.node_id,
-            identity.cluster_id,
-            self.host.on_bundle,
-            on_delivered=self.host.flush_now,
-            config=TransportConfig.local() if config.preset == "local" else TransportConfig(),
-        )
+        await membership.start()
+        node: Node | None = None
+        try:
+            await _learn_cluster_id(config, identity, membership)
+            node = cls(config, identity, membership, events, log_factory=log_factory, clock=clock)
+            await node._start(founding)
+        except BaseException:
+            if node is not None:
+                await node.stop(graceful=False)
+            else:
+                await membership.stop(leave=False)
+            raise
+        return node
+
+    async def _start(self, founding: bool) -> None:
+        config = self.config
         try:
             await self.transport.listen(config.peer)
         except OSError as error:
@@ -187,126 +265,110 @@ class Node:
         await self.host.start()
         if founding:  # only ever once: a restarted founder rejoins its group
             self.host.open_replica(METADATA_KEY, GroupConfig((NodeId(self.node_id),)))
-        await self._start_server()
+        if self.server.add_insecure_port(config.grpc) == 0:
+            raise ConfigError(f"cannot listen on {config.grpc}")
+        await self.server.start()
+        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self._health.set("laminar.v1.Laminar", health_pb2.HealthCheckResponse.SERVING)
+        now_ms = self.host.now_ms()
+        for member in self.membership.view():  # dead before this node was built
+            if member.state is MemberState.DEAD:
+                self._dead_since_ms.setdefault(member.node_id, now_ms)
+        self._known_members = {member.node_id for member in self.membership.view()}
         self._replan()
-        self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
+        self.follower.start()
         self.ready.set()
         _LOG.info(
             "node %s ready: cluster %s, gossip %s, grpc %s, peer %s",
             self.node_id,
-            identity.cluster_id,
+            self.cluster_id,
             self.membership.local.gossip_address,
             config.grpc,
             config.peer,
         )
 
-    async def stop(self, *, graceful: bool = True) -> None:
-        """Hand leaderships over, gossip ``left``, and close everything."""
-        if self._stopping:
-            return
-        self._stopping = True
-        if self._health is not None:
-            await self._health.enter_graceful_shutdown()
-        host = self.host
-        if graceful and host is not None:
-            host.transfer_all_leadership()
-            deadline = asyncio.get_running_loop().time() + 3
-            while host.leader_count() and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.05)
-        if self.membership is not None and graceful:
-            with contextlib.suppress(Exception):
-                await self.membership.leave()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if self.server is not None:
-            await self.server.stop(grace=1.0)
-        for channel in self._channels.values():
-            await channel.close()
-        if self.transport is not None:
-            await self.transport.close()
-        if host is not None:
-            await host.close()
-        if self.membership is not None:
-            await self.membership.stop(leave=False)
-        _LOG.info("node %s stopped", self.node_id)
-
-    async def _learn_cluster_id(self) -> None:
-        """Joining: take the cluster id gossiped by the members; refuse a different one."""
-        assert self.membership is not None
-        deadline = asyncio.get_running_loop().time() + 60
-        while True:
-            seen = {
-                cid
-                for member in self.membership.view()
-                if member.node_id != self.node_id
-                and not member.state.is_gone
-                and (cid := member.metadata_dict().get(_CLUSTER_META))
-            }
-            known = self.identity.cluster_id
-            if known is not None and seen:
-                if known not in seen:
-                    raise ClusterIdMismatchError(known, ", ".join(sorted(seen)))
-                return
-            if known is not None and (
-                not self.config.seeds
-                or asyncio.get_running_loop().time() > deadline - 50  # seeds quiet for 10 s
-            ):
-                return  # a restart while the peers are away: start, they will come
-            if len(seen) == 1:
-                self.identity.cluster_id = seen.pop()
-                self.identity.save(self.config.data_dir)
-                self.membership.update_local(metadata=self._gossip_metadata())
-                _LOG.info("joined cluster %s", self.identity.cluster_id)
-                return
-            if asyncio.get_running_loop().time() > deadline:
-                raise ConfigError(f"no cluster found through seeds {', '.join(self.config.seeds)}")
-            await asyncio.sleep(0.05)
-
-    def _gossip_metadata(self) -> tuple[tuple[str, str], ...]:
-        cluster_id = self.identity.cluster_id
-        peer = ((_PEER_META, self.config.peer),)
-        return ((_CLUSTER_META, cluster_id), *peer) if cluster_id else peer
-
-    async def _start_server(self) -> None:
-        from laminar.server.service import LaminarService
-
-        limit = self.config.request_bytes_max
+    def _build_server(self) -> grpc.aio.Server:
+        limit = self.config.service.request_bytes_max
         options = {
             "grpc.max_receive_message_length": limit,
             "grpc.max_send_message_length": limit,
             "grpc.so_reuseport": 0,
         }
         server = grpc.aio.server(options=list(options.items()))
-        laminar_pb2_grpc.add_LaminarServicer_to_server(LaminarService(self), server)  # type: ignore[no-untyped-call]
-        if self._health is not None:
-            health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-            await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
-            await self._health.set("laminar.v1.Laminar", health_pb2.HealthCheckResponse.SERVING)
+        add_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = (
             laminar_pb2.DESCRIPTOR.services_by_name["Laminar"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, server)
-        if server.add_insecure_port(self.config.grpc) == 0:
-            raise ConfigError(f"cannot listen on {self.config.grpc}")
-        await server.start()
-        self.server = server
+        return server
+
+    async def stop(self, *, graceful: bool = True) -> None:
+        """Hand leaderships over, gossip ``left``, and close everything.
+
+        Bounded: the handover takes at most ``handover_timeout_ms``, the rest about
+        ``shutdown_timeout_ms``, whatever the peers do.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
+        loop = asyncio.get_running_loop()
+        await self._health.enter_graceful_shutdown()
+        host = self.host
+        if graceful:
+            handed = self._hand_over_leaderships()
+            deadline = loop.time() + self.config.handover_timeout_ms / 1000
+            while any(host.leads(key) for key in handed) and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+        deadline = loop.time() + self.config.shutdown_timeout_ms / 1000
+
+        def remaining_s() -> float:
+            return max(0.1, deadline - loop.time())
+
+        if graceful:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.membership.leave(), remaining_s())
+        await self.follower.stop()
+        await self.server.stop(grace=min(1.0, remaining_s()))
+        await self.channels.close(remaining_s())
+        await self.transport.close()
+        await host.close(timeout_s=remaining_s())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.membership.stop(leave=False), remaining_s())
+        _LOG.info("node %s stopped", self.node_id)
+
+    def _hand_over_leaderships(self) -> list[TopicPartition]:
+        """Hand every leadership to the best other live voter (graceful shutdown);
+        returns the partitions whose leadership is on its way."""
+        gone = {member.node_id for member in self.membership.view() if member.state.is_gone}
+        handed = []
+        for key in self.host.replica_keys():
+            replica = self.host.get(key)
+            if replica is None or replica.core.role is not Role.LEADER:
+                continue
+            config = replica.core.group_config
+            if config is None:
+                continue
+            voters = [voter for voter in config.voters if voter not in gone]
+            matches = {str(peer): offset for peer, offset in replica.core.match_offsets().items()}
+            successor = rules.shutdown_successor(self.node_id, voters, matches)
+            if successor is not None:
+                self.host.transfer_leadership(key, NodeId(successor))
+                handed.append(key)
+        return handed
 
     # ------------------------------------------------------------------ members
 
-    def members(self) -> list[Any]:
-        return list(self.membership.view()) if self.membership is not None else []
+    def members(self) -> list[Member]:
+        return list(self.membership.view())
 
     def grpc_address_of(self, node_id: str | None) -> str | None:
         if node_id is None:
             return None
         if node_id == self.node_id:
             return self.config.grpc
-        assert self.membership is not None
         member = self.membership.member(node_id)
         return member.grpc_address if member is not None else None
 
@@ -318,72 +380,73 @@ class Node:
         self._peer_addresses.pop(node_id, None)  # it may have moved
         loop = asyncio.get_running_loop()
         if event.kind is EventKind.DEAD:
-            self._dead_since.setdefault(node_id, loop.time())
-            # Placement keeps a dead member for a grace period (a restart, a false
-            # suspicion) before its replicas move; replan when it expires.
-            grace_s = self.config.dead_grace_ms / 1000
+            self._dead_since_ms.setdefault(node_id, self.host.now_ms())
+            # Placement keeps a dead member's replicas through the move grace (a
+            # restart, a short partition); replan when it expires. Leadership does
+            # not wait: the hint below starts elections in the groups it led.
+            grace_s = self.config.replica_move_grace_ms / 1000
             loop.call_later(grace_s + 0.05, self._replan)
         elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.LEFT):
-            self._dead_since.pop(node_id, None)
-        if event.kind in (EventKind.DEAD, EventKind.LEFT) and self.host is not None:
+            self._dead_since_ms.pop(node_id, None)
+        if event.kind in (EventKind.DEAD, EventKind.LEFT):
             self.host.hint_leader_dead(node_id)
-        if self.host is not None:
-            self._replan()
+        if event.kind is EventKind.LEFT:
+            self.transport.forget(node_id)
+        current = {member.node_id for member in self.membership.view()}
+        for gone in self._known_members - current:  # reaped: its link goes too
+            self.transport.forget(gone)
+            self._dead_since_ms.pop(gone, None)
+        self._known_members = current
+        self._replan()
 
-    def _placement_members(self) -> list[PlacementMember]:
-        members = []
-        now = asyncio.get_running_loop().time()
-        grace_s = self.config.dead_grace_ms / 1000
-        for member in self.members():
-            alive = member.state in (MemberState.ALIVE, MemberState.SUSPECT)
-            if member.state is MemberState.DEAD:
-                alive = now - self._dead_since.get(member.node_id, now) < grace_s
-            if member.node_id == self.node_id:
-                alive = True
-            members.append(
-                PlacementMember(member.node_id, weight=member.weight, zone=member.zone, alive=alive)
-            )
-        return members
+    def placement_members(self) -> list[PlacementMember]:
+        return rules.placement_members(
+            self.membership.view(),
+            self.node_id,
+            self._dead_since_ms,
+            self.host.now_ms(),
+            self.config.replica_move_grace_ms,
+        )
 
-    def update_self(self, weight: float | None, zone: str | None) -> None:
-        """Change this node's weight or zone: saved, gossiped, and placement follows."""
+    def update_self(self, weight: float | None, zone: str | None) -> Member:
+        """Change this node's weight or zone: saved, gossiped, and placement follows.
+
+        Returns this node as a member with the new values (gossip applies them
+        asynchronously)."""
         if weight is not None:
             if not (weight >= 0 and weight < float("inf")):
-                raise ConfigError(f"weight must be a finite number >= 0, got {weight}")
+                raise InvalidInputError(f"weight must be a finite number >= 0, got {weight}")
             self.identity.weight = weight
         if zone is not None:
+            if len(zone.encode()) > 64 or "\x00" in zone:
+                raise InvalidInputError("zone must be at most 64 bytes without NUL")
             self.identity.zone = zone
         self.identity.save(self.config.data_dir)
-        assert self.membership is not None
         self.membership.update_local(weight=weight, zone=zone)
         self._replan()
+        me = self.membership.member(self.node_id)
+        assert me is not None
+        return dataclasses.replace(me, weight=self.identity.weight, zone=self.identity.zone)
 
     # ------------------------------------------------------------------ placement
 
-    def target_of(self, key: PartitionKey) -> tuple[str, ...]:
+    def target_of(self, key: TopicPartition) -> tuple[str, ...]:
         return self._targets.get(key, ())
 
     def _replan(self) -> None:
         """Recompute every partition's target replica list from the current members."""
-        if self.host is None:
+        if self._stopping:
             return
-        members = self._placement_members()
-        eligible = sum(1 for m in members if m.eligible)
-        targets: dict[PartitionKey, tuple[str, ...]] = {}
-        k_meta = max(1, min(METADATA_REPLICATION_MAX, eligible))
-        targets[METADATA_KEY] = replicas(partition_key(*METADATA_KEY), members, k_meta)
-        for name, topic in self.metadata.topics.items():
-            for partition in range(topic.spec.partitions):
-                key = (name, partition)
-                targets[key] = replicas(
-                    partition_key(name, partition), members, topic.spec.replication_factor
-                )
-        self._targets = targets
-        for key, target in targets.items():
+        topics = {
+            name: (topic.spec.partitions, topic.spec.replication_factor)
+            for name, topic in self.metadata.topics.items()
+        }
+        self._targets = rules.placement_targets(self.placement_members(), topics)
+        for key, target in self._targets.items():
             if target:
                 self.host.set_target(key, target)
 
-    def _accept_replica(self, key: PartitionKey) -> bool:
+    def _accept_replica(self, key: TopicPartition) -> bool:
         """Whether a message for a partition this node lacks may create its replica.
 
         Only when placement assigns the partition to this node: a leader adding us
@@ -397,14 +460,19 @@ class Node:
             return False
         return self.node_id in self._targets.get(key, ())
 
-    def _on_removed(self, key: PartitionKey) -> None:
-        if self.host is not None:
+    def _on_removed(self, key: TopicPartition) -> None:
+        """The group removed this replica: delete it, unless placement wants it here
+        (it was removed while unreachable and is back): then keep its log, so that it
+        catches up from where it matches when the leader adds it again."""
+        if self.node_id in self._targets.get(key, ()):
+            self.host.reopen_replica(key)
+        else:
             self.host.delete_replica(key)
 
     def peer_address_of(self, node_id: str) -> str | None:
         """Where ``node_id`` accepts replication traffic (gossiped in its metadata)."""
         address = self._peer_addresses.get(node_id)
-        if address is None and self.membership is not None:
+        if address is None:
             member = self.membership.member(node_id)
             if member is not None:
                 address = member.metadata_dict().get(_PEER_META)
@@ -414,80 +482,50 @@ class Node:
 
     def _send_bundle(self, peer: str, bundle: Any) -> None:
         address = self.peer_address_of(peer)
-        if address is None or self.transport is None:
-            return
-        self.transport.send(peer, address, bundle)
+        if address is not None:
+            self.transport.send(peer, address, bundle)
 
     # ------------------------------------------------------------------ metadata
 
-    def _on_committed(self, key: PartitionKey, start: int, end: int) -> None:
+    def _metadata_core(self) -> ReplicaCore | None:
+        replica = self.host.get(METADATA_KEY)
+        return replica.core if replica is not None else None
+
+    def _on_committed(self, key: TopicPartition, start: int, end: int) -> None:
         if key == METADATA_KEY:
-            self._metadata_committed.set()
+            self.follower.committed()
 
-    async def _metadata_loop(self) -> None:
-        """Apply ``__cluster/0`` as it commits: locally when hosted, else from a replica."""
-        while not self._stopping:
-            try:
-                replica = self.host.get(METADATA_KEY) if self.host is not None else None
-                if replica is not None and replica.core.high_watermark > 0:
-                    core = replica.core
-                    if self.metadata.applied_offset < core.high_watermark:
-                        self._apply_metadata(core.read(self.metadata.applied_offset, 1 << 20))
-                        continue
-                    self._metadata_committed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._metadata_committed.wait(), 1.0)
-                    continue
-                data = await self._fetch_metadata_remote()
-                if data:
-                    self._apply_metadata(data)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # a failed fetch: try again shortly
-                _LOG.debug("metadata catch-up: %s", error)
-                await asyncio.sleep(0.2)
-
-    async def _fetch_metadata_remote(self) -> bytes:
+    async def _fetch_metadata_remote(self, offset: int) -> bytes:
         """Long-poll ``__cluster/0`` from a node that should hold it."""
         candidates = [n for n in self._targets.get(METADATA_KEY, ()) if n != self.node_id]
         random.shuffle(candidates)
         request = laminar_pb2.FetchRequest(
             topic=CLUSTER_TOPIC,
             partition=0,
-            offset=self.metadata.applied_offset,
-            max_bytes=1 << 20,
-            max_wait_ms=1000,
+            offset=offset,
+            max_bytes=READ_BYTES_MAX,
+            max_wait_ms=self.config.metadata_wait_ms,
         )
+        timeout_s = self.config.metadata_call_timeout_ms / 1000
         for node in candidates:
             address = self.grpc_address_of(node)
             if address is None:
                 continue
+            stub = laminar_pb2_grpc.LaminarStub(self.channels.get(address))  # type: ignore[no-untyped-call]
             try:
-                response = await self._stub(address).Fetch(request, timeout=5)
+                response = await stub.Fetch(request, timeout=timeout_s)
                 return bytes(response.batches)
             except grpc.aio.AioRpcError as error:
                 _LOG.debug("metadata fetch from %s failed: %s", node, error.details())
         await asyncio.sleep(0.2)
         return b""
 
-    def _stub(self, address: str) -> laminar_pb2_grpc.LaminarStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(address)
-            self._channels[address] = channel
-        return laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
-
-    def _apply_metadata(self, data: bytes) -> None:
-        changes = self.metadata.apply(data)
+    def _on_changes(self, changes: list[Change]) -> None:
         for change in changes:
             self._apply_change(change)
-        if changes:
-            self._replan()
-        self._metadata_changed.set()
-        self._metadata_changed = asyncio.Event()
+        self._replan()
 
     def _apply_change(self, change: Change) -> None:
-        assert self.host is not None
         topic = change.topic
         if change.kind == "created":
             _LOG.info("topic %s created (%d partitions)", topic.spec.name, topic.spec.partitions)
@@ -502,12 +540,51 @@ class Node:
 
     async def wait_metadata(self, offset: int, timeout_s: float) -> None:
         """Wait until this node applied the metadata log up to ``offset``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.metadata.applied_offset < offset:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise TimeoutError
-            event = self._metadata_changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+        await self.follower.wait_applied(offset, timeout_s)
+
+
+def _gossip_metadata(cluster_id: str | None, peer: str) -> tuple[tuple[str, str], ...]:
+    entries = [(_PEER_META, peer)]
+    if cluster_id:
+        entries.insert(0, (_CLUSTER_META, cluster_id))
+    return tuple(entries)
+
+
+async def _learn_cluster_id(
+    config: NodeConfig, identity: Identity, membership: ThreadedMembership
+) -> None:
+    """Joining: take the cluster id gossiped by the members; refuse a different one."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        seen = [
+            cluster_id
+            for member in membership.view()
+            if member.node_id != identity.node_id
+            and not member.state.is_gone
+            and (cluster_id := member.metadata_dict().get(_CLUSTER_META))
+        ]
+        decision = rules.join_decision(
+            identity.cluster_id,
+            seen,
+            has_seeds=bool(config.seeds),
+            waited_ms=int((loop.time() - started) * 1000),
+            restart_wait_ms=config.restart_wait_ms,
+            join_wait_ms=config.join_wait_ms,
+        )
+        match decision.action:
+            case rules.Join.START:
+                return
+            case rules.Join.MISMATCH:
+                assert identity.cluster_id is not None
+                raise ClusterIdMismatchError(identity.cluster_id, ", ".join(sorted(set(seen))))
+            case rules.Join.ADOPT:
+                identity.cluster_id = decision.cluster_id
+                identity.save(config.data_dir)
+                membership.update_local(metadata=_gossip_metadata(identity.cluster_id, config.peer))
+                _LOG.info("joined cluster %s", identity.cluster_id)
+                return
+            case rules.Join.NO_CLUSTER:
+                raise ConfigError(f"no cluster found through seeds {', '.join(config.seeds)}")
+            case rules.Join.WAIT:
+                await asyncio.sleep(_JOIN_POLL_S)

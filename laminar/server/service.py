@@ -2,8 +2,12 @@
 
 Every handler validates its request, does the work through the node's replica host
 and metadata, and turns any :class:`~laminar.errors.LaminarError` into a status
-with a typed detail (:mod:`laminar.grpc_errors`). An unexpected exception becomes
-``INTERNAL`` with a log line; it never takes the node down.
+with a typed detail (:mod:`laminar.grpc_errors`). A request body that does not
+parse is ``INVALID_ARGUMENT`` (detail ``INVALID_INPUT``) instead of grpcio's
+``UNKNOWN`` with a traceback: :func:`add_to_server` registers the handlers with
+deserializers that hand the handler a :class:`MalformedRequest` instead of raising.
+An unexpected exception becomes ``INTERNAL``; it never takes the node down. Both are
+logged through a :class:`RateLimitedLog`, so that a client cannot flood the log.
 """
 
 from __future__ import annotations
@@ -12,11 +16,13 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 
 from laminar.errors import (
     BatchLimitError,
@@ -26,17 +32,22 @@ from laminar.errors import (
     NotLeaderError,
     RequestTimeoutError,
     TopicExistsError,
+    UnavailableError,
     UnknownTopicOrPartitionError,
 )
 from laminar.grpc_errors import abort_with
-from laminar.membership import Member
-from laminar.placement import partition_key, replicas
+from laminar.ids import TopicPartition
+from laminar.membership import Member, MemberState
+from laminar.placement import PlacementMember
 from laminar.records import parse_header
 from laminar.replica.types import Acks, Role
-from laminar.server.host import PartitionKey
+from laminar.server import rules
+from laminar.server.config import ServiceConfig
+from laminar.server.host import ReplicaHost
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
+    MetadataState,
     TopicSpec,
     TopicState,
     create_topic_command,
@@ -45,40 +56,159 @@ from laminar.server.metadata import (
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 
-if TYPE_CHECKING:
-    from laminar.server.node import Node
-
 _LOG = logging.getLogger(__name__)
 _ACKS = {pb.ACKS_ALL: Acks.ALL, pb.ACKS_LEADER: Acks.LEADER, pb.ACKS_NONE: Acks.NONE}
-BATCHES_PER_PRODUCE_MAX = 10_000
-ADMIN_TIMEOUT_S = 15.0
 
 _R = TypeVar("_R")
 _Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_R]]
+SERVICE_NAME = "laminar.v1.Laminar"
+
+
+class NodeApi(Protocol):
+    """What the service needs of its node (:class:`~laminar.server.node.Node` is one)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def host(self) -> ReplicaHost: ...
+
+    @property
+    def metadata(self) -> MetadataState: ...
+
+    def members(self) -> list[Member]:
+        """The membership view (never blocks)."""
+        ...
+
+    def target_of(self, key: TopicPartition) -> tuple[str, ...]:
+        """Placement's replica list for ``key``, preferred leader first."""
+        ...
+
+    def grpc_address_of(self, node_id: str | None) -> str | None: ...
+
+    def placement_members(self) -> list[PlacementMember]: ...
+
+    def update_self(self, weight: float | None, zone: str | None) -> Member:
+        """Change this node's weight and/or zone; returns it as a member."""
+        ...
+
+    async def wait_metadata(self, offset: int, timeout_s: float) -> None:
+        """Wait until the catalogue applied the metadata log up to ``offset``."""
+        ...
+
+
+class RateLimitedLog:
+    """At most one log line per ``interval_s`` per kind; the lines skipped are counted
+    and reported with the next one."""
+
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self.suppressed: dict[str, int] = {}
+
+    def __call__(self, kind: str, message: str, *args: object, traceback: bool = False) -> None:
+        now = self._clock()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._interval_s:
+            self.suppressed[kind] = self.suppressed.get(kind, 0) + 1
+            return
+        self._last[kind] = now
+        skipped = self.suppressed.pop(kind, 0)
+        suffix = f" ({skipped} more since the last such line)" if skipped else ""
+        _LOG.warning(message + suffix, *args, exc_info=traceback)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MalformedRequest:
+    """What a handler receives instead of a request body that did not parse."""
+
+    method: str
+    error: str
 
 
 def _guarded(handler: _Handler[_R]) -> _Handler[_R]:
-    """Map Laminar errors to statuses; log and hide anything unexpected."""
+    """Map Laminar errors to statuses; log (rate-limited) and hide anything unexpected."""
 
     @functools.wraps(handler)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> _R:
+        if self.calls >= self._config.calls_max:
+            self.counters["calls_refused"] += 1
+            await abort_with(
+                context, UnavailableError(f"node busy: {self.calls} calls in progress; retry")
+            )
+        self.calls += 1
         try:
+            if isinstance(request, MalformedRequest):
+                self._rate_log(
+                    "malformed",
+                    "malformed %s request refused: %s",
+                    request.method,
+                    request.error,
+                )
+                raise InvalidInputError(
+                    f"the {request.method} request body is not a valid "
+                    f"laminar.v1.{request.method}Request: {request.error}"
+                )
             return await handler(self, request, context)
         except LaminarError as error:
             await abort_with(context, error)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception:
-            _LOG.exception("%s failed", handler.__name__)
+            self._rate_log("internal", "%s failed", handler.__name__, traceback=True)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error (see the node log)")
+        finally:
+            self.calls -= 1
         raise AssertionError("unreachable")  # abort always raises
 
     return wrapper
 
 
+def _lenient(method: str, message_type: type[Message]) -> Callable[[bytes], object]:
+    """A deserializer that returns :class:`MalformedRequest` instead of raising."""
+
+    def deserialize(data: bytes) -> object:
+        try:
+            return message_type.FromString(data)
+        except (DecodeError, ValueError, RuntimeError) as error:
+            return MalformedRequest(method, str(error)[:200] or type(error).__name__)
+
+    return deserialize
+
+
+def add_to_server(service: LaminarService, server: grpc.aio.Server) -> None:
+    """Register every method of ``laminar.v1.Laminar`` on ``server``, with lenient
+    deserializers (see the module docstring)."""
+    descriptor = pb.DESCRIPTOR.services_by_name["Laminar"]
+    handlers = {}
+    for method in descriptor.methods:
+        request_type = getattr(pb, method.input_type.name)
+        response_type = getattr(pb, method.output_type.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(service, method.name),
+            request_deserializer=_lenient(method.name, request_type),
+            response_serializer=response_type.SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+
+
 class LaminarService(laminar_pb2_grpc.LaminarServicer):
-    def __init__(self, node: Node) -> None:
+    """The public API of one node; ``calls`` in progress, ``counters`` of refusals."""
+
+    def __init__(
+        self, node: NodeApi, config: ServiceConfig, *, rate_log: RateLimitedLog | None = None
+    ) -> None:
         self._node = node
+        self._config = config
+        self._rate_log = (
+            rate_log if rate_log is not None else RateLimitedLog(config.log_interval_ms / 1000)
+        )
+        self.calls = 0
+        self.counters: dict[str, int] = {"calls_refused": 0}
 
     # ------------------------------------------------------------------ data
 
@@ -90,9 +220,10 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         key = self._key(request.topic, request.partition)
         if not request.batches:
             raise InvalidInputError("a produce request needs at least one batch")
-        if len(request.batches) > BATCHES_PER_PRODUCE_MAX:
+        if len(request.batches) > self._config.batches_per_produce_max:
             raise BatchLimitError(
-                f"{len(request.batches)} batches in one request; at most {BATCHES_PER_PRODUCE_MAX}"
+                f"{len(request.batches)} batches in one request; "
+                f"at most {self._config.batches_per_produce_max}"
             )
         for batch in request.batches:
             header = parse_header(batch)
@@ -105,17 +236,14 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         acks = _ACKS.get(request.acks)
         if acks is None:
             raise InvalidInputError(f"unknown acks value {request.acks}")
-        timeout_ms = request.timeout_ms or node.config.produce_timeout_ms
-        timeout_s = min(timeout_ms, 10 * node.config.produce_timeout_ms) / 1000
+        timeout_ms = request.timeout_ms or self._config.produce_timeout_ms
+        timeout_s = min(timeout_ms, self._config.produce_timeout_max_ms) / 1000
         host = node.host
-        assert host is not None
-        if host.get(key) is None:
+        if host.get(key) is None and not host.is_fenced(key):
             raise self._not_leader(key)
         try:
-            calls = [host.produce(key, bytes(b), acks, timeout_s) for b in request.batches]
-            # One batch (the common case) is awaited directly: gather would wrap it in
-            # a task, one more hop through the event loop each way.
-            results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
+            # All or none: the leader checks every batch before it appends any.
+            results = await host.produce_batches(key, request.batches, acks, timeout_s)
         except NotLeaderError as error:
             raise NotLeaderError(error.leader_id, node.grpc_address_of(error.leader_id)) from None
         return pb.ProduceResponse(
@@ -129,7 +257,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     ) -> pb.FetchResponse:
         node = self._node
         key = self._key(request.topic, request.partition, internal=True)
-        config = node.config
+        config = self._config
         max_bytes = request.max_bytes or config.fetch_bytes_max
         if max_bytes > config.fetch_bytes_max:
             raise InvalidInputError(f"max_bytes must be at most {config.fetch_bytes_max}")
@@ -137,10 +265,11 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             raise InvalidInputError(f"offset must be >= 0, got {request.offset}")
         wait_s = min(request.max_wait_ms, config.fetch_wait_ms_max) / 1000
         host = node.host
-        assert host is not None
-        if host.get(key) is None:
+        if host.get(key) is None and not host.is_fenced(key):
+            # The partition exists (``_key`` checked): another node serves it, so this
+            # is retriable, and the client moves on to a replica.
             target = node.target_of(key)
-            raise UnknownTopicOrPartitionError(
+            raise UnavailableError(
                 f"{key[0]}/{key[1]} has no replica on {node.node_id}; replicas: "
                 f"{', '.join(target) or 'unknown'}"
             )
@@ -167,7 +296,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 raise UnknownTopicOrPartitionError(f"no topic {name!r}")
             topics.append(self._topic_info(topic))
         return pb.MetadataResponse(
-            cluster_id=node.identity.cluster_id or "",
+            cluster_id=node.cluster_id,
             node_id=node.node_id,
             members=[_member(m) for m in node.members()],
             topics=topics,
@@ -190,19 +319,21 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         """Members, and the health of every partition this node leads."""
         node = self._node
         host = node.host
-        assert host is not None
+        members = node.members()
+        alive: set[str] = {node.node_id}
+        alive.update(
+            m.node_id for m in members if m.state in (MemberState.ALIVE, MemberState.SUSPECT)
+        )
+        now_ms = host.now_ms()
         partitions = []
-        for key in sorted(host.keys()):
+        for key in sorted(host.replica_keys()):
             replica = host.get(key)
             if replica is None or replica.core.role is not Role.LEADER:
                 continue
             core = replica.core
             config = core.group_config
             voters = list(config.voters) if config else []
-            matches = core.match_offsets()
-            in_sync = sum(
-                1 for v in voters if v == node.node_id or matches.get(v, -1) >= core.high_watermark
-            )
+            in_sync = [v for v in core.in_sync_voters(now_ms) if v in alive]
             wanted = self._replication_factor(key)
             partitions.append(
                 pb.PartitionHealth(
@@ -211,31 +342,34 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                     leader=node.node_id,
                     replicas=list(node.target_of(key)),
                     voters=voters,
-                    under_replicated=in_sync < wanted,
+                    under_replicated=len(in_sync) < wanted,
+                    in_sync=in_sync,
                 )
             )
+        fenced = [
+            pb.FencedReplica(
+                topic=f.key[0],
+                partition=f.key[1],
+                reason=f.reason,
+                fenced_for_ms=max(0, now_ms - f.since_ms),
+            )
+            for f in host.fenced()
+        ]
         return pb.DescribeClusterResponse(
-            cluster_id=node.identity.cluster_id or "",
+            cluster_id=node.cluster_id,
             node_id=node.node_id,
-            members=[_member(m) for m in node.members()],
+            members=[_member(m) for m in members],
             partitions=partitions,
+            fenced=fenced,
         )
 
     @_guarded
     async def UpdateNode(  # noqa: N802
         self, request: pb.UpdateNodeRequest, context: grpc.aio.ServicerContext
     ) -> pb.UpdateNodeResponse:
-        node = self._node
         weight = request.weight if request.HasField("weight") else None
         zone = request.zone if request.HasField("zone") else None
-        if zone is not None and (len(zone.encode()) > 64 or "\x00" in zone):
-            raise InvalidInputError("zone must be at most 64 bytes without NUL")
-        if weight is not None and not (0 <= weight < float("inf")):
-            raise InvalidInputError(f"weight must be a finite number >= 0, got {weight}")
-        node.update_self(weight, zone)
-        me = next(m for m in node.members() if m.node_id == node.node_id)
-        # The gossip thread applies the change asynchronously: answer with what was set.
-        me = dataclasses.replace(me, weight=node.identity.weight, zone=node.identity.zone)
+        me = self._node.update_self(weight, zone)
         return pb.UpdateNodeResponse(member=_member(me))
 
     # ------------------------------------------------------------------ admin
@@ -246,28 +380,22 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     ) -> pb.CreateTopicResponse:
         node = self._node
         config = request.config
-        spec = TopicSpec(
+        if not request.HasField("config"):
+            raise InvalidTopicError("a topic needs a config (partitions, replication factor...)")
+        spec = TopicSpec(  # 0 is refused by validate(): no silent defaults
             name=request.name,
-            partitions=config.partitions or 1,
-            replication_factor=config.replication_factor or 3,
-            retention_bytes=config.retention_bytes or -1,
-            retention_ms=config.retention_ms or -1,
+            partitions=config.partitions,
+            replication_factor=config.replication_factor,
+            retention_bytes=config.retention_bytes,
+            retention_ms=config.retention_ms,
         )
         spec.validate()
         self._require_metadata_leader()
         if spec.name in node.metadata.topics:
             raise TopicExistsError(f"topic {spec.name!r} already exists")
-        members = node._placement_members()
-        eligible = sum(1 for m in members if m.eligible)
-        if spec.replication_factor > eligible:
-            raise InvalidTopicError(
-                f"replication factor {spec.replication_factor} needs as many nodes with "
-                f"weight > 0; the cluster has {eligible}"
-            )
-        founders = [
-            replicas(partition_key(spec.name, p), members, spec.replication_factor)
-            for p in range(spec.partitions)
-        ]
+        founders = rules.plan_topic(
+            spec.name, spec.partitions, spec.replication_factor, node.placement_members()
+        )
         command_id = uuid.uuid4().hex
         offset = await self._propose_metadata(create_topic_command(spec, founders, command_id))
         topic = node.metadata.topics.get(spec.name)
@@ -290,7 +418,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
 
     # ------------------------------------------------------------------ helpers
 
-    def _key(self, topic: str, partition: int, *, internal: bool = False) -> PartitionKey:
+    def _key(self, topic: str, partition: int, *, internal: bool = False) -> TopicPartition:
         """The partition named by a request; ``internal`` allows ``__cluster/0``
         (readable like any partition, for metadata catch-up; never writable)."""
         if topic == CLUSTER_TOPIC and partition == 0 and internal:
@@ -304,22 +432,25 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             )
         return (topic, partition)
 
-    def _replication_factor(self, key: PartitionKey) -> int:
+    def _replication_factor(self, key: TopicPartition) -> int:
         if key == METADATA_KEY:
             return len(self._node.target_of(key))
         topic = self._node.metadata.topics.get(key[0])
         return topic.spec.replication_factor if topic else 0
 
-    def _not_leader(self, key: PartitionKey) -> NotLeaderError:
-        """Where to go for ``key`` when this node has no replica: placement's first."""
-        target = self._node.target_of(key)
-        leader = target[0] if target else None
-        return NotLeaderError(leader, self._node.grpc_address_of(leader))
+    def _not_leader(self, key: TopicPartition) -> NotLeaderError:
+        """Where to go for ``key`` when this node has no replica: placement's first
+        replica that gossip does not call dead or gone (a dead node keeps its place
+        in the target through the replica move grace, but leads nothing)."""
+        node = self._node
+        gone = {m.node_id for m in node.members() if m.state.is_gone}
+        live = [replica for replica in node.target_of(key) if replica not in gone]
+        leader = live[0] if live else None
+        return NotLeaderError(leader, node.grpc_address_of(leader))
 
     def _require_metadata_leader(self) -> None:
         node = self._node
         host = node.host
-        assert host is not None
         replica = host.get(METADATA_KEY)
         if replica is not None and replica.core.role is Role.LEADER:
             return
@@ -330,11 +461,10 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
 
     async def _propose_metadata(self, batch: bytes) -> int:
         node = self._node
-        host = node.host
-        assert host is not None
-        result = await host.produce(METADATA_KEY, batch, Acks.ALL, ADMIN_TIMEOUT_S)
+        timeout_s = self._config.admin_timeout_ms / 1000
+        result = await node.host.produce(METADATA_KEY, batch, Acks.ALL, timeout_s)
         try:
-            await node.wait_metadata(result.base_offset + 1, ADMIN_TIMEOUT_S)
+            await node.wait_metadata(result.base_offset + 1, timeout_s)
         except TimeoutError:
             raise RequestTimeoutError("the change committed but was not applied in time") from None
         return result.base_offset
@@ -342,7 +472,6 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     def _topic_info(self, topic: TopicState) -> pb.TopicInfo:
         node = self._node
         host = node.host
-        assert host is not None
         partitions = []
         for partition in range(topic.spec.partitions):
             key = (topic.spec.name, partition)

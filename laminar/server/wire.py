@@ -58,6 +58,7 @@ from typing import Final
 import msgpack
 
 from laminar.errors import ConfigError, InvalidInputError
+from laminar.ids import TopicPartition
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.messages import (
     AppendRequest,
@@ -83,7 +84,7 @@ OFFSET_MAX: Final = 2**63 - 1
 _PREFIX: Final = struct.Struct(">BI")
 PREFIX_BYTES: Final = _PREFIX.size
 
-PartitionKey = tuple[str, int]
+PartitionKey = TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,32 +212,48 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PartitionHealth(_message.Message):
-    __slots__ = ("topic", "partition", "leader", "replicas", "voters", "under_replicated")
+    __slots__ = ("topic", "partition", "leader", "replicas", "voters", "under_replicated", "in_sync")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     VOTERS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     leader: str
     replicas: _containers.RepeatedScalarFieldContainer[str]
     voters: _containers.RepeatedScalarFieldContainer[str]
     under_replicated: bool
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., under_replicated: _Optional[bool] = ...) -> None: ...
+    in_sync: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., under_replicated: _Optional[bool] = ..., in_sync: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class FencedReplica(_message.Message):
+    __slots__ = ("topic", "partition", "reason", "fenced_for_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    reason: str
+    fenced_for_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., reason: _Optional[str] = ..., fenced_for_ms: _Optional[int] = ...) -> None: ...
 
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("cluster_id", "node_id", "members", "partitions")
+    __slots__ = ("cluster_id", "node_id", "members", "partitions", "fenced")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     node_id: str
     members: _containers.RepeatedCompositeFieldContainer[Member]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionHealth]
-    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionHealth, _Mapping]]] = ...) -> None: ...
+    fenced: _containers.RepeatedCompositeFieldContainer[FencedReplica]
+    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionHealth, _Mapping]]] = ..., fenced: _Optional[_Iterable[_Union[FencedReplica, _Mapping]]] = ...) -> None: ...
 
 class UpdateNodeRequest(_message.Message):
     __slots__ = ("weight", "zone")

@@ -2,7 +2,9 @@
 
 One `FakeCluster` runs several `FakeNode`s, each a grpc.server on an ephemeral
 port, sharing one in-memory state (topics, logs, leaders). Tests script failures
-with `fail_next(node_id, method, *errors)` and read the call log in `calls`.
+with `fail_next(node_id, method, *errors)` (an error; `("after", error)` to fail
+after doing the work; a `threading.Event` to hang until it is set) and read the
+call log in `calls`.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class FakeServicer(pb_grpc.LaminarServicer):
             queue = cluster.failures[(self.node_id, method)]
             failure = queue.pop(0) if queue else None
         if failure is not None:
+            if isinstance(failure, threading.Event):  # hang until the test sets it
+                failure.wait(10)
+                return None
             if isinstance(failure, tuple):  # ("after", error): do the work, then fail
                 return failure[1]
             abort(context, failure)

@@ -1,9 +1,18 @@
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
-from laminar_client import Client, IdempotentProducer, RetryPolicy
+from laminar_client import (
+    AttemptTimeoutError,
+    Client,
+    IdempotentProducer,
+    NoAnswerError,
+    NodeUnreachableError,
+    RetryPolicy,
+    Transport,
+)
 
 from laminar.errors import (
     BatchLimitError,
@@ -21,6 +30,7 @@ from laminar.errors import (
 )
 from laminar.grpc_errors import TopicExistsError
 from laminar.records import decode_records, encode_batch, parse_header
+from laminar.v1 import laminar_pb2 as pb
 from tests.client.fake_server import FakeCluster
 
 FAST = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=5, attempts_max=20)
@@ -79,7 +89,8 @@ def test_not_leader_without_hint_refreshes_metadata(cluster: FakeCluster) -> Non
         metadata_calls = len(cluster.calls_to("Metadata"))
         assert client.produce("t", 0, batch(b"x")) == [0]
     assert cluster.calls_to("Produce") == ["n0", "n0"]
-    assert len(cluster.calls_to("Metadata")) == metadata_calls + 1
+    # The refresh about t/0 asks its followers, which agree that n0 leads.
+    assert cluster.calls_to("Metadata")[metadata_calls:] == ["n1", "n2"]
 
 
 def test_unavailable_is_retried_with_backoff_then_succeeds(cluster: FakeCluster) -> None:
@@ -337,3 +348,66 @@ def test_invalid_arguments_are_rejected_locally(cluster: FakeCluster) -> None:
             client.fetch("t", 0, -1)
     with pytest.raises(InvalidInputError):
         Client("")
+
+
+def test_transport_tells_no_answer_from_an_answered_error(cluster: FakeCluster) -> None:
+    transport = Transport()
+
+    def metadata(node_id: str, timeout_s: float) -> None:
+        address = cluster.address_of(node_id)
+        request = pb.MetadataRequest()
+        transport.call(address, "Metadata", request, pb.MetadataResponse, timeout_s=timeout_s)
+
+    try:
+        cluster.fail_next("n0", "Metadata", UnavailableError("no quorum"))
+        with pytest.raises(UnavailableError) as answered:
+            metadata("n0", 5.0)
+        assert not isinstance(answered.value, NoAnswerError)  # n0 is up: it answered
+
+        release = threading.Event()
+        cluster.fail_next("n1", "Metadata", release)
+        with pytest.raises(AttemptTimeoutError):
+            metadata("n1", 0.2)
+        release.set()
+
+        cluster.nodes["n2"].stop()
+        with pytest.raises(NodeUnreachableError):
+            metadata("n2", 5.0)
+    finally:
+        transport.close()
+
+
+def test_concurrent_producers_survive_a_leader_change(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    errors: list[BaseException] = []
+    offsets: list[int] = []
+    lock = threading.Lock()
+    halfway = threading.Barrier(5)
+    moved = threading.Barrier(5)
+
+    def produce(worker: int) -> None:
+        try:
+            for index in range(20):
+                if index == 10:
+                    halfway.wait(10)
+                    moved.wait(10)
+                (offset,) = client.produce("t", 0, batch(b"%d-%d" % (worker, index)))
+                with lock:
+                    offsets.append(offset)
+        except BaseException as error:
+            errors.append(error)
+
+    with make_client(cluster) as client:
+        threads = [threading.Thread(target=produce, args=(w,)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        halfway.wait(10)  # every worker wrote 10 records to n0
+        with cluster.lock:
+            cluster.partition("t").leader = "n1"
+        cluster.nodes["n0"].stop()
+        moved.wait(10)
+        for thread in threads:
+            thread.join(30)
+    assert not errors
+    assert sorted(offsets) == list(range(80))
+    assert cluster.calls_to("Produce").count("n1") == 40

@@ -22,11 +22,18 @@ from pathlib import Path
 
 import grpc
 import pytest
-from laminar_client import Client, IdempotentProducer
+import xxhash
+from laminar_client import Client, IdempotentProducer, PartitionHealth
 
-from laminar.errors import LaminarError, NotLeaderError
+from laminar.errors import LaminarError, NotLeaderError, OffsetOutOfRangeError
 from laminar.grpc_errors import ERROR_METADATA_KEY, error_from_rpc
-from laminar.records import BatchLimits, encode_batch, encode_control_batch, iter_batches
+from laminar.records import (
+    HEADER_BYTES,
+    BatchLimits,
+    encode_batch,
+    encode_control_batch,
+    iter_batches,
+)
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
 from laminar.v1 import laminar_pb2 as pb
 
@@ -199,6 +206,17 @@ def produce_values(client: Client, topic: str, partition: int, values: list[byte
     """Produce ``values`` in batches of ten, acks=all."""
     for start in range(0, len(values), 10):
         client.produce(topic, partition, encode_batch(values[start : start + 10]))
+
+
+def columns_beyond_payload() -> bytes:
+    """A batch with correct checksums whose value length (10^6) exceeds its payload."""
+    valid = encode_batch([b"abc"])
+    payload = bytearray(valid[HEADER_BYTES:])  # flags, timestamp, value length, value
+    payload[9:13] = (10**6).to_bytes(4, "little")
+    header = bytearray(valid[:HEADER_BYTES])
+    header[64:72] = xxhash.xxh3_64_intdigest(bytes(payload)).to_bytes(8, "little")
+    header[72:80] = xxhash.xxh3_64_intdigest(bytes(header[:72])).to_bytes(8, "little")
+    return bytes(header) + bytes(payload)
 
 
 def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
@@ -450,6 +468,7 @@ def test_malformed_and_oversized_requests_get_status_codes(shared: Shared) -> No
     corrupt_payload[-1] ^= 0xFF
     corrupt_header = bytearray(valid)
     corrupt_header[20] ^= 0xFF
+    bad_columns = columns_beyond_payload()
     cases: list[tuple[str, grpc.RpcError, grpc.StatusCode, int]] = [
         ("garbage bytes", produce([b"not a batch at all"]), invalid, pb.RECORD_FORMAT),
         ("header checksum", produce([bytes(corrupt_header)]), invalid, pb.RECORD_FORMAT),
@@ -463,10 +482,25 @@ def test_malformed_and_oversized_requests_get_status_codes(shared: Shared) -> No
             pb.INVALID_INPUT,
         ),
         ("unknown acks", produce([valid], acks=7), invalid, pb.INVALID_INPUT),
+        # A request is accepted or refused whole: the valid first batch is not stored.
+        ("one bad of two", produce([valid, bytes(corrupt_payload)]), invalid, pb.RECORD_FORMAT),
+        ("columns beyond the payload", produce([bad_columns]), invalid, pb.RECORD_FORMAT),
     ]
     for what, error, status, code in cases:
         assert error.code() == status, what  # type: ignore[attr-defined]
         assert detail_code(error) == code, what
+
+    # A body that is not a protobuf message at all: a typed INVALID_ARGUMENT, not
+    # grpcio's UNKNOWN with a Python exception name.
+    channel = grpc.insecure_channel(leader.grpc)
+    try:
+        raw = channel.unary_unary("/laminar.v1.Laminar/Produce")
+        error = rpc_error(lambda: raw(b"\xff\xff\xff\xff not protobuf", timeout=5))
+    finally:
+        channel.close()
+    assert error.code() == invalid  # type: ignore[attr-defined]
+    assert detail_code(error) == pb.INVALID_INPUT
+    assert "Error" not in (error.details() or "").split(":")[0]  # type: ignore[attr-defined]
 
     # Oversized: a batch above the 16 MiB batch limit is refused by the broker as
     # BATCH_TOO_LARGE; a request above the 64 MiB message limit by gRPC itself. Both
@@ -500,14 +534,32 @@ def test_malformed_and_oversized_requests_get_status_codes(shared: Shared) -> No
         error = rpc_error(lambda fetch=fetch: stub.Fetch(fetch, timeout=5))
         assert error.code() == invalid  # type: ignore[attr-defined]
         assert detail_code(error) == pb.INVALID_INPUT
+    # Past the log end: out of range with the readable range (waiting at the end is
+    # a long-poll, not an error).
+    for offset in (2**63 - 1, before + 1_000):
+        fetch = pb.FetchRequest(topic="strict", partition=0, offset=offset, max_wait_ms=50)
+        error = rpc_error(lambda fetch=fetch: stub.Fetch(fetch, timeout=5))
+        assert error.code() == grpc.StatusCode.OUT_OF_RANGE  # type: ignore[attr-defined]
+        typed = error_from_rpc(error)
+        assert isinstance(typed, OffsetOutOfRangeError)
+        assert (typed.start_offset, typed.end_offset) == (0, before)
+    at_end = pb.FetchRequest(topic="strict", partition=0, offset=before, max_wait_ms=50)
+    assert stub.Fetch(at_end, timeout=5).batches == b""
 
     # Bad topic names and settings; an existing name (sent to the metadata leader,
     # which is where admin calls are decided).
     admin = metadata_leader(cluster)
     admin_stub = cluster.stub(admin)
 
-    def create(name: str, partitions: int = 1, factor: int = 3) -> grpc.RpcError:
-        config = pb.TopicConfig(partitions=partitions, replication_factor=factor)
+    def create(
+        name: str, partitions: int = 1, factor: int = 3, retention: int = -1
+    ) -> grpc.RpcError:
+        config = pb.TopicConfig(
+            partitions=partitions,
+            replication_factor=factor,
+            retention_bytes=retention,
+            retention_ms=-1,
+        )
         request = pb.CreateTopicRequest(name=name, config=config)
         return rpc_error(lambda: admin_stub.CreateTopic(request, timeout=10))
 
@@ -515,9 +567,22 @@ def test_malformed_and_oversized_requests_get_status_codes(shared: Shared) -> No
         error = create(name)
         assert error.code() == invalid, name  # type: ignore[attr-defined]
         assert detail_code(error) == pb.INVALID_TOPIC, name
-    for partitions, factor in ((10_001, 3), (1, 8), (1, 4)):
-        error = create("settings", partitions, factor)
+    # 0 is proto3's "unset": refused, never a silent default.
+    for partitions, factor, retention in (
+        (10_001, 3, -1),
+        (1, 8, -1),
+        (1, 4, -1),
+        (0, 3, -1),
+        (1, 0, -1),
+        (1, 3, 0),
+        (1, 3, -2),
+    ):
+        error = create("settings", partitions, factor, retention)
         assert error.code() == invalid, (partitions, factor)  # type: ignore[attr-defined]
+        assert detail_code(error) == pb.INVALID_TOPIC
+    missing = pb.CreateTopicRequest(name="no-config")
+    error = rpc_error(lambda: admin_stub.CreateTopic(missing, timeout=10))
+    assert detail_code(error) == pb.INVALID_TOPIC
     error = create("strict")
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS  # type: ignore[attr-defined]
     error = rpc_error(
@@ -687,6 +752,34 @@ def test_restarted_node_catches_up(fresh: FreshClusters) -> None:
     )
 
 
+def test_a_dead_follower_of_an_idle_partition_is_reported_under_replicated(
+    fresh: FreshClusters,
+) -> None:
+    # In sync means "acknowledged recently": a dead follower of a partition nobody
+    # writes to still has a match offset equal to the high watermark.
+    cluster, client = fresh.start(3)
+    create_topic(cluster, client, "idle", 1, 3)
+    produce_values(client, "idle", 0, [b"only"])
+    leader = wait_leader(cluster, "idle", 0)
+
+    def health() -> PartitionHealth | None:
+        return next((h for h in client.describe_cluster().partitions if h.topic == "idle"), None)
+
+    wait_for(lambda: (h := health()) is not None and len(h.in_sync) == 3, 10, "all in sync")
+    victim = next(node for node in cluster.nodes if node is not leader)
+    cluster.kill(victim)
+    killed_at = time.monotonic()
+    wait_for(
+        lambda: (h := health()) is not None and h.under_replicated,
+        10,
+        "the partition to be reported under-replicated",
+    )
+    # Well before the replica move grace (10 s), after which the group would shrink.
+    assert time.monotonic() - killed_at < 8
+    reported = health()
+    assert reported is not None and node_id(victim) not in reported.in_sync
+
+
 def partition_views(client: Client, topic: str) -> dict[int, tuple[set[str], set[str]]]:
     """Per partition: placement's replicas and the leader-reported voters."""
     description = client.describe_cluster()
@@ -802,7 +895,9 @@ def test_drained_node_ends_with_no_replicas_and_nothing_is_lost(fresh: FreshClus
     for partition in range(partitions):
         fetch = pb.FetchRequest(topic="drain", partition=partition, offset=0)
         error = rpc_error(lambda fetch=fetch: cluster.stub(drained).Fetch(fetch, timeout=5))
-        assert error.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+        # Retriable: the partition exists, other nodes serve it (and are named).
+        assert error.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert "has no replica on node3" in error.details()  # type: ignore[attr-defined]
     for partition, replicas in placement.items():
         for replica in replicas:
             wait_values(client, "drain", partition, replica, expected[partition])

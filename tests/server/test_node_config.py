@@ -70,3 +70,45 @@ def test_bad_files(tmp_path: Path, text: str, message: str) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_toml("/nonexistent/laminar.toml")
+
+
+def test_presets_set_the_two_graces_and_every_part() -> None:
+    local = build_config({"data_dir": "d"})
+    lan = build_config({"data_dir": "d", "preset": "lan"})
+    assert local.replica_move_grace_ms == 10_000
+    assert lan.replica_move_grace_ms == 300_000  # replicas move after minutes on a LAN
+    assert lan.replica == ReplicaConfig.lan() and local.replica == ReplicaConfig.local()
+    # Leadership moves within about an election timeout in both.
+    assert lan.replica.election_timeout_max_ms < lan.replica_move_grace_ms / 100
+    assert local.transport.connect_timeout_ms < lan.transport.connect_timeout_ms
+
+
+def test_tables_configure_the_parts_of_a_node(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        'data_dir = "d"\nreplica_move_grace_ms = 60000\n'
+        "[host]\nproduce_calls_max = 7\n[service]\nfetch_wait_ms_max = 5000\n"
+        "[transport]\nqueue_max = 9\n[log]\nsegment_bytes_max = 1048576\n"
+    )
+    config = build_config({}, load_toml(str(path)))
+    assert config.replica_move_grace_ms == 60_000
+    assert config.host.produce_calls_max == 7
+    assert config.service.fetch_wait_ms_max == 5000
+    assert config.transport.queue_max == 9
+    assert config.log.segment_bytes_max == 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('data_dir = "d"\n[host]\nproduce_calls_max = 0', "produce_calls_max"),
+        ('data_dir = "d"\n[service]\ncalls_max = 0', "calls_max"),
+        ('data_dir = "d"\n[service]\nbogus = 1', "unknown key"),
+        ('data_dir = "d"\nreplica_move_grace_ms = -1', "replica_move_grace_ms"),
+    ],
+)
+def test_bad_tables(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        build_config({}, load_toml(str(path)))

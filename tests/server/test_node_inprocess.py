@@ -1,0 +1,205 @@
+"""Three whole nodes in one process, on memory logs whose fsync can be made to fail.
+
+Real membership (UDP), real peer transport (TCP) and real gRPC, on 127.0.2.x, but
+the logs are :class:`~laminar.segment.memory.MemoryLog` s handed in by a log
+factory: a test injects fsync failures, and a reopened log holds only what was
+synced (what a power loss would leave). Waits are on conditions with deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from laminar.errors import StorageError
+from laminar.grpc_errors import error_from_rpc
+from laminar.records import encode_batch
+from laminar.replica.types import Role
+from laminar.segment.config import LogConfig
+from laminar.segment.memory import MemoryLog
+from laminar.segment.storage import LogStorage
+from laminar.server.config import NodeConfig
+from laminar.server.host import HostConfig
+from laminar.server.node import Node
+from laminar.v1 import laminar_pb2 as pb
+from laminar.v1 import laminar_pb2_grpc
+
+DEADLINE_S = 20.0
+TOPIC = "events"
+
+
+class MemoryDisks:
+    """Memory logs by directory; ``failing`` directories fail every fsync."""
+
+    def __init__(self) -> None:
+        self.logs: dict[str, MemoryLog] = {}
+        self.failing: set[str] = set()
+
+    def open(self, directory: str, config: LogConfig) -> LogStorage:
+        previous = self.logs.get(directory)
+        log = previous.crash() if previous is not None else MemoryLog(limits=config.limits)
+        self.logs[directory] = log
+        real_sync = log.sync
+
+        def sync() -> None:
+            if any(directory.startswith(root) for root in self.failing):
+                raise OSError(5, "Input/output error (injected)")
+            real_sync()
+
+        log.sync = sync  # type: ignore[method-assign]
+        return log
+
+
+def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
+    @functools.wraps(test)
+    def wrapper(tmp_path: Path) -> None:
+        async def bounded() -> None:
+            async with asyncio.timeout(DEADLINE_S * 4):
+                await test(tmp_path)
+
+        asyncio.run(bounded())
+
+    return wrapper
+
+
+def config(root: Path, index: int, **changes: Any) -> NodeConfig:
+    host = f"127.0.2.{index + 1}"
+    return NodeConfig.local(
+        str(root / f"n{index}"),
+        gossip=f"{host}:7000",
+        grpc=f"{host}:7100",
+        peer=f"{host}:7200",
+        node_id=f"n{index}",
+        bootstrap=index == 0,
+        seeds=() if index == 0 else ("127.0.2.1:7000",),
+        host=HostConfig(storage_retry_ms=200, storage_retry_max_ms=1000),
+        **changes,
+    )
+
+
+async def wait_until(condition: Callable[[], object], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def leader_of(nodes: list[Node], key: tuple[str, int]) -> Node | None:
+    for node in nodes:
+        replica = node.host.get(key)
+        if replica is not None and replica.core.role is Role.LEADER:
+            return node
+    return None
+
+
+async def start_nodes(root: Path, disks: MemoryDisks, count: int = 3) -> list[Node]:
+    nodes = []
+    for index in range(count):
+        nodes.append(await Node.open(config(root, index), log_factory=disks.open))
+    await wait_until(
+        lambda: all(len(n.members()) == count for n in nodes), "every node to see the others"
+    )
+    return nodes
+
+
+async def stop_nodes(nodes: list[Node]) -> None:
+    for node in nodes:
+        await node.stop(graceful=False)
+
+
+def stub(node: Node, channels: list[grpc.aio.Channel]) -> laminar_pb2_grpc.LaminarStub:
+    channel = grpc.aio.insecure_channel(node.config.grpc)
+    channels.append(channel)
+    return laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
+
+
+async def create_topic(nodes: list[Node], channels: list[grpc.aio.Channel]) -> None:
+    await wait_until(lambda: leader_of(nodes, ("__cluster", 0)), "a metadata leader")
+    admin = leader_of(nodes, ("__cluster", 0))
+    assert admin is not None
+    request = pb.CreateTopicRequest(
+        name=TOPIC,
+        config=pb.TopicConfig(
+            partitions=1, replication_factor=3, retention_bytes=-1, retention_ms=-1
+        ),
+    )
+    await stub(admin, channels).CreateTopic(request, timeout=DEADLINE_S)
+    await wait_until(lambda: leader_of(nodes, (TOPIC, 0)), "a partition leader")
+
+
+async def produce(node: Node, value: bytes, channels: list[grpc.aio.Channel]) -> int:
+    request = pb.ProduceRequest(topic=TOPIC, partition=0, batches=[encode_batch([value])])
+    response = await stub(node, channels).Produce(request, timeout=5)
+    return int(response.base_offsets[0])
+
+
+@run
+async def test_a_leader_whose_fsync_fails_is_fenced_reported_and_replaced(tmp_path: Path) -> None:
+    disks = MemoryDisks()
+    nodes = await start_nodes(tmp_path, disks)
+    channels: list[grpc.aio.Channel] = []
+    try:
+        await create_topic(nodes, channels)
+        leader = leader_of(nodes, (TOPIC, 0))
+        assert leader is not None
+        await produce(leader, b"before", channels)
+
+        disks.failing.add(leader.config.data_dir)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await produce(leader, b"refused", channels)
+        assert isinstance(error_from_rpc(caught.value), StorageError)
+
+        # Out of service, and said so in the cluster description.
+        status = await stub(leader, channels).DescribeCluster(
+            pb.DescribeClusterRequest(), timeout=5
+        )
+        assert [(f.topic, f.partition) for f in status.fenced] == [(TOPIC, 0)]
+        assert "Input/output error" in status.fenced[0].reason
+        # The other replicas elect a leader and take writes.
+        others = [node for node in nodes if node is not leader]
+        await wait_until(lambda: leader_of(others, (TOPIC, 0)), "a new leader")
+        new_leader = leader_of(others, (TOPIC, 0))
+        assert new_leader is not None
+        await produce(new_leader, b"after", channels)
+
+        disks.failing.clear()  # the disk is back: the replica is reopened and rejoins
+        await wait_until(lambda: not leader.host.fenced(), "the reopen")
+        replica = leader.host.get((TOPIC, 0))
+        assert replica is not None
+        await wait_until(lambda: replica.core.leader is not None, "the reopened replica's leader")
+    finally:
+        for channel in channels:
+            await channel.close()
+        await stop_nodes(nodes)
+
+
+@run
+async def test_shutdown_is_bounded_when_a_peer_is_gone(tmp_path: Path) -> None:
+    disks = MemoryDisks()
+    nodes = await start_nodes(tmp_path, disks)
+    channels: list[grpc.aio.Channel] = []
+    try:
+        await create_topic(nodes, channels)
+        gone = nodes.pop()
+        await gone.stop(graceful=False)  # its peer address now refuses connections
+        for value in (b"x", b"y"):  # keep replicating towards it: links reconnect
+            leader = leader_of(nodes, (TOPIC, 0))
+            if leader is not None:
+                await produce(leader, value, channels)
+        started = time.monotonic()
+        await nodes[0].stop(graceful=True)
+        elapsed_s = time.monotonic() - started
+        bound_s = (nodes[0].config.handover_timeout_ms + nodes[0].config.shutdown_timeout_ms) / 1000
+        assert elapsed_s < bound_s + 1.0
+    finally:
+        for channel in channels:
+            await channel.close()
+        await stop_nodes(nodes)
