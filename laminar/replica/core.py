@@ -91,6 +91,7 @@ from laminar.replica.messages import (
     Event,
     Heartbeat,
     HeartbeatResponse,
+    InstallStart,
     Message,
     Outbound,
     ProduceReply,
@@ -191,6 +192,9 @@ class ReplicaCore:
         self.term = 0
         self.voted_for: NodeId | None = None
         self._configs: list[tuple[int, GroupConfig]] = []
+        # (term, offset) pairs answering "term of the entry at o" for o just below the
+        # log start, whose batches retention deleted (see advance_start).
+        self._start_epochs: list[list[int]] = []
         saved = storage.load_state()
         if saved is None:
             if initial is not None:
@@ -200,7 +204,7 @@ class ReplicaCore:
             self._load_state(saved)
         end = storage.end_offset
         self._configs = [(o, c) for o, c in self._configs if o < end]
-        self._epochs = Epochs.from_storage(storage)
+        self._epochs = Epochs.from_storage(storage, self._saved_term_at(storage.start_offset - 1))
         self._producers = ProducerTable(config.producer_window, config.producers_max)
         self._rebuild_producers()
 
@@ -258,6 +262,7 @@ class ReplicaCore:
                 "term": self.term,
                 "vote": self.voted_for,
                 "configs": [[o, list(c.voters), list(c.learners)] for o, c in self._configs],
+                "start": self._start_epochs,
             }
         )
         if now:
@@ -277,6 +282,7 @@ class ReplicaCore:
             (int(o), GroupConfig(tuple(map(NodeId, v)), tuple(map(NodeId, lr))))
             for o, v, lr in state["configs"]
         ]
+        self._start_epochs = [[int(t), int(o)] for t, o in state.get("start", [])]
 
     def _rebuild_producers(self) -> None:
         """Apply every batch of the log to the producer table (state lives in the log)."""
@@ -612,6 +618,8 @@ class ReplicaCore:
                 self._on_vote_response(message)
             case TimeoutNow():
                 self._on_timeout_now(message)
+            case InstallStart():
+                self._on_install_start(message)
 
     # ------------------------------------------------------------------ outputs
 
@@ -687,6 +695,102 @@ class ReplicaCore:
         """Save a configuration entry durably *before* its batch is appended."""
         self._configs.append((base_offset, config))
         self._save_state(now=True)
+
+    # ------------------------------------------------------------------ log start
+
+    def advance_start(self, offset: int, now_ms: int) -> None:
+        """Retention: drop the log below ``offset`` (whole storage units at most up to
+        it, and never past the high watermark: only committed entries go)."""
+        self._now = now_ms
+        target = min(offset, self.high_watermark, self._durable_end)
+        storage = self._storage
+        if target <= storage.start_offset:
+            return
+        # Saved before the delete: after a crash in between, the saved pairs still
+        # answer for whichever start the log then has.
+        pairs = []
+        if storage.start_offset > 0 and self._epochs.start_term >= 0:
+            pairs.append([self._epochs.start_term, storage.start_offset - 1])
+        pairs += [[term, start] for term, start in self._epochs.as_list() if start < target]
+        self._start_epochs = pairs
+        self._save_state(now=True)
+        storage.delete_before(target)
+        self._epochs.drop_before(storage.start_offset, storage.end_offset)
+
+    def _saved_term_at(self, offset: int) -> int:
+        """The term of the entry at ``offset`` below the log start, from the saved pairs."""
+        term = -1
+        for known_term, start in self._start_epochs:
+            if start <= offset:
+                term = known_term
+        return term if offset >= 0 else -1
+
+    def _send_install(self, peer: NodeId, progress: _Progress) -> None:
+        start = self._storage.start_offset
+        config_offset, config = _BOOTSTRAP_OFFSET, self.group_config
+        for known_offset, known in self._configs:
+            if known_offset < start:
+                config_offset, config = known_offset, known
+        assert config is not None
+        request = InstallStart(
+            term=self.term,
+            leader=self.node_id,
+            start_offset=start,
+            start_term=self._term_before(start),
+            config=msgpack.packb([config_offset, list(config.voters), list(config.learners)]),
+            commit_offset=self.high_watermark,
+        )
+        self._messages.append(Outbound(peer, request))
+        if not progress.inflight:
+            progress.waiting_since_ms = self._now
+        progress.inflight.append(start)
+        _LOG.info("%s: %s is below the log start %d: sending the start", self.node_id, peer, start)
+
+    def _on_install_start(self, request: InstallStart) -> None:
+        if request.term < self.term:
+            return  # a stale leader's; its heartbeats learn our term
+        self._heard_from_leader(request.term, request.leader)
+        storage = self._storage
+        start = request.start_offset
+        matches = (
+            storage.start_offset <= start <= storage.end_offset
+            and self._term_before(start) == request.start_term
+        )
+        if not matches:
+            # Everything we hold below ``start`` is committed (and so matches) only up to
+            # our high watermark, which is at most ``start`` here: drop it all.
+            assert self.high_watermark <= start, (self.high_watermark, start)
+            config_offset, voters, learners = msgpack.unpackb(request.config)
+            storage.reset(start)
+            self._epochs.reset(start, request.start_term)
+            self._producers.clear()
+            self._durable_end = start
+            self._start_epochs = [[request.start_term, start - 1]] if start > 0 else []
+            self._configs = [
+                (
+                    int(config_offset),
+                    GroupConfig(tuple(map(NodeId, voters)), tuple(map(NodeId, learners))),
+                )
+            ]
+            self._save_state(now=True)
+            self.high_watermark = max(self.high_watermark, start)
+            _LOG.info("%s: log restarted at %d from %s", self.node_id, start, request.leader)
+        self.high_watermark = max(
+            self.high_watermark, min(request.commit_offset, storage.end_offset, start)
+        )
+        self._messages.append(
+            Outbound(
+                request.leader,
+                AppendResponse(
+                    self.term,
+                    self.node_id,
+                    success=True,
+                    match_offset=start,
+                    end_offset=storage.end_offset,
+                    prev_end_offset=start,
+                ),
+            )
+        )
 
     def _truncate(self, offset: int) -> None:
         assert offset >= self.high_watermark, (
@@ -925,8 +1029,7 @@ class ReplicaCore:
     def _send_append(self, peer: NodeId, progress: _Progress, *, advance: bool) -> None:
         start = progress.next_offset
         if start < self._storage.start_offset:
-            # TODO(snapshots): a follower below our log start needs a snapshot install.
-            _LOG.warning("%s: %s is behind the log start; cannot catch it up", self.node_id, peer)
+            self._send_install(peer, progress)
             return
         data = b""
         request_end = start
@@ -986,6 +1089,13 @@ class ReplicaCore:
             if response.prev_end_offset != progress.next_offset:
                 return
         elif response.prev_end_offset < progress.match_offset:
+            return
+        if 0 < response.prev_end_offset <= self._storage.start_offset:
+            # No match at our log start: nothing older to probe; the follower restarts
+            # its log at our start.
+            progress.next_offset = self._storage.start_offset - 1
+            progress.mode = _Mode.PROBE
+            progress.inflight.clear()
             return
         end = self._storage.end_offset
         if response.conflict_term < 0:
@@ -1209,10 +1319,15 @@ class ReplicaCore:
         self._heard_from_leader(request.term, request.leader)
         end = self._storage.end_offset
         prev = request.prev_end_offset
-        if prev > end or prev < self._storage.start_offset:
+        if prev > end:
             self._reject(request, conflict_term=-1, conflict_start=-1)
             return
-        local_term = self._term_before(prev)
+        # Below our log start (retention deleted it) everything was committed, so it
+        # matches any leader's log: take what the request holds past the start.
+        assert self._storage.start_offset <= self.high_watermark, "deleted past the commit"
+        local_term = (
+            request.prev_term if prev < self._storage.start_offset else self._term_before(prev)
+        )
         if local_term != request.prev_term:
             start = self._epochs.start_of(local_term)
             self._reject(
@@ -1253,6 +1368,8 @@ class ReplicaCore:
             if len(batch) != header.length:
                 raise RecordFormatError("partial batch in an append request")
             position += header.length
+            if header.next_offset <= self._storage.start_offset:
+                continue  # committed, and deleted here by retention
             end = self._storage.end_offset
             if header.base_offset < end:
                 if self._epochs.term_at(header.base_offset) == header.term:

@@ -87,6 +87,22 @@ class Epochs:
         del self._terms[index:]
         del self._starts[index:]
 
+    def drop_before(self, offset: int, end_offset: int) -> None:
+        """The log now starts at ``offset`` (retention deleted what was below it)."""
+        if offset <= self.start_offset:
+            return
+        start_term = self.term_at(offset - 1)
+        index = bisect_right(self._starts, offset) - 1  # the epoch holding ``offset``
+        if offset >= end_offset:
+            index = len(self._starts)  # nothing left
+        if index > 0:
+            del self._terms[:index]
+            del self._starts[:index]
+        if self._starts and self._starts[0] < offset:
+            self._starts[0] = offset
+        self.start_offset = offset
+        self.start_term = start_term
+
     def reset(self, start_offset: int, start_term: int) -> None:
         self.start_offset = start_offset
         self.start_term = start_term

@@ -99,6 +99,22 @@ class TimeoutNow:
     leader: NodeId
 
 
+@dataclass(frozen=True, slots=True)
+class InstallStart:
+    """The follower needs entries below the leader's log start (retention deleted
+    them): continue from ``start_offset`` instead, whose previous entry has
+    ``start_term``. ``config`` is the msgpack ``[offset, voters, learners]`` of the
+    configuration in effect at the start (its control batch may be gone). Answered
+    with an :class:`AppendResponse` whose ``prev_end_offset`` is ``start_offset``."""
+
+    term: int
+    leader: NodeId
+    start_offset: int
+    start_term: int
+    config: bytes
+    commit_offset: int
+
+
 Message = (
     VoteRequest
     | VoteResponse
@@ -107,6 +123,7 @@ Message = (
     | Heartbeat
     | HeartbeatResponse
     | TimeoutNow
+    | InstallStart
 )
 
 

@@ -570,32 +570,52 @@ class SegmentLog:
             self._check_open()
             return self._apply_retention_locked(self._clock_ms())
 
-    def _apply_retention_locked(self, now_ms: int) -> int:
-        config = self._config
-        total_bytes = sum(segment.size for segment in self._segments)
-        deleted = 0
-        while len(self._segments) > 1:
-            oldest = self._segments[0]
-            too_big = (
-                config.retention_bytes is not None
-                and total_bytes - oldest.size >= config.retention_bytes
-            )
-            too_old = (
-                config.retention_ms is not None
-                and oldest.max_timestamp_ms < now_ms - config.retention_ms
-            )
+    def retention_offset(
+        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+    ) -> int:
+        with self._lock:
+            self._check_open()
+            keep = self._retention_keep_locked(now_ms, retention_bytes, retention_ms)
+            return self._segments[keep].base_offset
+
+    def _retention_keep_locked(
+        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+    ) -> int:
+        """The index of the oldest segment the limits keep (the active one at most)."""
+        segments = self._segments
+        total_bytes = sum(segment.size for segment in segments)
+        keep = 0
+        while keep < len(segments) - 1:
+            oldest = segments[keep]
+            too_big = retention_bytes is not None and total_bytes - oldest.size >= retention_bytes
+            too_old = retention_ms is not None and oldest.max_timestamp_ms < now_ms - retention_ms
             if not (too_big or too_old):
                 break
             total_bytes -= oldest.size
-            self._segments.pop(0)
-            self._delete_segment_files(oldest)
-            deleted += 1
-            _LOG.info(
-                "segment deleted by retention segment=%s start_offset=%d",
-                oldest.name,
-                self.start_offset,
-            )
-        return deleted
+            keep += 1
+        return keep
+
+    def delete_before(self, offset: int) -> None:
+        with self._lock:
+            self._check_open()
+            while len(self._segments) > 1 and self._segments[0].next_offset <= offset:
+                self._delete_oldest_locked()
+
+    def _apply_retention_locked(self, now_ms: int) -> int:
+        config = self._config
+        keep = self._retention_keep_locked(now_ms, config.retention_bytes, config.retention_ms)
+        for _ in range(keep):
+            self._delete_oldest_locked()
+        return keep
+
+    def _delete_oldest_locked(self) -> None:
+        oldest = self._segments.pop(0)
+        self._delete_segment_files(oldest)
+        _LOG.info(
+            "segment deleted by retention segment=%s start_offset=%d",
+            oldest.name,
+            self.start_offset,
+        )
 
     def _delete_segment_files(self, segment: _Segment) -> None:
         for suffix in ("log", "index", "timeindex"):

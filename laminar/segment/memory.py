@@ -123,6 +123,25 @@ class MemoryLog:
         self._terms.clear()
         self._synced_count = 0
 
+    def retention_offset(
+        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+    ) -> int:
+        """Like :meth:`SegmentLog.retention_offset`, each batch a unit (the newest
+        record's timestamp is the header's ``max_timestamp_ms``)."""
+        self._check_open()
+        sizes = [len(batch) for batch in self._batches]
+        total_bytes = sum(sizes)
+        keep = 0
+        while keep < len(self._batches) - 1:
+            too_big = retention_bytes is not None and total_bytes - sizes[keep] >= retention_bytes
+            newest_ms = parse_header(self._batches[keep], limits=self._limits).max_timestamp_ms
+            too_old = retention_ms is not None and newest_ms < now_ms - retention_ms
+            if not (too_big or too_old):
+                break
+            total_bytes -= sizes[keep]
+            keep += 1
+        return self._base_offsets[keep] if self._batches else self._start_offset
+
     def delete_before(self, offset: int) -> None:
         """Drop whole batches that end at or below ``offset`` (retention)."""
         self._check_open()

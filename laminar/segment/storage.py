@@ -63,6 +63,21 @@ class LogStorage(Protocol):
         """Remove every batch from the one containing ``offset`` on; returns the new end."""
         ...
 
+    def retention_offset(
+        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+    ) -> int:
+        """The log start that the limits allow now: the start of the oldest unit
+        (segment, or batch in memory) to keep. Kafka's rule: a unit goes when what
+        remains after it still holds ``retention_bytes``, or when its newest record is
+        older than ``retention_ms``; the unit being appended to always stays. Returns
+        ``start_offset`` when nothing may go; None limits are no limits."""
+        ...
+
+    def delete_before(self, offset: int) -> None:
+        """Drop the whole units that end at or below ``offset`` (retention); the new
+        ``start_offset`` is at most ``offset``."""
+        ...
+
     def reset(self, start_offset: int) -> None:
         """Drop everything and continue empty at ``start_offset`` (snapshot install)."""
         ...

@@ -74,6 +74,8 @@ INLINE_FSYNC_MS_MAX = 2.0
 """A lone fsync runs on the event loop while recent fsync rounds averaged below this."""
 
 PartitionKey = TopicPartition
+Retention = tuple[int | None, int | None]
+"""A partition's retention: ``(bytes, ms)`` kept per replica, None for no limit."""
 LogFactory = Callable[[str, LogConfig], LogStorage]
 """Opens (or creates) the log of one replica in a directory: ``SegmentLog.open`` on a
 node, a memory log in tests."""
@@ -96,6 +98,9 @@ class HostConfig:
     failure is reopened after ``storage_retry_ms``, doubling after each failed
     reopen up to ``storage_retry_max_ms``.
     ``fsync_threads``: threads running fsyncs of different partitions in parallel.
+    ``retention_check_ms``: how often each replica's log is checked against its
+    topic's retention (``retention_of``); what may go is dropped by the core,
+    never past the high watermark.
     """
 
     produce_calls_max: int = 10_000
@@ -104,6 +109,7 @@ class HostConfig:
     storage_retry_ms: int = 5_000
     storage_retry_max_ms: int = 60_000
     fsync_threads: int = 4
+    retention_check_ms: int = 5_000
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -113,6 +119,8 @@ class HostConfig:
             raise ConfigError("need 0 < storage_retry_ms <= storage_retry_max_ms")
         if self.fsync_threads < 1:
             raise ConfigError("fsync_threads must be >= 1")
+        if self.retention_check_ms <= 0:
+            raise ConfigError("retention_check_ms must be > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +190,7 @@ class ReplicaHost:
         host_config: HostConfig | None = None,
         log_factory: LogFactory = SegmentLog.open,
         clock: Callable[[], float] | None = None,
+        retention_of: Callable[[PartitionKey], Retention] = lambda key: (None, None),
     ) -> None:
         self.node_id = NodeId(node_id)
         self._data_dir = data_dir
@@ -189,6 +198,8 @@ class ReplicaHost:
         self.config = host_config if host_config is not None else HostConfig()
         self._log_factory = log_factory
         self._clock = clock  # seconds, monotonic; None: the event loop's
+        self._retention_of = retention_of
+        self._retention_due_ms = 0
         # The core decides when to fsync (Ready.sync); the log itself never does.
         self._log_config = _without_fsync(log_config)
         self._send = send
@@ -558,6 +569,23 @@ class ReplicaHost:
             )
         raise UnknownTopicOrPartitionError(f"{key[0]}/{key[1]} has no replica on this node")
 
+    # ------------------------------------------------------------------ retention
+
+    def _apply_retention(self, now: int) -> None:
+        """Ask each replica's core to drop what its topic's retention lets go."""
+        wall_ms = int(time.time() * 1000)  # record timestamps are wall-clock
+        for replica in list(self._replicas.values()):
+            retention_bytes, retention_ms = self._retention_of(replica.key)
+            if retention_bytes is None and retention_ms is None:
+                continue
+            try:
+                offset = replica.log.retention_offset(wall_ms, retention_bytes, retention_ms)
+            except (OSError, StorageError) as error:
+                self._fence(replica, error)
+                continue
+            if offset > replica.core.start_offset:
+                self._input(replica, partial(replica.core.advance_start, offset, now))
+
     # ------------------------------------------------------------------ storage failures
 
     def _fence(self, replica: Replica, error: BaseException) -> None:
@@ -635,6 +663,9 @@ class ReplicaHost:
                     self._input(replica, partial(replica.core.tick, now))
             if self._fenced:
                 self._reopen_fenced(now)
+            if now >= self._retention_due_ms:
+                self._retention_due_ms = now + self.config.retention_check_ms
+                self._apply_retention(now)
 
     async def _flush(self, pending: Coroutine[Any, Any, None]) -> None:
         """Finish a round whose fsyncs went to the pool, then the rounds after it."""

@@ -182,6 +182,7 @@ class Node:
             host_config=config.host,
             log_factory=log_factory,
             clock=clock,
+            retention_of=self._retention_of,
         )
         self.transport = PeerTransport(
             self.node_id,
@@ -459,6 +460,17 @@ class Node:
         ):
             return False
         return self.node_id in self._targets.get(key, ())
+
+    def _retention_of(self, key: TopicPartition) -> tuple[int | None, int | None]:
+        """The topic's retention, ``(bytes, ms)`` with None for unlimited."""
+        topic = self.metadata.topics.get(key[0])
+        if topic is None:
+            return None, None
+        spec = topic.spec
+        return (
+            spec.retention_bytes if spec.retention_bytes > 0 else None,
+            spec.retention_ms if spec.retention_ms > 0 else None,
+        )
 
     def _on_removed(self, key: TopicPartition) -> None:
         """The group removed this replica: delete it, unless placement wants it here

@@ -65,6 +65,7 @@ from laminar.replica.messages import (
     AppendResponse,
     Heartbeat,
     HeartbeatResponse,
+    InstallStart,
     Message,
     TimeoutNow,
     VoteRequest,
@@ -140,6 +141,7 @@ _SCHEMA_LIST: Final = (
     _schema(5, Heartbeat, "TNTBB"),
     _schema(6, HeartbeatResponse, "TNTT"),
     _schema(7, TimeoutNow, "TN"),
+    _schema(8, InstallStart, "TNTTLT"),
 )
 _SCHEMAS: Final = {schema.kind: schema for schema in _SCHEMA_LIST}
 _SCHEMA_BY_TYPE: Final = {schema.message_type: schema for schema in _SCHEMA_LIST}

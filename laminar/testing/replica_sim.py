@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from laminar.records import decode_records, encode_batch, iter_batches, parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
@@ -241,6 +242,15 @@ class ReplicaSimNode:
             core.set_target(replicas, now_ms)
         return self._drain(now_ms)
 
+    def advance_start(self, partition: int, fraction: float, now_ms: int) -> Step:
+        """Retention on this replica: drop up to ``fraction`` of its committed log."""
+        core = self.cores.get(partition)
+        if core is not None and not core.removed:
+            start, watermark = core.start_offset, core.high_watermark
+            core.advance_start(start + int((watermark - start) * fraction), now_ms)
+            self._trace.append(f"{self._id} p{partition} start {core.start_offset}")
+        return self._drain(now_ms)
+
     def hint_leader_dead(self, dead: str, now_ms: int) -> Step:
         for core in self.cores.values():
             if core.leader == dead:
@@ -286,10 +296,10 @@ class ReplicaSimNode:
             elif isinstance(event, Removed):
                 self._trace.append(f"{self._id} p{partition} removed")
         history.watermark(self._id, self.incarnation, partition, ready.high_watermark)
-        if ready.high_watermark > ready.committed_from:
-            data = self.storages[partition].read(
-                ready.committed_from, 1 << 30, upper_offset=ready.high_watermark
-            )
+        storage = self.storages[partition]
+        committed_from = max(ready.committed_from, storage.start_offset)  # a restarted log
+        if ready.high_watermark > committed_from:
+            data = storage.read(committed_from, 1 << 30, upper_offset=ready.high_watermark)
             history.check_committed(self._id, partition, data)
 
     def read_check(self, partition: int, rng: random.Random) -> None:
@@ -433,6 +443,7 @@ class SeedOptions:
     heal_bound_ms: int = 20_000
     faults: bool = True
     reconfigure: bool | None = None  # None: decided by the seed
+    retention: bool | None = None  # None: decided by the seed (half of them)
     config: ReplicaConfig = field(default_factory=ReplicaConfig.simulation)
 
 
@@ -618,6 +629,8 @@ class Cluster:
                     history.violation(f"p{partition}: {value!r} written at offsets {offsets}")
             for value, offset in history.acked.get(partition, {}).items():
                 found = positions.get(value)
+                if found is None and offset < leader.start_offset:
+                    continue  # retention deleted it
                 if found is None:
                     history.violation(f"p{partition}: acknowledged {value!r}@{offset} lost")
                 elif offset not in found:
@@ -711,6 +724,28 @@ def _fault_action(cluster: Cluster, kind: str, draw: float) -> Callable[[], None
     return act
 
 
+def _schedule_retention(cluster: Cluster, start_ms: int, end_ms: int) -> None:
+    """Now and then a random replica drops part of its committed log (retention), so
+    that followers that were away must restart their logs at the leader's start."""
+    rng = cluster.rng
+    time = start_ms
+    while True:
+        time += rng.randint(300, 1500)
+        if time >= end_ms:
+            break
+        node_id = rng.choice(cluster.node_ids)
+        partition = rng.randrange(cluster.options.partitions)
+        fraction = rng.random()
+        node = cluster.nodes[node_id]
+
+        def command(
+            now_ms: int, node: ReplicaSimNode = node, p: int = partition, f: float = fraction
+        ) -> Step:
+            return node.advance_start(p, f, now_ms)
+
+        cluster.sim.at(time, partial(cluster.sim.invoke, node_id, command))
+
+
 def _schedule_reconfiguration(cluster: Cluster, at_ms: int) -> None:
     """Replace a (permanently dead) replica, add a node, or drain one."""
     rng = cluster.rng
@@ -774,6 +809,11 @@ def _run(cluster: Cluster) -> bool:
         _random_faults(cluster, warmup_ms, fault_end)
     if reconfigure:
         _schedule_reconfiguration(cluster, cluster.rng.randint(warmup_ms, fault_end))
+    retention = options.retention
+    if retention is None:
+        retention = seed % 2 == 1
+    if retention:
+        _schedule_retention(cluster, warmup_ms, fault_end)
     sim.run_until(fault_end)
     cluster.heal_all()
     sim.record("healed")

@@ -12,7 +12,7 @@ import pytest
 import xxhash
 
 from laminar.errors import ConfigError, OffsetOutOfRangeError
-from laminar.records import encode_batch, iter_batches, with_leader_fields
+from laminar.records import decode_records, encode_batch, iter_batches, with_leader_fields
 from laminar.replica.coalesce import Coalescer
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import ReplicaCore, encode_config
@@ -487,3 +487,88 @@ def test_a_quiesced_group_counts_followers_that_hold_the_whole_log() -> None:
     leader = group.cores[A]
     assert leader.quiesced
     assert leader.in_sync_voters(group.now) == (A, B, C)
+
+
+def _data_values(core: ReplicaCore) -> list[bytes]:
+    values = []
+    offset = core.start_offset
+    while offset < core.high_watermark:
+        data = core.read(offset, 1 << 20)
+        for position, header in iter_batches(data):
+            if not header.is_control:
+                batch = data[position : position + header.length]
+                values.extend(r.value or b"" for r in decode_records(batch))
+            offset = header.next_offset
+    return values
+
+
+def test_a_follower_below_the_leaders_log_start_restarts_its_log_there() -> None:
+    group = Group(config=dataclasses.replace(CONFIG, quiesce=False))
+    group.elect(A)
+    leader = group.cores[A]
+    for index in range(5):
+        leader.propose(index, _batch(b"old%d" % index), Acks.ALL, group.now)
+        group.advance_time(20, drop_to={C})
+    assert leader.high_watermark == leader.end_offset == 6  # the no-op and 5 batches
+    assert group.cores[C].end_offset == 1
+    # Retention: every replica drops what it holds below its watermark.
+    leader.advance_start(4, group.now)
+    group.cores[B].advance_start(4, group.now)
+    assert leader.start_offset == 4 and group.storages[A].start_offset == 4
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.read(2, 1 << 20)
+    group.advance_time(500)  # C is back: it cannot get offsets 1-3 any more
+    follower = group.cores[C]
+    assert follower.start_offset == 4 and follower.end_offset == 6
+    assert follower.high_watermark == 6
+    leader.propose(9, _batch(b"new"), Acks.ALL, group.now)
+    group.advance_time(200)
+    assert _data_values(follower) == [b"old3", b"old4", b"new"]
+    assert _data_values(follower) == _data_values(leader)
+    assert follower.group_config == leader.group_config
+
+
+def test_the_term_before_the_log_start_survives_a_restart() -> None:
+    group = Group(config=dataclasses.replace(CONFIG, quiesce=False))
+    group.elect(A)
+    leader = group.cores[A]
+    for index in range(3):
+        leader.propose(index, _batch(b"v%d" % index), Acks.ALL, group.now)
+        group.advance_time(20)
+    leader.advance_start(leader.high_watermark, group.now)  # everything committed goes
+    storage = group.storages[A]
+    assert storage.start_offset == storage.end_offset == 4
+    restarted = ReplicaCore(A, storage, CONFIG, now_ms=group.now, rng=random.Random(1))
+    assert restarted._term_before(4) == leader.term
+    # A follower holding the same log matches at the start: an append there is taken.
+    group.cores[B].step(
+        A,
+        AppendRequest(leader.term, A, 4, leader.term, b"", 4, 4),
+        group.now,
+    )
+    (answer,) = [
+        o.message for o in group.cores[B].ready().messages if isinstance(o.message, AppendResponse)
+    ]
+    assert answer.success
+
+
+def test_an_append_below_the_followers_own_log_start_is_taken_past_the_start() -> None:
+    # A follower whose retention deleted more than the leader probes: everything
+    # below its start was committed, so it matches, and the rest is appended.
+    group = Group(config=dataclasses.replace(CONFIG, quiesce=False))
+    group.elect(A)
+    leader = group.cores[A]
+    for index in range(5):
+        leader.propose(index, _batch(b"v%d" % index), Acks.ALL, group.now)
+        group.advance_time(20, drop_to={C} if index >= 3 else None)
+    follower = group.cores[C]
+    assert follower.end_offset == 4 and follower.high_watermark == 3
+    follower.advance_start(3, group.now)
+    assert follower.start_offset == 3
+    data = leader.read(1, 1 << 20)  # batches 1..5, the first two below C's start
+    follower.step(A, AppendRequest(leader.term, A, 1, 1, data, 6, 6), group.now)
+    (answer,) = [
+        o.message for o in follower.ready().messages if isinstance(o.message, AppendResponse)
+    ]
+    assert answer.success and answer.match_offset == 6
+    assert follower.end_offset == 6 and follower.start_offset == 3

@@ -1077,3 +1077,35 @@ def test_recent_batches_stay_right_after_truncation(
     for number in range(len(again)):
         assert log.read(10 + 3 * number, 1 << 20) == b"".join(again[number:])
     assert log.read(11, 1 << 20) == b"".join(again)  # inside the first new batch
+
+
+def test_retention_offset_names_what_may_go_and_delete_before_drops_it(
+    open_log: Callable[..., SegmentLog],
+) -> None:
+    # The replica core decides when to delete (never past its high watermark): the
+    # log only says how far its topic's limits allow, by whole segments.
+    log = open_log(segment_bytes_max=2 * BATCH_BYTES)
+    _append_all(log, [BATCH] * 10)  # segments at 0, 2, 4, 6, 8
+    now_ms = 10**12
+    assert log.retention_offset(now_ms, None, None) == 0
+    assert log.retention_offset(now_ms, 5 * BATCH_BYTES, None) == 4
+    assert log.retention_offset(now_ms, 1, None) == 8  # never the active segment
+    assert log.retention_offset(now_ms, None, 1) == 8  # the batches' timestamps are old
+    assert log.start_offset == 0  # nothing deleted by asking
+    log.delete_before(5)  # only whole segments that end at or below 5
+    assert log.start_offset == 4
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(3, 100)
+    log.delete_before(100)
+    assert log.start_offset == 8 and log.end_offset == 10
+
+
+def test_memory_log_retention_works_batch_by_batch() -> None:
+    log = MemoryLog(fsync=False)
+    for _ in range(4):
+        log.append(BATCH, term=1)
+    size = len(log.read(0, 1 << 20)) // 4
+    assert log.retention_offset(10**12, 2 * size, None) == 2
+    assert log.retention_offset(10**12, None, 1) == 3
+    log.delete_before(2)
+    assert log.start_offset == 2

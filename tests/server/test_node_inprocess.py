@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
-from laminar.errors import StorageError
+from laminar.errors import OffsetOutOfRangeError, StorageError
 from laminar.grpc_errors import error_from_rpc
 from laminar.records import encode_batch
 from laminar.replica.types import Role
@@ -79,7 +79,7 @@ def config(root: Path, index: int, **changes: Any) -> NodeConfig:
         node_id=f"n{index}",
         bootstrap=index == 0,
         seeds=() if index == 0 else ("127.0.2.1:7000",),
-        host=HostConfig(storage_retry_ms=200, storage_retry_max_ms=1000),
+        host=HostConfig(storage_retry_ms=200, storage_retry_max_ms=1000, retention_check_ms=50),
         **changes,
     )
 
@@ -121,14 +121,16 @@ def stub(node: Node, channels: list[grpc.aio.Channel]) -> laminar_pb2_grpc.Lamin
     return laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
 
 
-async def create_topic(nodes: list[Node], channels: list[grpc.aio.Channel]) -> None:
+async def create_topic(
+    nodes: list[Node], channels: list[grpc.aio.Channel], *, retention_bytes: int = -1
+) -> None:
     await wait_until(lambda: leader_of(nodes, ("__cluster", 0)), "a metadata leader")
     admin = leader_of(nodes, ("__cluster", 0))
     assert admin is not None
     request = pb.CreateTopicRequest(
         name=TOPIC,
         config=pb.TopicConfig(
-            partitions=1, replication_factor=3, retention_bytes=-1, retention_ms=-1
+            partitions=1, replication_factor=3, retention_bytes=retention_bytes, retention_ms=-1
         ),
     )
     await stub(admin, channels).CreateTopic(request, timeout=DEADLINE_S)
@@ -199,6 +201,44 @@ async def test_shutdown_is_bounded_when_a_peer_is_gone(tmp_path: Path) -> None:
         elapsed_s = time.monotonic() - started
         bound_s = (nodes[0].config.handover_timeout_ms + nodes[0].config.shutdown_timeout_ms) / 1000
         assert elapsed_s < bound_s + 1.0
+    finally:
+        for channel in channels:
+            await channel.close()
+        await stop_nodes(nodes)
+
+
+@run
+async def test_topic_retention_advances_every_replicas_log_start(tmp_path: Path) -> None:
+    disks = MemoryDisks()
+    nodes = await start_nodes(tmp_path, disks)
+    channels: list[grpc.aio.Channel] = []
+    try:
+        batch_bytes = len(encode_batch([b"v" * 100]))
+        await create_topic(nodes, channels, retention_bytes=5 * batch_bytes)
+        leader = leader_of(nodes, (TOPIC, 0))
+        assert leader is not None
+        last = 0
+        for index in range(20):
+            last = await produce(leader, b"%03d" % index + b"v" * 97, channels)
+
+        def starts() -> list[int]:
+            replicas = [node.host.get((TOPIC, 0)) for node in nodes]
+            return [r.core.start_offset if r is not None else -1 for r in replicas]
+
+        # Memory logs drop batch by batch: each replica keeps the last 5 or 6.
+        await wait_until(lambda: all(start >= last - 5 for start in starts()), "retention")
+        request = pb.FetchRequest(topic=TOPIC, partition=0, offset=0)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub(leader, channels).Fetch(request, timeout=5)
+        error = error_from_rpc(caught.value)
+        assert isinstance(error, OffsetOutOfRangeError)
+        assert error.start_offset == starts()[nodes.index(leader)]
+        assert error.end_offset == last + 1
+        start = error.start_offset
+        response = await stub(leader, channels).Fetch(
+            pb.FetchRequest(topic=TOPIC, partition=0, offset=start), timeout=5
+        )
+        assert response.log_start_offset == start and response.batches
     finally:
         for channel in channels:
             await channel.close()

@@ -18,6 +18,7 @@ from laminar.replica.messages import (
     AppendResponse,
     Heartbeat,
     HeartbeatResponse,
+    InstallStart,
     Message,
     Outbound,
     TimeoutNow,
@@ -75,6 +76,7 @@ messages: st.SearchStrategy[Message] = st.one_of(
         offsets,
     ),
     st.builds(TimeoutNow, offsets, node_ids),
+    st.builds(InstallStart, offsets, node_ids, offsets, offsets, st.binary(max_size=100), offsets),
     heartbeat_messages,
 )
 bundles = st.builds(
@@ -96,6 +98,7 @@ def sample_bundle() -> PeerBundle:
         Heartbeat(3, node, 80, member=False),
         HeartbeatResponse(3, node, 100),
         TimeoutNow(4, node),
+        InstallStart(4, node, 500, 3, b"\x93\x00\x91\xa1a\x90", 480),
         AppendRequest(3, node, 100, 3, b"second", 101, 80),
     ):
         coalescer.add(("orders", 7), Outbound(NodeId("node-b"), outbound_message))
@@ -135,6 +138,7 @@ def test_every_message_type_round_trips() -> None:
         Heartbeat,
         HeartbeatResponse,
         TimeoutNow,
+        InstallStart,
     }
     decoded = decode_bundle(encode_bundle(bundle))
     assert decoded == bundle
