@@ -33,6 +33,18 @@ and are encoded before timing starts.
 * ``failover_s``: SIGKILL the leader of a partition, then one ``Client.produce``
   (which follows ``NOT_LEADER`` hints and retries with backoff) until the first
   acknowledged write; the killed node is restarted and caught up between runs.
+* ``write_gap_after_kill_s``: one writer thread per partition of a 6-partition RF 3
+  topic keeps producing one-record batches (``acks=all``) through a client
+  bootstrapped with every node, the victim listed first; the leader of partition 0
+  is SIGKILLed; the figure is the longest time any partition went without an
+  acknowledged write across the kill (median over ``--repeat`` kills; the victim is
+  restarted and caught up between them). ``write_gap_after_isolate_s``: the same
+  for a leader cut off from the other nodes (not from the client) by nft rules,
+  inside a private network namespace of its own (:mod:`laminar.testing.chaos`);
+  only as root with ``ip`` and ``nft``, else the figure is absent.
+* ``shutdown_s_max``: at the end, every node is stopped with SIGTERM one after
+  the other (the idle phase's 300 partitions are still there, so each hands over
+  its leaderships); the longest time from signal to exit.
 * ``idle_cpu_pct_per_node``: 3 topics x 100 partitions RF 3 created and led,
   nothing produced; each node process's utime+stime (``/proc/<pid>/stat``) over
   30 s (``--quick``: 10 s), as a percentage of one core, averaged over the nodes
@@ -62,6 +74,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -88,7 +101,8 @@ ECHO_METHOD = "/bench.Echo/Push"
 ECHO_REPLY = b"\x00" * 8
 IDLE_TOPICS = 3
 IDLE_PARTITIONS_PER_TOPIC = 100
-PHASES = ("grpc", "produce", "fetch", "latency", "failover", "idle")
+PHASES = ("grpc", "produce", "fetch", "latency", "failover", "gap", "isolate", "idle", "shutdown")
+GAP_PARTITIONS = 6
 
 TARGETS: dict[str, tuple[str, float]] = {
     "produce_rf3_records_s": (">=", 300_000),
@@ -96,6 +110,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "fetch_records_s": (">=", 1_000_000),
     "produce_p99_ms": ("<=", 3),
     "failover_s": ("<=", 3),
+    "write_gap_after_kill_s": ("<=", 2),
+    "write_gap_after_isolate_s": ("<=", 2),
+    "shutdown_s_max": ("<=", 5),
     "idle_cpu_pct_per_node": ("<=", 10),
 }
 
@@ -519,6 +536,161 @@ def failover_phase(bench: Bench, results: dict[str, float], args: argparse.Names
         )
 
 
+class Writers:
+    """One thread per partition producing one-record batches until stopped; the
+    times (``time.monotonic``) of every acknowledged write, per partition."""
+
+    def __init__(self, bootstrap: list[str], topic: str, partitions: int) -> None:
+        self.client = Client(bootstrap, timeout_s=30)
+        self.topic = topic
+        self.acks: dict[int, list[float]] = {p: [] for p in range(partitions)}
+        self.errors = 0
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._write, args=(p,), daemon=True) for p in range(partitions)
+        ]
+        record = make_batches(1, records=1)[0]
+        self._record = record
+
+    def __enter__(self) -> Writers:
+        for thread in self._threads:
+            thread.start()
+        wait_for(lambda: all(self.acks.values()), 30, "every writer's first ack")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+        self.client.close()
+
+    def _write(self, partition: int) -> None:
+        acks = self.acks[partition]
+        while not self._stop.is_set():
+            try:
+                self.client.produce(self.topic, partition, self._record, acks="all")
+            except Exception:  # the gap shows it; keep writing
+                self.errors += 1
+                continue
+            acks.append(time.monotonic())
+
+    def longest_gap_s(self, since: float) -> float:
+        """The longest stretch without an ack on any partition, among the stretches
+        that end after ``since`` (the fault), the one still open included."""
+        now = time.monotonic()
+        longest = 0.0
+        for times in self.acks.values():
+            stamps = list(times)
+            before = [t for t in stamps if t <= since]
+            after = [t for t in stamps if t > since]
+            previous = before[-1] if before else since
+            for stamp in [*after, now]:
+                longest = max(longest, stamp - previous)
+                previous = stamp
+        return longest
+
+    def wait_all_acked_after(self, moment: float, timeout_s: float) -> None:
+        wait_for(
+            lambda: all(times and times[-1] > moment for times in self.acks.values()),
+            timeout_s,
+            "every partition to take writes again",
+        )
+
+
+def gap_phase(bench: Bench, results: dict[str, float], args: argparse.Namespace) -> None:
+    topic = "gaps"
+    bench.create_topic(topic, GAP_PARTITIONS, 3)
+    cluster = bench.cluster
+    gaps = []
+    for _ in range(args.repeat):
+        victim = bench.leader(topic)
+        bootstrap = [victim.grpc] + [n.grpc for n in cluster.nodes if n is not victim]
+        with Writers(bootstrap, topic, GAP_PARTITIONS) as writers:
+            time.sleep(0.5)  # a steady stream before the fault
+            killed_at = time.monotonic()
+            cluster.kill(victim)
+            writers.wait_all_acked_after(killed_at + 0.5, 60)
+            time.sleep(0.5)
+            gaps.append(writers.longest_gap_s(killed_at))
+        results["write_gap_after_kill_s"] = statistics.median(gaps)
+        results["write_gap_after_kill_max_s"] = max(gaps)
+        cluster.start(victim)
+        cluster.wait_ready(victim)
+        wait_for(bench._all_see_three, 60, "the restarted node to be alive everywhere")
+        bench.wait_led([topic], 3)
+
+
+def isolate_phase(results: dict[str, float], args: argparse.Namespace) -> None:
+    """``write_gap_after_isolate_s`` from a cluster in a network namespace of its own."""
+    from laminar.testing import chaos
+
+    reason = chaos.chaos_unsupported_reason()
+    if reason is not None:
+        print(f"# phase isolate skipped: {reason}", file=sys.stderr, flush=True)
+        return
+    name = f"laminar-bench-{os.getpid()}"
+    with chaos.NetworkNamespace(name) as namespace:
+        command = [sys.executable, "-m", "bench.cluster_bench", "--isolate-inside", name]
+        command += ["--repeat", str(args.repeat)]
+        output = subprocess.run(
+            namespace.command(command), capture_output=True, text=True, timeout=900, check=True
+        ).stdout
+    inner = json.loads(output.strip().splitlines()[-1])
+    results.update({key: float(value) for key, value in inner.items()})
+
+
+def isolate_inside(namespace: str, repeat: int) -> dict[str, float]:
+    """Inside the namespace: a cluster, writers, and nft cutting a leader off from the
+    other nodes (not from the client, whose source address belongs to no node)."""
+    from laminar.testing import chaos
+
+    firewall = chaos.Firewall(namespace)
+    results: dict[str, float] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="laminar-isolate-bench-") as root,
+        ProcessCluster(Path(root), preset="local", host_base=chaos.NODE_HOST_BASE) as cluster,
+    ):
+        bench = Bench(cluster)
+        try:
+            topic = "isolated"
+            bench.create_topic(topic, GAP_PARTITIONS, 3)
+            gaps = []
+            for _ in range(repeat):
+                victim = bench.leader(topic)
+                others = tuple(n.host for n in cluster.nodes if n is not victim)
+                bootstrap = [victim.grpc] + [n.grpc for n in cluster.nodes if n is not victim]
+                with Writers(bootstrap, topic, GAP_PARTITIONS) as writers:
+                    time.sleep(0.5)
+                    cut_at = time.monotonic()
+                    firewall.apply(chaos.Cut((victim.host,), others, closed=(victim.host,)))
+                    try:
+                        writers.wait_all_acked_after(cut_at + 0.5, 60)
+                        time.sleep(0.5)
+                        gaps.append(writers.longest_gap_s(cut_at))
+                    finally:
+                        firewall.apply(None)
+                results["write_gap_after_isolate_s"] = statistics.median(gaps)
+                results["write_gap_after_isolate_max_s"] = max(gaps)
+                wait_for(bench._all_see_three, 60, "the healed node to be alive everywhere")
+                bench.wait_led([topic], 3)
+        finally:
+            bench.close()
+    return results
+
+
+def shutdown_phase(bench: Bench, results: dict[str, float]) -> None:
+    """SIGTERM each node in turn; the longest time from the signal to its exit."""
+    times = []
+    for node in bench.cluster.nodes:
+        if not node.running:
+            continue
+        started = time.monotonic()
+        bench.cluster.terminate(node, timeout_s=60)
+        times.append(time.monotonic() - started)
+    results["shutdown_s_max"] = max(times)
+    results["shutdown_s_median"] = statistics.median(times)
+
+
 def idle_phase(bench: Bench, results: dict[str, float], sizes: Sizes) -> None:
     """CPU of idle nodes, before and after 300 partitions exist.
 
@@ -644,8 +816,14 @@ def run_phase(
             latency_phase(bench, results, sizes, args.repeat)
         elif phase == "failover":
             failover_phase(bench, results, args)
+        elif phase == "gap":
+            gap_phase(bench, results, args)
+        elif phase == "isolate":
+            isolate_phase(results, args)
         elif phase == "idle":
             idle_phase(bench, results, sizes)
+        elif phase == "shutdown":
+            shutdown_phase(bench, results)
     except Exception as error:  # report, keep measuring the rest
         failures.append(f"{phase}: {type(error).__name__}: {error}")
     print(f"# phase {phase}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
@@ -685,9 +863,13 @@ def main() -> None:
     )
     parser.add_argument("--profile", type=Path, metavar="DIR", help="run nodes under cProfile")
     parser.add_argument("--serve-echo", metavar="HOST:PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--isolate-inside", metavar="NETNS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_echo:
         serve_echo(args.serve_echo)
+        return
+    if args.isolate_inside:
+        print(json.dumps(isolate_inside(args.isolate_inside, args.repeat)))
         return
     if args.repeat < 1 or args.inflight < 1:
         parser.error("--repeat and --inflight must be at least 1")
