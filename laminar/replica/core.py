@@ -778,19 +778,7 @@ class ReplicaCore:
         self.high_watermark = max(
             self.high_watermark, min(request.commit_offset, storage.end_offset, start)
         )
-        self._messages.append(
-            Outbound(
-                request.leader,
-                AppendResponse(
-                    self.term,
-                    self.node_id,
-                    success=True,
-                    match_offset=start,
-                    end_offset=storage.end_offset,
-                    prev_end_offset=start,
-                ),
-            )
-        )
+        self._acknowledge(request.leader, match_offset=start, prev_end_offset=start)
 
     def _truncate(self, offset: int) -> None:
         assert offset >= self.high_watermark, (
@@ -1344,16 +1332,20 @@ class ReplicaCore:
         self.high_watermark = max(
             self.high_watermark, min(request.commit_offset, request.end_offset)
         )
+        self._acknowledge(request.leader, match_offset=request.end_offset, prev_end_offset=prev)
+
+    def _acknowledge(self, leader: NodeId, *, match_offset: int, prev_end_offset: int) -> None:
+        """Tell ``leader`` this log holds its entries up to ``match_offset``."""
         self._messages.append(
             Outbound(
-                request.leader,
+                leader,
                 AppendResponse(
                     self.term,
                     self.node_id,
                     success=True,
-                    match_offset=request.end_offset,
+                    match_offset=match_offset,
                     end_offset=self._storage.end_offset,
-                    prev_end_offset=prev,
+                    prev_end_offset=prev_end_offset,
                 ),
             )
         )

@@ -22,6 +22,7 @@ from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
 from laminar.segment.log import SegmentLog
 from laminar.segment.storage import LogStorage
+from laminar.server import host as host_module
 from laminar.server.host import HostConfig, ReplicaHost
 
 DEADLINE_S = 10.0
@@ -90,14 +91,10 @@ def batch(value: bytes) -> bytes:
     return encode_batch([value], timestamps_ms=1)
 
 
-@run
-async def test_a_failed_fsync_fences_the_leader_and_a_reopen_drops_the_unsynced_tail(
-    tmp_path: Path,
-) -> None:
-    disks = Disks()
+async def single_host(root: Path, disks: Disks) -> ReplicaHost:
     host = ReplicaHost(
         "n1",
-        str(tmp_path),
+        str(root),
         ReplicaConfig.local(),
         LogConfig(),
         send=lambda node, bundle: None,
@@ -105,6 +102,15 @@ async def test_a_failed_fsync_fences_the_leader_and_a_reopen_drops_the_unsynced_
         log_factory=disks.open,
     )
     await host.start()
+    return host
+
+
+@run
+async def test_a_failed_fsync_fences_the_leader_and_a_reopen_drops_the_unsynced_tail(
+    tmp_path: Path,
+) -> None:
+    disks = Disks()
+    host = await single_host(tmp_path, disks)
     try:
         replica = host.open_replica(KEY, GroupConfig((NodeId("n1"),)))
         await wait_until(lambda: replica.core.role is Role.LEADER, "a leader")
@@ -135,16 +141,7 @@ async def test_a_failed_fsync_fences_the_leader_and_a_reopen_drops_the_unsynced_
 @run
 async def test_a_reopen_that_fails_again_keeps_the_replica_fenced(tmp_path: Path) -> None:
     disks = Disks()
-    host = ReplicaHost(
-        "n1",
-        str(tmp_path),
-        ReplicaConfig.local(),
-        LogConfig(),
-        send=lambda node, bundle: None,
-        host_config=FAST_RETRY,
-        log_factory=disks.open,
-    )
-    await host.start()
+    host = await single_host(tmp_path, disks)
     try:
         replica = host.open_replica(KEY, GroupConfig((NodeId("n1"),)))
         await wait_until(lambda: replica.core.role is Role.LEADER, "a leader")
@@ -231,3 +228,44 @@ async def test_a_follower_whose_fsync_fails_does_not_acknowledge_and_later_catch
         assert values(read, end) == [b"one", b"two"]
     finally:
         await cluster.close()
+
+
+@run
+async def test_produce_calls_and_long_polls_beyond_their_limits_are_refused_and_counted(
+    tmp_path: Path,
+) -> None:
+    host = ReplicaHost(
+        "n1",
+        str(tmp_path),
+        ReplicaConfig.local(),
+        LogConfig(),
+        send=lambda node, bundle: None,
+        host_config=HostConfig(produce_calls_max=1, fetch_waiters_max=1),
+    )
+    await host.start()
+    try:
+        replica = host.open_replica(KEY, GroupConfig((NodeId("n1"),)))
+        await wait_until(lambda: replica.core.role is Role.LEADER, "a leader")
+        # Two produce calls at once (fsyncs in the pool, so the first waits): the
+        # second is over the limit.
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(host_module, "INLINE_FSYNC_MS_MAX", 0.0)
+            results = await asyncio.gather(
+                host.produce(KEY, batch(b"a"), Acks.ALL, 5),
+                host.produce(KEY, batch(b"b"), Acks.ALL, 5),
+                return_exceptions=True,
+            )
+        assert isinstance(results[1], UnavailableError), results
+        assert host.counters["produce_refused"] == 1
+        assert not isinstance(results[0], BaseException)
+        # Two long-polls at the end: the second is answered at once, empty.
+        end = replica.core.high_watermark
+        waiting = asyncio.ensure_future(host.fetch(KEY, end, 1 << 20, 5))
+        await wait_until(lambda: replica.watermark_waiters, "the first long-poll to wait")
+        second = await asyncio.wait_for(host.fetch(KEY, end, 1 << 20, 5), 1)
+        assert second.batches == b"" and host.counters["fetch_wait_refused"] == 1
+        await host.produce(KEY, batch(b"c"), Acks.ALL, 5)
+        first = await asyncio.wait_for(waiting, 5)
+        assert first.batches  # the first waited and got the new batch
+    finally:
+        await host.close()

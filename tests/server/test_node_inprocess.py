@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -25,9 +26,10 @@ from laminar.replica.types import Role
 from laminar.segment.config import LogConfig
 from laminar.segment.memory import MemoryLog
 from laminar.segment.storage import LogStorage
-from laminar.server.config import NodeConfig
+from laminar.server.config import NodeConfig, ServiceConfig
 from laminar.server.host import HostConfig
 from laminar.server.node import Node
+from laminar.server.service import RateLimitedLog
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 
@@ -243,3 +245,45 @@ async def test_topic_retention_advances_every_replicas_log_start(tmp_path: Path)
         for channel in channels:
             await channel.close()
         await stop_nodes(nodes)
+
+
+@run
+async def test_calls_beyond_the_limit_are_refused_and_counted(tmp_path: Path) -> None:
+    node = await Node.open(
+        config(tmp_path, 0, service=ServiceConfig(calls_max=1)), log_factory=MemoryDisks().open
+    )
+    channels: list[grpc.aio.Channel] = []
+    try:
+        await wait_until(lambda: leader_of([node], ("__cluster", 0)), "the metadata leader")
+        replica = node.host.get(("__cluster", 0))
+        assert replica is not None
+        end = replica.core.high_watermark
+        # A long-poll holds the only call slot...
+        poll = pb.FetchRequest(topic="__cluster", partition=0, offset=end, max_wait_ms=3000)
+        held = asyncio.ensure_future(stub(node, channels).Fetch(poll, timeout=10))
+        await wait_until(lambda: node.service.calls == 1, "the long-poll to be in progress")
+        # ...so another call is refused at once, retriable.
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub(node, channels).Metadata(pb.MetadataRequest(), timeout=5)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert node.service.counters["calls_refused"] == 1
+        assert (await held).batches == b""
+        await stub(node, channels).Metadata(pb.MetadataRequest(), timeout=5)  # free again
+    finally:
+        for channel in channels:
+            await channel.close()
+        await node.stop(graceful=False)
+
+
+def test_rate_limited_log_says_how_many_lines_it_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    log = RateLimitedLog(10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="laminar.server.service"):
+        for _ in range(100):  # a client flooding the node with bad requests
+            log("malformed", "malformed %s request refused", "Produce")
+        now[0] = 10.0
+        log("malformed", "malformed %s request refused", "Fetch")
+    assert [r.getMessage() for r in caplog.records] == [
+        "malformed Produce request refused",
+        "malformed Fetch request refused (99 more since the last such line)",
+    ]
