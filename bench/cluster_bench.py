@@ -101,7 +101,7 @@ ECHO_METHOD = "/bench.Echo/Push"
 ECHO_REPLY = b"\x00" * 8
 IDLE_TOPICS = 3
 IDLE_PARTITIONS_PER_TOPIC = 100
-PHASES = ("grpc", "produce", "fetch", "latency", "failover", "gap", "isolate", "idle", "shutdown")
+PHASES = ("grpc", "produce", "fetch", "latency", "failover", "idle", "gap", "isolate", "shutdown")
 GAP_PARTITIONS = 6
 
 TARGETS: dict[str, tuple[str, float]] = {

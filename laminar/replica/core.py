@@ -394,8 +394,19 @@ class ReplicaCore:
     # ------------------------------------------------------------------ inputs
 
     def propose(self, request_id: int, batch: Buffer, acks: Acks, now_ms: int) -> None:
-        """A client's batch; the answer comes out as a :class:`ProduceReply`."""
-        self.propose_batches((request_id,), (batch,), acks, now_ms)
+        """A client's batch; the answer comes out as a :class:`ProduceReply`.
+
+        :meth:`propose_batches` for one batch, written out (every write's path)."""
+        self._now = now_ms
+        self._wake()
+        result = self._refuse_request(request_id, 1) or self._check_batch(request_id, batch, ())
+        reply = (
+            result
+            if isinstance(result, ProduceReply)
+            else self._accept(request_id, batch, *result, acks)
+        )
+        if reply is not None:
+            self._replies.append(reply)
 
     def propose_batches(
         self,

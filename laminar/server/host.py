@@ -378,9 +378,12 @@ class ReplicaHost:
                 return
             replica.queued.append(action)
         else:
-            self._apply(replica, action)
-            if not replica.closed:
-                self._mark(replica)
+            try:  # _apply, inlined: every input of the node passes here
+                action()
+            except (OSError, StorageError) as error:
+                self._fence(replica, error)
+                return
+            self._mark(replica)
 
     def _apply(self, replica: Replica, action: Callable[[], object]) -> None:
         """Run an input on the core; a storage failure fences the replica."""
@@ -472,9 +475,34 @@ class ReplicaHost:
     async def produce(
         self, key: PartitionKey, batch: bytes, acks: Acks, timeout_s: float
     ) -> ProduceResult:
-        """Append one batch through this node's replica, which must lead."""
-        (result,) = await self.produce_batches(key, (batch,), acks, timeout_s)
-        return result
+        """Append one batch through this node's replica, which must lead.
+
+        :meth:`produce_batches` for one batch, written out: it is every write's path.
+        """
+        replica = self._serving(key)
+        if len(replica.calls) >= self.config.produce_calls_max:
+            self.counters["produce_refused"] += 1
+            raise UnavailableError(
+                f"{len(replica.calls)} produce calls already wait on {key[0]}/{key[1]}; retry later"
+            )
+        self._request_ids += 1
+        request_id = self._request_ids
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ProduceReply] = loop.create_future()
+        replica.calls[request_id] = future
+        now = self._now()
+        self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now))
+        if not self._produce_pass:
+            self._produce_pass = True
+            loop.call_soon(self._end_produce_pass)
+            self.flush_now()
+        timer = loop.call_later(timeout_s, _time_out, future, timeout_s)
+        try:
+            reply = await future
+        finally:
+            timer.cancel()
+            replica.calls.pop(request_id, None)
+        return _result(reply, batch)
 
     async def produce_batches(
         self, key: PartitionKey, batches: Sequence[bytes], acks: Acks, timeout_s: float
@@ -787,7 +815,10 @@ class ReplicaHost:
                     removed.append(replica)
         self._send_all(coalescer)
         for replica, ready in readies:
-            self._apply(replica, partial(replica.core.advance, ready))
+            try:
+                replica.core.advance(ready)
+            except (OSError, StorageError) as error:
+                self._fence(replica, error)
             replica.busy = False
             while replica.queued and not replica.closed:
                 self._apply(replica, replica.queued.popleft())
