@@ -572,3 +572,33 @@ def test_an_append_below_the_followers_own_log_start_is_taken_past_the_start() -
     ]
     assert answer.success and answer.match_offset == 6
     assert follower.end_offset == 6 and follower.start_offset == 3
+
+
+def test_a_removed_replica_reopened_on_its_log_catches_up_from_where_it_is() -> None:
+    # What the node does when placement wants back a replica its group removed while
+    # it was away: a fresh core on the same log, not an empty log.
+    group = Group(config=dataclasses.replace(CONFIG, reconfigure_stable_ms=0))
+    group.elect(A)
+    leader = group.cores[A]
+    for index in range(5):
+        leader.propose(index, _batch(b"v%d" % index), Acks.ALL, group.now)
+        group.advance_time(20)
+    leader.set_target((A, B), group.now)
+    group.advance_time(2_000)
+    assert leader.group_config == GroupConfig((A, B))
+    assert group.cores[C].removed
+    held = group.storages[C].end_offset
+    resets: list[int] = []
+    storage = group.storages[C]
+    real_reset, real_truncate = storage.reset, storage.truncate_suffix
+    storage.reset = lambda offset: resets.append(offset) or real_reset(offset)  # type: ignore[method-assign]
+    storage.truncate_suffix = lambda offset: resets.append(offset) or real_truncate(offset)  # type: ignore[method-assign]
+    group.cores[C] = ReplicaCore(C, storage, CONFIG, now_ms=group.now, rng=random.Random(3))
+    leader.propose(9, _batch(b"while away"), Acks.ALL, group.now)
+    leader.set_target((A, B, C), group.now)
+    group.advance_time(3_000)
+    assert set(leader.group_config.voters) == {A, B, C}  # type: ignore[union-attr]
+    follower = group.cores[C]
+    assert follower.end_offset == leader.end_offset > held
+    assert resets == []  # nothing it held was thrown away: it caught up from there
+    assert _data_values(follower)[:6] == [b"v0", b"v1", b"v2", b"v3", b"v4", b"while away"]
