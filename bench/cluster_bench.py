@@ -87,7 +87,7 @@ from laminar.errors import NotLeaderError, TopicExistsError, UnavailableError
 from laminar.records import encode_batch, next_offset
 from laminar.server.cli import run_loop
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
-from laminar.tuning import tune_allocator, tune_grpc
+from laminar.tuning import tune_allocator, tune_grpc, tune_numpy
 from laminar.v1 import laminar_pb2 as pb
 
 VALUE_BYTES = 100
@@ -153,6 +153,7 @@ def serve_echo(address: str) -> None:
     """
     tune_allocator()
     tune_grpc()
+    tune_numpy()
 
     async def push(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return ECHO_REPLY

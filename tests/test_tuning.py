@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from laminar.tuning import GRPC_EXPERIMENTS, tune_allocator, tune_grpc
+from laminar.tuning import GRPC_EXPERIMENTS, tune_allocator, tune_grpc, tune_numpy
 
 # Megabyte-sized blocks of varying size, two alive at a time, above a heap of
 # smaller blocks: the allocation pattern of a node serving fetches. Prints the
@@ -83,3 +83,9 @@ def test_an_operators_grpc_experiments_are_kept() -> None:
     environ = {"GRPC_EXPERIMENTS": "something_else"}
     assert tune_grpc("1.85.1", environ) is False
     assert environ == {"GRPC_EXPERIMENTS": "something_else"}
+
+
+def test_tune_numpy_keeps_one_blas_thread_unless_the_operator_chose() -> None:
+    environ: dict[str, str] = {"OMP_NUM_THREADS": "4"}
+    tune_numpy(environ)
+    assert environ == {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "1"}

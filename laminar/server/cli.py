@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from laminar.errors import LaminarError
 from laminar.server.config import PRESETS, build_config, load_toml
-from laminar.tuning import tune_allocator, tune_grpc
+from laminar.tuning import tune_allocator, tune_grpc, tune_numpy
 
 _T = TypeVar("_T")
 
@@ -111,6 +111,7 @@ def _start(args: argparse.Namespace) -> int:
         )
         tune_allocator()
         tune_grpc()
+        tune_numpy()
         return run_loop(_run(config))
     except LaminarError as error:
         print(f"laminar node: {error}", file=sys.stderr)

@@ -194,6 +194,8 @@ def add_to_server(service: LaminarService, server: grpc.aio.Server) -> None:
             response_serializer=response_type.SerializeToString,
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    # As the generated code does: registered methods skip the generic handler lookup.
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
 class LaminarService(laminar_pb2_grpc.LaminarServicer):
