@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import struct
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import msgpack
 import pytest
@@ -53,6 +53,19 @@ def _records(count: int) -> list[Record]:
         )
         for index in range(count)
     ]
+
+
+@pytest.fixture(scope="module", autouse=True, params=["numpy", "python"])
+def column_checks(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test twice: check_payload's numpy column checks for every batch, and
+    its pure-Python reader for every batch (both must refuse exactly what decode
+    refuses)."""
+    saved = records.VECTORIZE_RECORDS_MIN
+    records.VECTORIZE_RECORDS_MIN = 1 if request.param == "numpy" else 2**31
+    try:
+        yield str(request.param)
+    finally:
+        records.VECTORIZE_RECORDS_MIN = saved
 
 
 @pytest.mark.parametrize("compression", list(Compression))

@@ -795,7 +795,10 @@ class ReplicaHost:
         """The durable part of a round: messages, replies, events, then ``advance``."""
         coalescer = Coalescer()
         removed: list[Replica] = []
-        readies = [(replica, ready) for replica, ready in readies if not replica.closed]
+        for replica, _ in readies:
+            if replica.closed:  # fenced (or deleted) during the round: nothing of it goes
+                readies = [(r, ready) for r, ready in readies if not r.closed]
+                break
         for replica, ready in readies:
             coalescer.add_all(replica.key, ready.messages)
             for reply in ready.replies:

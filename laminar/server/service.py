@@ -244,8 +244,10 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if host.get(key) is None and not host.is_fenced(key):
             raise self._not_leader(key)
         try:
-            # All or none: the leader checks every batch before it appends any.
-            results = await host.produce_batches(key, request.batches, acks, timeout_s)
+            if len(request.batches) == 1:  # the common case, on the host's fast path
+                results = [await host.produce(key, request.batches[0], acks, timeout_s)]
+            else:  # all or none: the leader checks every batch before it appends any
+                results = await host.produce_batches(key, request.batches, acks, timeout_s)
         except NotLeaderError as error:
             raise NotLeaderError(error.leader_id, node.grpc_address_of(error.leader_id)) from None
         return pb.ProduceResponse(
