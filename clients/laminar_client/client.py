@@ -78,6 +78,10 @@ DEFAULT_METADATA_ANSWERS_MAX = 4
 """Most nodes whose ``Metadata`` answers one refresh merges: the three replicas of a
 partition (replication factor 3) and one node, answering first, that hosts none."""
 DEFAULT_FETCH_BYTES_MAX = 4 * 1024 * 1024
+UNKNOWN_TOPIC_WAIT_S = 2.0
+"""How long a call retries ``UNKNOWN_TOPIC_OR_PARTITION``: a topic reaches every node
+within a metadata round trip of its creation, so an unknown topic after this long
+does not exist."""
 # Room for the answer to travel back after the server's own timeout.
 _RESPONSE_MARGIN_S = 0.5
 _LEADER_HINTS_MAX = 65_536
@@ -900,7 +904,7 @@ class Client:
         round_size = 0
         failed_this_round: set[str] = set()
         rebuilt_at_once = False
-        refreshed_for_unknown = False
+        unknown_since: float | None = None
         last_error: LaminarError | None = None
         while True:
             if last_error is not None and deadline.remaining_s() <= 0:
@@ -942,10 +946,14 @@ class Client:
                 last_error = error
                 move_on = True
             except UnknownTopicOrPartitionError as error:
-                # A topic created a moment ago may not have reached every node yet.
-                if refreshed_for_unknown or topic is None:
+                # A topic created a moment ago may not have reached every node yet:
+                # retry (with backoff) for up to UNKNOWN_TOPIC_WAIT_S, as Kafka's
+                # clients wait for a topic's metadata, then give up.
+                now = self._clock()
+                if unknown_since is None:
+                    unknown_since = now
+                if topic is None or now - unknown_since >= UNKNOWN_TOPIC_WAIT_S:
                     raise
-                refreshed_for_unknown = True
                 if target is not None:
                     self.cache.node_answered(target)
                 self.cache.invalidate()

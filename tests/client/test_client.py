@@ -13,6 +13,7 @@ from laminar_client import (
     RetryPolicy,
     Transport,
 )
+from laminar_client.client import UNKNOWN_TOPIC_WAIT_S
 
 from laminar.errors import (
     BatchLimitError,
@@ -144,7 +145,6 @@ def test_backoff_is_capped_exponential_with_jitter() -> None:
 @pytest.mark.parametrize(
     ("error", "expected", "attributes"),
     [
-        (UnknownTopicOrPartitionError("no such"), UnknownTopicOrPartitionError, {}),
         (BatchLimitError("too big"), BatchLimitError, {}),
         (RecordFormatError("bad"), RecordFormatError, {}),
         (InvalidInputError("bad"), InvalidInputError, {}),
@@ -165,8 +165,33 @@ def test_non_retriable_errors_map_back_and_are_not_retried(
             client.produce("t", 0, batch(b"x"))
     assert type(caught.value) is expected
     assert str(error) in str(caught.value)
-    expected_calls = 2 if expected is UnknownTopicOrPartitionError else 1  # one refresh
-    assert len(cluster.calls_to("Produce")) == expected_calls
+    assert len(cluster.calls_to("Produce")) == 1
+
+
+def test_a_topic_unknown_to_a_node_is_retried_until_it_arrives(cluster: FakeCluster) -> None:
+    # Right after a topic's creation some nodes may not have applied it yet.
+    cluster.add_topic("t")
+    unknown = UnknownTopicOrPartitionError("no topic 't'")
+    cluster.fail_next("n0", "Produce", unknown, unknown, unknown)
+    with make_client(cluster) as client:
+        assert client.produce("t", 0, batch(b"x")) == [0]
+    assert len(cluster.calls_to("Produce")) == 4
+
+
+def test_a_topic_that_stays_unknown_fails_after_the_wait(cluster: FakeCluster) -> None:
+    cluster.add_topic("t")
+    unknown = UnknownTopicOrPartitionError("no topic 't'")
+    cluster.fail_next("n0", "Produce", *([unknown] * 1000))
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    with make_client(cluster, clock=lambda: now[0], sleep=sleep, retry=RetryPolicy()) as client:
+        client.metadata()
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.produce("t", 0, batch(b"x"))
+    assert UNKNOWN_TOPIC_WAIT_S <= now[0] < UNKNOWN_TOPIC_WAIT_S + 2
 
 
 def test_unknown_topic_in_metadata_is_raised(cluster: FakeCluster) -> None:
