@@ -40,6 +40,7 @@ from laminar.records import (
     verify_batch,
     with_leader_fields,
 )
+from tests.batches import with_payload, with_stored
 
 
 def _records(count: int) -> list[Record]:
@@ -324,30 +325,6 @@ def _payload_of(batch: bytes) -> bytes:
     return stored
 
 
-def _with_payload(batch: bytes, payload: bytes, **fields: int) -> bytes:
-    """``batch`` with ``payload`` (uncompressed), compressed as ``batch`` is."""
-    stored = payload
-    if parse_header(batch).compression is Compression.ZSTD:
-        stored = zstandard.ZstdCompressor().compress(payload)
-    return _with_stored(batch, stored, payload_uncompressed_bytes=len(payload), **fields)
-
-
-def _with_stored(batch: bytes, stored: bytes, **fields: int) -> bytes:
-    """``batch`` with the stored payload ``stored`` and header ``fields`` in place.
-
-    Recomputes the length and both checksums, so that :func:`verify_batch` passes
-    whatever the payload holds.
-    """
-    header = parse_header(batch)
-    values = header._asdict()
-    for unpacked_only in ("magic", "header_checksum"):
-        del values[unpacked_only]
-    values["length"] = HEADER_BYTES + len(stored)
-    values["payload_checksum"] = xxhash.xxh3_64_intdigest(stored)
-    values.update(fields)
-    return records._pack_header(**values) + stored
-
-
 def _raises_record_format_error(call: Callable[[], object]) -> bool:
     try:
         call()
@@ -455,7 +432,7 @@ def test_check_payload_refuses_exactly_what_decode_refuses(
     payload: bytes, malformed: bool, compression: Compression
 ) -> None:
     template = encode_batch([b"abc"], timestamps_ms=5, compression=compression)
-    assert _check_agrees_with_decode(_with_payload(template, payload)) is malformed
+    assert _check_agrees_with_decode(with_payload(template, payload)) is malformed
 
 
 def test_check_payload_refuses_timestamps_that_disagree_with_the_header() -> None:
@@ -463,14 +440,14 @@ def test_check_payload_refuses_timestamps_that_disagree_with_the_header() -> Non
     payload = _payload_of(batch)
     assert not _check_agrees_with_decode(batch)
     for fields in ({"first_timestamp_ms": 4}, {"max_timestamp_ms": 8}, {"max_timestamp_ms": 10}):
-        assert _check_agrees_with_decode(_with_payload(batch, payload, **fields)), fields
+        assert _check_agrees_with_decode(with_payload(batch, payload, **fields)), fields
 
 
 def test_check_payload_refuses_a_malformed_control_batch() -> None:
     control = encode_control_batch(b"noop", b"data", timestamp_ms=3)
     payload = bytearray(_payload_of(control))
     struct.pack_into("<i", payload, 1 + 8 + 4, 5)  # the key's length, 4 in truth
-    assert _check_agrees_with_decode(_with_payload(control, bytes(payload)))
+    assert _check_agrees_with_decode(with_payload(control, bytes(payload)))
 
 
 @pytest.mark.parametrize("compression", list(Compression))
@@ -491,7 +468,7 @@ def test_zstd_frame_declaring_more_than_the_header_is_refused_unallocated() -> N
     """decompress() allocates what the frame declares, not what the header does."""
     template = encode_batch([b"a" * 1000], compression=Compression.ZSTD)
     bomb = zstandard.ZstdCompressor().compress(bytes(32 * 1024 * 1024))
-    damaged = _with_stored(template, bomb)
+    damaged = with_stored(template, bomb)
     header = verify_batch(damaged)
     tracemalloc.start()
     try:
@@ -514,7 +491,7 @@ def test_check_payload_fails_exactly_when_decode_fails(batch: bytes, data: st.Da
         position = data.draw(st.integers(0, len(payload) - 1))
         payload[position] = data.draw(st.integers(0, 255))
     cut = data.draw(st.sampled_from([0, 0, 1, 4]))
-    damaged = _with_payload(batch, bytes(payload[: len(payload) - cut]))
+    damaged = with_payload(batch, bytes(payload[: len(payload) - cut]))
     if _raises_record_format_error(lambda: verify_batch(damaged)):
         return  # the damage broke the header's own rules (too few bytes per record)
     _check_agrees_with_decode(damaged)

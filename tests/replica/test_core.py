@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import struct
 from collections import deque
 
 import msgpack
 import pytest
-import xxhash
 
 from laminar.errors import ConfigError, OffsetOutOfRangeError
 from laminar.records import decode_records, encode_batch, iter_batches, with_leader_fields
@@ -31,6 +29,7 @@ from laminar.replica.producers import ProducerTable, Verdict
 from laminar.replica.quorum import majority_offset
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.memory import MemoryLog
+from tests.batches import columns_beyond_payload
 
 CONFIG = ReplicaConfig.simulation()
 A, B, C = NodeId("a"), NodeId("b"), NodeId("c")
@@ -396,13 +395,10 @@ def test_config_validation() -> None:
         assert preset.heartbeat_interval_ms < preset.election_timeout_min_ms
 
 
-def _rechecksummed(batch: bytes, payload: bytes) -> bytes:
-    """``batch`` with ``payload`` and both checksums recomputed (a buggy producer)."""
-    header = bytearray(batch[:80])
-    struct.pack_into("<I", header, 0, 80 + len(payload))
-    struct.pack_into("<Q", header, 64, xxhash.xxh3_64_intdigest(payload))
-    struct.pack_into("<Q", header, 72, xxhash.xxh3_64_intdigest(bytes(header[:72])))
-    return bytes(header) + payload
+def _append_answer(core: ReplicaCore) -> AppendResponse:
+    """The one append answer in ``core``'s next Ready."""
+    (answer,) = [o.message for o in core.ready().messages if isinstance(o.message, AppendResponse)]
+    return answer
 
 
 def _replies_of(group: Group, node: NodeId) -> dict[int, ProduceStatus]:
@@ -431,10 +427,7 @@ def test_a_batch_whose_columns_do_not_fit_its_payload_is_refused_on_receipt() ->
     group.elect(A)
     leader = group.cores[A]
     end = leader.end_offset
-    valid = _batch(b"abc")
-    payload = bytearray(valid[80:])  # flags, timestamp, value length, value
-    payload[9:13] = (10**6).to_bytes(4, "little")  # a value of 10^6 bytes in 3
-    leader.propose(1, _rechecksummed(valid, bytes(payload)), Acks.ALL, group.now)
+    leader.propose(1, columns_beyond_payload(), Acks.ALL, group.now)
     assert _replies_of(group, A) == {1: ProduceStatus.INVALID}
     assert leader.end_offset == end
 
@@ -546,9 +539,7 @@ def test_the_term_before_the_log_start_survives_a_restart() -> None:
         AppendRequest(leader.term, A, 4, leader.term, b"", 4, 4),
         group.now,
     )
-    (answer,) = [
-        o.message for o in group.cores[B].ready().messages if isinstance(o.message, AppendResponse)
-    ]
+    answer = _append_answer(group.cores[B])
     assert answer.success
 
 
@@ -567,9 +558,7 @@ def test_an_append_below_the_followers_own_log_start_is_taken_past_the_start() -
     assert follower.start_offset == 3
     data = leader.read(1, 1 << 20)  # batches 1..5, the first two below C's start
     follower.step(A, AppendRequest(leader.term, A, 1, 1, data, 6, 6), group.now)
-    (answer,) = [
-        o.message for o in follower.ready().messages if isinstance(o.message, AppendResponse)
-    ]
+    answer = _append_answer(follower)
     assert answer.success and answer.match_offset == 6
     assert follower.end_offset == 6 and follower.start_offset == 3
 

@@ -22,13 +22,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-import xxhash
 from laminar_client import Client, IdempotentProducer, PartitionHealth
 
 from laminar.errors import LaminarError, NotLeaderError, OffsetOutOfRangeError
 from laminar.grpc_errors import ERROR_METADATA_KEY, error_from_rpc
 from laminar.records import (
-    HEADER_BYTES,
     BatchLimits,
     encode_batch,
     encode_control_batch,
@@ -36,6 +34,7 @@ from laminar.records import (
 )
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
 from laminar.v1 import laminar_pb2 as pb
+from tests.batches import columns_beyond_payload
 
 SETTLE_S = 30.0
 """Deadline for the cluster to converge after a change (joins, elections, moves)."""
@@ -206,17 +205,6 @@ def produce_values(client: Client, topic: str, partition: int, values: list[byte
     """Produce ``values`` in batches of ten, acks=all."""
     for start in range(0, len(values), 10):
         client.produce(topic, partition, encode_batch(values[start : start + 10]))
-
-
-def columns_beyond_payload() -> bytes:
-    """A batch with correct checksums whose value length (10^6) exceeds its payload."""
-    valid = encode_batch([b"abc"])
-    payload = bytearray(valid[HEADER_BYTES:])  # flags, timestamp, value length, value
-    payload[9:13] = (10**6).to_bytes(4, "little")
-    header = bytearray(valid[:HEADER_BYTES])
-    header[64:72] = xxhash.xxh3_64_intdigest(bytes(payload)).to_bytes(8, "little")
-    header[72:80] = xxhash.xxh3_64_intdigest(bytes(header[:72])).to_bytes(8, "little")
-    return bytes(header) + bytes(payload)
 
 
 def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
