@@ -783,23 +783,16 @@ def _check_columns_vectorized(header: BatchHeader, payload: memoryview) -> None:
     per 1,000 records as Python ints, 1.5 us here)."""
     np = _numpy()
     count = header.record_count
-    flags = payload[0]
-    if flags & ~(_FLAG_KEYS | _FLAG_HEADERS):
-        raise RecordFormatError(f"unknown payload flags {flags:#04x}")
-    timestamps_end = 1 + 8 * count
-    value_lengths_end = timestamps_end + 4 * count
-    data_start = value_lengths_end + (4 * count if flags & _FLAG_KEYS else 0)
-    if data_start > len(payload):
-        raise RecordFormatError("payload too short for its length columns")
+    layout = _ColumnLayout.of(count, payload)
     timestamps = np.frombuffer(payload, "<i8", count, 1)
     if int(timestamps[0]) != header.first_timestamp_ms or (
         int(timestamps.max()) != header.max_timestamp_ms
     ):
         raise RecordFormatError("record timestamps disagree with the header")
-    data_bytes = _column_bytes(np, payload, timestamps_end, count)
-    if flags & _FLAG_KEYS:
-        data_bytes += _column_bytes(np, payload, value_lengths_end, count)
-    if data_bytes != len(payload) - data_start:
+    data_bytes = _column_bytes(np, payload, layout.timestamps_end, count)
+    if layout.flags & _FLAG_KEYS:
+        data_bytes += _column_bytes(np, payload, layout.value_lengths_end, count)
+    if data_bytes != len(payload) - layout.data_start:
         raise RecordFormatError("payload length columns disagree with its data")
 
 
@@ -875,21 +868,40 @@ class _Columns(NamedTuple):
     headers_start: int  # where the header blobs start in ``data``
 
 
+class _ColumnLayout(NamedTuple):
+    """Where each column of a payload ends (see the module docstring's layout)."""
+
+    flags: int
+    timestamps_end: int
+    value_lengths_end: int
+    key_lengths_end: int
+    data_start: int  # where the header lengths end and the keys, values, blobs start
+
+    @classmethod
+    def of(cls, count: int, payload: memoryview) -> _ColumnLayout:
+        """The layout of ``payload``'s ``count`` records; RecordFormatError when its
+        flags are unknown or its length columns do not fit."""
+        flags = payload[0]
+        if flags & ~(_FLAG_KEYS | _FLAG_HEADERS):
+            raise RecordFormatError(f"unknown payload flags {flags:#04x}")
+        timestamps_end = 1 + 8 * count
+        value_lengths_end = timestamps_end + 4 * count
+        key_lengths_end = value_lengths_end + (4 * count if flags & _FLAG_KEYS else 0)
+        data_start = key_lengths_end + (4 * count if flags & _FLAG_HEADERS else 0)
+        if data_start > len(payload):
+            raise RecordFormatError("payload too short for its length columns")
+        return cls(flags, timestamps_end, value_lengths_end, key_lengths_end, data_start)
+
+
 def _read_columns(header: BatchHeader, payload: memoryview) -> _Columns:
     """Cut ``payload`` into columns; check them against each other and the header.
 
     Checks all that decoding relies on except the header blobs' msgpack, at C level.
     """
     count = header.record_count
-    flags = payload[0]
-    if flags & ~(_FLAG_KEYS | _FLAG_HEADERS):
-        raise RecordFormatError(f"unknown payload flags {flags:#04x}")
-    timestamps_end = 1 + 8 * count
-    value_lengths_end = timestamps_end + 4 * count
-    key_lengths_end = value_lengths_end + (4 * count if flags & _FLAG_KEYS else 0)
-    data_start = key_lengths_end + (4 * count if flags & _FLAG_HEADERS else 0)
-    if data_start > len(payload):
-        raise RecordFormatError("payload too short for its length columns")
+    flags, timestamps_end, value_lengths_end, key_lengths_end, data_start = _ColumnLayout.of(
+        count, payload
+    )
 
     # A list rather than the array: decoding returns one, and max() over a list is
     # cheaper than over an array, which makes an int per item.
