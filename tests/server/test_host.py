@@ -7,12 +7,9 @@ deadlines, never on fixed sleeps.
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,21 +22,13 @@ from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
 from laminar.server import host as host_module
 from laminar.server.host import Replica, ReplicaHost
+from tests.server.aio import bounded
 
 DEADLINE_S = 10.0
 KEY = ("events", 0)
 
 
-def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
-    @functools.wraps(test)
-    def wrapper(tmp_path: Path) -> None:
-        async def bounded() -> None:
-            async with asyncio.timeout(DEADLINE_S * 3):
-                await test(tmp_path)
-
-        asyncio.run(bounded())
-
-    return wrapper
+run = bounded(DEADLINE_S * 3)
 
 
 async def leading_host(tmp_path: Path) -> tuple[ReplicaHost, Replica]:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,22 +23,15 @@ from laminar.segment.log import SegmentLog
 from laminar.segment.storage import LogStorage
 from laminar.server import host as host_module
 from laminar.server.host import HostConfig, ReplicaHost
+from tests.server import aio
+from tests.server.aio import bounded
 
 DEADLINE_S = 10.0
 KEY = ("events", 0)
 FAST_RETRY = HostConfig(storage_retry_ms=50, storage_retry_max_ms=200)
 
 
-def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
-    @functools.wraps(test)
-    def wrapper(tmp_path: Path) -> None:
-        async def bounded() -> None:
-            async with asyncio.timeout(DEADLINE_S * 3):
-                await test(tmp_path)
-
-        asyncio.run(bounded())
-
-    return wrapper
+run = bounded(DEADLINE_S * 3)
 
 
 class Disks:
@@ -64,11 +56,7 @@ class Disks:
 
 
 async def wait_until(condition: Callable[[], object], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
+    await aio.wait_until(condition, what, timeout_s=DEADLINE_S)
 
 
 def values(read: Callable[[int], bytes], end: int) -> list[bytes]:

@@ -9,10 +9,9 @@ synced (what a power loss would leave). Waits are on conditions with deadlines.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,8 @@ from laminar.server.node import Node
 from laminar.server.service import RateLimitedLog
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
+from tests.server import aio
+from tests.server.aio import bounded
 
 DEADLINE_S = 20.0
 TOPIC = "events"
@@ -59,16 +60,7 @@ class MemoryDisks:
         return log
 
 
-def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
-    @functools.wraps(test)
-    def wrapper(tmp_path: Path) -> None:
-        async def bounded() -> None:
-            async with asyncio.timeout(DEADLINE_S * 4):
-                await test(tmp_path)
-
-        asyncio.run(bounded())
-
-    return wrapper
+run = bounded(DEADLINE_S * 4)
 
 
 def config(root: Path, index: int, **changes: Any) -> NodeConfig:
@@ -87,11 +79,7 @@ def config(root: Path, index: int, **changes: Any) -> NodeConfig:
 
 
 async def wait_until(condition: Callable[[], object], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+    await aio.wait_until(condition, what, timeout_s=DEADLINE_S, poll_s=0.02)
 
 
 def leader_of(nodes: list[Node], key: tuple[str, int]) -> Node | None:
