@@ -316,6 +316,12 @@ class ReplicaCore:
         return self._storage.start_offset
 
     @property
+    def durable_end(self) -> int:
+        """The log end as of the last ``advance`` of a synced ``Ready`` (or the open):
+        what the shell has made durable."""
+        return self._durable_end
+
+    @property
     def removed(self) -> bool:
         return self._removed
 

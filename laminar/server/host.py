@@ -157,8 +157,6 @@ class Replica:
     directory: str
     log: LogStorage
     core: ReplicaCore
-    durable_end: int
-    """The log end as of the last fsync that succeeded (or the open)."""
     busy: bool = False
     queued: deque[Callable[[], object]] = field(default_factory=deque)
     watermark_waiters: set[asyncio.Future[None]] = field(default_factory=set)
@@ -312,7 +310,7 @@ class ReplicaHost:
             initial=initial,
             limits=self._log_config.limits,
         )
-        replica = Replica(key, directory, log, core, durable_end=log.end_offset)
+        replica = Replica(key, directory, log, core)
         self._replicas[key] = replica
         target = self._targets.get(key)
         if target is not None:
@@ -626,10 +624,10 @@ class ReplicaHost:
             self.node_id,
             reason,
             self.config.storage_retry_ms,
-            replica.durable_end,
+            replica.core.durable_end,
         )
         self._fenced[key] = FencedReplica(
-            key, reason, now, replica.durable_end, now + self.config.storage_retry_ms, attempts
+            key, reason, now, replica.core.durable_end, now + self.config.storage_retry_ms, attempts
         )
         _fail_calls(
             replica,
@@ -775,14 +773,12 @@ class ReplicaHost:
         self._finish_round(readies)
 
     def _synced(self, syncs: list[Replica], results: list[object]) -> None:
-        """Note what is durable; a failed fsync fences its replica (nothing acknowledged)."""
+        """A failed fsync fences its replica (nothing of the round is acknowledged);
+        what succeeded becomes durable when the round's ``advance`` runs."""
         self.counters["fsyncs"] += len(syncs)
         for replica, result in zip(syncs, results, strict=True):
             if isinstance(result, BaseException):
                 self._fence(replica, result)
-            elif not replica.closed:
-                # The replica is busy: nothing was appended since its ready().
-                replica.durable_end = replica.log.end_offset
 
     def _finish_round(self, readies: list[tuple[Replica, Ready]]) -> None:
         """The durable part of a round: messages, replies, events, then ``advance``."""
