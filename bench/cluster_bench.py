@@ -550,8 +550,7 @@ class Writers:
         self._threads = [
             threading.Thread(target=self._write, args=(p,), daemon=True) for p in range(partitions)
         ]
-        record = make_batches(1, records=1)[0]
-        self._record = record
+        self._record = make_batches(1, records=1)[0]
 
     def __enter__(self) -> Writers:
         for thread in self._threads:
