@@ -22,13 +22,16 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   ├── UnavailableError             no quorum / not enough replicas
     │   │   └── NodeUnreachableError     (client) the connection to the node failed
     │   ├── RequestTimeoutError          the deadline passed before an answer
-    │   │   └── AttemptTimeoutError      (client) the node did not answer one attempt in time
-    │   └── NoAnswerError                (client) base of the two: the node never answered
+    │   │   ├── AttemptTimeoutError      (client) the node did not answer one attempt in time
+    │   │   └── DeliveryTimeoutError     (client) a record not acknowledged in delivery_timeout_s
+    │   ├── NoAnswerError                (client) base of the two: the node never answered
+    │   └── BufferFullError              (client) the producer's buffer stayed full for max_block_s
     ├── UnknownTopicOrPartitionError     no such topic or partition
     ├── ProducerSequenceError            idempotent-producer sequence rejected
     │   ├── DuplicateSequenceError       batch already written (original offset attached)
     │   └── OutOfOrderSequenceError      gap in the producer's sequence
-    └── ClusterIdMismatchError           a node or peer belongs to another cluster
+    ├── ClusterIdMismatchError           a node or peer belongs to another cluster
+    └── ClientClosedError                (client) the producer or consumer was closed
 
 Inside the sans-IO cores an *expected* rejection (a duplicate sequence, a write to a
 follower) is an output value, not an exception; the shells turn those outputs into
@@ -180,6 +183,21 @@ class AttemptTimeoutError(NoAnswerError, RequestTimeoutError):
     cut off or overloaded)."""
 
 
+class DeliveryTimeoutError(RequestTimeoutError):
+    """Client side: a record was not acknowledged within the producer's
+    ``delivery_timeout_s``. ``sent`` says whether any attempt left the client: if one
+    did, the record may have been written."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class BufferFullError(RetriableError):
+    """Client side: ``send`` waited ``max_block_s`` for room in the producer's buffer
+    (``buffer_bytes_max``) and found none; the record was not taken."""
+
+
 class UnknownTopicOrPartitionError(LaminarError):
     """No such topic, or no such partition in that topic."""
 
@@ -220,3 +238,8 @@ class ClusterIdMismatchError(LaminarError):
         super().__init__(f"cluster id mismatch: this cluster is {expected}, peer says {actual}")
         self.expected = expected
         self.actual = actual
+
+
+class ClientClosedError(LaminarError):
+    """Client side: the producer or consumer was closed; records still buffered when
+    it closed without flushing fail with this error."""

@@ -640,6 +640,31 @@ def with_leader_fields(batch: bytes | bytearray | memoryview, base_offset: int, 
     return b"".join((header, payload))
 
 
+_PRODUCER_STRUCT = struct.Struct("<qi")  # producer_id, base_sequence at byte 48
+_PRODUCER_POSITION = 48
+
+
+def with_producer_fields(
+    batch: bytes | bytearray | memoryview, producer_id: int, base_sequence: int
+) -> bytes:
+    """A copy of ``batch`` with another ``(producer_id, base_sequence)``, payload unchanged.
+
+    The producer restamps a batch the broker proved it never wrote (an out-of-order
+    answer) to start a new sequence from it; only the header checksum is recomputed.
+    """
+    if not (0 <= producer_id <= _INT64_MAX and 0 <= base_sequence < 2**31):
+        raise RecordFormatError("producer_id or base_sequence out of range")
+    view = memoryview(batch)
+    if len(view) < HEADER_BYTES:
+        raise TruncatedBatchError(
+            "batch shorter than its header", needed_bytes=HEADER_BYTES, available_bytes=len(view)
+        )
+    head = bytearray(view[:_CHECKSUMMED_HEADER_BYTES])
+    _PRODUCER_STRUCT.pack_into(head, _PRODUCER_POSITION, producer_id, base_sequence)
+    head += _CHECKSUM_STRUCT.pack(xxhash.xxh3_64_intdigest(head))
+    return b"".join((head, view[HEADER_BYTES:]))
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -752,6 +777,63 @@ def check_payload(
                 _unpack_headers(blob)
     except _MALFORMED_PAYLOAD_ERRORS as error:
         raise _malformed(error) from None
+
+
+class ColumnView(NamedTuple):
+    """A batch's payload cut into its raw little-endian columns (no object per record).
+
+    What an Arrow builder needs: ``timestamps`` (int64 ms), ``value_lengths`` and
+    ``key_lengths`` (int32, -1 = null; ``key_lengths`` None when every key is null),
+    ``header_lengths`` (uint32, None without headers), and ``data``, which holds every
+    key, then every value, then every header blob, each column's items back to back:
+    values start at ``values_start``, header blobs at ``headers_start``.
+    """
+
+    header: BatchHeader
+    timestamps: memoryview
+    value_lengths: memoryview
+    key_lengths: memoryview | None
+    header_lengths: memoryview | None
+    data: memoryview
+    values_start: int
+    headers_start: int
+
+
+def column_view(
+    batch: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    verify: bool = True,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> ColumnView:
+    """The batch at ``position`` as raw columns, checked as :func:`decode_batch`
+    checks them (header blobs are not unpacked)."""
+    header = (
+        verify_batch(batch, position, limits=limits)
+        if verify
+        else parse_header(batch, position, limits=limits)
+    )
+    payload = _payload(batch, position, header)
+    try:
+        columns = _read_columns(header, payload)
+    except _MALFORMED_PAYLOAD_ERRORS as error:
+        raise _malformed(error) from None
+    layout = _ColumnLayout.of(header.record_count, payload)
+    value_bytes = sum(columns.value_lengths) + columns.value_null_count  # -1 per null
+    key_bytes = columns.headers_start - value_bytes
+    has_keys = layout.flags & _FLAG_KEYS
+    return ColumnView(
+        header,
+        payload[1 : layout.timestamps_end],
+        payload[layout.timestamps_end : layout.value_lengths_end],
+        payload[layout.value_lengths_end : layout.key_lengths_end] if has_keys else None,
+        payload[layout.key_lengths_end : layout.data_start]
+        if layout.flags & _FLAG_HEADERS
+        else None,
+        columns.data,
+        key_bytes,
+        columns.headers_start,
+    )
 
 
 def decode_records(
@@ -996,6 +1078,14 @@ def _split(
         items.append(data[cursor : cursor + length])
         cursor += length
     return items, cursor
+
+
+def unpack_headers(blob: bytes | memoryview | None) -> tuple[Header, ...]:
+    """One record's header blob (msgpack of ``[[str, bin], ...]``) as pairs."""
+    try:
+        return _unpack_headers(blob)
+    except _MALFORMED_PAYLOAD_ERRORS as error:
+        raise _malformed(error) from None
 
 
 def _unpack_headers(blob: bytes | memoryview | None) -> tuple[Header, ...]:

@@ -14,8 +14,10 @@ from laminar_client.client import (
     Client,
     FetchResult,
     MetadataCache,
+    PartitionOffsets,
     Watermarks,
 )
+from laminar_client.idempotent import IdempotentProducer
 from laminar_client.metadata import (
     ClusterDescription,
     ClusterMetadata,
@@ -28,7 +30,6 @@ from laminar_client.metadata import (
     answers_settled,
     merge_answers,
 )
-from laminar_client.producer import IdempotentProducer
 from laminar_client.retry import NO_RETRY, RetryPolicy
 from laminar_client.transport import (
     AttemptTimeoutError,
@@ -55,6 +56,7 @@ __all__ = [
     "FencedReplica",
     "PartitionHealth",
     "PartitionMetadata",
+    "PartitionOffsets",
     "RetryPolicy",
     "TopicConfig",
     "TopicMetadata",

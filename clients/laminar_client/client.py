@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
+import grpc
 from google.protobuf.message import Message
 
 from laminar.errors import (
@@ -40,10 +41,12 @@ from laminar.errors import (
     LaminarError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    RequestTimeoutError,
     RetriableError,
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
+from laminar.grpc_errors import error_from_rpc, error_metadata
 from laminar.records import Record, decode_records, iter_batches, next_offset
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client.health import NodeHealth
@@ -84,6 +87,10 @@ within a metadata round trip of its creation, so an unknown topic after this lon
 does not exist."""
 # Room for the answer to travel back after the server's own timeout.
 _RESPONSE_MARGIN_S = 0.5
+LIST_OFFSETS_PARTITIONS_MAX = 10_000
+"""Most partitions one :meth:`Client.list_offsets` call names: the server's limit per
+request (``laminar.server.service.LIST_OFFSETS_PARTITIONS_MAX``, every partition of
+the largest topic)."""
 _LEADER_HINTS_MAX = 65_536
 """Most remembered ``NOT_LEADER`` hints; beyond it they are all dropped (metadata remains)."""
 
@@ -121,6 +128,18 @@ class Watermarks:
     high_watermark: int
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """A partition's offsets on the replica that answered: its readable range
+    ``[log_start_offset, high_watermark)``, and the first offset in it whose record
+    timestamp is at least the time asked (None when no committed record is, or when
+    no time was asked)."""
+
+    log_start_offset: int
+    high_watermark: int
+    offset_for_timestamp: int | None
+
+
 def _records_from(batches: bytes, offset_min: int) -> Iterator[Record]:
     view = memoryview(batches)
     for position, header in iter_batches(view):
@@ -129,6 +148,65 @@ def _records_from(batches: bytes, offset_min: int) -> Iterator[Record]:
         for record in decode_records(view[position : position + header.length], verify=False):
             if record.offset >= offset_min:
                 yield record
+
+
+class _PartitionFailure:
+    """A per-partition :class:`ErrorDetail` in the shape of a failed call (what
+    :func:`~laminar.grpc_errors.error_from_rpc` reads of a ``grpc.RpcError``), so that
+    the one table of :mod:`laminar.grpc_errors` turns it back into its error class."""
+
+    __slots__ = ("_detail",)
+
+    def __init__(self, detail: pb.ErrorDetail) -> None:
+        self._detail = detail
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN  # the detail's code decides
+
+    def details(self) -> str:
+        return self._detail.message
+
+    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        return error_metadata(self._detail)
+
+
+class _OffsetsCall:
+    """One :meth:`Client.list_offsets` call: the answers so far and, per partition,
+    the replicas tried in this round, its attempts and its last error."""
+
+    __slots__ = ("answers", "attempts", "errors", "partitions", "tried")
+
+    def __init__(self, partitions: list[int]) -> None:
+        self.partitions = partitions
+        self.answers: dict[int, PartitionOffsets] = {}
+        self.tried: dict[int, set[str]] = {partition: set() for partition in partitions}
+        self.attempts = dict.fromkeys(partitions, 0)
+        self.errors: dict[int, LaminarError] = {}
+
+    def pending(self) -> list[int]:
+        return [partition for partition in self.partitions if partition not in self.answers]
+
+    def failed(self, partitions: Sequence[int], address: str | None, error: LaminarError) -> None:
+        for partition in partitions:
+            if address is not None:
+                self.tried[partition].add(address)
+            self.errors[partition] = error
+
+    def unknown(self) -> UnknownTopicOrPartitionError | None:
+        """The first unknown-topic-or-partition error among the partitions left."""
+        for partition in self.pending():
+            error = self.errors.get(partition)
+            if isinstance(error, UnknownTopicOrPartitionError):
+                return error
+        return None
+
+    def error(self) -> LaminarError:
+        """The last error of the first partition still without an answer."""
+        for partition in self.pending():
+            error = self.errors.get(partition)
+            if error is not None:
+                return error
+        return RequestTimeoutError("list offsets: the deadline passed before an answer")
 
 
 class _Deadline:
@@ -198,6 +276,15 @@ class MetadataCache:
         self._health = NodeHealth(retry if retry is not None else RetryPolicy())
 
     # ------------------------------------------------------------------ snapshots
+
+    def fresh(self) -> bool:
+        """Whether a snapshot is held that :meth:`get` would return without a refresh."""
+        with self._lock:
+            return (
+                self._snapshot is not None
+                and not self._stale
+                and self._clock() - self._fetched_at_s < self._max_age_s
+            )
 
     def get(self, timeout_s: float, focus: tuple[str, int] | None = None) -> ClusterMetadata:
         """The current snapshot, refreshed first (about ``focus``) if missing or stale."""
@@ -281,14 +368,18 @@ class MetadataCache:
             snapshot = self._snapshot
         return snapshot is None or not leader_id or snapshot.is_live(leader_id)
 
-    def write_targets(self, topic: str, partition: int, timeout_s: float) -> list[str]:
+    def write_targets(
+        self, topic: str, partition: int, timeout_s: float, *, refresh: bool = True
+    ) -> list[str]:
         """Where to send a write, in order.
 
         The hinted or known live leader when it is not skipped; else the live
         replicas in placement order (one that is not the leader redirects with a
         hint, or says it knows none), skipped ones only when nothing else is left.
+        ``refresh=False`` uses the snapshot held, however old (the asyncio producer
+        refreshes in a thread first, so that its loop never blocks here).
         """
-        snapshot = self.get(timeout_s, focus=(topic, partition))
+        snapshot = self._held(timeout_s, (topic, partition), refresh)
         with self._lock:
             now = self._clock()
             hint = self._leader_hints.get((topic, partition))
@@ -304,9 +395,12 @@ class MetadataCache:
             raise UnavailableError(f"no live replica known for {topic}/{partition}")
         return targets
 
-    def read_targets(self, topic: str, partition: int, timeout_s: float) -> list[str]:
-        """The partition's live replicas in placement order, skipped ones left out."""
-        snapshot = self.get(timeout_s, focus=(topic, partition))
+    def read_targets(
+        self, topic: str, partition: int, timeout_s: float, *, refresh: bool = True
+    ) -> list[str]:
+        """The partition's live replicas in placement order, skipped ones left out
+        (``refresh``: as for :meth:`write_targets`)."""
+        snapshot = self._held(timeout_s, (topic, partition), refresh)
         targets = self.usable(_addresses(snapshot, snapshot.live_replicas(topic, partition)))
         if not targets:
             raise UnavailableError(f"no reachable replica known for {topic}/{partition}")
@@ -325,6 +419,15 @@ class MetadataCache:
             members = snapshot.grpc_addresses() if snapshot is not None else []
             ordered = [*([last_good] if last_good else []), *members, *self._bootstrap]
             return self._health.usable(ordered, self._clock())[0]
+
+    def _held(self, timeout_s: float, focus: tuple[str, int], refresh: bool) -> ClusterMetadata:
+        if refresh:
+            return self.get(timeout_s, focus=focus)
+        with self._lock:
+            snapshot = self._snapshot
+        if snapshot is None:
+            raise UnavailableError("no metadata yet")
+        return snapshot
 
     # ------------------------------------------------------------------ refresh
 
@@ -545,7 +648,7 @@ class Client:
         leader is unknown or does not answer, and retries other retriable errors with
         backoff until the deadline (see :meth:`_with_retries`). A retry after a
         timeout can write a batch twice unless it carries a producer id and sequence
-        (see :class:`~laminar_client.producer.IdempotentProducer`).
+        (see :class:`~laminar_client.idempotent.IdempotentProducer`).
         """
         payload = [bytes(batches)] if isinstance(batches, bytes | bytearray) else list(batches)
         if not payload:
@@ -634,14 +737,150 @@ class Client:
     def watermarks(
         self, topic: str, partition: int, *, timeout_s: float | None = None
     ) -> Watermarks:
-        """The partition's log start offset and high watermark, from one replica."""
-        try:
-            result = self.fetch(topic, partition, 0, max_bytes=1, timeout_s=timeout_s)
-        except OffsetOutOfRangeError as error:
-            result = self.fetch(
-                topic, partition, error.start_offset, max_bytes=1, timeout_s=timeout_s
+        """The partition's log start offset and high watermark, from one replica
+        (:meth:`list_offsets`)."""
+        offsets = self.list_offsets(topic, [partition], timeout_s=timeout_s)[partition]
+        return Watermarks(offsets.log_start_offset, offsets.high_watermark)
+
+    def list_offsets(
+        self,
+        topic: str,
+        partitions: Sequence[int],
+        *,
+        timestamp_ms: int | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[int, PartitionOffsets]:
+        """Per partition (in the order given, a repeat answered once): its log start
+        offset, high watermark and, with ``timestamp_ms``, the first offset below the
+        high watermark whose record timestamp is at least ``timestamp_ms``.
+
+        Routed like reads: each partition goes to one of its live replicas (they take
+        turns, as for :meth:`fetch`), and partitions sent to the same node share one
+        ``ListOffsets`` request. A replica answers from its own high watermark, which
+        may trail the leader's by a heartbeat. A partition that a node could not
+        answer for a retriable reason (no replica there, or one out of service), or
+        whose node did not answer, goes to its next replica at once; once every
+        replica of every partition left was tried, the call backs off and starts a
+        new round on fresh metadata. Gives up, raising that partition's last error,
+        when the deadline passes, when a partition has had ``retry.attempts_max``
+        attempts, on a non-retriable error, or on an unknown topic or partition that
+        stays unknown for ``UNKNOWN_TOPIC_WAIT_S``.
+        """
+        wanted = list(dict.fromkeys(partitions))
+        if not 1 <= len(wanted) <= LIST_OFFSETS_PARTITIONS_MAX:
+            raise InvalidInputError(
+                f"list_offsets needs 1 to {LIST_OFFSETS_PARTITIONS_MAX} partitions, "
+                f"got {len(wanted)}"
             )
-        return Watermarks(result.log_start_offset, result.high_watermark)
+        if min(wanted) < 0:
+            raise InvalidInputError(f"partitions must be >= 0, got {min(wanted)}")
+        deadline = self._deadline(timeout_s)
+        call = _OffsetsCall(wanted)
+        backoffs = 0
+        unknown_since: float | None = None
+        while pending := call.pending():
+            if deadline.remaining_s() <= 0:
+                raise call.error()
+            plan = self._offsets_plan(topic, pending, call, deadline)
+            for address, group in plan.items():
+                if deadline.remaining_s() <= 0:
+                    break  # an attempt with no time left would blame a healthy node
+                self._ask_offsets(address, topic, group, timestamp_ms, call, deadline)
+            for partition in call.pending():
+                if call.attempts[partition] >= self.retry.attempts_max:
+                    raise call.errors[partition]
+            if plan:
+                continue  # partitions that failed go to their next replica at once
+            unknown = call.unknown()
+            if unknown is not None:  # a new topic may not have reached every node yet
+                unknown_since = self._clock() if unknown_since is None else unknown_since
+                if self._clock() - unknown_since >= UNKNOWN_TOPIC_WAIT_S:
+                    raise unknown
+            self._backoff(backoffs, deadline, call.error())
+            backoffs += 1
+            for partition in pending:
+                call.tried[partition].clear()
+        return {partition: call.answers[partition] for partition in wanted}
+
+    def _offsets_plan(
+        self, topic: str, pending: list[int], call: _OffsetsCall, deadline: _Deadline
+    ) -> dict[str, list[int]]:
+        """Per node, the pending partitions to ask it for: each partition's next
+        replica not tried in this round (none left: it waits for the next round)."""
+        plan: dict[str, list[int]] = {}
+        try:  # one refresh (when stale) for all: the lookups below then read the cache
+            self.cache.get(deadline.remaining_s(), focus=(topic, pending[0]))
+        except RetriableError as error:
+            call.failed(pending, None, error)
+            return plan
+        no_replica = False
+        for partition in pending:
+            try:
+                addresses = self._read_addresses(topic, partition, deadline.remaining_s())
+            except (RetriableError, UnknownTopicOrPartitionError) as error:
+                call.failed([partition], None, error)
+                no_replica = True
+                continue
+            untried = [a for a in addresses if a not in call.tried[partition]]
+            if untried:
+                plan.setdefault(untried[0], []).append(partition)
+        if no_replica:  # the next round asks for new metadata
+            self.cache.invalidate()
+        return plan
+
+    def _ask_offsets(
+        self,
+        address: str,
+        topic: str,
+        partitions: list[int],
+        timestamp_ms: int | None,
+        call: _OffsetsCall,
+        deadline: _Deadline,
+    ) -> None:
+        """One ``ListOffsets`` request to ``address``; its answers and errors go to ``call``."""
+        request = pb.ListOffsetsRequest(topic=topic, partitions=partitions)
+        if timestamp_ms is not None:
+            request.timestamp_ms = timestamp_ms
+        for partition in partitions:
+            call.attempts[partition] += 1
+        try:
+            response = self.transport.call(
+                address,
+                "ListOffsets",
+                request,
+                pb.ListOffsetsResponse,
+                timeout_s=max(0.0, min(deadline.remaining_s(), self.attempt_timeout_s)),
+            )
+        except NoAnswerError as error:
+            self.cache.node_failed(address)
+            call.failed(partitions, address, error)
+            return
+        except (RetriableError, UnknownTopicOrPartitionError) as error:
+            self.cache.node_answered(address)
+            self.cache.invalidate()
+            call.failed(partitions, address, error)
+            return
+        self.cache.node_answered(address)
+        entries = {entry.partition: entry for entry in response.partitions}
+        for partition in partitions:
+            entry = entries.get(partition)
+            if entry is not None and not entry.HasField("error"):
+                found = (
+                    entry.offset_for_timestamp if entry.HasField("offset_for_timestamp") else None
+                )
+                call.answers[partition] = PartitionOffsets(
+                    entry.log_start_offset, entry.high_watermark, found
+                )
+                continue
+            failure = (
+                error_from_rpc(_PartitionFailure(entry.error))
+                if entry is not None
+                else UnavailableError(f"{address} did not answer for {topic}/{partition}")
+            )
+            if not isinstance(failure, RetriableError | UnknownTopicOrPartitionError):
+                raise failure
+            self.cache.invalidate()
+            call.failed([partition], address, failure)
 
     def records(
         self,

@@ -123,7 +123,7 @@ class Transport:
         try:
             response: _R = callable_(request, timeout=timeout_s)
         except grpc.RpcError as rpc_error:
-            error = _no_answer(error_from_rpc(rpc_error), rpc_error)
+            error = no_answer(error_from_rpc(rpc_error), rpc_error)
             error.args = (f"{address}: {error}",) if error.args else error.args
             raise error from None
         return response
@@ -138,13 +138,14 @@ class Transport:
             channel.close()
 
 
-def _no_answer(error: LaminarError, rpc_error: grpc.RpcError) -> LaminarError:
+def no_answer(error: LaminarError, rpc_error: grpc.RpcError) -> LaminarError:
     """``error`` as a :class:`NoAnswerError` when no Laminar code answered the call.
 
     Every error a node sends carries the typed detail in its trailing metadata;
     an ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` without it came from gRPC itself.
     """
-    trailing = rpc_error.trailing_metadata() if isinstance(rpc_error, grpc.Call) else None
+    method = getattr(rpc_error, "trailing_metadata", None)  # grpc.Call or aio's AioRpcError
+    trailing = method() if callable(method) else None
     if any(key == ERROR_METADATA_KEY for key, _ in trailing or ()):
         return error
     if type(error) is UnavailableError:

@@ -865,7 +865,8 @@ class SegmentLog:
                 relative = segment.index.time_floor(timestamp_ms)
                 position, header = self._locate_locked(segment, segment.base_offset + relative)
                 while header is not None:
-                    if header.max_timestamp_ms >= timestamp_ms:
+                    # Control batches carry the leader's monotonic clock, not wall time.
+                    if not header.is_control and header.max_timestamp_ms >= timestamp_ms:
                         data = os.pread(segment.descriptor, header.length, position)
                         decoded = decode_batch(data, limits=self._config.limits)
                         for index, record_ms in enumerate(decoded.timestamps_ms):

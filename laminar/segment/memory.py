@@ -226,7 +226,8 @@ class MemoryLog:
         self._check_open()
         for batch in self._batches:
             header = parse_header(batch)
-            if header.max_timestamp_ms >= timestamp_ms:
+            # Control batches carry the leader's monotonic clock, not wall time.
+            if not header.is_control and header.max_timestamp_ms >= timestamp_ms:
                 decoded = decode_batch(batch, verify=False)
                 for index, record_timestamp_ms in enumerate(decoded.timestamps_ms):
                     if record_timestamp_ms >= timestamp_ms:

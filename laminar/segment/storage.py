@@ -87,7 +87,8 @@ class LogStorage(Protocol):
         ...
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        """The first offset whose record timestamp is >= ``timestamp_ms``, or None."""
+        """The first offset whose record timestamp is >= ``timestamp_ms``, or None
+        (control batches, stamped with the leader's monotonic clock, are skipped)."""
         ...
 
     def sync(self) -> None:

@@ -149,6 +149,16 @@ class FetchResult:
     log_start_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """One replica's readable range ``[log_start_offset, high_watermark)`` and, when a
+    time was asked, the first committed offset at or after it (None: none is)."""
+
+    log_start_offset: int
+    high_watermark: int
+    offset_for_timestamp: int | None
+
+
 @dataclass(slots=True)
 class Replica:
     """One partition replica on this node."""
@@ -574,6 +584,30 @@ class ReplicaHost:
             raise UnknownTopicOrPartitionError(f"{key[0]}/{key[1]} was closed")
         data = core.read(offset, max_bytes) if offset < core.high_watermark else b""
         return FetchResult(data, core.high_watermark, core.start_offset)
+
+    def list_offsets(self, key: PartitionKey, timestamp_ms: int | None) -> PartitionOffsets:
+        """The local replica's log start offset and high watermark, leader or follower,
+        and with ``timestamp_ms`` the first offset below the high watermark whose
+        record timestamp is at least ``timestamp_ms``.
+
+        The lookup is exact at record level, in offset order (timestamps need not
+        grow): the log skips the batches whose ``max_timestamp_ms`` is below the time
+        (the segment log's time index skips whole index intervals) and scans the
+        record timestamps of the first batch that reaches it. The log knows nothing
+        of the high watermark, so an answer at or above it (a record not committed
+        yet) is None, like no answer at all. Raises like :meth:`fetch` when the
+        replica is missing or fenced.
+        """
+        replica = self._serving(key)
+        core = replica.core
+        high_watermark = core.high_watermark
+        found = None
+        if timestamp_ms is not None and core.start_offset < high_watermark:
+            offset = replica.log.offset_for_timestamp(timestamp_ms)
+            if offset is not None and offset < high_watermark:
+                assert offset >= core.start_offset, (offset, core.start_offset)
+                found = offset
+        return PartitionOffsets(core.start_offset, high_watermark, found)
 
     def _serving(self, key: PartitionKey) -> Replica:
         """The open replica of ``key``, or the error that explains why there is none."""

@@ -35,7 +35,7 @@ from laminar.errors import (
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
-from laminar.grpc_errors import abort_with
+from laminar.grpc_errors import abort_with, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
 from laminar.placement import PlacementMember
@@ -47,6 +47,7 @@ from laminar.server.host import ReplicaHost
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
+    PARTITIONS_MAX,
     MetadataState,
     TopicSpec,
     TopicState,
@@ -62,6 +63,10 @@ _ACKS = {pb.ACKS_ALL: Acks.ALL, pb.ACKS_LEADER: Acks.LEADER, pb.ACKS_NONE: Acks.
 _R = TypeVar("_R")
 _Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_R]]
 SERVICE_NAME = "laminar.v1.Laminar"
+LIST_OFFSETS_PARTITIONS_MAX = PARTITIONS_MAX
+"""Most partitions one ``ListOffsets`` call names: every partition of the largest topic."""
+_LOOKUPS_PER_YIELD = 64
+"""Timestamp lookups (each may read and decode a batch) between yields to the loop."""
 
 
 class NodeApi(Protocol):
@@ -270,13 +275,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         wait_s = min(request.max_wait_ms, config.fetch_wait_ms_max) / 1000
         host = node.host
         if host.get(key) is None and not host.is_fenced(key):
-            # The partition exists (``_key`` checked): another node serves it, so this
-            # is retriable, and the client moves on to a replica.
-            target = node.target_of(key)
-            raise UnavailableError(
-                f"{key[0]}/{key[1]} has no replica on {node.node_id}; replicas: "
-                f"{', '.join(target) or 'unknown'}"
-            )
+            raise self._no_replica(key)
         result = await host.fetch(key, request.offset, max_bytes, wait_s)
         return pb.FetchResponse(
             batches=result.batches,
@@ -284,6 +283,54 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             log_start_offset=result.log_start_offset,
             served_by=node.node_id,
         )
+
+    @_guarded
+    async def ListOffsets(  # noqa: N802
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListOffsetsResponse:
+        """Per partition, the local replica's start, high watermark and the offset for
+        a time; what fails for one partition is that partition's ``error``."""
+        partitions = list(request.partitions)
+        if not 1 <= len(partitions) <= LIST_OFFSETS_PARTITIONS_MAX:
+            raise InvalidInputError(
+                f"list offsets needs 1 to {LIST_OFFSETS_PARTITIONS_MAX} partitions, "
+                f"got {len(partitions)}"
+            )
+        if len(set(partitions)) != len(partitions):
+            raise InvalidInputError("list offsets names a partition more than once")
+        partition_count = self._partition_count(request.topic)
+        timestamp_ms = request.timestamp_ms if request.HasField("timestamp_ms") else None
+        answers = []
+        for index, partition in enumerate(partitions):
+            answers.append(
+                self._partition_offsets(request.topic, partition, partition_count, timestamp_ms)
+            )
+            if timestamp_ms is not None and (index + 1) % _LOOKUPS_PER_YIELD == 0:
+                await asyncio.sleep(0)  # lookups read the logs: let other calls in
+        return pb.ListOffsetsResponse(partitions=answers, served_by=self._node.node_id)
+
+    def _partition_offsets(
+        self, topic: str, partition: int, partition_count: int, timestamp_ms: int | None
+    ) -> pb.PartitionOffsets:
+        answer = pb.PartitionOffsets(partition=partition)
+        key = METADATA_KEY if topic == CLUSTER_TOPIC else (topic, partition)
+        host = self._node.host
+        try:
+            if partition >= partition_count:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has partitions 0..{partition_count - 1}, not {partition}"
+                )
+            if host.get(key) is None and not host.is_fenced(key):
+                raise self._no_replica(key)
+            offsets = host.list_offsets(key, timestamp_ms)
+        except LaminarError as error:
+            answer.error.CopyFrom(error_to_status(error)[1])
+            return answer
+        answer.log_start_offset = offsets.log_start_offset
+        answer.high_watermark = offsets.high_watermark
+        if offsets.offset_for_timestamp is not None:
+            answer.offset_for_timestamp = offsets.offset_for_timestamp
+        return answer
 
     # ------------------------------------------------------------------ metadata
 
@@ -435,6 +482,26 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 f"topic {topic!r} has partitions 0..{state.spec.partitions - 1}, not {partition}"
             )
         return (topic, partition)
+
+    def _partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (``__cluster`` one, readable like any)."""
+        if topic == CLUSTER_TOPIC:
+            return 1
+        state = self._node.metadata.topics.get(topic)
+        if state is None:
+            raise UnknownTopicOrPartitionError(f"no topic {topic!r}")
+        return state.spec.partitions
+
+    def _no_replica(self, key: TopicPartition) -> UnavailableError:
+        """The answer for a partition that exists but has no replica on this node:
+        another node serves it, so it is retriable, and the client moves on to a
+        replica."""
+        node = self._node
+        target = node.target_of(key)
+        return UnavailableError(
+            f"{key[0]}/{key[1]} has no replica on {node.node_id}; replicas: "
+            f"{', '.join(target) or 'unknown'}"
+        )
 
     def _replication_factor(self, key: TopicPartition) -> int:
         if key == METADATA_KEY:

@@ -97,6 +97,38 @@ class FetchResponse(_message.Message):
     served_by: str
     def __init__(self, batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., served_by: _Optional[str] = ...) -> None: ...
 
+class ListOffsetsRequest(_message.Message):
+    __slots__ = ("topic", "partitions", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class PartitionOffsets(_message.Message):
+    __slots__ = ("partition", "log_start_offset", "high_watermark", "offset_for_timestamp", "error")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FOR_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    offset_for_timestamp: int
+    error: ErrorDetail
+    def __init__(self, partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., offset_for_timestamp: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class ListOffsetsResponse(_message.Message):
+    __slots__ = ("partitions", "served_by")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SERVED_BY_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
+    served_by: str
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ..., served_by: _Optional[str] = ...) -> None: ...
+
 class Member(_message.Message):
     __slots__ = ("node_id", "gossip_address", "grpc_address", "weight", "zone", "state", "incarnation")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -46,6 +46,11 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.FetchRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.ListOffsets = channel.unary_unary(
+                '/laminar.v1.Laminar/ListOffsets',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.ListOffsetsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.ListOffsetsResponse.FromString,
+                _registered_method=True)
         self.Metadata = channel.unary_unary(
                 '/laminar.v1.Laminar/Metadata',
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.MetadataRequest.SerializeToString,
@@ -92,6 +97,14 @@ class LaminarServicer:
 
     def Fetch(self, request, context):
         """Read committed batches from any replica, optionally waiting for new data.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListOffsets(self, request, context):
+        """Per partition, from any replica: the log start offset, the high watermark and,
+        when asked, the first committed offset at or after a time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -148,6 +161,11 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.Fetch,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.FetchRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.FetchResponse.SerializeToString,
+            ),
+            'ListOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOffsets,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.ListOffsetsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.ListOffsetsResponse.SerializeToString,
             ),
             'Metadata': grpc.unary_unary_rpc_method_handler(
                     servicer.Metadata,
@@ -236,6 +254,33 @@ class Laminar:
             '/laminar.v1.Laminar/Fetch',
             laminar_dot_v1_dot_laminar__pb2.FetchRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/ListOffsets',
+            laminar_dot_v1_dot_laminar__pb2.ListOffsetsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.ListOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

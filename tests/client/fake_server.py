@@ -21,10 +21,11 @@ from laminar.errors import (
     LaminarError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    UnavailableError,
     UnknownTopicOrPartitionError,
 )
 from laminar.grpc_errors import TopicExistsError, error_metadata, error_to_status
-from laminar.records import iter_batches, with_leader_fields
+from laminar.records import decode_batch, iter_batches, with_leader_fields
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc as pb_grpc
 
@@ -132,6 +133,37 @@ class FakeServicer(pb_grpc.LaminarServicer):
                 log_start_offset=0,
                 served_by=self.node_id,
             )
+
+    def ListOffsets(self, request, context):
+        self._enter("ListOffsets", request, context)
+        cluster = self.cluster
+        with cluster.lock:
+            found = cluster.topics.get(request.topic)
+            if found is None:
+                abort(context, UnknownTopicOrPartitionError(f"unknown topic {request.topic!r}"))
+            answers = []
+            for index in request.partitions:
+                answer = pb.PartitionOffsets(partition=index)
+                error: LaminarError | None = None
+                if index >= len(found.partitions):
+                    error = UnknownTopicOrPartitionError(f"unknown {request.topic}/{index}")
+                elif self.node_id not in found.partitions[index].replicas:
+                    error = UnavailableError(f"{request.topic}/{index}: no replica here")
+                if error is not None:
+                    answer.error.CopyFrom(error_to_status(error)[1])
+                else:
+                    part = found.partitions[index]
+                    answer.high_watermark = part.end_offset
+                    if request.HasField("timestamp_ms"):
+                        for batch in part.batches:
+                            (_, header), *_ = list(iter_batches(batch))
+                            times = decode_batch(batch, verify=False).timestamps_ms
+                            late = [i for i, t in enumerate(times) if t >= request.timestamp_ms]
+                            if late:
+                                answer.offset_for_timestamp = header.base_offset + late[0]
+                                break
+                answers.append(answer)
+            return pb.ListOffsetsResponse(partitions=answers, served_by=self.node_id)
 
     def Metadata(self, request, context):
         self._enter("Metadata", request, context)

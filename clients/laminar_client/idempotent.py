@@ -1,4 +1,8 @@
-"""Idempotent producer: batches stamped with a producer id and sequence numbers.
+"""Idempotent batch producer: whole batches, stamped with a producer id and sequence numbers.
+
+The low-level, synchronous way to write pre-built batches (one in flight per
+partition); services use :class:`~laminar_client.producer.Producer`, which batches and
+pipelines records itself. The chaos tests use this one to know each batch exactly.
 
 Each partition a producer writes to numbers its records from 0; a batch carries
 ``(producer_id, base_sequence)`` and covers ``record_count`` sequence numbers. The
