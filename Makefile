@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install check test bench demo clean lint typecheck generated-check
+.PHONY: install check test bench bench-peers demo clean lint typecheck generated-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,40 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.membership_bench --quick
 	$(BIN)/python -m bench.replica_sim_bench --quick
 	$(BIN)/python -m bench.cluster_bench --quick
+
+# Peers for the client benchmark (bench/peers.py): nats-server and redis-server from Debian's
+# packages (root only), their Python clients into .venv (same list as pyproject's
+# `bench-peers` extra). A temporary policy-rc.d (if there is none) keeps the packages from
+# starting their services, and the services of the packages installed here are disabled;
+# the bench never uses them or the default ports anyway: it starts its own servers on free
+# loopback ports in a temp dir.
+PEER_DEBS := nats-server redis-server
+PEER_PY := 'nats-py>=2.7' 'redis[hiredis]>=5'
+
+bench-peers: $(STAMP)
+	@if [ "$$(id -u)" = 0 ]; then \
+	  new=; for p in $(PEER_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q ' installed$$' \
+	    || new="$$new $$p"; done; \
+	  made_policy=; \
+	  if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1; \
+	  fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y --no-install-recommends $(PEER_DEBS) \
+	    || { apt-get update && apt-get install -y --no-install-recommends $(PEER_DEBS); }; \
+	  rc=$$?; \
+	  if [ -n "$$made_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
+	  [ $$rc = 0 ] || exit $$rc; \
+	  for p in $$new; do \
+	    if [ -d /run/systemd/system ]; then systemctl disable --now $$p.service; \
+	    else systemctl disable $$p.service; fi >/dev/null 2>&1 || true; \
+	    echo "bench-peers: installed $$p, its service left stopped and disabled"; \
+	  done; \
+	else \
+	  echo "bench-peers: not root, SKIPPED apt-get install $(PEER_DEBS);" \
+	       "install them yourself or the bench skips the NATS/Redis peers"; \
+	fi
+	$(BIN)/pip install --quiet $(PEER_PY)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
