@@ -1,21 +1,65 @@
-"""Smart gRPC client for Laminar (grows with the broker node issue).
+"""Laminar's Python client.
 
-Layers: :mod:`.transport` (channels, typed calls, error mapping, "no answer"),
-:mod:`.metadata` (immutable cluster snapshots and how several nodes' answers merge),
-:mod:`.retry` (backoff policy), :mod:`.health` (which nodes to skip after they
-failed to answer), :mod:`.client` (routing and the public calls) and
-:mod:`.producer` (idempotent sends). A batching producer and consumer groups
-will be further API objects over the same transport and metadata cache.
+- :class:`Producer` / :class:`AsyncProducer`: ``send`` records (batched per
+  partition, pipelined, idempotent); :class:`DeliveryFuture` per record.
+- :class:`Consumer` / :class:`AsyncConsumer`: read assigned partitions record by
+  record, or as columnar :class:`ConsumerBatch` es with ``to_arrow()``.
+- :class:`Client`: admin calls (topics, cluster status, offsets) and the low-level
+  produce/fetch of whole batches; :class:`IdempotentProducer` writes pre-built
+  batches.
+- :func:`key_partition`: the one key -> partition function (CLI and Spark too);
+  :mod:`laminar_client.serializers`: bytes, str, JSON, msgpack.
+- Every error is a :class:`LaminarError` subclass, re-exported here.
+
+How the layers fit, and why one asyncio core serves both the sync and the async
+surface: ``docs/design.md``, "Client". The transport, the metadata cache and the
+per-partition sender are internal (:mod:`laminar_client.transport`,
+:class:`laminar_client.client.MetadataCache`, :mod:`laminar_client._sender`).
 """
 
+from laminar.errors import (
+    AttemptTimeoutError,
+    BatchLimitError,
+    BufferFullError,
+    ChecksumMismatchError,
+    ClientClosedError,
+    ClusterIdMismatchError,
+    ConfigError,
+    DeliveryTimeoutError,
+    DuplicateSequenceError,
+    InvalidInputError,
+    InvalidTopicError,
+    LaminarError,
+    NoAnswerError,
+    NodeUnreachableError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    ProducerSequenceError,
+    RecordFormatError,
+    RequestTimeoutError,
+    RetriableError,
+    StorageError,
+    TopicExistsError,
+    UnavailableError,
+    UnknownTopicOrPartitionError,
+)
+from laminar.records import Compression
 from laminar_client.client import (
     ACKS,
     AcksMode,
     Client,
     FetchResult,
-    MetadataCache,
     PartitionOffsets,
     Watermarks,
+)
+from laminar_client.consumer import (
+    AsyncConsumer,
+    Consumer,
+    ConsumerBatch,
+    ConsumerRecord,
+    OffsetReset,
+    TopicPartition,
 )
 from laminar_client.idempotent import IdempotentProducer
 from laminar_client.metadata import (
@@ -27,42 +71,74 @@ from laminar_client.metadata import (
     PartitionMetadata,
     TopicConfig,
     TopicMetadata,
-    answers_settled,
-    merge_answers,
+)
+from laminar_client.partitioner import StickyPartitioner, key_partition
+from laminar_client.producer import (
+    AsyncProducer,
+    Callback,
+    DeliveryFuture,
+    Producer,
+    ProducerConfig,
+    RecordMetadata,
 )
 from laminar_client.retry import NO_RETRY, RetryPolicy
-from laminar_client.transport import (
-    AttemptTimeoutError,
-    NoAnswerError,
-    NodeUnreachableError,
-    Transport,
-    UnaryTransport,
-)
 
 __all__ = [
     "ACKS",
     "NO_RETRY",
     "AcksMode",
+    "AsyncConsumer",
+    "AsyncProducer",
     "AttemptTimeoutError",
+    "BatchLimitError",
+    "BufferFullError",
+    "Callback",
+    "ChecksumMismatchError",
     "Client",
+    "ClientClosedError",
     "ClusterDescription",
+    "ClusterIdMismatchError",
     "ClusterMetadata",
+    "Compression",
+    "ConfigError",
+    "Consumer",
+    "ConsumerBatch",
+    "ConsumerRecord",
+    "DeliveryFuture",
+    "DeliveryTimeoutError",
+    "DuplicateSequenceError",
+    "FencedReplica",
     "FetchResult",
     "IdempotentProducer",
+    "InvalidInputError",
+    "InvalidTopicError",
+    "LaminarError",
     "MemberInfo",
-    "MetadataCache",
     "NoAnswerError",
     "NodeUnreachableError",
-    "FencedReplica",
+    "NotLeaderError",
+    "OffsetOutOfRangeError",
+    "OffsetReset",
+    "OutOfOrderSequenceError",
     "PartitionHealth",
     "PartitionMetadata",
     "PartitionOffsets",
+    "Producer",
+    "ProducerConfig",
+    "ProducerSequenceError",
+    "RecordFormatError",
+    "RecordMetadata",
+    "RequestTimeoutError",
+    "RetriableError",
     "RetryPolicy",
+    "StickyPartitioner",
+    "StorageError",
     "TopicConfig",
+    "TopicExistsError",
     "TopicMetadata",
-    "Transport",
-    "UnaryTransport",
+    "TopicPartition",
+    "UnavailableError",
+    "UnknownTopicOrPartitionError",
     "Watermarks",
-    "answers_settled",
-    "merge_answers",
+    "key_partition",
 ]

@@ -277,6 +277,11 @@ class MetadataCache:
 
     # ------------------------------------------------------------------ snapshots
 
+    def held(self) -> ClusterMetadata | None:
+        """The snapshot held now, however old (None before the first refresh)."""
+        with self._lock:
+            return self._snapshot
+
     def fresh(self) -> bool:
         """Whether a snapshot is held that :meth:`get` would return without a refresh."""
         with self._lock:

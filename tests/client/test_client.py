@@ -11,9 +11,9 @@ from laminar_client import (
     NoAnswerError,
     NodeUnreachableError,
     RetryPolicy,
-    Transport,
 )
 from laminar_client.client import UNKNOWN_TOPIC_WAIT_S
+from laminar_client.transport import Transport
 
 from laminar.errors import (
     BatchLimitError,

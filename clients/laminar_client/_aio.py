@@ -1,0 +1,154 @@
+"""The asyncio side of the client: gRPC calls on an event loop, and the loop thread
+that runs them for the synchronous facades.
+
+:class:`AsyncTransport` is :class:`~laminar_client.transport.Transport` on
+``grpc.aio``: one channel per address, one typed call, the same error table and the
+same "no answer" rule. :class:`LoopThread` is the one private event loop a
+synchronous :class:`~laminar_client.producer.Producer` or
+:class:`~laminar_client.consumer.Consumer` runs its asyncio core on; the caller's
+thread never hops through it per record (see ``docs/design.md``, "Client").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from laminar.errors import RequestTimeoutError
+from laminar.grpc_errors import error_from_rpc
+from laminar_client.transport import DEFAULT_CHANNEL_OPTIONS, no_answer
+
+_SERVICE_PATH = "/laminar.v1.Laminar/"
+_R = TypeVar("_R", bound=Message)
+_T = TypeVar("_T")
+
+
+class AsyncTransport:
+    """``grpc.aio`` channels by address, created on first use on the running loop.
+
+    ``call`` raises the node's :class:`~laminar.errors.LaminarError`, or a
+    :class:`~laminar.errors.NoAnswerError` when no Laminar answer came back. Use it
+    from one event loop only.
+    """
+
+    def __init__(self, *, channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS):
+        self._options = tuple(channel_options)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._callables: dict[tuple[str, str], grpc.aio.UnaryUnaryMultiCallable] = {}
+        self._closed = False
+
+    def _callable(
+        self, address: str, method: str, response_type: type[Message]
+    ) -> grpc.aio.UnaryUnaryMultiCallable:
+        key = (address, method)
+        callable_ = self._callables.get(key)
+        if callable_ is None:
+            if self._closed:
+                raise RuntimeError("transport is closed")
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = grpc.aio.insecure_channel(address, options=self._options)
+                self._channels[address] = channel
+            callable_ = channel.unary_unary(
+                _SERVICE_PATH + method,
+                request_serializer=_serialize,
+                response_deserializer=response_type.FromString,
+            )
+            self._callables[key] = callable_
+        return callable_
+
+    async def call(
+        self,
+        address: str,
+        method: str,
+        request: Message,
+        response_type: type[_R],
+        *,
+        timeout_s: float,
+    ) -> _R:
+        """Call ``Laminar/<method>`` on ``address`` with a deadline of ``timeout_s``."""
+        if timeout_s <= 0:
+            raise RequestTimeoutError(f"deadline passed before calling {method} on {address}")
+        callable_ = self._callable(address, method, response_type)
+        try:
+            response: _R = await callable_(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as rpc_error:
+            error = no_answer(error_from_rpc(rpc_error), rpc_error)
+            error.args = (f"{address}: {error}",) if error.args else error.args
+            raise error from None
+        return response
+
+    async def close(self) -> None:
+        """Close every channel (calls in progress are cancelled)."""
+        self._closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._callables.clear()
+        for channel in channels:
+            await channel.close()
+
+
+class LoopThread:
+    """A daemon thread running one asyncio event loop, for a synchronous facade.
+
+    :meth:`run` hands a coroutine to the loop and waits for its result in the
+    calling thread; the wait can be interrupted with Ctrl-C (the coroutine is then
+    cancelled). :meth:`call_soon` schedules a plain callback from any thread.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, coroutine: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        """Start ``coroutine`` on the loop; its future."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def run(self, coroutine: Coroutine[Any, Any, _T], timeout_s: float | None = None) -> _T:
+        """Run ``coroutine`` on the loop and return its result (``TimeoutError`` after
+        ``timeout_s``; either way, and on Ctrl-C, the coroutine is cancelled)."""
+        if self.in_loop_thread:
+            raise RuntimeError("a synchronous call cannot run on the client's own loop thread")
+        future = self.submit(coroutine)
+        try:
+            return future.result(timeout_s)
+        except BaseException:
+            future.cancel()
+            raise
+
+    def call_soon(self, callback: Any, *args: Any) -> None:
+        """Schedule ``callback(*args)`` on the loop from any thread (no-op once closed)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self.loop.call_soon_threadsafe(callback, *args)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the loop (after its default executor) and join the thread."""
+        if self.loop.is_closed():
+            return
+        if self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                self.submit(self.loop.shutdown_default_executor()).result(timeout_s)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()

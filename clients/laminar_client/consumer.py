@@ -1,0 +1,1290 @@
+"""The consumer: :class:`Consumer` (sync) and :class:`AsyncConsumer`.
+
+How records arrive
+------------------
+Each assigned, unpaused partition has one fetch loop in the consumer's asyncio
+core: it long-polls one replica (``fetch_wait_ms``), puts the whole batches it gets
+into the consumer's inbox, and asks for the next ones at once, so the next fetch
+is in flight while the application works through the current one (*pipelining*).
+The inbox holds at most about ``prefetch_bytes_max``; a fetch loop waits while it
+is full. The application's thread takes whole fetch answers from the inbox and
+decodes them there, column by column (:mod:`laminar.records`): one
+:class:`ConsumerRecord` per record when iterating, or no object per record with
+:meth:`Consumer.batches` and :meth:`ConsumerBatch.to_arrow`.
+
+Reads go to any replica (every replica serves up to its high watermark). Each
+partition sticks to one replica, chosen at random among the live ones, preferring
+those in ``client_zone`` when it is given (as Kafka's rack-aware fetching,
+KIP-392); a replica that does not answer is skipped for a while (the client's
+node health), one that is behind the position (its log ends before it) is left for
+another.
+
+Positions
+---------
+``position(tp)`` is the offset of the next record the application will get (the
+last one handed out + 1). ``seek`` moves it; what was prefetched for the partition
+is dropped. A partition assigned without an offset starts at ``auto_offset_reset``
+(``"earliest"``: its log start; ``"latest"``: its high watermark). A position
+below the log start (retention removed the records) is handled the same way, or
+raises :class:`~laminar.errors.OffsetOutOfRangeError` with ``"error"``.
+
+Consumer groups (a later issue) will assign partitions and commit positions through
+the same :meth:`Consumer.assign` and :meth:`Consumer.position`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from itertools import repeat
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
+
+from laminar.errors import (
+    ClientClosedError,
+    InvalidInputError,
+    LaminarError,
+    NoAnswerError,
+    OffsetOutOfRangeError,
+    RetriableError,
+    UnavailableError,
+    UnknownTopicOrPartitionError,
+)
+from laminar.records import (
+    ColumnView,
+    Header,
+    column_view,
+    decode_batch,
+    iter_batches,
+)
+from laminar.v1 import laminar_pb2 as pb
+from laminar_client._aio import AsyncTransport, LoopThread
+from laminar_client.arrow import columns_to_arrow
+from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, Client
+from laminar_client.retry import RetryPolicy
+from laminar_client.serializers import Deserializer
+
+__all__ = [
+    "AsyncConsumer",
+    "Consumer",
+    "ConsumerBatch",
+    "ConsumerRecord",
+    "OffsetReset",
+    "TopicPartition",
+]
+
+_LOG = logging.getLogger(__name__)
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+OffsetReset = Literal["earliest", "latest", "error"]
+_BEHIND_SKIP_S = 1.0
+"""How long a replica whose log ends before the position is left for the others."""
+
+
+class TopicPartition(NamedTuple):
+    """A partition: topic name and partition number (any ``(str, int)`` tuple works)."""
+
+    topic: str
+    partition: int
+
+
+class ConsumerRecord(NamedTuple, Generic[_K, _V]):
+    """One record as the consumer hands it out (key and value deserialized)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: _K | None
+    value: _V | None
+    headers: tuple[Header, ...]
+
+
+_make_record = partial(tuple.__new__, ConsumerRecord)
+
+
+# ----------------------------------------------------------------------------- chunks
+
+
+class _Chunk:
+    """One fetch answer for one partition, as the inbox holds it."""
+
+    __slots__ = (
+        "data",
+        "epoch",
+        "error",
+        "high_watermark",
+        "nbytes",
+        "next_offset",
+        "offset_min",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        epoch: int,
+        data: bytes,
+        offset_min: int,
+        next_offset: int,
+        high_watermark: int,
+        error: LaminarError | None = None,
+    ) -> None:
+        self.tp = tp
+        self.epoch = epoch
+        self.data = data
+        self.offset_min = offset_min
+        self.next_offset = next_offset
+        self.high_watermark = high_watermark
+        self.nbytes = len(data)
+        self.error = error
+
+
+class ConsumerBatch(Generic[_K, _V]):
+    """Consecutive records of one partition, from one stored batch, as columns.
+
+    ``len()`` records from ``first_offset`` to ``next_offset`` - 1; iterate for
+    :class:`ConsumerRecord` objects, or call :meth:`to_arrow` for a
+    ``pyarrow.RecordBatch`` built from the payload's columns (no object per record).
+    """
+
+    __slots__ = (
+        "_batch",
+        "_consumer",
+        "_start",
+        "_stop",
+        "_view",
+        "base_offset",
+        "partition",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        consumer: _ConsumerBase[_K, _V],
+        topic: str,
+        partition: int,
+        batch: memoryview,
+        base_offset: int,
+        start: int,
+        stop: int,
+    ) -> None:
+        self._consumer = consumer
+        self.topic = topic
+        self.partition = partition
+        self._batch = batch
+        self.base_offset = base_offset
+        self._start = start
+        self._stop = stop
+        self._view: ColumnView | None = None
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @property
+    def first_offset(self) -> int:
+        """The offset of this batch's first record."""
+        return self.base_offset + self._start
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after this batch's last record."""
+        return self.base_offset + self._stop
+
+    def to_arrow(self, *, headers: bool = False) -> Any:
+        """The records as a ``pyarrow.RecordBatch`` (schema:
+        :func:`laminar_client.arrow.arrow_schema`); keys and values stay bytes, not
+        deserialized."""
+        if self._view is None:
+            self._view = column_view(self._batch, verify=False)
+        return columns_to_arrow(
+            self._view, self.topic, self.partition, self._start, self._stop, headers=headers
+        )
+
+    def records(self) -> list[ConsumerRecord[_K, _V]]:
+        """The records as :class:`ConsumerRecord` objects (deserialized)."""
+        return self._consumer._records_of(
+            self.topic, self.partition, self._batch, self._start, self._stop
+        )
+
+    def __iter__(self) -> Iterator[ConsumerRecord[_K, _V]]:
+        return iter(self.records())
+
+    def __repr__(self) -> str:
+        return (
+            f"<ConsumerBatch {self.topic}/{self.partition} "
+            f"[{self.first_offset}, {self.next_offset})>"
+        )
+
+
+# ----------------------------------------------------------------------------- core
+
+
+@dataclass(eq=False)
+class _Partition:
+    """The core's state of one assigned partition."""
+
+    tp: TopicPartition
+    fetch_offset: int | None  # None: to be reset
+    epoch: int = 0
+    paused: bool = False
+    high_watermark: int = -1
+    log_start: int = -1
+    resolved: int | None = None  # where it started (after a reset, or a seek)
+    replica: str | None = None
+    behind: dict[str, float] | None = None  # replica -> until when it is left alone
+    task: asyncio.Task[None] | None = None
+    retries: int = 0
+
+
+class _Inbox:
+    """Fetch answers waiting for the application, in arrival order.
+
+    Written by the core's loop, read by the application (its thread, or the same
+    loop for :class:`AsyncConsumer`); one lock.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ready = threading.Condition(self.lock)
+        self.chunks: deque[_Chunk] = deque()
+        self.async_waiters: list[asyncio.Future[None]] = []
+        self.closed = False
+
+    def put(self, chunk: _Chunk) -> None:
+        with self.lock:
+            self.chunks.append(chunk)
+            self.ready.notify()
+            waiters, self.async_waiters = self.async_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def take_locked(self, paused: Callable[[TopicPartition], bool]) -> _Chunk | None:
+        """The first chunk of a partition that is not paused (lock held)."""
+        for index, chunk in enumerate(self.chunks):
+            if not paused(chunk.tp):
+                del self.chunks[index]
+                return chunk
+        return None
+
+    def drop(self, tp: TopicPartition) -> int:
+        """Remove ``tp``'s chunks; the bytes they held."""
+        with self.lock:
+            kept = [c for c in self.chunks if c.tp != tp]
+            freed = sum(c.nbytes for c in self.chunks if c.tp == tp)
+            self.chunks = deque(kept)
+        return freed
+
+    def wake_all(self) -> None:
+        with self.lock:
+            self.ready.notify_all()
+            waiters, self.async_waiters = self.async_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class _Core:
+    """The asyncio side: one fetch loop per assigned, unpaused partition."""
+
+    def __init__(
+        self,
+        client: Client,
+        inbox: _Inbox,
+        *,
+        fetch_bytes_max: int,
+        fetch_wait_ms: int,
+        prefetch_bytes_max: int,
+        auto_offset_reset: OffsetReset,
+        client_zone: str | None,
+        attempt_timeout_s: float,
+        retry: RetryPolicy,
+        rng: random.Random,
+    ) -> None:
+        self._client = client
+        self._inbox = inbox
+        self._fetch_bytes_max = fetch_bytes_max
+        self._fetch_wait_ms = fetch_wait_ms
+        self._prefetch_bytes_max = prefetch_bytes_max
+        self._reset = auto_offset_reset
+        self._zone = client_zone
+        self._attempt_timeout_s = attempt_timeout_s
+        self._retry = retry
+        self._rng = rng
+        self._transport = AsyncTransport()
+        self.partitions: dict[TopicPartition, _Partition] = {}
+        self.buffered = 0
+        self._room: asyncio.Event | None = None
+        self.counters = {"fetches": 0, "fetch_errors": 0, "replica_switches": 0}
+
+    # -- commands (on the loop)
+
+    def assign(self, offsets: Mapping[TopicPartition, int | None]) -> None:
+        for tp in list(self.partitions):
+            if tp not in offsets:
+                self._stop(self.partitions.pop(tp))
+                self.release(self._inbox.drop(tp))
+        for tp, offset in offsets.items():
+            state = self.partitions.get(tp)
+            if state is None:
+                state = _Partition(tp, offset, resolved=offset)
+                self.partitions[tp] = state
+                self._start(state)
+            elif offset is not None:
+                self.seek(tp, offset)
+
+    def seek(self, tp: TopicPartition, offset: int | None) -> None:
+        state = self._state(tp)
+        self._stop(state)
+        state.epoch += 1
+        state.fetch_offset = offset
+        state.resolved = offset
+        self.release(self._inbox.drop(tp))
+        self._start(state)
+
+    def pause(self, tp: TopicPartition) -> None:
+        self._state(tp).paused = True
+
+    def resume(self, tp: TopicPartition) -> None:
+        state = self._state(tp)
+        if state.paused:
+            state.paused = False
+            if state.task is None or state.task.done():
+                self._start(state)
+            self._inbox.wake_all()
+
+    def release(self, nbytes: int) -> None:
+        """The application took ``nbytes`` out of the inbox."""
+        self.buffered -= nbytes
+        if self._room is not None and self.buffered < self._prefetch_bytes_max:
+            self._room.set()
+
+    async def close(self) -> None:
+        for state in self.partitions.values():
+            self._stop(state)
+        tasks = [s.task for s in self.partitions.values() if s.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._transport.close()
+
+    # -- internals
+
+    def _state(self, tp: TopicPartition) -> _Partition:
+        state = self.partitions.get(tp)
+        if state is None:
+            raise InvalidInputError(f"{tp[0]}/{tp[1]} is not assigned to this consumer")
+        return state
+
+    def _start(self, state: _Partition) -> None:
+        loop = asyncio.get_running_loop()
+        state.task = loop.create_task(self._fetch_loop(state), name=f"fetch {state.tp}")
+
+    def _stop(self, state: _Partition) -> None:
+        if state.task is not None and not state.task.done():
+            state.task.cancel()
+        state.task = None
+
+    async def _wait_room(self) -> None:
+        while (
+            self.buffered > 0 and self.buffered + self._fetch_bytes_max > self._prefetch_bytes_max
+        ):
+            if self._room is None:
+                self._room = asyncio.Event()
+            self._room.clear()
+            await self._room.wait()
+
+    async def _fetch_loop(self, state: _Partition) -> None:
+        tp = state.tp
+        while not _paused(state):
+            await self._wait_room()
+            if _paused(state):
+                return
+            epoch = state.epoch
+            address: str | None = None
+            try:
+                if state.fetch_offset is None:
+                    state.fetch_offset = await self._reset_offset(tp)
+                    if epoch != state.epoch:
+                        continue
+                    state.resolved = state.fetch_offset
+                offset = state.fetch_offset
+                address = await self._replica(state)
+                request = pb.FetchRequest(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=offset,
+                    max_bytes=self._fetch_bytes_max,
+                    max_wait_ms=self._fetch_wait_ms,
+                )
+                self.counters["fetches"] += 1
+                response = await self._transport.call(
+                    address,
+                    "Fetch",
+                    request,
+                    pb.FetchResponse,
+                    timeout_s=self._attempt_timeout_s + self._fetch_wait_ms / 1000,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self.counters["fetch_errors"] += 1
+                if epoch == state.epoch:
+                    await self._after_failure(state, address, error)
+                continue
+            self._client.cache.node_answered(address)
+            state.retries = 0
+            if epoch != state.epoch:
+                continue  # seeked meanwhile
+            state.high_watermark = response.high_watermark
+            state.log_start = response.log_start_offset
+            data = response.batches
+            if not data:
+                continue
+            next_offset = _next_offset(data, offset)
+            state.fetch_offset = next_offset
+            self.buffered += len(data)
+            self._inbox.put(_Chunk(tp, epoch, data, offset, next_offset, response.high_watermark))
+
+    async def _reset_offset(self, tp: TopicPartition) -> int:
+        offsets = await asyncio.to_thread(self._client.list_offsets, tp.topic, [tp.partition])
+        found = offsets[tp.partition]
+        if self._reset == "latest":
+            return found.high_watermark
+        return found.log_start_offset
+
+    async def _replica(self, state: _Partition) -> str:
+        cache = self._client.cache
+        tp = state.tp
+        if not cache.fresh():
+            await asyncio.to_thread(cache.refresh, self._client.timeout_s, (tp.topic, tp.partition))
+        current = state.replica
+        if current is not None and not cache.skipped(current) and not self._behind(state, current):
+            return current
+        snapshot = cache.held()
+        if snapshot is None:
+            raise UnavailableError("no metadata yet")
+        candidates = cache.read_targets(tp.topic, tp.partition, 0.0, refresh=False)
+        now_s = time.monotonic()
+        fresh = [a for a in candidates if not self._behind(state, a, now_s)] or candidates
+        if self._zone is not None:
+            zones = {m.grpc_address: m.zone for m in snapshot.members.values()}
+            near = [a for a in fresh if zones.get(a) == self._zone]
+            fresh = near or fresh
+        choice = self._rng.choice(fresh)
+        if current is not None and choice != current:
+            self.counters["replica_switches"] += 1
+        state.replica = choice
+        return choice
+
+    def _behind(self, state: _Partition, address: str, now_s: float | None = None) -> bool:
+        if not state.behind:
+            return False
+        until = state.behind.get(address)
+        return until is not None and until > (time.monotonic() if now_s is None else now_s)
+
+    async def _after_failure(
+        self, state: _Partition, address: str | None, error: Exception
+    ) -> None:
+        cache = self._client.cache
+        tp = state.tp
+        if isinstance(error, OffsetOutOfRangeError) and address is not None:
+            cache.node_answered(address)
+            offset = state.fetch_offset if state.fetch_offset is not None else 0
+            if offset > error.end_offset >= 0:
+                # This replica is behind the position: read from another one meanwhile.
+                if state.behind is None:
+                    state.behind = {}
+                state.behind[address] = time.monotonic() + _BEHIND_SKIP_S
+                state.replica = None
+                await self._backoff(state)
+                return
+            if self._reset == "error":
+                self._inbox.put(_Chunk(tp, state.epoch, b"", offset, offset, -1, error))
+                state.paused = True  # until the application seeks
+                return
+            _LOG.warning(
+                "%s/%d: offset %d is below the log start %d (retention removed it); "
+                "resetting to %s",
+                tp.topic,
+                tp.partition,
+                offset,
+                error.start_offset,
+                self._reset,
+            )
+            state.fetch_offset = None
+            return
+        if isinstance(error, NoAnswerError) and address is not None:
+            cache.node_failed(address)
+            state.replica = None
+            if state.retries == 0:
+                state.retries += 1
+                return  # another replica at once
+        elif isinstance(error, RetriableError | UnknownTopicOrPartitionError):
+            if address is not None:
+                cache.node_answered(address)
+            state.replica = None
+            cache.invalidate()
+        elif isinstance(error, LaminarError):
+            # Not retriable (a corrupt segment on that replica, an invalid request):
+            # hand it to the application, and try another replica after a pause.
+            _LOG.warning("%s/%d: fetch failed: %s", tp.topic, tp.partition, error)
+            state.replica = None
+        await self._backoff(state)
+
+    async def _backoff(self, state: _Partition) -> None:
+        delay_s = self._retry.backoff_ms(state.retries, self._rng) / 1000
+        state.retries += 1
+        await asyncio.sleep(delay_s)
+
+
+def _paused(state: _Partition) -> bool:
+    return state.paused  # a function, so that type checkers re-read it after an await
+
+
+def _next_offset(data: bytes, offset: int) -> int:
+    """The offset after the last batch of a fetch answer (never before ``offset``)."""
+    last = 0
+    for _, header in iter_batches(data, verify=False):
+        last = header.next_offset
+    return max(last, offset)
+
+
+# ----------------------------------------------------------------------------- facades
+
+
+class _ConsumerBase(Generic[_K, _V]):
+    """What both facades share: positions, decoding, settings."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | Client,
+        *,
+        key_deserializer: Deserializer[_K] | None,
+        value_deserializer: Deserializer[_V] | None,
+        auto_offset_reset: OffsetReset,
+        fetch_bytes_max: int,
+        fetch_wait_ms: int,
+        prefetch_bytes_max: int,
+        client_zone: str | None,
+        attempt_timeout_s: float,
+        retry: RetryPolicy | None,
+        rng: random.Random | None,
+    ) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "error"):
+            raise InvalidInputError("auto_offset_reset must be 'earliest', 'latest' or 'error'")
+        if not 1024 <= fetch_bytes_max <= 64 * 1024 * 1024:
+            raise InvalidInputError("fetch_bytes_max must be in [1024, 64 MiB]")
+        if prefetch_bytes_max < fetch_bytes_max:
+            raise InvalidInputError("prefetch_bytes_max must be >= fetch_bytes_max")
+        if not 0 <= fetch_wait_ms <= 30_000:
+            raise InvalidInputError("fetch_wait_ms must be in [0, 30000]")
+        self._owns_client = not isinstance(bootstrap, Client)
+        self._client = (
+            bootstrap
+            if isinstance(bootstrap, Client)
+            else Client(bootstrap, attempt_timeout_s=attempt_timeout_s)
+        )
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
+        self._inbox = _Inbox()
+        self._core = _Core(
+            self._client,
+            self._inbox,
+            fetch_bytes_max=fetch_bytes_max,
+            fetch_wait_ms=fetch_wait_ms,
+            prefetch_bytes_max=prefetch_bytes_max,
+            auto_offset_reset=auto_offset_reset,
+            client_zone=client_zone,
+            attempt_timeout_s=attempt_timeout_s,
+            retry=retry or self._client.retry,
+            rng=rng if rng is not None else random.Random(),
+        )
+        self._positions: dict[TopicPartition, int] = {}
+        self._last_tp: TopicPartition | None = None
+        self._paused: set[TopicPartition] = set()
+        self._epochs: dict[TopicPartition, int] = {}
+        self._closed = False
+
+    @property
+    def client(self) -> Client:
+        """The :class:`~laminar_client.Client` this consumer routes with."""
+        return self._client
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Fetches, failed fetches and replica switches so far."""
+        return dict(self._core.counters)
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions assigned."""
+        return frozenset(self._epochs)
+
+    def paused(self) -> frozenset[TopicPartition]:
+        """The assigned partitions that are paused."""
+        return frozenset(self._paused)
+
+    # -- decoding (the application's thread)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+
+    def _normalize(
+        self, partitions: Iterable[tuple[str, int]] | Mapping[Any, Any]
+    ) -> dict[TopicPartition, int | None]:
+        if isinstance(partitions, Mapping):
+            items = [(TopicPartition(*tp), offset) for tp, offset in partitions.items()]
+        else:
+            items = [(TopicPartition(*tp), None) for tp in partitions]
+        result: dict[TopicPartition, int | None] = {}
+        for tp, offset in items:
+            if (
+                not isinstance(tp.topic, str)
+                or not isinstance(tp.partition, int)
+                or tp.partition < 0
+            ):
+                raise InvalidInputError(f"not a (topic, partition): {tp!r}")
+            if offset is not None and (not isinstance(offset, int) or offset < 0):
+                raise InvalidInputError(f"offset must be an int >= 0, got {offset!r}")
+            result[tp] = offset
+        return result
+
+    def _after_assign(self, offsets: Mapping[TopicPartition, int | None]) -> None:
+        for tp in list(self._epochs):
+            if tp not in offsets:
+                del self._epochs[tp]
+                self._positions.pop(tp, None)
+                self._paused.discard(tp)
+        for tp, offset in offsets.items():
+            self._epochs[tp] = self._core.partitions[tp].epoch
+            if offset is not None:
+                self._positions[tp] = offset
+            elif tp not in self._positions:
+                self._positions[tp] = -1
+
+    def _after_seek(self, tp: TopicPartition, offset: int | None) -> None:
+        self._epochs[tp] = self._core.partitions[tp].epoch
+        self._positions[tp] = -1 if offset is None else offset
+        if self._last_tp == tp:
+            self._last_tp = None
+
+    def _usable(self, chunk: _Chunk) -> bool:
+        """Whether a chunk taken from the inbox still counts (not seeked past)."""
+        return self._epochs.get(chunk.tp) == chunk.epoch
+
+    def _records_of(
+        self, topic: str, partition: int, batch: memoryview, start: int, stop: int | None
+    ) -> list[ConsumerRecord[_K, _V]]:
+        """Records ``[start, stop)`` of one stored batch (verified already)."""
+        decoded = decode_batch(batch, verify=False)
+        base = decoded.header.base_offset
+        stop = len(decoded.values) if stop is None else stop
+        whole = start == 0 and stop == len(decoded.values)
+        values: Sequence[Any] = decoded.values if whole else decoded.values[start:stop]
+        keys: Sequence[Any] = decoded.keys if whole else decoded.keys[start:stop]
+        if self._value_deserializer is not None:
+            values = _deserialize_all(self._value_deserializer, values)
+        if self._key_deserializer is not None:
+            keys = _deserialize_all(self._key_deserializer, keys)
+        return list(
+            map(
+                _make_record,
+                zip(
+                    repeat(topic),
+                    repeat(partition),
+                    range(base + start, base + stop),
+                    decoded.timestamps_ms if whole else decoded.timestamps_ms[start:stop],
+                    keys,
+                    values,
+                    decoded.headers if whole else decoded.headers[start:stop],
+                    strict=False,  # repeat() is endless; the ranges agree,
+                ),
+            )
+        )
+
+    def _chunk_records(self, chunk: _Chunk) -> list[ConsumerRecord[_K, _V]]:
+        """Every data record of a fetch answer at or after the offset asked for
+        (checksums verified)."""
+        topic, partition = chunk.tp
+        records: list[ConsumerRecord[_K, _V]] = []
+        view = memoryview(chunk.data)
+        for position, header in iter_batches(view):
+            if header.is_control or header.next_offset <= chunk.offset_min:
+                continue
+            start = max(0, chunk.offset_min - header.base_offset)
+            batch = view[position : position + header.length]
+            records.extend(self._records_of(topic, partition, batch, start, None))
+        return records
+
+    def _chunk_batches(self, chunk: _Chunk, max_records: int) -> list[ConsumerBatch[_K, _V]]:
+        """A fetch answer as :class:`ConsumerBatch` slices of at most ``max_records``
+        (checksums verified)."""
+        topic, partition = chunk.tp
+        batches: list[ConsumerBatch[_K, _V]] = []
+        view = memoryview(chunk.data)
+        for position, header in iter_batches(view):
+            if header.is_control or header.next_offset <= chunk.offset_min:
+                continue
+            batch = view[position : position + header.length]
+            start = max(0, chunk.offset_min - header.base_offset)
+            count = header.record_count
+            while start < count:
+                stop = min(count, start + max_records)
+                batches.append(
+                    ConsumerBatch(self, topic, partition, batch, header.base_offset, start, stop)
+                )
+                start = stop
+        return batches
+
+    def _lead_error(self, chunk: _Chunk) -> None:
+        if chunk.error is not None:
+            raise chunk.error
+
+
+def _deserialize_all(function: Deserializer[Any], items: Sequence[bytes | None]) -> list[Any]:
+    return [None if item is None else function(item) for item in items]
+
+
+class _Reader(_ConsumerBase[_K, _V]):
+    """The application-side logic both facades share: what to hand out next."""
+
+    def _prepare(self) -> None:
+        self._stash: dict[TopicPartition, tuple[list[ConsumerRecord[_K, _V]], int]] = {}
+        self._interrupts = 0  # bumped by pause, seek and assign: iterations look again
+        self._last: ConsumerRecord[_K, _V] | None = None  # handed out last, from _last_tp
+
+    def _lag_of(self, key: TopicPartition) -> int | None:
+        state = self._core.partitions.get(key)
+        position = self.position(key)
+        if state is None or state.high_watermark < 0 or position < 0:
+            return None
+        return max(0, int(state.high_watermark) - position)
+
+    def position(self, tp: tuple[str, int]) -> int:
+        """The offset of the next record the application gets from ``tp`` (-1 while
+        a partition assigned without an offset is still resolving its start)."""
+        key = TopicPartition(*tp)
+        if key not in self._epochs:
+            raise InvalidInputError(f"{key.topic}/{key.partition} is not assigned")
+        last = self._last
+        if self._last_tp == key and last is not None and last[0] == key[0] and last[1] == key[1]:
+            return int(last.offset) + 1
+        position = self._positions.get(key, -1)
+        if position < 0:
+            state = self._core.partitions.get(key)
+            if state is not None and state.resolved is not None:
+                return state.resolved
+        return position
+
+    def _stashed(self) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
+        for tp, (records, next_offset) in self._stash.items():
+            if tp not in self._paused:
+                del self._stash[tp]
+                return tp, records, next_offset
+        return None
+
+    def _decode_chunk(
+        self, chunk: _Chunk
+    ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
+        """A chunk taken from the inbox as records; None if it holds none for the
+        application (seeked past, or only control batches)."""
+        if not self._usable(chunk):
+            return None
+        if chunk.error is not None:
+            raise chunk.error
+        records = self._chunk_records(chunk)
+        if not records:
+            self._positions[chunk.tp] = chunk.next_offset
+            return None
+        return chunk.tp, records, chunk.next_offset
+
+    def _interrupted(
+        self,
+        tp: TopicPartition,
+        records: list[ConsumerRecord[_K, _V]],
+        index: int,
+        next_offset: int,
+    ) -> None:
+        """The application paused, seeked or unassigned ``tp`` while it iterated
+        ``records``: keep the rest for later (paused) or drop them."""
+        self._last_tp = None
+        if tp in self._epochs and tp in self._paused:
+            self._positions[tp] = int(records[index].offset)
+            self._stash[tp] = (records[index:], next_offset)
+
+    def _take_locked(self) -> _Chunk | None:
+        return self._inbox.take_locked(self._paused.__contains__)
+
+    def _targets(self, partitions: Sequence[tuple[str, int]]) -> list[TopicPartition]:
+        targets = [TopicPartition(*tp) for tp in partitions] or list(self._epochs)
+        for tp in targets:
+            if tp not in self._epochs:
+                raise InvalidInputError(f"{tp.topic}/{tp.partition} is not assigned")
+        return targets
+
+    def _seek_args(self, tp: tuple[str, int], offset: int) -> tuple[TopicPartition, int]:
+        key = TopicPartition(*tp)
+        if key not in self._epochs:
+            raise InvalidInputError(f"{key.topic}/{key.partition} is not assigned")
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidInputError(f"offset must be an int >= 0, got {offset!r}")
+        return key, offset
+
+    def _list(
+        self, partitions: Sequence[tuple[str, int]], timestamp_ms: int | None
+    ) -> dict[TopicPartition, Any]:
+        by_topic: dict[str, list[int]] = {}
+        for tp in self._targets(partitions):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        result: dict[TopicPartition, Any] = {}
+        for topic, numbers in by_topic.items():
+            offsets = self._client.list_offsets(topic, numbers, timestamp_ms=timestamp_ms)
+            for number, found in offsets.items():
+                result[TopicPartition(topic, number)] = found
+        return result
+
+    def _lag_with(self, listed: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
+        """Lag per assigned partition; ``listed`` answers the partitions no fetch
+        reported a high watermark for yet (see :meth:`_missing_high_watermarks`)."""
+        result: dict[TopicPartition, int] = {}
+        for tp in self._epochs:
+            lag = self._lag_of(tp)
+            if lag is None and tp in listed:
+                position = self.position(tp)
+                offsets = listed[tp]
+                start = offsets.log_start_offset if position < 0 else position
+                lag = max(0, offsets.high_watermark - start)
+            if lag is not None:
+                result[tp] = lag
+        return result
+
+    def _missing_high_watermarks(self) -> tuple[TopicPartition, ...]:
+        return tuple(tp for tp in self._epochs if self._lag_of(tp) is None)
+
+
+class Consumer(_Reader[_K, _V]):
+    """A synchronous consumer of assigned partitions.
+
+    ``bootstrap``: one ``host:port``, a comma-separated list, a list, or a
+    :class:`~laminar_client.Client` to share. ``key_deserializer`` /
+    ``value_deserializer``: see :mod:`laminar_client.serializers` (default: bytes).
+    ``fetch_bytes_max``: bytes asked per fetch; ``prefetch_bytes_max``: bytes held
+    ahead of the application; ``fetch_wait_ms``: long-poll wait when caught up;
+    ``client_zone``: prefer replicas in this zone; ``auto_offset_reset``: where a
+    partition without a position starts. Not thread-safe: use it from one thread.
+    Use it as a context manager, or call :meth:`close`.
+
+    ``for record in consumer`` waits for records for ever; :meth:`records` and
+    :meth:`batches` take a ``timeout_s`` after which an idle iteration ends.
+    Blocking waits can be interrupted with Ctrl-C.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | Client,
+        *,
+        key_deserializer: Deserializer[_K] | None = None,
+        value_deserializer: Deserializer[_V] | None = None,
+        auto_offset_reset: OffsetReset = "earliest",
+        fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
+        fetch_wait_ms: int = 500,
+        prefetch_bytes_max: int = 64 * 1024 * 1024,
+        client_zone: str | None = None,
+        attempt_timeout_s: float = 3.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(
+            bootstrap,
+            key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer,
+            auto_offset_reset=auto_offset_reset,
+            fetch_bytes_max=fetch_bytes_max,
+            fetch_wait_ms=fetch_wait_ms,
+            prefetch_bytes_max=prefetch_bytes_max,
+            client_zone=client_zone,
+            attempt_timeout_s=attempt_timeout_s,
+            retry=retry,
+            rng=rng,
+        )
+        self._prepare()
+        self._thread = LoopThread("laminar-consumer")
+
+    # -- assignment and positions
+
+    def _on_loop(self, function: Callable[..., object], *args: Any) -> None:
+        async def call() -> None:
+            function(*args)
+
+        self._thread.run(call())
+
+    def assign(self, partitions: Iterable[tuple[str, int]] | Mapping[tuple[str, int], int]) -> None:
+        """Read these partitions (and stop reading the others): an iterable of
+        ``(topic, partition)``, or a mapping to the offset to start at."""
+        self._check_open()
+        offsets = self._normalize(partitions)
+        self._on_loop(self._core.assign, offsets)
+        self._after_assign(offsets)
+        self._stash = {tp: v for tp, v in self._stash.items() if tp in offsets}
+        self._interrupts += 1
+
+    def seek(self, tp: tuple[str, int], offset: int) -> None:
+        """Make ``offset`` the next record read from ``tp``."""
+        self._check_open()
+        key, offset = self._seek_args(tp, offset)
+        self._on_loop(self._core.seek, key, offset)
+        self._after_seek(key, offset)
+        self._stash.pop(key, None)
+        self._interrupts += 1
+
+    def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
+        """Seek to the log start of ``partitions`` (default: every assigned one)."""
+        for tp, offsets in self._list(partitions, None).items():
+            self.seek(tp, offsets.log_start_offset)
+
+    def seek_to_end(self, *partitions: tuple[str, int]) -> None:
+        """Seek to the high watermark (the next record written) of ``partitions``."""
+        for tp, offsets in self._list(partitions, None).items():
+            self.seek(tp, offsets.high_watermark)
+
+    def seek_to_time(self, timestamp_ms: int, *partitions: tuple[str, int]) -> None:
+        """Seek to the first record with a timestamp >= ``timestamp_ms`` (the end
+        when there is none) in ``partitions`` (default: every assigned one)."""
+        for tp, offsets in self._list(partitions, timestamp_ms).items():
+            found = offsets.offset_for_timestamp
+            self.seek(tp, offsets.high_watermark if found is None else found)
+
+    def pause(self, *partitions: tuple[str, int]) -> None:
+        """Stop fetching and handing out records of ``partitions`` (default: all)."""
+        for tp in self._targets(partitions):
+            self._on_loop(self._core.pause, tp)
+            self._paused.add(tp)
+        self._interrupts += 1
+
+    def resume(self, *partitions: tuple[str, int]) -> None:
+        """Undo :meth:`pause` for ``partitions`` (default: all)."""
+        for tp in self._targets(partitions):
+            self._paused.discard(tp)
+            self._on_loop(self._core.resume, tp)
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Per assigned partition: high watermark - position (records not yet read).
+        The high watermark is the latest a fetch saw; partitions not fetched yet
+        ask :meth:`~laminar_client.Client.list_offsets`."""
+        missing = self._missing_high_watermarks()
+        return self._lag_with(self._list(missing, None) if missing else {})
+
+    # -- reading
+
+    def __iter__(self) -> Iterator[ConsumerRecord[_K, _V]]:
+        return self.records()
+
+    def records(self, timeout_s: float | None = None) -> Iterator[ConsumerRecord[_K, _V]]:
+        """Yield records as they arrive; end after ``timeout_s`` without any (None:
+        never)."""
+        while True:
+            item = self._next(timeout_s)
+            if item is None:
+                return
+            tp, records, next_offset = item
+            marker = self._interrupts
+            self._last_tp = tp
+            index = 0
+            for index, record in enumerate(records):
+                if self._interrupts != marker:
+                    self._interrupted(tp, records, index, next_offset)
+                    break
+                self._last = record
+                yield record
+            else:
+                self._last_tp = None
+                self._positions[tp] = next_offset
+
+    def batches(
+        self, max_records: int = 10_000, timeout_s: float | None = None
+    ) -> Iterator[ConsumerBatch[_K, _V]]:
+        """Yield :class:`ConsumerBatch` es of one partition and at most
+        ``max_records`` records each; end after ``timeout_s`` without any."""
+        if max_records < 1:
+            raise InvalidInputError("max_records must be >= 1")
+        while True:
+            chunk = self._next_chunk(timeout_s)
+            if chunk is None:
+                return
+            tp = chunk.tp
+            marker = self._interrupts
+            for batch in self._chunk_batches(chunk, max_records):
+                if self._interrupts != marker:
+                    break
+                self._positions[tp] = batch.next_offset
+                yield batch
+            else:
+                self._positions[tp] = chunk.next_offset
+
+    def _next(
+        self, timeout_s: float | None
+    ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
+        while True:
+            stashed = self._stashed()
+            if stashed is not None:
+                return stashed
+            chunk = self._next_chunk(timeout_s)
+            if chunk is None:
+                return None
+            item = self._decode_chunk(chunk)
+            if item is not None:
+                return item
+
+    def _next_chunk(self, timeout_s: float | None) -> _Chunk | None:
+        """The next usable chunk from the inbox (waiting up to ``timeout_s``)."""
+        self._check_open()
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
+        inbox = self._inbox
+        while True:
+            with inbox.lock:
+                chunk = self._take_locked()
+                while chunk is None:
+                    if self._closed:
+                        raise ClientClosedError("the consumer is closed")
+                    if deadline_s is None:
+                        inbox.ready.wait()
+                    else:
+                        remaining_s = deadline_s - time.monotonic()
+                        if remaining_s <= 0:
+                            return None
+                        inbox.ready.wait(remaining_s)
+                    chunk = self._take_locked()
+            self._thread.call_soon(self._core.release, chunk.nbytes)
+            if self._usable(chunk):
+                if chunk.error is not None:
+                    raise chunk.error
+                return chunk
+
+    def close(self) -> None:
+        """Stop fetching and close the connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._thread.run(self._core.close(), timeout_s=10)
+        finally:
+            self._thread.close()
+            self._inbox.wake_all()
+            if self._owns_client:
+                self._client.close()
+
+    def __enter__(self) -> Consumer[_K, _V]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncConsumer(_Reader[_K, _V]):
+    """The asyncio consumer: :class:`Consumer`'s surface as coroutines, on the
+    running event loop (create it inside one). ``async for record in consumer``
+    waits for records for ever; :meth:`records` and :meth:`batches` take a
+    ``timeout_s``. Use ``async with``, or ``await close()``.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | Client,
+        *,
+        key_deserializer: Deserializer[_K] | None = None,
+        value_deserializer: Deserializer[_V] | None = None,
+        auto_offset_reset: OffsetReset = "earliest",
+        fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
+        fetch_wait_ms: int = 500,
+        prefetch_bytes_max: int = 64 * 1024 * 1024,
+        client_zone: str | None = None,
+        attempt_timeout_s: float = 3.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(
+            bootstrap,
+            key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer,
+            auto_offset_reset=auto_offset_reset,
+            fetch_bytes_max=fetch_bytes_max,
+            fetch_wait_ms=fetch_wait_ms,
+            prefetch_bytes_max=prefetch_bytes_max,
+            client_zone=client_zone,
+            attempt_timeout_s=attempt_timeout_s,
+            retry=retry,
+            rng=rng,
+        )
+        self._prepare()
+        self._loop = asyncio.get_running_loop()
+
+    async def assign(
+        self, partitions: Iterable[tuple[str, int]] | Mapping[tuple[str, int], int]
+    ) -> None:
+        """See :meth:`Consumer.assign`."""
+        self._check_open()
+        offsets = self._normalize(partitions)
+        self._core.assign(offsets)
+        self._after_assign(offsets)
+        self._stash = {tp: v for tp, v in self._stash.items() if tp in offsets}
+        self._interrupts += 1
+
+    async def seek(self, tp: tuple[str, int], offset: int) -> None:
+        """See :meth:`Consumer.seek`."""
+        self._check_open()
+        key, offset = self._seek_args(tp, offset)
+        self._core.seek(key, offset)
+        self._after_seek(key, offset)
+        self._stash.pop(key, None)
+        self._interrupts += 1
+
+    async def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
+        """See :meth:`Consumer.seek_to_beginning`."""
+        listed = await asyncio.to_thread(self._list, partitions, None)
+        for tp, offsets in listed.items():
+            await self.seek(tp, offsets.log_start_offset)
+
+    async def seek_to_end(self, *partitions: tuple[str, int]) -> None:
+        """See :meth:`Consumer.seek_to_end`."""
+        listed = await asyncio.to_thread(self._list, partitions, None)
+        for tp, offsets in listed.items():
+            await self.seek(tp, offsets.high_watermark)
+
+    async def seek_to_time(self, timestamp_ms: int, *partitions: tuple[str, int]) -> None:
+        """See :meth:`Consumer.seek_to_time`."""
+        listed = await asyncio.to_thread(self._list, partitions, timestamp_ms)
+        for tp, offsets in listed.items():
+            found = offsets.offset_for_timestamp
+            await self.seek(tp, offsets.high_watermark if found is None else found)
+
+    async def pause(self, *partitions: tuple[str, int]) -> None:
+        """See :meth:`Consumer.pause`."""
+        for tp in self._targets(partitions):
+            self._core.pause(tp)
+            self._paused.add(tp)
+        self._interrupts += 1
+
+    async def resume(self, *partitions: tuple[str, int]) -> None:
+        """See :meth:`Consumer.resume`."""
+        for tp in self._targets(partitions):
+            self._paused.discard(tp)
+            self._core.resume(tp)
+
+    async def lag(self) -> dict[TopicPartition, int]:
+        """See :meth:`Consumer.lag`."""
+        missing = self._missing_high_watermarks()
+        listed = await asyncio.to_thread(self._list, missing, None) if missing else {}
+        return self._lag_with(listed)
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord[_K, _V]]:
+        return self.records()
+
+    async def records(
+        self, timeout_s: float | None = None
+    ) -> AsyncIterator[ConsumerRecord[_K, _V]]:
+        """See :meth:`Consumer.records`."""
+        while True:
+            item = await self._next(timeout_s)
+            if item is None:
+                return
+            tp, records, next_offset = item
+            marker = self._interrupts
+            self._last_tp = tp
+            for index, record in enumerate(records):
+                if self._interrupts != marker:
+                    self._interrupted(tp, records, index, next_offset)
+                    break
+                self._last = record
+                yield record
+            else:
+                self._last_tp = None
+                self._positions[tp] = next_offset
+
+    async def batches(
+        self, max_records: int = 10_000, timeout_s: float | None = None
+    ) -> AsyncIterator[ConsumerBatch[_K, _V]]:
+        """See :meth:`Consumer.batches`."""
+        if max_records < 1:
+            raise InvalidInputError("max_records must be >= 1")
+        while True:
+            chunk = await self._next_chunk(timeout_s)
+            if chunk is None:
+                return
+            tp = chunk.tp
+            marker = self._interrupts
+            for batch in self._chunk_batches(chunk, max_records):
+                if self._interrupts != marker:
+                    break
+                self._positions[tp] = batch.next_offset
+                yield batch
+            else:
+                self._positions[tp] = chunk.next_offset
+
+    async def _next(
+        self, timeout_s: float | None
+    ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
+        while True:
+            stashed = self._stashed()
+            if stashed is not None:
+                return stashed
+            chunk = await self._next_chunk(timeout_s)
+            if chunk is None:
+                return None
+            item = self._decode_chunk(chunk)
+            if item is not None:
+                return item
+
+    async def _next_chunk(self, timeout_s: float | None) -> _Chunk | None:
+        self._check_open()
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
+        inbox = self._inbox
+        while True:
+            with inbox.lock:
+                chunk = self._take_locked()
+                waiter: asyncio.Future[None] | None = None
+                if chunk is None:
+                    waiter = self._loop.create_future()
+                    inbox.async_waiters.append(waiter)
+            if waiter is not None:
+                if self._closed:
+                    raise ClientClosedError("the consumer is closed")
+                remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
+                if remaining_s is not None and remaining_s <= 0:
+                    return None
+                try:
+                    await asyncio.wait_for(waiter, remaining_s)
+                except TimeoutError:
+                    return None
+                continue
+            assert chunk is not None
+            self._core.release(chunk.nbytes)
+            if self._usable(chunk):
+                if chunk.error is not None:
+                    raise chunk.error
+                return chunk
+
+    async def close(self) -> None:
+        """Stop fetching and close the connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._core.close()
+        finally:
+            self._inbox.wake_all()
+            if self._owns_client:
+                await asyncio.to_thread(self._client.close)
+
+    async def __aenter__(self) -> AsyncConsumer[_K, _V]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,1212 @@
+"""The batching, pipelining producer: :class:`Producer` (sync) and :class:`AsyncProducer`.
+
+How a record travels
+--------------------
+``send`` serializes the key and value, picks the partition
+(:mod:`laminar_client.partitioner`), and appends the record to that partition's
+open batch — plain list appends under one lock, in the caller's thread, with no
+event-loop hop, no thread-pool hop and no future per record: the returned
+:class:`DeliveryFuture` is a two-field handle on its batch. A batch is sealed when
+the next record would take it past ``batch_bytes_max``, or ``linger_ms`` after its
+first record, or by ``flush``.
+
+One asyncio task (the producer's *core*) takes sealed batches in order, encodes
+each once (columnar, :func:`laminar.records.encode_batch`) and sends it to the
+partition's leader; up to ``max_in_flight`` batches per partition are in flight.
+The order, the sequence numbers and the retries of each partition's batches are
+decided by a sans-IO :class:`~laminar_client._sender.PartitionSender` (its docstring
+has the rules that keep records in order and written once under retries and
+leader changes). :class:`AsyncProducer` runs the core on the caller's event loop;
+:class:`Producer` runs it on one private loop thread, woken once per batch.
+
+Memory and time bounds
+----------------------
+``buffer_bytes_max`` bounds the bytes of records taken and not yet acknowledged or
+failed; a full buffer blocks ``send`` up to ``max_block_s``, then raises
+:class:`~laminar.errors.BufferFullError` (the record is not taken).
+``delivery_timeout_s`` bounds the time from ``send`` to the outcome: a record not
+acknowledged by then fails with :class:`~laminar.errors.DeliveryTimeoutError`.
+Every record's future ends acknowledged or with an error; nothing is dropped
+without one (records still buffered at ``close`` fail with
+:class:`~laminar.errors.ClientClosedError`, and a producer left with unflushed
+records at interpreter exit logs a warning).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import random
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, TypeVar, cast
+
+from laminar.errors import (
+    BatchLimitError,
+    BufferFullError,
+    ClientClosedError,
+    InvalidInputError,
+    NoAnswerError,
+    NotLeaderError,
+    OutOfOrderSequenceError,
+    RetriableError,
+    UnavailableError,
+    UnknownTopicOrPartitionError,
+)
+from laminar.records import (
+    DEFAULT_LIMITS,
+    Compression,
+    Header,
+    encode_batch,
+    with_producer_fields,
+)
+from laminar.v1 import laminar_pb2 as pb
+from laminar_client._aio import AsyncTransport, LoopThread
+from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State, Verdict
+from laminar_client.client import ACKS, UNKNOWN_TOPIC_WAIT_S, AcksMode, Client
+from laminar_client.partitioner import StickyPartitioner, key_partition
+from laminar_client.retry import RetryPolicy
+from laminar_client.serializers import Serializer
+
+__all__ = [
+    "AsyncProducer",
+    "Callback",
+    "DeliveryFuture",
+    "Producer",
+    "ProducerConfig",
+    "RecordMetadata",
+]
+
+_LOG = logging.getLogger(__name__)
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+_RECORD_OVERHEAD_BYTES = 16
+"""Bytes a record costs in a batch beyond its key, value and headers (timestamp and
+two lengths), counted against ``batch_bytes_max`` and ``buffer_bytes_max``."""
+_PRODUCER_ID_MAX = 2**63 - 1
+_RESPONSE_MARGIN_S = 0.5
+_EVENT_LOCK = threading.Lock()
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """A producer's settings (the keyword arguments of :class:`Producer`).
+
+    - ``acks``: ``"all"`` (a majority stored the batch; the default, and what
+      idempotence needs), ``"leader"`` or ``"none"``.
+    - ``idempotent``: stamp batches with a producer id and sequences, so that retries
+      never duplicate or reorder records (needs ``acks="all"``).
+    - ``linger_ms``: how long a batch waits for more records after its first one
+      (Kafka's ``linger.ms``; 0 sends each batch as soon as the core sees it).
+    - ``batch_bytes_max``: a batch is sealed before it would pass this many bytes
+      (a single larger record goes alone); keyless records switch partition after
+      about this many bytes.
+    - ``buffer_bytes_max``: bytes of records taken and not yet acknowledged or failed.
+    - ``max_in_flight``: batches per partition in flight, at most 5.
+    - ``compression``: ``Compression.NONE`` or ``Compression.ZSTD``, per batch.
+    - ``delivery_timeout_s``: from ``send`` to the record's outcome, retries included.
+    - ``max_block_s``: how long ``send`` waits for buffer room (or for a topic's
+      metadata) before it raises.
+    - ``attempt_timeout_s``: the deadline of one produce RPC.
+    """
+
+    acks: AcksMode = "all"
+    idempotent: bool = True
+    linger_ms: float = 5.0
+    batch_bytes_max: int = 1024 * 1024
+    buffer_bytes_max: int = 32 * 1024 * 1024
+    max_in_flight: int = MAX_IN_FLIGHT_LIMIT
+    compression: Compression = Compression.NONE
+    delivery_timeout_s: float = 120.0
+    max_block_s: float = 60.0
+    attempt_timeout_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        if self.acks not in ACKS:
+            raise InvalidInputError(f"acks must be one of {sorted(ACKS)}, got {self.acks!r}")
+        if self.idempotent and self.acks != "all":
+            raise InvalidInputError(
+                "an idempotent producer needs acks='all' (pass idempotent=False for "
+                "acks='leader' or 'none')"
+            )
+        if not 0 <= self.linger_ms <= 60_000:
+            raise InvalidInputError("linger_ms must be in [0, 60000]")
+        limit = DEFAULT_LIMITS.batch_bytes_max
+        if not 1024 <= self.batch_bytes_max <= limit:
+            raise InvalidInputError(f"batch_bytes_max must be in [1024, {limit}]")
+        if self.buffer_bytes_max < self.batch_bytes_max:
+            raise InvalidInputError("buffer_bytes_max must be >= batch_bytes_max")
+        if not 1 <= self.max_in_flight <= MAX_IN_FLIGHT_LIMIT:
+            raise InvalidInputError(
+                f"max_in_flight must be in [1, {MAX_IN_FLIGHT_LIMIT}] (the broker keeps "
+                f"the last {MAX_IN_FLIGHT_LIMIT} batches of each producer)"
+            )
+        if not isinstance(self.compression, Compression):
+            raise InvalidInputError("compression must be a laminar.records.Compression")
+        for name in ("delivery_timeout_s", "attempt_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise InvalidInputError(f"{name} must be > 0")
+        if self.max_block_s < 0:
+            raise InvalidInputError("max_block_s must be >= 0")
+        if self.delivery_timeout_s < self.linger_ms / 1000 + self.attempt_timeout_s:
+            raise InvalidInputError(
+                "delivery_timeout_s must be at least linger_ms + attempt_timeout_s"
+            )
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record was written (``offset`` -1 with ``acks="none"``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+Callback = Callable[[RecordMetadata | None, BaseException | None], None]
+"""``callback(metadata, None)`` on success, ``callback(None, error)`` on failure; run
+on the producer's event loop (its own thread for :class:`Producer`): keep it short."""
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+class _Batch:
+    """One partition's records, from the first ``send`` to the outcome.
+
+    Open (records appended under the accumulator's lock), then sealed and handed to
+    the core, which stamps, sends and finally resolves it. Implements the
+    :class:`~laminar_client._sender.Batch` protocol.
+    """
+
+    __slots__ = (
+        "_callbacks",
+        "_event",
+        "_on_done",
+        "_waiters",
+        "backoff_s",
+        "base_offset",
+        "base_sequence",
+        "bytes",
+        "compression",
+        "created_s",
+        "deadline_s",
+        "done",
+        "encoded",
+        "error",
+        "headers",
+        "keys",
+        "partition",
+        "producer_id",
+        "retries",
+        "sent",
+        "state",
+        "timestamps",
+        "topic",
+        "unknown_since_s",
+        "values",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        now_s: float,
+        delivery_timeout_s: float,
+        compression: Compression,
+        on_done: Callable[[_Batch], None],
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.values: list[bytes | None] = []
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[Sequence[Header]] | None = None
+        self.timestamps: list[int] = []
+        self.bytes = 0
+        self.created_s = now_s
+        self.deadline_s = now_s + delivery_timeout_s
+        self.compression = compression
+        self.state = State.QUEUED
+        self.producer_id = -1
+        self.base_sequence = -1
+        self.sent = False
+        self.encoded: bytes | None = None
+        self.retries = 0
+        self.backoff_s = 0.0
+        self.unknown_since_s: float | None = None
+        self.done = False
+        self.base_offset = -1
+        self.error: BaseException | None = None
+        self._event: threading.Event | None = None
+        self._callbacks: list[tuple[int, Callback]] | None = None
+        self._waiters: list[asyncio.Future[None]] | None = None
+        self._on_done = on_done
+
+    @property
+    def record_count(self) -> int:
+        return len(self.timestamps)
+
+    # -- the sender's protocol
+
+    def stamp(self, producer_id: int, base_sequence: int) -> None:
+        self.producer_id = producer_id
+        self.base_sequence = base_sequence
+        if self.encoded is None:
+            self.encoded = encode_batch(
+                self.values,
+                keys=self.keys,
+                timestamps_ms=self.timestamps,
+                headers=self.headers,
+                compression=self.compression,
+                producer_id=producer_id,
+                base_sequence=base_sequence,
+            )
+        elif producer_id >= 0:
+            self.encoded = with_producer_fields(self.encoded, producer_id, base_sequence)
+
+    def succeed(self, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self._finish()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self._finish()
+
+    # -- outcome
+
+    def _finish(self) -> None:
+        """Resolve everyone waiting: ``done`` is set first, and the waiters and
+        callbacks are taken under ``_EVENT_LOCK``, so that one registered from
+        another thread at the same moment is either taken here or sees ``done``."""
+        self.done = True
+        self.values = []  # the records' memory goes back now; futures keep the batch
+        self.keys = self.headers = None
+        self.encoded = None
+        with _EVENT_LOCK:
+            event = self._event
+            waiters, self._waiters = self._waiters, None
+            callbacks, self._callbacks = self._callbacks, None
+        if event is not None:
+            event.set()
+        if waiters:
+            running = _running_loop()
+            for waiter in waiters:
+                loop = waiter.get_loop()
+                if loop is running:
+                    _set_waiter(waiter)
+                else:
+                    loop.call_soon_threadsafe(_set_waiter, waiter)
+        self._on_done(self)
+        if callbacks:
+            for index, callback in callbacks:
+                self._run_callback(index, callback)
+
+    def _is_done(self) -> bool:
+        return self.done
+
+    def metadata(self, index: int) -> RecordMetadata:
+        offset = self.base_offset + index if self.base_offset >= 0 else -1
+        return RecordMetadata(self.topic, self.partition, offset, self.timestamps[index])
+
+    def add_callback(self, index: int, callback: Callback) -> None:
+        with _EVENT_LOCK:
+            if not self.done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append((index, callback))
+                return
+        self._run_callback(index, callback)
+
+    def _run_callback(self, index: int, callback: Callback) -> None:
+        try:
+            if self.error is None:
+                callback(self.metadata(index), None)
+            else:
+                callback(None, self.error)
+        except Exception:
+            _LOG.exception("a delivery callback raised")
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """Block until done (True) or ``timeout_s`` passed (False); Ctrl-C interrupts."""
+        with _EVENT_LOCK:
+            if self.done:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout_s)
+
+    def waiter(self) -> asyncio.Future[None]:
+        """A future on the running loop, done when the batch is."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with _EVENT_LOCK:
+            if not self.done:
+                if self._waiters is None:
+                    self._waiters = []
+                self._waiters.append(future)
+                return future
+        future.set_result(None)
+        return future
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _set_waiter(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class DeliveryFuture:
+    """The outcome of one ``send``: a :class:`RecordMetadata`, or the error.
+
+    ``result(timeout_s)`` blocks (Ctrl-C interrupts it); ``await future`` waits
+    without blocking; ``add_callback`` runs a function on completion. It is a handle
+    on the record's batch, not a future per record: creating it costs two fields.
+    """
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def done(self) -> bool:
+        """Whether the record was acknowledged or failed."""
+        return self._batch.done
+
+    def result(self, timeout_s: float | None = None) -> RecordMetadata:
+        """The record's metadata once acknowledged; raises its error if it failed, or
+        ``TimeoutError`` if neither happened within ``timeout_s``."""
+        batch = self._batch
+        if not batch.done and not batch.wait(timeout_s):
+            raise TimeoutError(f"record not delivered within {timeout_s} s")
+        if batch.error is not None:
+            raise batch.error
+        return batch.metadata(self._index)
+
+    def exception(self, timeout_s: float | None = None) -> BaseException | None:
+        """The error the record failed with, or None once acknowledged."""
+        batch = self._batch
+        if not batch.done and not batch.wait(timeout_s):
+            raise TimeoutError(f"record not delivered within {timeout_s} s")
+        return batch.error
+
+    def add_callback(self, callback: Callback) -> None:
+        """Call ``callback(metadata, error)`` once the outcome is known (at once if it is)."""
+        self._batch.add_callback(self._index, callback)
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        batch = self._batch
+        if not batch.done:
+            yield from batch.waiter().__await__()
+        if batch.error is not None:
+            raise batch.error
+        return batch.metadata(self._index)
+
+    def __repr__(self) -> str:
+        batch = self._batch
+        state = "pending" if not batch.done else ("failed" if batch.error else "done")
+        return f"<DeliveryFuture {batch.topic}/{batch.partition} {state}>"
+
+
+# ----------------------------------------------------------------------------- accumulator
+
+
+class _Accumulator:
+    """Open batches per partition, sealed batches in order, and the buffer's bytes.
+
+    Used from the caller's threads (``append``) and the core's loop (``take``,
+    completion); one lock guards it all.
+    """
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        rng: random.Random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.space = threading.Condition(self.lock)
+        self.sticky = StickyPartitioner(config.batch_bytes_max, rng)
+        self.open: dict[tuple[str, int], _Batch] = {}
+        self.sealed: deque[_Batch] = deque()
+        self.unfinished: dict[int, _Batch] = {}
+        self.buffered = 0
+        self.async_space_waiters: list[asyncio.Future[None]] = []
+        self.closed = False
+
+    def append_locked(
+        self,
+        topic: str,
+        partition: int | None,
+        partitions: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        timestamp_ms: int,
+        size: int,
+    ) -> tuple[DeliveryFuture, bool]:
+        """Add a record (the lock held, room checked); its future, and whether the
+        core must look (a batch was started or sealed)."""
+        if partition is None:
+            partition = (
+                self.sticky.partition(topic, partitions, size)
+                if key is None
+                else key_partition(key, partitions)
+            )
+        tp = (topic, partition)
+        batch = self.open.get(tp)
+        wake = False
+        if batch is not None and batch.bytes + size > self.config.batch_bytes_max:
+            self.sealed.append(batch)
+            del self.open[tp]
+            batch = None
+        if batch is None:
+            config = self.config
+            batch = _Batch(
+                topic,
+                partition,
+                self.clock(),
+                config.delivery_timeout_s,
+                config.compression,
+                self._batch_done,
+            )
+            self.open[tp] = batch
+            self.unfinished[id(batch)] = batch
+            wake = True
+        index = len(batch.timestamps)
+        batch.values.append(value)
+        batch.timestamps.append(timestamp_ms)
+        if key is not None or batch.keys is not None:
+            if batch.keys is None:
+                batch.keys = [None] * index
+            batch.keys.append(key)
+        if headers or batch.headers is not None:
+            if batch.headers is None:
+                batch.headers = [()] * index
+            batch.headers.append(headers)
+        batch.bytes += size
+        self.buffered += size
+        return DeliveryFuture(batch, index), wake
+
+    def take(self, now_s: float, *, everything: bool = False) -> tuple[list[_Batch], float | None]:
+        """Sealed batches, in order, after sealing those that lingered long enough
+        (all with ``everything``); and when the next open batch will have."""
+        linger_s = self.config.linger_ms / 1000
+        next_s: float | None = None
+        with self.lock:
+            for tp, batch in list(self.open.items()):
+                due_s = batch.created_s + linger_s
+                if everything or due_s <= now_s:
+                    self.sealed.append(batch)
+                    del self.open[tp]
+                elif next_s is None or due_s < next_s:
+                    next_s = due_s
+            taken = list(self.sealed)
+            self.sealed.clear()
+        return taken, next_s
+
+    def _batch_done(self, batch: _Batch) -> None:
+        with self.lock:
+            self.unfinished.pop(id(batch), None)
+            self.buffered -= batch.bytes
+            self.space.notify_all()
+            waiters, self.async_space_waiters = self.async_space_waiters, []
+        for waiter in waiters:
+            loop = waiter.get_loop()
+            if loop is _running_loop():
+                _set_waiter(waiter)
+            else:
+                loop.call_soon_threadsafe(_set_waiter, waiter)
+
+    def seal_all(self) -> list[_Batch]:
+        """Seal every open batch; the batches not finished yet (for ``flush``)."""
+        with self.lock:
+            self.sealed.extend(self.open.values())
+            self.open.clear()
+            return list(self.unfinished.values())
+
+
+# ----------------------------------------------------------------------------- core
+
+
+class _Core:
+    """The asyncio engine: takes sealed batches, sends them, resolves them."""
+
+    def __init__(
+        self,
+        client: Client,
+        accumulator: _Accumulator,
+        config: ProducerConfig,
+        retry: RetryPolicy,
+        rng: random.Random,
+    ) -> None:
+        self._client = client
+        self._acc = accumulator
+        self._config = config
+        self._retry = retry
+        self._rng = rng
+        self._acks = ACKS[config.acks]
+        self._transport = AsyncTransport()
+        self._senders: dict[tuple[str, int], PartitionSender[_Batch]] = {}
+        self._active: dict[tuple[str, int], PartitionSender[_Batch]] = {}
+        self._attempts: set[asyncio.Task[None]] = set()
+        self._waker: asyncio.Future[None] | None = None
+        self._woken = False
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._flush_all = False
+        self.counters = {"batches_sent": 0, "attempts_failed": 0, "restamps": 0}
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="laminar-producer")
+
+    def wake(self) -> None:
+        """Look at the accumulator and the senders again (on the core's loop)."""
+        self._woken = True
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
+
+    def flush_soon(self) -> None:
+        self._flush_all = True
+        self.wake()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._woken = False
+            now_s = time.monotonic()
+            everything, self._flush_all = self._flush_all or self._closing, False
+            sealed, next_s = self._acc.take(now_s, everything=everything)
+            for batch in sealed:
+                tp = (batch.topic, batch.partition)
+                sender = self._senders.get(tp)
+                if sender is None:
+                    sender = self._new_sender()
+                    self._senders[tp] = sender
+                sender.enqueue(batch)
+                self._active[tp] = sender
+            for tp, sender in list(self._active.items()):
+                sender.expire(now_s)
+                for batch in sender.to_send():
+                    self._spawn(sender, batch)
+                deadline_s = sender.next_deadline_s()
+                if deadline_s is not None and (next_s is None or deadline_s < next_s):
+                    next_s = deadline_s
+                if sender.idle:
+                    del self._active[tp]
+            if self._closing and not self._active and not self._acc.unfinished:
+                return
+            if self._woken:
+                continue
+            self._waker = loop.create_future()
+            timer = None
+            if next_s is not None:
+                timer = loop.call_later(max(0.0, next_s - time.monotonic()), self.wake)
+            try:
+                await self._waker
+            finally:
+                self._waker = None
+                if timer is not None:
+                    timer.cancel()
+
+    def _new_sender(self) -> PartitionSender[_Batch]:
+        new_id = None
+        if self._config.idempotent:
+            rng = self._rng
+
+            def new_id() -> int:
+                return rng.randrange(_PRODUCER_ID_MAX)
+
+        return PartitionSender[_Batch](
+            max_in_flight=self._config.max_in_flight, new_producer_id=new_id
+        )
+
+    def _spawn(self, sender: PartitionSender[_Batch], batch: _Batch) -> None:
+        task = asyncio.get_running_loop().create_task(self._attempt(sender, batch))
+        self._attempts.add(task)
+        task.add_done_callback(self._attempts.discard)
+
+    async def _attempt(self, sender: PartitionSender[_Batch], batch: _Batch) -> None:
+        address: str | None = None
+        try:
+            if batch.backoff_s > 0:
+                await asyncio.sleep(batch.backoff_s)
+            address = await self._target(batch)
+            attempt_s = min(self._config.attempt_timeout_s, batch.deadline_s - time.monotonic())
+            attempt_s = max(attempt_s, 0.001)
+            server_s = max(attempt_s - _RESPONSE_MARGIN_S, attempt_s / 2)
+            assert batch.encoded is not None
+            request = pb.ProduceRequest(
+                topic=batch.topic,
+                partition=batch.partition,
+                batches=(batch.encoded,),
+                acks=self._acks,
+                timeout_ms=max(1, int(server_s * 1000)),
+            )
+            self.counters["batches_sent"] += 1
+            response = await self._transport.call(
+                address, "Produce", request, pb.ProduceResponse, timeout_s=attempt_s
+            )
+        except asyncio.CancelledError:
+            if batch.state is State.SENDING:
+                sender.failed(batch, ClientClosedError("producer closed during the attempt"))
+            raise
+        except Exception as error:
+            self.counters["attempts_failed"] += 1
+            self._after_failure(sender, batch, address, error)
+        else:
+            self._client.cache.node_answered(address)
+            offsets = response.base_offsets
+            sender.acked(batch, offsets[0] if offsets else -1)
+        self.counters["restamps"] = sum(s.restamps for s in self._senders.values())
+        self.wake()
+
+    async def _target(self, batch: _Batch) -> str:
+        cache = self._client.cache
+        focus = (batch.topic, batch.partition)
+        if not cache.fresh():
+            timeout_s = max(0.001, batch.deadline_s - time.monotonic())
+            await asyncio.to_thread(cache.refresh, timeout_s, focus)
+        targets = cache.write_targets(batch.topic, batch.partition, 0.0, refresh=False)
+        return targets[batch.retries % len(targets)]
+
+    def _after_failure(
+        self, sender: PartitionSender[_Batch], batch: _Batch, address: str | None, error: Exception
+    ) -> None:
+        """Tell the cache what ``error`` says about the node, then the sender."""
+        cache = self._client.cache
+        now_s = time.monotonic()
+        redirect = False
+        if isinstance(error, UnknownTopicOrPartitionError):
+            if batch.unknown_since_s is None:
+                batch.unknown_since_s = now_s
+            cache.invalidate()
+            if now_s - batch.unknown_since_s < UNKNOWN_TOPIC_WAIT_S:
+                error = UnavailableError(str(error))  # a topic created a moment ago
+        elif isinstance(error, NotLeaderError) and address is not None:
+            cache.node_answered(address)
+            hint = error.leader_address
+            if hint and hint != address and cache.hint_usable(error.leader_id, hint):
+                cache.hint_leader(batch.topic, batch.partition, hint)
+                redirect = True
+            else:
+                cache.drop_hints_to(address)
+                cache.invalidate()
+        elif isinstance(error, NoAnswerError) and address is not None:
+            cache.node_failed(address)
+            redirect = batch.retries == 0
+        elif isinstance(error, OutOfOrderSequenceError):
+            redirect = True  # the answer is about the order, not the node
+        elif isinstance(error, RetriableError):
+            if address is not None:
+                cache.node_answered(address)
+                cache.drop_hints_to(address)
+            cache.invalidate()
+        kind = sender.failed(batch, error)
+        if kind is not Verdict.FATAL:
+            batch.backoff_s = (
+                0.0 if redirect else self._retry.backoff_ms(batch.retries, self._rng) / 1000
+            )
+            batch.retries += 1
+
+    async def close(self, timeout_s: float | None) -> None:
+        """Send what is buffered, wait up to ``timeout_s``, then fail what is left."""
+        self._closing = True
+        self.wake()
+        task = self._task
+        if task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        error = ClientClosedError("producer closed before the record was delivered")
+        for sender in self._senders.values():
+            sender.fail_all(error)
+        for attempt in list(self._attempts):
+            attempt.cancel()
+        if self._attempts:
+            await asyncio.gather(*self._attempts, return_exceptions=True)
+        with self._acc.lock:
+            leftovers = list(self._acc.unfinished.values())
+        for batch in leftovers:  # still open or sealed, never given to a sender
+            if not batch.done:
+                batch.fail(error)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self._transport.close()
+
+
+# ----------------------------------------------------------------------------- facades
+
+
+class _ProducerBase(Generic[_K, _V]):
+    """What both facades share: settings, serializers, partition counts."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | Client,
+        *,
+        key_serializer: Serializer[_K] | None,
+        value_serializer: Serializer[_V] | None,
+        config: ProducerConfig,
+        retry: RetryPolicy | None,
+        rng: random.Random | None,
+    ) -> None:
+        self.config = config
+        self._owns_client = not isinstance(bootstrap, Client)
+        self._client = (
+            bootstrap
+            if isinstance(bootstrap, Client)
+            else Client(bootstrap, attempt_timeout_s=config.attempt_timeout_s)
+        )
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._rng = rng if rng is not None else random.Random()
+        self._acc = _Accumulator(config, self._rng)
+        self._core = _Core(self._client, self._acc, config, retry or self._client.retry, self._rng)
+        self._partition_counts: dict[str, int] = {}
+        self._record_bytes_max = min(config.buffer_bytes_max, DEFAULT_LIMITS.batch_bytes_max // 2)
+        self._closed = False
+        _warn_at_exit(self)
+
+    @property
+    def client(self) -> Client:
+        """The :class:`~laminar_client.Client` this producer routes with (admin calls too)."""
+        return self._client
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of records taken and not yet acknowledged or failed."""
+        return self._acc.buffered
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Batches sent, attempts that failed, and restamps (new producer ids)."""
+        return dict(self._core.counters)
+
+    def _encode(
+        self, value: _V | None, key: _K | None, headers: Sequence[Header]
+    ) -> tuple[bytes | None, bytes | None, int]:
+        """Serialized value and key, and the record's size in the buffer."""
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        if value is None:
+            data = None
+        elif self._value_serializer is not None:
+            data = self._value_serializer(value)
+        elif type(value) is bytes:
+            data = cast(bytes, value)
+        else:
+            raise InvalidInputError(
+                f"value must be bytes (or give a value_serializer), not {type(value).__name__}"
+            )
+        if key is None:
+            key_data = None
+        elif self._key_serializer is not None:
+            key_data = self._key_serializer(key)
+        elif type(key) is bytes:
+            key_data = cast(bytes, key)
+        else:
+            raise InvalidInputError(
+                f"key must be bytes (or give a key_serializer), not {type(key).__name__}"
+            )
+        size = _RECORD_OVERHEAD_BYTES
+        if data is not None:
+            size += len(data)
+        if key_data is not None:
+            size += len(key_data)
+        if headers:
+            size += _headers_size(headers)
+        if size > self._record_bytes_max:
+            raise BatchLimitError(
+                f"a record of {size} bytes exceeds the most one record may take "
+                f"({self._record_bytes_max} bytes: half the broker's batch limit, at most "
+                "buffer_bytes_max)"
+            )
+        return data, key_data, size
+
+    def _check_partition(self, topic: str, partition: int | None, partitions: int) -> None:
+        if partition is not None and not 0 <= partition < partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0..{partitions - 1}, not {partition}"
+            )
+
+    def _load_partition_count(self, topic: str, timeout_s: float) -> int:
+        """The topic's partition count from metadata (blocking; retried for a moment
+        while the topic may still be spreading)."""
+        deadline_s = time.monotonic() + min(timeout_s, UNKNOWN_TOPIC_WAIT_S)
+        refresh = False
+        while True:
+            snapshot = self._client.metadata(
+                refresh=refresh, timeout_s=max(0.001, deadline_s - time.monotonic())
+            )
+            found = snapshot.topics.get(topic)
+            if found is not None:
+                count = found.config.partitions
+                self._partition_counts[topic] = count
+                return count
+            if time.monotonic() >= deadline_s:
+                raise UnknownTopicOrPartitionError(f"no topic {topic!r}")
+            refresh = True
+            time.sleep(0.05)
+
+
+def _headers_size(headers: Sequence[Header]) -> int:
+    size = 0
+    for pair in headers:
+        if len(pair) != 2 or not isinstance(pair[0], str) or type(pair[1]) is not bytes:
+            raise InvalidInputError("headers must be (str, bytes) pairs")
+        size += len(pair[0]) + len(pair[1]) + 4
+    return size
+
+
+class Producer(_ProducerBase[_K, _V]):
+    """A synchronous producer: ``send`` returns at once with a :class:`DeliveryFuture`.
+
+    ``bootstrap``: one ``host:port``, a comma-separated list, a list, or a
+    :class:`~laminar_client.Client` to share. Settings: see :class:`ProducerConfig`.
+    ``key_serializer`` / ``value_serializer``: see :mod:`laminar_client.serializers`
+    (without one, keys and values must be ``bytes``). Thread-safe. Use it as a
+    context manager, which flushes and closes, or call :meth:`close`.
+
+    Batches are sent by the core on one private event-loop thread; delivery
+    callbacks run there.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | Client,
+        *,
+        key_serializer: Serializer[_K] | None = None,
+        value_serializer: Serializer[_V] | None = None,
+        acks: AcksMode = "all",
+        idempotent: bool = True,
+        linger_ms: float = 5.0,
+        batch_bytes_max: int = 1024 * 1024,
+        buffer_bytes_max: int = 32 * 1024 * 1024,
+        max_in_flight: int = MAX_IN_FLIGHT_LIMIT,
+        compression: Compression = Compression.NONE,
+        delivery_timeout_s: float = 120.0,
+        max_block_s: float = 60.0,
+        attempt_timeout_s: float = 3.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        config = ProducerConfig(
+            acks=acks,
+            idempotent=idempotent,
+            linger_ms=linger_ms,
+            batch_bytes_max=batch_bytes_max,
+            buffer_bytes_max=buffer_bytes_max,
+            max_in_flight=max_in_flight,
+            compression=compression,
+            delivery_timeout_s=delivery_timeout_s,
+            max_block_s=max_block_s,
+            attempt_timeout_s=attempt_timeout_s,
+        )
+        super().__init__(
+            bootstrap,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+            config=config,
+            retry=retry,
+            rng=rng,
+        )
+        self._thread = LoopThread("laminar-producer")
+        self._thread.run(self._start())
+
+    async def _start(self) -> None:
+        self._core.start()
+
+    def send(
+        self,
+        topic: str,
+        value: _V | None,
+        *,
+        key: _K | None = None,
+        partition: int | None = None,
+        headers: Sequence[Header] = (),
+        timestamp_ms: int | None = None,
+        callback: Callback | None = None,
+    ) -> DeliveryFuture:
+        """Take a record for ``topic``; its :class:`DeliveryFuture`.
+
+        The partition is ``partition`` if given, else the key's
+        (:func:`~laminar_client.partitioner.key_partition`), else the topic's sticky
+        partition. ``timestamp_ms`` defaults to now. Blocks only while the buffer is
+        full (up to ``max_block_s``, then :class:`~laminar.errors.BufferFullError`)
+        or while the topic's metadata is first fetched.
+        """
+        data, key_data, size = self._encode(value, key, headers)
+        partitions = self._partition_counts.get(topic)
+        if partitions is None:
+            partitions = self._load_partition_count(topic, self.config.max_block_s)
+        if partition is not None:
+            self._check_partition(topic, partition, partitions)
+        stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        acc = self._acc
+        with acc.lock:
+            if acc.buffered + size > self.config.buffer_bytes_max:
+                self._wait_for_room(size)
+            future, wake = acc.append_locked(
+                topic, partition, partitions, key_data, data, headers, stamp, size
+            )
+        if wake:
+            self._thread.call_soon(self._core.wake)
+        if callback is not None:
+            future.add_callback(callback)
+        return future
+
+    def _wait_for_room(self, size: int) -> None:
+        """Wait (the accumulator's lock held) until ``size`` bytes fit."""
+        acc = self._acc
+        if self._thread.in_loop_thread:
+            raise BufferFullError("the buffer is full and send was called from a callback")
+        deadline_s = time.monotonic() + self.config.max_block_s
+        self._thread.call_soon(self._core.flush_soon)  # full buffer: don't wait for linger
+        while acc.buffered + size > self.config.buffer_bytes_max:
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                raise BufferFullError(
+                    f"the producer's buffer ({self.config.buffer_bytes_max} bytes) stayed "
+                    f"full for max_block_s={self.config.max_block_s}"
+                )
+            acc.space.wait(remaining_s)
+
+    def send_and_wait(
+        self,
+        topic: str,
+        value: _V | None,
+        *,
+        key: _K | None = None,
+        partition: int | None = None,
+        headers: Sequence[Header] = (),
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        """:meth:`send`, then wait for the record's acknowledgement."""
+        future = self.send(
+            topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
+        )
+        self._thread.call_soon(self._core.flush_soon)
+        return future.result()
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Send every buffered record now and wait until each sent before this call
+        is acknowledged or failed (``TimeoutError`` after ``timeout_s``). Per-record
+        errors stay in their futures."""
+        pending = self._acc.seal_all()
+        self._thread.call_soon(self._core.wake)
+        _wait_all(pending, timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush (up to ``timeout_s``), then stop; records still pending fail with
+        :class:`~laminar.errors.ClientClosedError`. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._thread.run(self._core.close(timeout_s))
+        finally:
+            self._thread.close()
+            if self._owns_client:
+                self._client.close()
+
+    def __enter__(self) -> Producer[_K, _V]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncProducer(_ProducerBase[_K, _V]):
+    """The asyncio producer: the same surface as :class:`Producer`, as coroutines,
+    on the running event loop (``send`` awaits only buffer room and first metadata).
+
+    Create it inside a running loop; use ``async with``, or ``await close()``.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | Client,
+        *,
+        key_serializer: Serializer[_K] | None = None,
+        value_serializer: Serializer[_V] | None = None,
+        acks: AcksMode = "all",
+        idempotent: bool = True,
+        linger_ms: float = 5.0,
+        batch_bytes_max: int = 1024 * 1024,
+        buffer_bytes_max: int = 32 * 1024 * 1024,
+        max_in_flight: int = MAX_IN_FLIGHT_LIMIT,
+        compression: Compression = Compression.NONE,
+        delivery_timeout_s: float = 120.0,
+        max_block_s: float = 60.0,
+        attempt_timeout_s: float = 3.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        config = ProducerConfig(
+            acks=acks,
+            idempotent=idempotent,
+            linger_ms=linger_ms,
+            batch_bytes_max=batch_bytes_max,
+            buffer_bytes_max=buffer_bytes_max,
+            max_in_flight=max_in_flight,
+            compression=compression,
+            delivery_timeout_s=delivery_timeout_s,
+            max_block_s=max_block_s,
+            attempt_timeout_s=attempt_timeout_s,
+        )
+        super().__init__(
+            bootstrap,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+            config=config,
+            retry=retry,
+            rng=rng,
+        )
+        self._loop = asyncio.get_running_loop()
+        self._core.start()
+
+    async def send(
+        self,
+        topic: str,
+        value: _V | None,
+        *,
+        key: _K | None = None,
+        partition: int | None = None,
+        headers: Sequence[Header] = (),
+        timestamp_ms: int | None = None,
+        callback: Callback | None = None,
+    ) -> DeliveryFuture:
+        """Take a record (see :meth:`Producer.send`); ``await`` the returned future
+        for its acknowledgement. Awaiting ``send`` itself waits only for buffer room
+        and, for a new topic, its metadata."""
+        data, key_data, size = self._encode(value, key, headers)
+        partitions = self._partition_counts.get(topic)
+        if partitions is None:
+            partitions = await asyncio.to_thread(
+                self._load_partition_count, topic, self.config.max_block_s
+            )
+        if partition is not None:
+            self._check_partition(topic, partition, partitions)
+        stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        acc = self._acc
+        if acc.buffered + size > self.config.buffer_bytes_max:
+            await self._wait_for_room(size)
+        with acc.lock:
+            future, wake = acc.append_locked(
+                topic, partition, partitions, key_data, data, headers, stamp, size
+            )
+        if wake:
+            self._core.wake()
+        if callback is not None:
+            future.add_callback(callback)
+        return future
+
+    async def _wait_for_room(self, size: int) -> None:
+        acc = self._acc
+        deadline_s = time.monotonic() + self.config.max_block_s
+        self._core.flush_soon()
+        while acc.buffered + size > self.config.buffer_bytes_max:
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                raise BufferFullError(
+                    f"the producer's buffer ({self.config.buffer_bytes_max} bytes) stayed "
+                    f"full for max_block_s={self.config.max_block_s}"
+                )
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            with acc.lock:
+                if acc.buffered + size <= self.config.buffer_bytes_max:
+                    return
+                acc.async_space_waiters.append(waiter)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, remaining_s)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: _V | None,
+        *,
+        key: _K | None = None,
+        partition: int | None = None,
+        headers: Sequence[Header] = (),
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        """:meth:`send`, then await the record's acknowledgement."""
+        future = await self.send(
+            topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
+        )
+        self._core.flush_soon()
+        return await future
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Send every buffered record now and wait until each sent before this call
+        is acknowledged or failed (``TimeoutError`` after ``timeout_s``)."""
+        pending = self._acc.seal_all()
+        self._core.wake()
+        waiters = [batch.waiter() for batch in pending if not batch.done]
+        if waiters:
+            await asyncio.wait_for(asyncio.gather(*waiters), timeout_s)
+
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Flush (up to ``timeout_s``), then stop; records still pending fail with
+        :class:`~laminar.errors.ClientClosedError`. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._core.close(timeout_s)
+        finally:
+            if self._owns_client:
+                await asyncio.to_thread(self._client.close)
+
+    async def __aenter__(self) -> AsyncProducer[_K, _V]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def _wait_all(batches: Sequence[_Batch], timeout_s: float | None) -> None:
+    deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
+    for batch in batches:
+        remaining_s = None if deadline_s is None else max(0.0, deadline_s - time.monotonic())
+        if not batch.wait(remaining_s):
+            raise TimeoutError(f"flush did not finish within {timeout_s} s")
+
+
+_LIVE: weakref.WeakSet[_ProducerBase[Any, Any]] = weakref.WeakSet()
+
+
+def _warn_at_exit(producer: _ProducerBase[Any, Any]) -> None:
+    _LIVE.add(producer)
+
+
+@atexit.register
+def _report_unflushed() -> None:
+    for producer in list(_LIVE):
+        if not producer._closed and producer._acc.unfinished:
+            _LOG.warning(
+                "a laminar producer was not closed: %d batches (%d bytes) were never "
+                "delivered; call flush() or close(), or use it as a context manager",
+                len(producer._acc.unfinished),
+                producer._acc.buffered,
+            )
