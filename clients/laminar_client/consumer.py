@@ -545,6 +545,11 @@ class _Core:
         await asyncio.sleep(delay_s)
 
 
+def _remaining(iterator: Iterator[Any]) -> int:
+    """How many items a list iterator has left."""
+    return int(iterator.__length_hint__())  # type: ignore[attr-defined]
+
+
 def _paused(state: _Partition) -> bool:
     return state.paused  # a function, so that type checkers re-read it after an await
 
@@ -608,7 +613,6 @@ class _ConsumerBase(Generic[_K, _V]):
             rng=rng if rng is not None else random.Random(),
         )
         self._positions: dict[TopicPartition, int] = {}
-        self._last_tp: TopicPartition | None = None
         self._paused: set[TopicPartition] = set()
         self._epochs: dict[TopicPartition, int] = {}
         self._closed = False
@@ -673,8 +677,6 @@ class _ConsumerBase(Generic[_K, _V]):
     def _after_seek(self, tp: TopicPartition, offset: int | None) -> None:
         self._epochs[tp] = self._core.partitions[tp].epoch
         self._positions[tp] = -1 if offset is None else offset
-        if self._last_tp == tp:
-            self._last_tp = None
 
     def _usable(self, chunk: _Chunk) -> bool:
         """Whether a chunk taken from the inbox still counts (not seeked past)."""
@@ -757,9 +759,15 @@ class _Reader(_ConsumerBase[_K, _V]):
     """The application-side logic both facades share: what to hand out next."""
 
     def _prepare(self) -> None:
+        # Records taken from the inbox and not handed out yet (a paused partition's,
+        # or the rest of a chunk whose iteration stopped early), served first.
         self._stash: dict[TopicPartition, tuple[list[ConsumerRecord[_K, _V]], int]] = {}
-        self._interrupts = 0  # bumped by pause, seek and assign: iterations look again
-        self._last: ConsumerRecord[_K, _V] | None = None  # handed out last, from _last_tp
+        self._interrupts = 0  # bumped by pause, seek and assign: batches() looks again
+        # The chunk records() is handing out: partition, records, the list's own
+        # iterator (its length hint says how many are handed out) and next offset.
+        self._cursor: (
+            tuple[TopicPartition, list[ConsumerRecord[_K, _V]], Iterator[Any], int] | None
+        ) = None
 
     def _lag_of(self, key: TopicPartition) -> int | None:
         state = self._core.partitions.get(key)
@@ -774,9 +782,12 @@ class _Reader(_ConsumerBase[_K, _V]):
         key = TopicPartition(*tp)
         if key not in self._epochs:
             raise InvalidInputError(f"{key.topic}/{key.partition} is not assigned")
-        last = self._last
-        if self._last_tp == key and last is not None and last[0] == key[0] and last[1] == key[1]:
-            return int(last.offset) + 1
+        cursor = self._cursor
+        if cursor is not None and cursor[0] == key:
+            records = cursor[1]
+            done = len(records) - _remaining(cursor[2])
+            if done > 0:
+                return int(records[done - 1].offset) + 1
         position = self._positions.get(key, -1)
         if position < 0:
             state = self._core.partitions.get(key)
@@ -806,19 +817,52 @@ class _Reader(_ConsumerBase[_K, _V]):
             return None
         return chunk.tp, records, chunk.next_offset
 
-    def _interrupted(
-        self,
-        tp: TopicPartition,
-        records: list[ConsumerRecord[_K, _V]],
-        index: int,
-        next_offset: int,
-    ) -> None:
-        """The application paused, seeked or unassigned ``tp`` while it iterated
-        ``records``: keep the rest for later (paused) or drop them."""
-        self._last_tp = None
-        if tp in self._epochs and tp in self._paused:
-            self._positions[tp] = int(records[index].offset)
-            self._stash[tp] = (records[index:], next_offset)
+    def _cut(self, tp: TopicPartition | None, *, keep: bool) -> None:
+        """Stop handing out the current chunk of ``tp`` (None: whatever partition it
+        is): the application paused (``keep``: the rest waits for ``resume``),
+        seeked or unassigned it (the rest is dropped), or left the iteration
+        (``keep``: the next one starts with the rest). Truncating the list ends its
+        iterator, so ``records()`` pays nothing per record for this."""
+        cursor = self._cursor
+        if cursor is None or (tp is not None and cursor[0] != tp):
+            return
+        self._cursor = None
+        key, records, iterator, next_offset = cursor
+        done = len(records) - _remaining(iterator)
+        rest = records[done:]
+        del records[done:]
+        if not keep:
+            return
+        if rest:
+            self._stash[key] = (rest, next_offset)
+            self._positions[key] = int(rest[0].offset)
+        else:
+            self._positions[key] = next_offset
+
+    def _cut_for(self, offsets: Mapping[TopicPartition, int | None]) -> None:
+        """Before a new assignment: stop the current chunk if its partition goes
+        away or is given a new offset."""
+        cursor = self._cursor
+        if cursor is not None and offsets.get(cursor[0], 0) is not None:
+            self._cut(cursor[0], keep=False)
+
+    def _hand_out(
+        self, item: tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int]
+    ) -> Iterator[ConsumerRecord[_K, _V]]:
+        """Hand out one chunk's records (the caller ``yield from`` s it)."""
+        tp, records, next_offset = item
+        iterator = iter(records)
+        cursor = (tp, records, iterator, next_offset)
+        self._cursor = cursor
+        try:
+            yield from iterator
+        finally:
+            if self._cursor is cursor:
+                if _remaining(iterator):
+                    self._cut(tp, keep=True)  # left early: the rest comes next time
+                else:
+                    self._cursor = None
+                    self._positions[tp] = next_offset
 
     def _take_locked(self) -> _Chunk | None:
         return self._inbox.take_locked(self._paused.__contains__)
@@ -931,6 +975,7 @@ class Consumer(_Reader[_K, _V]):
         ``(topic, partition)``, or a mapping to the offset to start at."""
         self._check_open()
         offsets = self._normalize(partitions)
+        self._cut_for(offsets)
         self._on_loop(self._core.assign, offsets)
         self._after_assign(offsets)
         self._stash = {tp: v for tp, v in self._stash.items() if tp in offsets}
@@ -940,6 +985,7 @@ class Consumer(_Reader[_K, _V]):
         """Make ``offset`` the next record read from ``tp``."""
         self._check_open()
         key, offset = self._seek_args(tp, offset)
+        self._cut(key, keep=False)
         self._on_loop(self._core.seek, key, offset)
         self._after_seek(key, offset)
         self._stash.pop(key, None)
@@ -965,6 +1011,7 @@ class Consumer(_Reader[_K, _V]):
     def pause(self, *partitions: tuple[str, int]) -> None:
         """Stop fetching and handing out records of ``partitions`` (default: all)."""
         for tp in self._targets(partitions):
+            self._cut(tp, keep=True)
             self._on_loop(self._core.pause, tp)
             self._paused.add(tp)
         self._interrupts += 1
@@ -994,19 +1041,7 @@ class Consumer(_Reader[_K, _V]):
             item = self._next(timeout_s)
             if item is None:
                 return
-            tp, records, next_offset = item
-            marker = self._interrupts
-            self._last_tp = tp
-            index = 0
-            for index, record in enumerate(records):
-                if self._interrupts != marker:
-                    self._interrupted(tp, records, index, next_offset)
-                    break
-                self._last = record
-                yield record
-            else:
-                self._last_tp = None
-                self._positions[tp] = next_offset
+            yield from self._hand_out(item)
 
     def batches(
         self, max_records: int = 10_000, timeout_s: float | None = None
@@ -1021,13 +1056,19 @@ class Consumer(_Reader[_K, _V]):
                 return
             tp = chunk.tp
             marker = self._interrupts
-            for batch in self._chunk_batches(chunk, max_records):
-                if self._interrupts != marker:
-                    break
-                self._positions[tp] = batch.next_offset
-                yield batch
-            else:
-                self._positions[tp] = chunk.next_offset
+            finished = False
+            try:
+                for batch in self._chunk_batches(chunk, max_records):
+                    if self._interrupts != marker:
+                        break
+                    self._positions[tp] = batch.next_offset
+                    yield batch
+                else:
+                    self._positions[tp] = chunk.next_offset
+                    finished = True
+            finally:
+                if not finished and self._interrupts == marker:
+                    self._refetch(tp)  # left early: read the rest again from the position
 
     def _next(
         self, timeout_s: float | None
@@ -1067,6 +1108,16 @@ class Consumer(_Reader[_K, _V]):
                 if chunk.error is not None:
                     raise chunk.error
                 return chunk
+
+    def _refetch(self, tp: TopicPartition) -> None:
+        if not self._closed and tp in self._epochs:
+            self._seek_core(tp)
+
+    def _seek_core(self, tp: TopicPartition) -> None:
+        position = self._positions.get(tp, -1)
+        offset = position if position >= 0 else None
+        self._on_loop(self._core.seek, tp, offset)
+        self._after_seek(tp, offset)
 
     def close(self) -> None:
         """Stop fetching and close the connections. Idempotent."""
@@ -1132,6 +1183,7 @@ class AsyncConsumer(_Reader[_K, _V]):
         """See :meth:`Consumer.assign`."""
         self._check_open()
         offsets = self._normalize(partitions)
+        self._cut_for(offsets)
         self._core.assign(offsets)
         self._after_assign(offsets)
         self._stash = {tp: v for tp, v in self._stash.items() if tp in offsets}
@@ -1141,6 +1193,7 @@ class AsyncConsumer(_Reader[_K, _V]):
         """See :meth:`Consumer.seek`."""
         self._check_open()
         key, offset = self._seek_args(tp, offset)
+        self._cut(key, keep=False)
         self._core.seek(key, offset)
         self._after_seek(key, offset)
         self._stash.pop(key, None)
@@ -1168,6 +1221,7 @@ class AsyncConsumer(_Reader[_K, _V]):
     async def pause(self, *partitions: tuple[str, int]) -> None:
         """See :meth:`Consumer.pause`."""
         for tp in self._targets(partitions):
+            self._cut(tp, keep=True)
             self._core.pause(tp)
             self._paused.add(tp)
         self._interrupts += 1
@@ -1195,18 +1249,8 @@ class AsyncConsumer(_Reader[_K, _V]):
             item = await self._next(timeout_s)
             if item is None:
                 return
-            tp, records, next_offset = item
-            marker = self._interrupts
-            self._last_tp = tp
-            for index, record in enumerate(records):
-                if self._interrupts != marker:
-                    self._interrupted(tp, records, index, next_offset)
-                    break
-                self._last = record
+            for record in self._hand_out(item):
                 yield record
-            else:
-                self._last_tp = None
-                self._positions[tp] = next_offset
 
     async def batches(
         self, max_records: int = 10_000, timeout_s: float | None = None
@@ -1220,13 +1264,19 @@ class AsyncConsumer(_Reader[_K, _V]):
                 return
             tp = chunk.tp
             marker = self._interrupts
-            for batch in self._chunk_batches(chunk, max_records):
-                if self._interrupts != marker:
-                    break
-                self._positions[tp] = batch.next_offset
-                yield batch
-            else:
-                self._positions[tp] = chunk.next_offset
+            finished = False
+            try:
+                for batch in self._chunk_batches(chunk, max_records):
+                    if self._interrupts != marker:
+                        break
+                    self._positions[tp] = batch.next_offset
+                    yield batch
+                else:
+                    self._positions[tp] = chunk.next_offset
+                    finished = True
+            finally:
+                if not finished and self._interrupts == marker:
+                    self._refetch_soon(tp)  # left early: read the rest again from the position
 
     async def _next(
         self, timeout_s: float | None
@@ -1270,6 +1320,13 @@ class AsyncConsumer(_Reader[_K, _V]):
                 if chunk.error is not None:
                     raise chunk.error
                 return chunk
+
+    def _refetch_soon(self, tp: TopicPartition) -> None:
+        if not self._closed and tp in self._epochs:
+            position = self._positions.get(tp, -1)
+            offset = position if position >= 0 else None
+            self._core.seek(tp, offset)
+            self._after_seek(tp, offset)
 
     async def close(self) -> None:
         """Stop fetching and close the connections. Idempotent."""
