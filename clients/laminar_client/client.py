@@ -81,6 +81,9 @@ DEFAULT_METADATA_ANSWERS_MAX = 4
 """Most nodes whose ``Metadata`` answers one refresh merges: the three replicas of a
 partition (replication factor 3) and one node, answering first, that hosts none."""
 DEFAULT_FETCH_BYTES_MAX = 4 * 1024 * 1024
+_FETCH_WAIT_S_MAX = 30.0
+"""Longest long-poll a fetch may ask for (the proto's ``max_wait_ms`` is a uint32 of
+ms; nodes cap it at their ``fetch_wait_ms_max``, 30 s by default)."""
 UNKNOWN_TOPIC_WAIT_S = 2.0
 """How long a call retries ``UNKNOWN_TOPIC_OR_PARTITION``: a topic reaches every node
 within a metadata round trip of its creation, so an unknown topic after this long
@@ -572,7 +575,7 @@ class Client:
     - ``timeout_s``: the default deadline of a whole call, retries included;
     - ``attempt_timeout_s``: the deadline of one attempt (one RPC) within it, so a
       node that hangs costs one attempt, not the call; a produce asks the server to
-      give up 0.5 s sooner, a long-poll fetch adds its ``max_wait_ms``. Topic
+      give up 0.5 s sooner, a long-poll fetch adds its ``max_wait_s``. Topic
       creation and deletion are not idempotent and get the whole deadline;
     - ``metadata_timeout_s``: the deadline of one ``Metadata`` RPC.
 
@@ -691,7 +694,7 @@ class Client:
         offset: int,
         *,
         max_bytes: int = DEFAULT_FETCH_BYTES_MAX,
-        max_wait_ms: int = 0,
+        max_wait_s: float = 0.0,
         replica: str | None = None,
         timeout_s: float | None = None,
     ) -> FetchResult:
@@ -700,13 +703,17 @@ class Client:
         Without ``replica`` the live replicas take turns (round-robin from a random
         start), and one that does not answer is skipped for a while. ``replica`` (a
         node id, or a ``host:port`` address) pins the read to that node.
-        ``max_wait_ms`` makes the server wait for data at ``offset`` (long-poll); an
-        attempt may then take ``attempt_timeout_s`` plus that wait.
+        ``max_wait_s`` makes the server wait for data at ``offset`` (long-poll, at
+        most the node's ``fetch_wait_ms_max``, 30 s by default); an attempt may then
+        take ``attempt_timeout_s`` plus that wait.
         """
-        if offset < 0 or max_bytes < 0 or max_wait_ms < 0:
-            raise InvalidInputError("offset, max_bytes and max_wait_ms must be >= 0")
+        if offset < 0 or max_bytes < 0 or not 0 <= max_wait_s <= _FETCH_WAIT_S_MAX:
+            raise InvalidInputError(
+                f"offset and max_bytes must be >= 0, max_wait_s in [0, {_FETCH_WAIT_S_MAX}]"
+            )
+        max_wait_ms = int(max_wait_s * 1000)
         deadline = self._deadline(timeout_s)
-        attempt_bound_s = self.attempt_timeout_s + max_wait_ms / 1000
+        attempt_bound_s = self.attempt_timeout_s + max_wait_s
 
         def attempt(address: str, remaining_s: float) -> FetchResult:
             request = pb.FetchRequest(
@@ -896,7 +903,7 @@ class Client:
         *,
         follow: bool = False,
         max_bytes: int = DEFAULT_FETCH_BYTES_MAX,
-        max_wait_ms: int = 1_000,
+        max_wait_s: float = 1.0,
         replica: str | None = None,
     ) -> Iterator[Record]:
         """Yield records from offset ``start`` up to ``end`` (exclusive).
@@ -912,7 +919,7 @@ class Client:
                 partition,
                 offset,
                 max_bytes=max_bytes,
-                max_wait_ms=max_wait_ms if follow else 0,
+                max_wait_s=max_wait_s if follow else 0.0,
                 replica=replica,
             )
             before = offset

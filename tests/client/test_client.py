@@ -241,7 +241,7 @@ def test_records_iterator_and_follow(cluster: FakeCluster) -> None:
         assert [r.value for r in client.records("t", 0, 1)] == [b"b", b"c", b"d"]
         assert [r.offset for r in client.records("t", 0, 0, 3)] == [0, 1, 2]
         assert list(client.records("t", 0, 4)) == []
-        followed = client.records("t", 0, 4, 5, follow=True, max_wait_ms=50)
+        followed = client.records("t", 0, 4, 5, follow=True, max_wait_s=0.05)
         client.produce("t", 0, batch(b"e"))
         assert [r.value for r in followed] == [b"e"]
 

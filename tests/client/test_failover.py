@@ -209,7 +209,7 @@ def test_a_hung_bootstrap_node_does_not_delay_the_first_write() -> None:
 def test_a_long_poll_attempt_includes_its_wait() -> None:
     sim = three_replicas_and_a_bystander()
     with make_client(sim, sim.bootstrap("n0"), attempt_timeout_s=2.0) as client:
-        client.fetch("t", 0, 0, max_wait_ms=5_000)
+        client.fetch("t", 0, 0, max_wait_s=5.0)
     (fetch,) = [c for c in sim.calls if c.method == "Fetch"]
     assert fetch.timeout_s == 7.0
 

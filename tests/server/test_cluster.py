@@ -360,7 +360,7 @@ def test_consume_from_a_follower_stops_at_its_high_watermark(shared: Shared) -> 
 
     def long_poll() -> None:
         try:
-            done.append(client.fetch("follow", 0, end, max_wait_ms=10_000, replica=follower.grpc))
+            done.append(client.fetch("follow", 0, end, max_wait_s=10.0, replica=follower.grpc))
         except Exception as error:  # reported below
             done.append(error)
 
