@@ -23,8 +23,9 @@ written — and accepts any sequence from a producer it does not know):
   has answered; then the unresolved batches are resent one at a time, oldest first,
   with the same bytes (a batch that was written after all is recognised and
   answered with its offset). Recovery ends when none is left.
-- **Restamp**: when the oldest unresolved batch is refused as out of order, the
-  broker proves it — and, the broker refusing gaps, every later batch of the
+- **Restamp**: when the oldest unresolved batch is refused as out of order (and
+  the refusal is not stale: the batch before it was not acknowledged since, or it
+  was resent alone), the broker proves it — and, the broker refusing gaps, every later batch of the
   lineage — unwritten: the batch that would have filled the gap was refused for
   good or expired unwritten. Every unresolved batch is then restamped, in order,
   with a new producer id from sequence 0 (a new lineage).
@@ -149,6 +150,8 @@ class PartitionSender(Generic[B]):
         self._lineage_confirmed = new_producer_id is None
         self.recovering = False
         self.restamps = 0
+        self._acked_end = 0
+        self._alone: B | None = None  # the batch resent alone in recovery, if any
 
     # ------------------------------------------------------------------ state
 
@@ -181,6 +184,7 @@ class PartitionSender(Generic[B]):
             if head is not None:
                 head.state = State.SENDING
                 head.sent = True
+                self._alone = head
                 return [head]
             self.recovering = False
         out: list[B] = []
@@ -208,6 +212,7 @@ class PartitionSender(Generic[B]):
         self._remove(batch)
         if batch.producer_id == self.producer_id:
             self._lineage_confirmed = True
+            self._acked_end = max(self._acked_end, batch.base_sequence + batch.record_count)
         batch.succeed(base_offset)
 
     def failed(self, batch: B, error: BaseException) -> Verdict:
@@ -222,7 +227,15 @@ class PartitionSender(Generic[B]):
         else:
             batch.state = State.RETRY
         self.recovering = True
-        if kind is Verdict.OUT_OF_ORDER and self._is_head(batch) and not self._sending():
+        if (
+            kind is Verdict.OUT_OF_ORDER
+            and self._is_head(batch)
+            and not self._sending()
+            and (batch is self._alone or self._acked_end != batch.base_sequence)
+        ):
+            # Unless the refusal is stale: the batch before it was acknowledged after
+            # the refusal was decided (answers cross on the wire), so the gap is
+            # filled; a resend alone settles it.
             self._restamp_unresolved()
         return kind
 
@@ -302,6 +315,7 @@ class PartitionSender(Generic[B]):
         assert self._new_producer_id is not None
         self.producer_id = self._new_producer_id()
         self._next_sequence = 0
+        self._acked_end = 0  # the sequence after the lineage's acknowledged batches
         self._lineage_confirmed = False
 
     def _restamp_unresolved(self) -> None:

@@ -280,6 +280,11 @@ class MetadataCache:
 
     # ------------------------------------------------------------------ snapshots
 
+    @property
+    def generation(self) -> int:
+        """How many refreshes have completed (a caller notices new metadata by it)."""
+        return self._generation
+
     def held(self) -> ClusterMetadata | None:
         """The snapshot held now, however old (None before the first refresh)."""
         with self._lock:

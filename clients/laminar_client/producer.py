@@ -287,7 +287,8 @@ class _Batch:
     def _finish(self) -> None:
         """Resolve everyone waiting: ``done`` is set first, and the waiters and
         callbacks are taken under ``_EVENT_LOCK``, so that one registered from
-        another thread at the same moment is either taken here or sees ``done``."""
+        another thread at the same moment is either taken here or sees ``done``.
+        Callbacks run before waiters wake (``flush`` returns after them)."""
         self.done = True
         self.values = []  # the records' memory goes back now; futures keep the batch
         self.keys = self.headers = None
@@ -296,6 +297,9 @@ class _Batch:
             event = self._event
             waiters, self._waiters = self._waiters, None
             callbacks, self._callbacks = self._callbacks, None
+        if callbacks:  # before anyone waiting wakes: flush() returns after the callbacks
+            for index, callback in callbacks:
+                self._run_callback(index, callback)
         if event is not None:
             event.set()
         if waiters:
@@ -307,9 +311,6 @@ class _Batch:
                 else:
                     loop.call_soon_threadsafe(_set_waiter, waiter)
         self._on_done(self)
-        if callbacks:
-            for index, callback in callbacks:
-                self._run_callback(index, callback)
 
     def _is_done(self) -> bool:
         return self.done
@@ -649,7 +650,12 @@ class _Core:
         address: str | None = None
         try:
             if batch.backoff_s > 0:
-                await asyncio.sleep(batch.backoff_s)
+                await asyncio.sleep(min(batch.backoff_s, batch.deadline_s - time.monotonic()))
+            if time.monotonic() >= batch.deadline_s:  # a backoff may not outlast it
+                batch.state = State.RETRY
+                sender.expire(time.monotonic())
+                self.wake()
+                return
             address = await self._target(batch)
             attempt_s = min(self._config.attempt_timeout_s, batch.deadline_s - time.monotonic())
             attempt_s = max(attempt_s, 0.001)
@@ -782,7 +788,8 @@ class _ProducerBase(Generic[_K, _V]):
         self._rng = rng if rng is not None else random.Random()
         self._acc = _Accumulator(config, self._rng)
         self._core = _Core(self._client, self._acc, config, retry or self._client.retry, self._rng)
-        self._partition_counts: dict[str, int] = {}
+        self._partition_counts: dict[str, int] = {}  # as of metadata _counts_generation
+        self._counts_generation = self._client.cache.generation
         self._record_bytes_max = min(config.buffer_bytes_max, DEFAULT_LIMITS.batch_bytes_max // 2)
         self._closed = False
         _warn_at_exit(self)
@@ -842,6 +849,20 @@ class _ProducerBase(Generic[_K, _V]):
                 "buffer_bytes_max)"
             )
         return data, key_data, size
+
+    def _partitions_of(self, topic: str) -> int | None:
+        """The topic's partition count known without I/O: from this producer's copy,
+        re-read from the cache's snapshot after each metadata refresh (a topic
+        deleted and created again may have another count)."""
+        cache = self._client.cache
+        if cache.generation != self._counts_generation:
+            self._counts_generation = cache.generation
+            self._partition_counts.clear()
+            snapshot = cache.held()
+            if snapshot is not None:
+                for name, found in snapshot.topics.items():
+                    self._partition_counts[name] = found.config.partitions
+        return self._partition_counts.get(topic)
 
     def _check_partition(self, topic: str, partition: int | None, partitions: int) -> None:
         if partition is not None and not 0 <= partition < partitions:
@@ -956,7 +977,7 @@ class Producer(_ProducerBase[_K, _V]):
         or while the topic's metadata is first fetched.
         """
         data, key_data, size = self._encode(value, key, headers)
-        partitions = self._partition_counts.get(topic)
+        partitions = self._partitions_of(topic)
         if partitions is None:
             partitions = self._load_partition_count(topic, self.config.max_block_s)
         if partition is not None:
@@ -1100,7 +1121,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         for its acknowledgement. Awaiting ``send`` itself waits only for buffer room
         and, for a new topic, its metadata."""
         data, key_data, size = self._encode(value, key, headers)
-        partitions = self._partition_counts.get(topic)
+        partitions = self._partitions_of(topic)
         if partitions is None:
             partitions = await asyncio.to_thread(
                 self._load_partition_count, topic, self.config.max_block_s

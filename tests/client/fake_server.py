@@ -21,11 +21,14 @@ from laminar.errors import (
     LaminarError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
 from laminar.grpc_errors import TopicExistsError, error_metadata, error_to_status
 from laminar.records import decode_batch, iter_batches, with_leader_fields
+from laminar.replica.producers import ProducerTable
+from laminar.replica.producers import Verdict as SequenceVerdict
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc as pb_grpc
 
@@ -39,6 +42,9 @@ class FakePartition:
     sequences: dict[tuple[int, int], int] = field(default_factory=dict)
     # What Metadata reports as leader (may differ from `leader` to test redirects).
     advertised_leader: str | None = None
+    # Set to the replica's own ProducerTable to check sequences as a real node does
+    # (duplicates within the window, gaps refused); None keeps `sequences` above.
+    producers: ProducerTable | None = None
 
 
 @dataclass
@@ -92,7 +98,15 @@ class FakeServicer(pb_grpc.LaminarServicer):
             for raw in request.batches:
                 (_, header), *_ = list(iter_batches(raw))
                 key = (header.producer_id, header.base_sequence)
-                if header.producer_id >= 0 and key in part.sequences:
+                if part.producers is not None:
+                    check = part.producers.check(*key, header.record_count)
+                    if check.verdict is SequenceVerdict.DUPLICATE:
+                        offsets.append(check.base_offset)
+                        continue
+                    if check.verdict is SequenceVerdict.OUT_OF_ORDER:
+                        abort(context, OutOfOrderSequenceError(*key, check.expected_sequence))
+                    part.producers.record(*key, header.record_count, part.end_offset)
+                elif header.producer_id >= 0 and key in part.sequences:
                     offsets.append(part.sequences[key])
                     continue
                 base = part.end_offset
