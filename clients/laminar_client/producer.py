@@ -7,7 +7,7 @@ How a record travels
 open batch — plain list appends under one lock, in the caller's thread, with no
 event-loop hop, no thread-pool hop and no future per record: the returned
 :class:`DeliveryFuture` is a two-field handle on its batch. A batch is sealed when
-the next record would take it past ``batch_bytes_max``, or ``linger_ms`` after its
+the next record would take it past ``batch_bytes_max``, or ``linger_s`` after its
 first record, or by ``flush``.
 
 One asyncio task (the producer's *core*) takes sealed batches in order, encodes
@@ -106,8 +106,9 @@ class ProducerConfig:
       idempotence needs), ``"leader"`` or ``"none"``.
     - ``idempotent``: stamp batches with a producer id and sequences, so that retries
       never duplicate or reorder records (needs ``acks="all"``).
-    - ``linger_ms``: how long a batch waits for more records after its first one
-      (Kafka's ``linger.ms``; 0 sends each batch as soon as the core sees it).
+    - ``linger_s``: how long a batch waits for more records after its first one
+      (Kafka's ``linger.ms``, in seconds like every duration here: 0.005 is 5 ms;
+      0 sends each batch as soon as the core sees it).
     - ``batch_bytes_max``: a batch is sealed before it would pass this many bytes
       (a single larger record goes alone); keyless records switch partition after
       about this many bytes.
@@ -122,7 +123,7 @@ class ProducerConfig:
 
     acks: AcksMode = "all"
     idempotent: bool = True
-    linger_ms: float = 5.0
+    linger_s: float = 0.005
     batch_bytes_max: int = 1024 * 1024
     buffer_bytes_max: int = 32 * 1024 * 1024
     max_in_flight: int = MAX_IN_FLIGHT_LIMIT
@@ -139,8 +140,8 @@ class ProducerConfig:
                 "an idempotent producer needs acks='all' (pass idempotent=False for "
                 "acks='leader' or 'none')"
             )
-        if not 0 <= self.linger_ms <= 60_000:
-            raise InvalidInputError("linger_ms must be in [0, 60000]")
+        if not 0 <= self.linger_s <= 60:
+            raise InvalidInputError("linger_s must be in [0, 60]")
         limit = DEFAULT_LIMITS.batch_bytes_max
         if not 1024 <= self.batch_bytes_max <= limit:
             raise InvalidInputError(f"batch_bytes_max must be in [1024, {limit}]")
@@ -158,9 +159,9 @@ class ProducerConfig:
                 raise InvalidInputError(f"{name} must be > 0")
         if self.max_block_s < 0:
             raise InvalidInputError("max_block_s must be >= 0")
-        if self.delivery_timeout_s < self.linger_ms / 1000 + self.attempt_timeout_s:
+        if self.delivery_timeout_s < self.linger_s + self.attempt_timeout_s:
             raise InvalidInputError(
-                "delivery_timeout_s must be at least linger_ms + attempt_timeout_s"
+                "delivery_timeout_s must be at least linger_s + attempt_timeout_s"
             )
 
 
@@ -510,7 +511,7 @@ class _Accumulator:
     def take(self, now_s: float, *, everything: bool = False) -> tuple[list[_Batch], float | None]:
         """Sealed batches, in order, after sealing those that lingered long enough
         (all with ``everything``); and when the next open batch will have."""
-        linger_s = self.config.linger_ms / 1000
+        linger_s = self.config.linger_s
         next_s: float | None = None
         with self.lock:
             for tp, batch in list(self.open.items()):
@@ -920,7 +921,7 @@ class Producer(_ProducerBase[_K, _V]):
         value_serializer: Serializer[_V] | None = None,
         acks: AcksMode = "all",
         idempotent: bool = True,
-        linger_ms: float = 5.0,
+        linger_s: float = 0.005,
         batch_bytes_max: int = 1024 * 1024,
         buffer_bytes_max: int = 32 * 1024 * 1024,
         max_in_flight: int = MAX_IN_FLIGHT_LIMIT,
@@ -934,7 +935,7 @@ class Producer(_ProducerBase[_K, _V]):
         config = ProducerConfig(
             acks=acks,
             idempotent=idempotent,
-            linger_ms=linger_ms,
+            linger_s=linger_s,
             batch_bytes_max=batch_bytes_max,
             buffer_bytes_max=buffer_bytes_max,
             max_in_flight=max_in_flight,
@@ -1072,7 +1073,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         value_serializer: Serializer[_V] | None = None,
         acks: AcksMode = "all",
         idempotent: bool = True,
-        linger_ms: float = 5.0,
+        linger_s: float = 0.005,
         batch_bytes_max: int = 1024 * 1024,
         buffer_bytes_max: int = 32 * 1024 * 1024,
         max_in_flight: int = MAX_IN_FLIGHT_LIMIT,
@@ -1086,7 +1087,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         config = ProducerConfig(
             acks=acks,
             idempotent=idempotent,
-            linger_ms=linger_ms,
+            linger_s=linger_s,
             batch_bytes_max=batch_bytes_max,
             buffer_bytes_max=buffer_bytes_max,
             max_in_flight=max_in_flight,

@@ -98,7 +98,7 @@ class Harness:
     def producer(self, **kwargs: Any) -> Producer[Any, Any]:
         kwargs.setdefault("retry", FAST)
         kwargs.setdefault("rng", random.Random(7))
-        kwargs.setdefault("linger_ms", 1.0)
+        kwargs.setdefault("linger_s", 0.001)
         producer: Producer[Any, Any] = Producer(self.cluster.bootstrap, **kwargs)
         self.producers.append(producer)
         return producer
@@ -157,7 +157,7 @@ def append(
 
 def test_linger_holds_a_batch_until_created_plus_linger() -> None:
     clock = Clock(100.0)
-    acc = make_accumulator(clock, linger_ms=50)
+    acc = make_accumulator(clock, linger_s=0.05)
     _, wake = append(acc, b"a")
     assert wake  # a batch was started: the core must learn its due time
     assert acc.take(100.0) == ([], 100.05)
@@ -172,7 +172,7 @@ def test_linger_holds_a_batch_until_created_plus_linger() -> None:
 
 def test_take_reports_the_earliest_due_batch_and_everything_flushes() -> None:
     clock = Clock(10.0)
-    acc = make_accumulator(clock, linger_ms=100)
+    acc = make_accumulator(clock, linger_s=0.1)
     append(acc, b"a", partition=0, partitions=3)
     clock.now_s = 10.02
     append(acc, b"b", partition=1, partitions=3)
@@ -186,7 +186,7 @@ def test_take_reports_the_earliest_due_batch_and_everything_flushes() -> None:
 
 def test_zero_linger_takes_a_batch_at_once() -> None:
     clock = Clock(5.0)
-    acc = make_accumulator(clock, linger_ms=0)
+    acc = make_accumulator(clock, linger_s=0.0)
     append(acc, b"a")
     taken, _ = acc.take(5.0)
     assert len(taken) == 1
@@ -195,7 +195,7 @@ def test_zero_linger_takes_a_batch_at_once() -> None:
 @pytest.mark.parametrize("seed", range(5))
 def test_batches_are_sealed_just_before_batch_bytes_max(seed: int) -> None:
     rng = random.Random(seed)
-    acc = make_accumulator(Clock(), batch_bytes_max=1024, linger_ms=1000)
+    acc = make_accumulator(Clock(), batch_bytes_max=1024, linger_s=1.0)
     sizes = [rng.choice([1, 50, 200, 500, 1000 - OVERHEAD]) for _ in range(300)]
     for size in sizes:
         append(acc, b"x" * size)
@@ -212,7 +212,7 @@ def test_batches_are_sealed_just_before_batch_bytes_max(seed: int) -> None:
 
 
 def test_fixed_size_records_fill_batches_to_within_one_record() -> None:
-    acc = make_accumulator(Clock(), batch_bytes_max=4096, linger_ms=1000)
+    acc = make_accumulator(Clock(), batch_bytes_max=4096, linger_s=1.0)
     record = 100 + OVERHEAD
     for _ in range(1000):
         append(acc, b"v" * 100)
@@ -223,7 +223,7 @@ def test_fixed_size_records_fill_batches_to_within_one_record() -> None:
 
 
 def test_a_record_larger_than_a_batch_goes_alone() -> None:
-    acc = make_accumulator(Clock(), batch_bytes_max=1024, linger_ms=1000)
+    acc = make_accumulator(Clock(), batch_bytes_max=1024, linger_s=1.0)
     append(acc, b"a")
     append(acc, b"b" * 2000)
     append(acc, b"c")
@@ -233,7 +233,7 @@ def test_a_record_larger_than_a_batch_goes_alone() -> None:
 
 
 def test_keys_and_headers_columns_are_filled_lazily() -> None:
-    acc = make_accumulator(Clock(), linger_ms=1000)
+    acc = make_accumulator(Clock(), linger_s=1.0)
     append(acc, b"v0")
     append(acc, b"v1")
     append(acc, b"v2", key=b"k")
@@ -258,7 +258,7 @@ def test_keys_and_headers_columns_are_filled_lazily() -> None:
 
 
 def test_buffered_bytes_return_when_a_batch_is_done() -> None:
-    acc = make_accumulator(Clock(), linger_ms=1000)
+    acc = make_accumulator(Clock(), linger_s=1.0)
     future, _ = append(acc, b"a" * 10)
     assert acc.buffered == 10 + OVERHEAD
     taken, _ = acc.take(0.0, everything=True)
@@ -280,8 +280,8 @@ def test_buffered_bytes_return_when_a_batch_is_done() -> None:
         {"acks": "most", "idempotent": False},
         {"max_in_flight": 6},
         {"max_in_flight": 0},
-        {"linger_ms": -1},
-        {"linger_ms": 60_001},
+        {"linger_s": -0.001},
+        {"linger_s": 60.001},
         {"batch_bytes_max": 1023},
         {"batch_bytes_max": DEFAULT_LIMITS.batch_bytes_max + 1},
         {"batch_bytes_max": 4096, "buffer_bytes_max": 4095},
@@ -289,7 +289,7 @@ def test_buffered_bytes_return_when_a_batch_is_done() -> None:
         {"delivery_timeout_s": 0},
         {"attempt_timeout_s": 0},
         {"max_block_s": -0.1},
-        {"delivery_timeout_s": 3.0, "attempt_timeout_s": 3.0, "linger_ms": 1},
+        {"delivery_timeout_s": 3.0, "attempt_timeout_s": 3.0, "linger_s": 0.001},
     ],
 )
 def test_impossible_settings_are_refused(settings: dict[str, Any]) -> None:
@@ -304,9 +304,9 @@ def test_impossible_settings_are_refused(settings: dict[str, Any]) -> None:
         {"acks": "leader", "idempotent": False},
         {"acks": "none", "idempotent": False},
         {"max_in_flight": 1},
-        {"max_in_flight": 5, "linger_ms": 0, "compression": Compression.ZSTD},
+        {"max_in_flight": 5, "linger_s": 0.0, "compression": Compression.ZSTD},
         {"batch_bytes_max": 1024, "buffer_bytes_max": 1024, "max_block_s": 0},
-        {"delivery_timeout_s": 3.5, "attempt_timeout_s": 3.0, "linger_ms": 500},
+        {"delivery_timeout_s": 3.5, "attempt_timeout_s": 3.0, "linger_s": 0.5},
     ],
 )
 def test_possible_settings_are_accepted(settings: dict[str, Any]) -> None:
@@ -407,7 +407,7 @@ def test_a_value_the_serializer_refuses_fails_in_send(h: Harness) -> None:
 
 def test_every_future_gives_where_its_record_was_stored(h: Harness) -> None:
     add_topic(h.cluster, "t", 3)
-    producer = h.producer(batch_bytes_max=1024, linger_ms=2)
+    producer = h.producer(batch_bytes_max=1024, linger_s=0.002)
     calls: list[tuple[int, RecordMetadata | None, BaseException | None]] = []
     lock = threading.Lock()
 
@@ -483,7 +483,7 @@ def test_keyed_records_land_on_their_key_partition(h: Harness) -> None:
 
 def test_keyless_records_stick_to_one_partition_per_batch(h: Harness) -> None:
     add_topic(h.cluster, "t", 4)
-    producer = h.producer(batch_bytes_max=1024, linger_ms=1000)
+    producer = h.producer(batch_bytes_max=1024, linger_s=1.0)
     futures = [producer.send("t", b"v" * 84) for _ in range(12)]  # 100 bytes each
     producer.flush(timeout_s=5)
     partitions = [f.result(0).partition for f in futures]
@@ -493,7 +493,7 @@ def test_keyless_records_stick_to_one_partition_per_batch(h: Harness) -> None:
 
 def test_the_context_manager_delivers_everything_on_exit(h: Harness) -> None:
     add_topic(h.cluster, "t")
-    with Producer(h.cluster.bootstrap, retry=FAST, linger_ms=50) as producer:
+    with Producer(h.cluster.bootstrap, retry=FAST, linger_s=0.05) as producer:
         futures = [producer.send("t", b"%d" % i) for i in range(50)]
         assert not all(f.done() for f in futures)  # still lingering
     assert all(f.done() for f in futures)
@@ -505,7 +505,7 @@ def test_the_context_manager_delivers_everything_on_exit(h: Harness) -> None:
 
 def test_send_and_wait_does_not_wait_for_linger(h: Harness) -> None:
     add_topic(h.cluster, "t")
-    producer = h.producer(linger_ms=20_000, delivery_timeout_s=30)
+    producer = h.producer(linger_s=20.0, delivery_timeout_s=30)
     start_s = time.monotonic()
     first = producer.send_and_wait("t", b"a")
     second = producer.send_and_wait("t", b"b", key=b"k", timestamp_ms=123)
@@ -569,7 +569,7 @@ def test_a_failure_amid_pipelined_batches_keeps_every_record_once_in_order(
     # The lineage's first batch is held until every record is queued, so that the
     # following batches go out 5 at a time; the second call fails.
     h.cluster.fail_next("n0", "Produce", h.release, failure)
-    producer = h.producer(batch_bytes_max=1024, linger_ms=0, attempt_timeout_s=2.0)
+    producer = h.producer(batch_bytes_max=1024, linger_s=0.0, attempt_timeout_s=2.0)
     values = [b"%03d" % i + b"." * 300 for i in range(60)]
     futures = [producer.send("t", value) for value in values]
     wait_for(lambda: h.produce_calls() >= 1)
@@ -591,7 +591,7 @@ def test_a_full_buffer_blocks_send_then_raises_without_taking_the_record(h: Harn
         batch_bytes_max=1024,
         buffer_bytes_max=1024,
         max_block_s=0.3,
-        linger_ms=0,
+        linger_s=0.0,
         attempt_timeout_s=5.0,
         delivery_timeout_s=10.0,
     )
@@ -616,7 +616,7 @@ def test_a_full_buffer_blocks_send_then_raises_without_taking_the_record(h: Harn
 def test_a_failing_leader_fails_records_at_the_delivery_timeout(h: Harness) -> None:
     add_topic(h.cluster, "t")
     h.cluster.fail_next("n0", "Produce", *[UnavailableError("no quorum")] * 5000)
-    producer = h.producer(linger_ms=0, attempt_timeout_s=0.2, delivery_timeout_s=0.5)
+    producer = h.producer(linger_s=0.0, attempt_timeout_s=0.2, delivery_timeout_s=0.5)
     start_s = time.monotonic()
     futures = [producer.send("t", b"x"), producer.send("t", b"y")]
     errors = [future.exception(3.0) for future in futures]
@@ -638,7 +638,7 @@ def test_a_retry_backoff_does_not_outlast_the_delivery_timeout(h: Harness) -> No
     add_topic(h.cluster, "t")
     h.cluster.fail_next("n0", "Produce", *[UnavailableError("no quorum")] * 100)
     slow = RetryPolicy(backoff_initial_ms=400, backoff_max_ms=400, jitter_ratio=0)
-    producer = h.producer(retry=slow, linger_ms=0, attempt_timeout_s=0.2, delivery_timeout_s=0.5)
+    producer = h.producer(retry=slow, linger_s=0.0, attempt_timeout_s=0.2, delivery_timeout_s=0.5)
     start_s = time.monotonic()
     future = producer.send("t", b"x")
     error = future.exception(3.0)
@@ -652,7 +652,7 @@ def test_a_retry_backoff_does_not_outlast_the_delivery_timeout(h: Harness) -> No
 def test_close_without_flush_fails_pending_records_and_returns_in_time(h: Harness) -> None:
     add_topic(h.cluster, "t")
     h.hang()
-    producer = h.producer(linger_ms=0, attempt_timeout_s=5.0, delivery_timeout_s=10.0)
+    producer = h.producer(linger_s=0.0, attempt_timeout_s=5.0, delivery_timeout_s=10.0)
     in_attempt = producer.send("t", b"a")
     wait_for(lambda: h.produce_calls() >= 1)
     queued = producer.send("t", b"b")  # waits for the lineage's first ack
@@ -675,7 +675,7 @@ def test_close_without_flush_fails_pending_records_and_returns_in_time(h: Harnes
 def test_ctrl_c_interrupts_a_blocked_flush(h: Harness) -> None:
     add_topic(h.cluster, "t")
     h.hang()
-    producer = h.producer(linger_ms=0, attempt_timeout_s=5.0, delivery_timeout_s=10.0)
+    producer = h.producer(linger_s=0.0, attempt_timeout_s=5.0, delivery_timeout_s=10.0)
     producer.send("t", b"a")
     wait_for(lambda: h.produce_calls() >= 1)
     handled: list[float] = []
@@ -715,7 +715,7 @@ def test_the_async_producer_delivers(cluster: FakeCluster) -> None:
     async def main() -> tuple[list[RecordMetadata], RecordMetadata, list[Any]]:
         callbacks: list[Any] = []
         async with AsyncProducer(
-            cluster.bootstrap, retry=FAST, rng=random.Random(3), linger_ms=5
+            cluster.bootstrap, retry=FAST, rng=random.Random(3), linger_s=0.005
         ) as producer:
             futures = [
                 await producer.send("t", b"v%d" % i, key=b"k%d" % (i % 5)) for i in range(100)
@@ -748,7 +748,7 @@ def test_the_async_producer_fails_records_at_the_delivery_timeout(cluster: FakeC
     cluster.fail_next("n0", "Produce", *[UnavailableError("no quorum")] * 5000)
 
     async def main() -> tuple[BaseException | None, float]:
-        settings = {"linger_ms": 0, "attempt_timeout_s": 0.2, "delivery_timeout_s": 0.4}
+        settings = {"linger_s": 0.0, "attempt_timeout_s": 0.2, "delivery_timeout_s": 0.4}
         async with AsyncProducer(cluster.bootstrap, retry=FAST, **settings) as producer:
             start_s = time.monotonic()
             future = await producer.send("t", b"x")

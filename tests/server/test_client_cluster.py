@@ -73,7 +73,7 @@ def test_producer_survives_a_leader_kill_without_loss_duplicate_or_reorder(
     victim = wait_leader(cluster, TOPIC, 0)
 
     def write() -> None:
-        with Producer(bootstrap(cluster), linger_ms=2, delivery_timeout_s=60) as producer:
+        with Producer(bootstrap(cluster), linger_s=0.002, delivery_timeout_s=60) as producer:
             sequence = 0
             while not stop.is_set() or sequence < 3_000:
                 key = keys[sequence % len(keys)]
