@@ -23,6 +23,10 @@ idempotence on, every other setting the default. Each figure is the median of
   per iteration. ``consumer_arrow_rows_s``: the same records through
   ``batches()`` and ``to_arrow()``.
 
+``--no-fsync-latency`` adds ``producer_send_p99_ms_no_fsync``: the latency run on
+three more nodes started with ``--no-fsync``, which acknowledge once a majority
+holds the batch in memory, as JetStream's default does.
+
 Peers, in the same run (``bench/peers.py``; ``make bench-peers`` installs them, as
 root): NATS JetStream R3 and Redis Streams, with ``--peer-records`` messages.
 ``*_vs_jetstream_r3`` and ``*_vs_redis`` say how many times Laminar is ahead: the
@@ -70,6 +74,7 @@ PEER_FIGURES: dict[str, tuple[str, bool]] = {
     "producer_send_records_s": ("send_records_s", True),
     "async_producer_send_records_s": ("send_records_s", True),
     "producer_send_p99_ms": ("send_p99_ms", False),
+    "producer_send_p99_ms_no_fsync": ("send_p99_ms", False),
     "consumer_iter_records_s": ("consume_records_s", True),
     "consumer_arrow_rows_s": ("consume_records_s", True),
 }
@@ -111,10 +116,14 @@ def create_topic(client: Client, name: str) -> None:
 # ----------------------------------------------------------------------------- producer
 
 
+PRODUCER_OPTIONS: dict[str, float] = {}
+"""Settings given to every producer (``--linger-s``); empty: the defaults."""
+
+
 def producer_send(bootstrap: list[str], records: int) -> float:
     """Records/s through Producer.send(), until every record is acknowledged."""
     value = b"v" * VALUE_BYTES
-    with Producer(bootstrap) as producer:
+    with Producer(bootstrap, **PRODUCER_OPTIONS) as producer:
         producer.send_and_wait(TOPIC, value)  # metadata and connections before timing
         send = producer.send
         started = time.perf_counter()
@@ -130,7 +139,7 @@ def async_producer_send(bootstrap: list[str], records: int) -> float:
     value = b"v" * VALUE_BYTES
 
     async def run() -> float:
-        async with AsyncProducer(bootstrap) as producer:
+        async with AsyncProducer(bootstrap, **PRODUCER_OPTIONS) as producer:
             await producer.send_and_wait(TOPIC, value)
             send = producer.send
             started = time.perf_counter()
@@ -162,7 +171,7 @@ def producer_latency_p99_ms(bootstrap: list[str], seconds: float) -> float:
 
         return callback
 
-    with Producer(bootstrap) as producer:
+    with Producer(bootstrap, **PRODUCER_OPTIONS) as producer:
         producer.send_and_wait(TOPIC, value)
         interval_s = 1 / OFFERED_RATE_S
         started = time.perf_counter()
@@ -262,6 +271,21 @@ def laminar_figures(args: argparse.Namespace) -> tuple[dict[str, float], dict[st
             ("consumer_arrow_rows_s", lambda: consumer_arrow(bootstrap, args.read_records)),
         ]:
             results[name], spreads[name] = median_of(args.repeat, function)
+    if args.no_fsync_latency:
+        # The same latency run on nodes that acknowledge without fsync: the
+        # durability of JetStream's default (acknowledged once a quorum holds the
+        # message in its page cache), to compare like with like.
+        name = "producer_send_p99_ms_no_fsync"
+        with (
+            tempfile.TemporaryDirectory(prefix="laminar-client-bench-") as root,
+            ProcessCluster(Path(root), preset="local", fsync=False) as cluster,
+        ):
+            bootstrap = start_cluster(cluster)
+            with Client(bootstrap) as client:
+                create_topic(client, TOPIC)
+            results[name], spreads[name] = median_of(
+                args.repeat, lambda: producer_latency_p99_ms(bootstrap, args.seconds)
+            )
     return results, spreads
 
 
@@ -315,6 +339,14 @@ def main() -> None:
     parser.add_argument("--records", type=int, help="records per producer run")
     parser.add_argument("--peer-records", type=int, help="messages per peer run")
     parser.add_argument("--no-peers", action="store_true", help="skip NATS and Redis")
+    parser.add_argument(
+        "--no-fsync-latency",
+        action="store_true",
+        help="also measure the latency on nodes without fsync (JetStream's durability)",
+    )
+    parser.add_argument(
+        "--linger-s", type=float, help="the producers' linger_s (default: the Producer's)"
+    )
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -323,6 +355,8 @@ def main() -> None:
     args.seconds = 1.0 if args.quick else 3.0
     args.peer_records = args.peer_records or (50_000 if args.quick else 200_000)
     tune_numpy()
+    if args.linger_s is not None:
+        PRODUCER_OPTIONS["linger_s"] = args.linger_s
 
     results, spreads = laminar_figures(args)
     notes = [] if args.no_peers else peer_figures(args, results)
