@@ -20,15 +20,25 @@ import importlib
 import json
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any, TextIO
 
-import xxhash
-from laminar_client import ACKS, Client, ClusterMetadata, MemberInfo
+from laminar_client import (
+    ACKS,
+    Client,
+    ClusterMetadata,
+    Consumer,
+    ConsumerRecord,
+    MemberInfo,
+    PartitionOffsets,
+    Producer,
+    RecordMetadata,
+)
+from laminar_client.client import UNKNOWN_TOPIC_WAIT_S
 
-from laminar.errors import InvalidInputError, LaminarError
-from laminar.records import Record, encode_batch
+from laminar.errors import InvalidInputError, LaminarError, RequestTimeoutError
 
 
 def _node_register() -> Callable[[Any], None] | None:
@@ -46,7 +56,6 @@ def _node_register() -> Callable[[Any], None] | None:
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7100"
 BOOTSTRAP_ENV = "LAMINAR_BOOTSTRAP"
-DEFAULT_BATCH_SIZE = 1_000
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -145,17 +154,32 @@ def _add_produce_command(commands: Any) -> None:
     produce = commands.add_parser(
         "produce",
         help="write lines from stdin or a file, one record per line",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            "Write one record per input line (without its line ending). With "
-            "--key-partitioning each line is KEY<separator>VALUE and the partition is "
-            "xxh3-64(KEY) modulo the partition count; lines without a separator have no "
-            "key and go to partition 0."
+            "Write one record per input line (without its line ending) through the\n"
+            "batching producer (laminar_client.Producer): records are batched per\n"
+            "partition (up to 1 MiB, sent within 5 ms of a batch's first record), several\n"
+            "batches are in flight, and with --acks all retries never duplicate a record.\n"
+            "\n"
+            "Partition: --partition P (default 0). With --key-partitioning each line is\n"
+            "KEY<separator>VALUE and goes to laminar_client.key_partition(KEY, partitions)\n"
+            "(xxh3-64 of the key modulo the partition count, as every Laminar writer does);\n"
+            "a line without the separator has no key and goes where the producer puts\n"
+            "keyless records: one partition chosen at random, until about 1 MiB went to it,\n"
+            "then another (the sticky partitioner).\n"
+            "\n"
+            "At the end it prints one line per partition written to: 'produced N records\n"
+            "to TOPIC/P at offsets A..B'. Each record must be acknowledged within --timeout.\n"
+            "If a record fails (or a line cannot be sent), it stops reading input, waits for\n"
+            "the records already sent, prints the summary and one error line, and exits 1.\n"
+            f"Ctrl-C stops reading, waits up to {_INTERRUPT_GRACE_S:g} s for the records "
+            "already sent, prints\nthe summary and exits 130."
         ),
     )
     produce.add_argument("topic", help="topic name")
     where = produce.add_mutually_exclusive_group()
     where.add_argument(
-        "--partition", type=_non_negative_int, default=0, metavar="P", help="partition (default 0)"
+        "--partition", type=_non_negative_int, metavar="P", help="partition (default 0)"
     )
     where.add_argument(
         "--key-partitioning",
@@ -175,44 +199,64 @@ def _add_produce_command(commands: Any) -> None:
         "--acks",
         choices=sorted(ACKS),
         default="all",
-        help="all: a majority stored it (default); leader: the leader stored it; none: no wait",
+        help=(
+            "all: a majority stored it, written once even when retried (default); "
+            "leader: the leader stored it; none: answered at once, nothing promised"
+        ),
     )
     produce.add_argument(
         "--batch-size",
         type=_positive_int,
-        default=DEFAULT_BATCH_SIZE,
         metavar="N",
-        help=f"records per batch (default {DEFAULT_BATCH_SIZE})",
+        help=(
+            "deprecated and ignored: the producer batches by bytes (1 MiB) and time "
+            "(5 ms), not by record count"
+        ),
     )
+    _add_progress_options(produce, "produced")
     produce.set_defaults(handler=_produce)
 
 
 def _add_consume_command(commands: Any) -> None:
     consume = commands.add_parser(
         "consume",
-        help="print records of one partition",
+        help="print records of one or more partitions",
         description=(
-            "Print the records of one partition, one per line: the value (text), or an "
-            "object with topic, partition, offset, timestamp_ms, key and value (json). "
-            "Bytes that are not UTF-8 are shown with replacement characters."
+            "Print the records of one or more partitions of a topic, one per line: the "
+            "value (text), or an object with topic, partition, offset, timestamp_ms, key "
+            "and value (json). Bytes that are not UTF-8 are shown with replacement "
+            "characters. Without --follow it stops at the end each partition had when "
+            "the command started (its high watermark); with --follow it waits for new "
+            "records until interrupted. Records of several partitions are interleaved, "
+            "each partition's in order."
         ),
     )
     consume.add_argument("topic", help="topic name")
     consume.add_argument(
-        "--partition", type=_non_negative_int, default=0, metavar="P", help="partition (default 0)"
+        "--partition",
+        type=_partition_list,
+        action="append",
+        metavar="P[,P...]",
+        help="partition(s) to read; repeat or comma-separate for several (default 0)",
     )
     consume.add_argument(
         "--from",
         dest="start",
         default="earliest",
         metavar="earliest|latest|OFFSET",
-        help="where to start: the oldest record, the end, or an offset (default earliest)",
+        help=(
+            "where to start in each partition: the oldest record, the end, or an offset "
+            "between the two (default earliest)"
+        ),
     )
     consume.add_argument(
         "--follow", action="store_true", help="keep waiting for new records (Ctrl-C to stop)"
     )
     consume.add_argument(
-        "--max", type=_positive_int, metavar="N", help="stop after N records (default: no limit)"
+        "--max",
+        type=_positive_int,
+        metavar="N",
+        help="stop after N records in all (default: no limit)",
     )
     consume.add_argument(
         "--format",
@@ -220,7 +264,23 @@ def _add_consume_command(commands: Any) -> None:
         default="text",
         help="text: the value only (default); json: one object per record",
     )
+    _add_progress_options(consume, "consumed")
     consume.set_defaults(handler=_consume)
+
+
+def _add_progress_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=(
+            f"show a progress line on stderr, rewritten at most every second ('{verb} "
+            f"1,234,567 records (245,000/s)'), and the total at the end; --no-progress: "
+            f"never (default: on runs longer than a second, when stderr is a terminal"
+            + (" and stdout is not" if verb == "consumed" else "")
+            + ")"
+        ),
+    )
 
 
 def _add_cluster_commands(commands: Any) -> None:
@@ -317,69 +377,219 @@ def _topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-_BATCH_BYTES_TARGET = 1024 * 1024
+_INTERRUPT_GRACE_S = 2.0
+"""After Ctrl-C, how long ``produce`` waits for the records already sent."""
+_ATTEMPT_TIMEOUT_S = 3.0
+_CONSUMER_IDLE_S = 0.2
+"""How often ``consume`` without ``--follow`` looks whether it reached the end while
+no record arrives (the end may be control records, which are never handed out)."""
 
 
 def _produce(args: argparse.Namespace) -> int:
-    with _client(args) as client, _open_input(args.file) as lines:
-        partitions = 1
-        if args.key_partitioning:
-            partitions = client.metadata().topic(args.topic).config.partitions
-        pending: dict[int, tuple[list[bytes | None], list[bytes | None]]] = {}
-        written: dict[int, tuple[int, int, int]] = {}  # partition -> (count, first, last)
-        sizes: dict[int, int] = {}  # partition -> bytes pending
+    if args.batch_size is not None:
+        _warn("--batch-size is deprecated and ignored: the producer batches by bytes and time")
+    separator = os.fsencode(args.key_separator) if args.key_partitioning else None
+    if separator == b"":
+        raise InvalidInputError("--key-separator must not be empty")
+    if args.partition is not None:
+        partition: int | None = args.partition
+    else:
+        partition = None if args.key_partitioning else 0
+    tally = _Delivered()
+    interrupted = False
+    attempt_s = min(_ATTEMPT_TIMEOUT_S, args.timeout)
+    with (
+        _client(args) as client,
+        _open_input(args.file) as lines,
+        _Progress("produced", tally.count, _progress_wanted(args, stdout_busy=False)),
+    ):
+        partitions = _partition_count(client, args.topic)
+        if partition is not None and partition >= partitions:
+            raise InvalidInputError(
+                f"topic {args.topic!r} has partitions 0..{partitions - 1}, not {partition}"
+            )
+        producer: Producer[bytes, bytes] = Producer(
+            client,
+            acks=args.acks,
+            idempotent=args.acks == "all",
+            attempt_timeout_s=attempt_s,
+            delivery_timeout_s=max(args.timeout, attempt_s + 0.1),
+            max_block_s=args.timeout,
+        )
+        grace_s: float | None = None
+        try:
+            for number, line in enumerate(lines, start=1):
+                if tally.stop:
+                    break  # stop at the first failure; what was sent is still waited for
+                key, value = _split_line(line, separator)
+                try:
+                    producer.send(
+                        args.topic, value, key=key, partition=partition, callback=tally.callback
+                    )
+                except LaminarError as error:
+                    tally.refuse(number, error)
+                    break
+            producer.flush()
+        except KeyboardInterrupt:
+            interrupted = True
+            grace_s = _INTERRUPT_GRACE_S
+        finally:
+            producer.close(grace_s)  # every callback has run once it returns
+    tally.report(args.topic)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_ERROR if tally.stop else 0
 
-        def flush(partition: int) -> None:
-            keys, values = pending.pop(partition)
-            batch = encode_batch(values, keys=keys, timestamps_ms=_now_ms())
-            offsets = client.produce(args.topic, partition, [batch], acks=args.acks)
-            base = offsets[0] if offsets else -1
-            count, first, _ = written.get(partition, (0, base, base))
-            written[partition] = (count + len(values), first, base + len(values) - 1)
 
-        for line in lines:
-            key, value = _split_line(line, args.key_separator if args.key_partitioning else None)
-            if not args.key_partitioning:
-                partition = args.partition
-            elif key is None:
-                partition = 0
+def _partition_count(client: Client, topic: str) -> int:
+    """The topic's partition count; :class:`UnknownTopicOrPartitionError` once it
+    stayed unknown for ``UNKNOWN_TOPIC_WAIT_S`` (a topic created a moment ago may not
+    have reached every node yet)."""
+    deadline_s = time.monotonic() + UNKNOWN_TOPIC_WAIT_S
+    metadata = client.metadata()
+    while topic not in metadata.topics and time.monotonic() < deadline_s:
+        time.sleep(0.1)
+        metadata = client.metadata(refresh=True)
+    return metadata.topic(topic).config.partitions
+
+
+class _Delivered:
+    """What ``produce`` learned: per partition, the records acknowledged and their
+    first and last offsets (from the delivery callbacks, which run on the producer's
+    thread); the records that failed and the first error; the line ``send`` refused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._partitions: dict[int, list[int]] = {}  # partition -> [count, first, last]
+        self.acknowledged = 0
+        self.failed = 0
+        self._first_error = ""
+        self._refused = ""
+
+    def count(self) -> int:
+        return self.acknowledged
+
+    @property
+    def stop(self) -> bool:
+        """Whether to stop reading input (a record failed, or a line was refused)."""
+        return self.failed > 0 or bool(self._refused)
+
+    def callback(self, metadata: RecordMetadata, error: BaseException | None) -> None:
+        with self._lock:
+            if error is not None:
+                self.failed += 1
+                if not self._first_error:
+                    where = f"{metadata.topic}/{metadata.partition}"
+                    self._first_error = f"{where}: {_one_line(error)}"
+                return
+            self.acknowledged += 1
+            offset = metadata.offset
+            entry = self._partitions.get(metadata.partition)
+            if entry is None:
+                self._partitions[metadata.partition] = [1, offset, offset]
             else:
-                partition = xxhash.xxh3_64_intdigest(key) % partitions
-            keys, values = pending.setdefault(partition, ([], []))
-            keys.append(key)
-            values.append(value)
-            sizes[partition] = sizes.get(partition, 0) + len(line)
-            # Flush by count, and by bytes so that a batch stays far below the
-            # server's batch limit whatever the line lengths.
-            if len(values) >= args.batch_size or sizes[partition] >= _BATCH_BYTES_TARGET:
-                sizes.pop(partition)
-                flush(partition)
-        for partition in sorted(pending):
-            flush(partition)
-    out = _out()
-    if not written:
-        print("produced 0 records", file=out)
-    for partition, (count, first, last) in sorted(written.items()):
-        where = f" at offsets {first}..{last}" if first >= 0 else " (offsets not reported)"
-        print(f"produced {count} records to {args.topic}/{partition}{where}", file=out)
-    return 0
+                entry[0] += 1
+                if offset >= 0:
+                    entry[1] = offset if entry[1] < 0 else min(entry[1], offset)
+                    entry[2] = max(entry[2], offset)
+
+    def refuse(self, number: int, error: LaminarError) -> None:
+        """``send`` refused line ``number`` (it raised: no future, no callback)."""
+        self._refused = f"line {number}: {_one_line(error)}"
+
+    def report(self, topic: str) -> None:
+        """The per-partition summary on stdout; one error line on stderr if anything
+        failed. Call it once the producer is closed (every callback has run then)."""
+        out = _out()
+        with self._lock:
+            partitions = sorted(self._partitions.items())
+            failed, first_error = self.failed, self._first_error
+        if not partitions:
+            print("produced 0 records", file=out)
+        for partition, (count, first, last) in partitions:
+            where = f" at offsets {first}..{last}" if first >= 0 else " (offsets not reported)"
+            print(f"produced {count} records to {topic}/{partition}{where}", file=out)
+        out.flush()
+        errors = [self._refused] if self._refused else []
+        if failed:
+            records = "1 record" if failed == 1 else f"{failed} records"
+            errors.append(f"{records} not written: {first_error}")
+        if errors:
+            print(f"laminar: error: {'; '.join(errors)}", file=sys.stderr)
 
 
 def _consume(args: argparse.Namespace) -> int:
     out = _out()
-    with _client(args) as client:
-        start = _start_offset(client, args.topic, args.partition, args.start)
-        records: Iterator[Record] = client.records(
-            args.topic, args.partition, start, follow=args.follow
+    topic = args.topic
+    numbers = list(dict.fromkeys(n for group in args.partition or [[0]] for n in group))
+    printed = 0
+    with (
+        _client(args) as client,
+        _Progress("consumed", lambda: printed, _progress_wanted(args, stdout_busy=True)),
+    ):
+        listed = client.list_offsets(topic, numbers)
+        starts = {n: _start_offset(topic, n, listed[n], args.start) for n in numbers}
+        # Without --follow: each partition's end as it was at the start.
+        ends = {n: listed[n].high_watermark for n in numbers}
+        if not args.follow:
+            starts = {n: s for n, s in starts.items() if s < ends[n]}
+        if not starts:
+            return 0
+        text = args.format == "text"  # else json
+        consumer: Consumer[bytes, bytes] = Consumer(
+            client, attempt_timeout_s=min(_ATTEMPT_TIMEOUT_S, args.timeout)
         )
-        for printed, record in enumerate(records, start=1):
-            out.write(_format_record(record, args))
-            out.write("\n")
+        with consumer:
+            consumer.assign({(topic, n): offset for n, offset in starts.items()})
             if args.follow:
-                out.flush()
-            if args.max is not None and printed >= args.max:
-                break
+                for record in consumer:
+                    out.write(_format_record(record, text))
+                    out.write("\n")
+                    out.flush()
+                    printed += 1
+                    if printed == args.max:
+                        break
+                return 0
+            reading = set(starts)
+            idle_since = time.monotonic()
+            while reading:
+                for record in consumer.records(timeout_s=_CONSUMER_IDLE_S):
+                    number = record.partition
+                    if number not in reading:
+                        continue
+                    if record.offset >= ends[number]:
+                        _done_with(consumer, topic, number, reading)
+                        continue
+                    out.write(_format_record(record, text))
+                    out.write("\n")
+                    printed += 1
+                    if printed == args.max:
+                        return 0
+                    if record.offset + 1 >= ends[number]:
+                        _done_with(consumer, topic, number, reading)
+                        if not reading:
+                            return 0
+                    idle_since = time.monotonic()
+                # Idle: partitions may have reached their end on records never handed
+                # out (control batches); give up when nothing moves for --timeout.
+                for number in list(reading):
+                    if consumer.position((topic, number)) >= ends[number]:
+                        _done_with(consumer, topic, number, reading)
+                if reading and time.monotonic() - idle_since > args.timeout:
+                    behind = ", ".join(
+                        f"{topic}/{n} at {consumer.position((topic, n))} of {ends[n]}"
+                        for n in sorted(reading)
+                    )
+                    raise RequestTimeoutError(f"no records for {args.timeout:g} s ({behind})")
     return 0
+
+
+def _done_with(
+    consumer: Consumer[bytes, bytes], topic: str, number: int, reading: set[int]
+) -> None:
+    """A partition reached its end: stop fetching it."""
+    reading.discard(number)
+    consumer.pause((topic, number))
 
 
 def _cluster_status(args: argparse.Namespace) -> int:
@@ -463,10 +673,10 @@ def _node_address(metadata: ClusterMetadata, node: str) -> str:
     return member.grpc_address
 
 
-def _start_offset(client: Client, topic: str, partition: int, start: str) -> int:
+def _start_offset(topic: str, partition: int, offsets: PartitionOffsets, start: str) -> int:
+    """Where ``--from`` starts reading a partition with these offsets."""
     if start in ("earliest", "latest"):
-        marks = client.watermarks(topic, partition)
-        return marks.log_start_offset if start == "earliest" else marks.high_watermark
+        return offsets.log_start_offset if start == "earliest" else offsets.high_watermark
     try:
         offset = int(start)
     except ValueError:
@@ -475,16 +685,21 @@ def _start_offset(client: Client, topic: str, partition: int, start: str) -> int
         ) from None
     if offset < 0:
         raise InvalidInputError(f"--from offset must be >= 0, got {offset}")
+    if not offsets.log_start_offset <= offset <= offsets.high_watermark:
+        raise InvalidInputError(
+            f"--from {offset} is outside {topic}/{partition}, which holds offsets "
+            f"{offsets.log_start_offset}..{offsets.high_watermark - 1}"
+        )
     return offset
 
 
-def _format_record(record: Record, args: argparse.Namespace) -> str:
-    if args.format == "text":
+def _format_record(record: ConsumerRecord[bytes, bytes], text: bool) -> str:
+    if text:
         return _text(record.value) or ""
     return json.dumps(
         {
-            "topic": args.topic,
-            "partition": args.partition,
+            "topic": record.topic,
+            "partition": record.partition,
             "offset": record.offset,
             "timestamp_ms": record.timestamp_ms,
             "key": _text(record.key),
@@ -498,34 +713,34 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def _split_line(line: str, separator: str | None) -> tuple[bytes | None, bytes]:
-    line = line.rstrip("\r\n")
+def _split_line(line: bytes, separator: bytes | None) -> tuple[bytes | None, bytes]:
+    line = line.rstrip(b"\r\n")
     if separator is not None and separator in line:
         key, value = line.split(separator, 1)
-        return key.encode(), value.encode()
-    return None, line.encode()
+        return key, value
+    return None, line
 
 
 class _open_input:  # noqa: N801 - used like open()
-    """stdin, or the named file, as a context manager of text lines."""
+    """stdin, or the named file, as a context manager of lines as bytes (records hold
+    bytes: input that is not UTF-8 goes through unchanged)."""
 
     def __init__(self, path: str | None) -> None:
         self._path = path
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
 
-    def __enter__(self) -> IO[str]:
+    def __enter__(self) -> Iterable[bytes]:
         if self._path is None or self._path == "-":
-            return sys.stdin
-        self._file = open(self._path, encoding="utf-8")
+            buffer: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
+            if buffer is not None:
+                return buffer
+            return (line.encode() for line in sys.stdin)  # a text-only stdin (tests)
+        self._file = open(self._path, "rb")
         return self._file
 
     def __exit__(self, *exc_info: object) -> None:
         if self._file is not None:
             self._file.close()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _limit(value: int) -> str:
@@ -540,6 +755,112 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     for row in [header, *rows]:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         out.write("\n")
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as one line: its message's first line, or its type's name."""
+    text = str(error)
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _warn(message: str) -> None:
+    print(f"laminar: warning: {message}", file=sys.stderr)
+
+
+_PROGRESS_INTERVAL_S = 1.0
+
+
+def _progress_wanted(args: argparse.Namespace, *, stdout_busy: bool) -> bool | None:
+    """True: show progress and the total; None: show it if the run lasts; False: never.
+
+    ``--progress``/``--no-progress`` decide; else progress is shown on a terminal
+    stderr, unless records go to stdout on the same terminal (``stdout_busy``), where
+    the rewritten line would tangle with them.
+    """
+    if args.progress is not None:
+        return bool(args.progress)
+    if not _isatty(sys.stderr) or (stdout_busy and _isatty(sys.stdout)):
+        return False
+    return None
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Progress:
+    """A progress line on stderr: ``<verb> 1,234,567 records (245,000/s)``.
+
+    A thread rewrites it in place (``\\r``) every ``_PROGRESS_INTERVAL_S`` with the
+    count ``count()`` returns and the rate since the previous line. On exit, the
+    total and the mean rate end the line with a newline: always when ``wanted`` is
+    True, only if a line was shown when it is None (short runs stay quiet); never
+    when it is False.
+    """
+
+    def __init__(self, verb: str, count: Callable[[], int], wanted: bool | None) -> None:
+        self._verb = verb
+        self._count = count
+        self._wanted = wanted
+        self._stream = sys.stderr
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shown = 0  # length of the line on screen; 0: none yet
+        self._started_s = time.monotonic()
+
+    def __enter__(self) -> _Progress:
+        self._started_s = time.monotonic()
+        if self._wanted is not False:
+            self._thread = threading.Thread(target=self._run, name="laminar-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        last_s, last_count = self._started_s, 0
+        while not self._stop.wait(_PROGRESS_INTERVAL_S):
+            now_s, count = time.monotonic(), self._count()
+            rate = (count - last_count) / max(now_s - last_s, 1e-9)
+            self._show(f"{self._verb} {count:,} records ({rate:,.0f}/s)", end="")
+            last_s, last_count = now_s, count
+
+    def _show(self, line: str, *, end: str) -> None:
+        with self._lock:
+            if self._stop.is_set() and end == "":
+                return  # finished meanwhile
+            padding = " " * max(0, self._shown - len(line))
+            try:
+                self._stream.write(f"\r{line}{padding}{end}")
+                self._stream.flush()
+            except (OSError, ValueError):
+                return
+            self._shown = len(line) if end == "" else 0
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._thread is None:
+            return
+        with self._lock:
+            self._stop.set()
+            shown = self._shown > 0
+        self._thread.join()
+        if self._wanted or shown:
+            elapsed_s = time.monotonic() - self._started_s
+            count = self._count()
+            rate = count / max(elapsed_s, 1e-9)
+            self._show(
+                f"{self._verb} {count:,} records in {elapsed_s:.1f} s ({rate:,.0f}/s)", end="\n"
+            )
+
+
+def _partition_list(text: str) -> list[int]:
+    """``P[,P...]``: partition numbers (>= 0)."""
+    try:
+        return [_non_negative_int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a partition number or list: {text!r}") from None
 
 
 def _positive_int(text: str) -> int:

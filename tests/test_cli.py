@@ -2,11 +2,16 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
+from laminar_client import Client, PartitionOffsets, key_partition
 
 from laminar import cli
+from laminar.errors import InvalidInputError
+from laminar.records import decode_batch, encode_batch
 from tests.client.fake_server import FakeCluster
 
 
@@ -24,6 +29,15 @@ def run(cluster: FakeCluster | None, *argv: str, bootstrap: str | None = None) -
     return cli.main(["--bootstrap", address, "--timeout", "5", *argv])
 
 
+def stored(cluster: FakeCluster, topic: str, partition: int) -> list[tuple[bytes | None, bytes]]:
+    """The (key, value) of every record the fake holds for topic/partition."""
+    records = []
+    for batch in cluster.partition(topic, partition).batches:
+        decoded = decode_batch(batch)
+        records.extend(zip(decoded.keys, decoded.values, strict=True))
+    return records
+
+
 def test_help_documents_every_option(capsys) -> None:
     assert cli.main(["--help"]) == 0
     top = capsys.readouterr().out
@@ -31,11 +45,28 @@ def test_help_documents_every_option(capsys) -> None:
         assert word in top
     assert cli.main(["produce", "--help"]) == 0
     produce = capsys.readouterr().out
-    for option in ("--partition", "--key-partitioning", "--file", "--acks", "--batch-size"):
+    for option in (
+        "--partition",
+        "--key-partitioning",
+        "--file",
+        "--acks",
+        "--batch-size",
+        "--progress",
+        "--no-progress",
+    ):
         assert option in produce
+    assert "deprecated" in produce and "sticky" in produce
     assert cli.main(["consume", "--help"]) == 0
     consume = capsys.readouterr().out
-    for option in ("--partition", "--from", "--follow", "--max", "--format"):
+    for option in (
+        "--partition",
+        "--from",
+        "--follow",
+        "--max",
+        "--format",
+        "--progress",
+        "--no-progress",
+    ):
         assert option in consume
     assert cli.main(["topic", "create", "--help"]) == 0
     create = capsys.readouterr().out
@@ -59,6 +90,7 @@ def test_bootstrap_default_from_environment(monkeypatch) -> None:
         ["topic", "create", "x", "--partitions", "0", "--replication-factor", "1"],
         ["produce", "t", "--partition", "1", "--key-partitioning"],
         ["consume", "t", "--format", "xml"],
+        ["consume", "t", "--partition", "0,x"],
         ["cluster", "set-weight", "n1", "-1"],
     ],
 )
@@ -134,8 +166,14 @@ def test_produce_from_file_and_consume(cluster: FakeCluster, capsys, tmp_path) -
         run(cluster, "produce", "t", "--partition", "1", "--file", str(source), "--batch-size", "2")
         == 0
     )
-    assert "produced 3 records to t/1 at offsets 0..2" in capsys.readouterr().out
-    assert len(cluster.partition("t", 1).batches) == 2
+    captured = capsys.readouterr()
+    assert "produced 3 records to t/1 at offsets 0..2" in captured.out
+    # --batch-size is deprecated: the producer batches by bytes and time (one batch here).
+    assert captured.err == (
+        "laminar: warning: --batch-size is deprecated and ignored: the producer batches "
+        "by bytes and time\n"
+    )
+    assert len(cluster.partition("t", 1).batches) == 1
     assert run(cluster, "consume", "t", "--partition", "1") == 0
     assert capsys.readouterr().out.splitlines() == ["one", "two", "three"]
     assert (
@@ -199,3 +237,252 @@ def test_cluster_status_and_node_updates(cluster: FakeCluster, capsys) -> None:
     capsys.readouterr()
     assert run(cluster, "cluster", "drain", "n9") == 1
     assert "unknown node 'n9'" in capsys.readouterr().err
+
+
+def test_produce_key_partitioning_uses_key_partition(
+    cluster: FakeCluster, capsys, tmp_path
+) -> None:
+    cluster.add_topic("t", partitions=5)
+    keys = [f"user-{i}" for i in range(40)]
+    source = tmp_path / "keyed.txt"
+    source.write_text("".join(f"{k}|{i}\n" for i, k in enumerate(keys)), encoding="utf-8")
+    assert (
+        run(
+            cluster,
+            "produce",
+            "t",
+            "--key-partitioning",
+            "--key-separator",
+            "|",
+            "--file",
+            str(source),
+        )
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    placed: dict[bytes, int] = {}
+    for partition in range(5):
+        records = stored(cluster, "t", partition)
+        for key, _ in records:
+            assert key is not None
+            placed[key] = partition
+        if records:
+            last = len(records) - 1
+            assert f"produced {len(records)} records to t/{partition} at offsets 0..{last}" in out
+    assert placed == {k.encode(): key_partition(k.encode(), 5) for k in keys}
+    assert len(set(placed.values())) > 1
+
+
+def test_produce_keyless_lines_use_the_sticky_partition(cluster: FakeCluster, capsys) -> None:
+    # Changed on purpose: lines without a key under --key-partitioning used to go to
+    # partition 0; they now go where the producer puts keyless records (one sticky
+    # partition, chosen at random, until about a batch's worth of bytes went to it).
+    cluster.add_topic("t", partitions=4)
+    for _ in range(3):
+        before = {p: cluster.partition("t", p).end_offset for p in range(4)}
+        monkey_stdin = io.StringIO("".join(f"keyless {i}\n" for i in range(10)))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("sys.stdin", monkey_stdin)
+            assert run(cluster, "produce", "t", "--key-partitioning") == 0
+        grown = [p for p in range(4) if cluster.partition("t", p).end_offset > before[p]]
+        assert len(grown) == 1
+        (partition,) = grown
+        assert stored(cluster, "t", partition)[-1] == (None, b"keyless 9")
+        assert f"produced 10 records to t/{partition}" in capsys.readouterr().out
+
+
+def test_produce_passes_bytes_through(cluster: FakeCluster, capsys, tmp_path) -> None:
+    cluster.add_topic("t")
+    source = tmp_path / "binary.txt"
+    source.write_bytes(b"\xff\xfe not utf-8\r\nplain\n")
+    assert run(cluster, "produce", "t", "--file", str(source)) == 0
+    assert stored(cluster, "t", 0) == [(None, b"\xff\xfe not utf-8"), (None, b"plain")]
+
+
+def test_consume_from_offset_max_and_several_partitions(cluster: FakeCluster, capsys) -> None:
+    cluster.add_topic("t", partitions=3)
+    with Client(cluster.bootstrap) as client:
+        for partition in range(3):
+            values = [f"p{partition}-{i}".encode() for i in range(5)]
+            client.produce("t", partition, [encode_batch(values, keys=[b"k"] * 5)])
+    assert run(cluster, "consume", "t", "--partition", "2", "--from", "3") == 0
+    assert capsys.readouterr().out.splitlines() == ["p2-3", "p2-4"]
+    assert run(cluster, "consume", "t", "--partition", "2", "--from", "1", "--max", "2") == 0
+    assert capsys.readouterr().out.splitlines() == ["p2-1", "p2-2"]
+    assert run(cluster, "consume", "t", "--from", "5") == 0  # the end: nothing to read
+    assert capsys.readouterr().out == ""
+
+    # Several partitions: comma-separated or repeated; each one in order.
+    assert (
+        run(
+            cluster,
+            "consume",
+            "t",
+            "--partition",
+            "0,2",
+            "--partition",
+            "1",
+            "--from",
+            "3",
+            "--format",
+            "json",
+        )
+        == 0
+    )
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_partition: dict[int, list[tuple[int, str]]] = {}
+    for record in records:
+        assert record["topic"] == "t" and record["key"] == "k"
+        by_partition.setdefault(record["partition"], []).append((record["offset"], record["value"]))
+    assert by_partition == {p: [(3, f"p{p}-3"), (4, f"p{p}-4")] for p in range(3)}
+    assert run(cluster, "consume", "t", "--partition", "0,1,2", "--max", "4") == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4
+
+    # An offset past the end of a partition is an error, before anything is read.
+    assert run(cluster, "consume", "t", "--partition", "1", "--from", "9") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--from 9 is outside t/1" in err
+    assert run(cluster, "consume", "t", "--partition", "7") == 1
+    assert capsys.readouterr().err.startswith("laminar: error: ")
+
+
+def test_consume_stops_at_the_high_watermark_seen_at_start(
+    cluster: FakeCluster, capsys, monkeypatch
+) -> None:
+    cluster.add_topic("t")
+    with Client(cluster.bootstrap) as client:
+        client.produce("t", 0, [encode_batch([b"a", b"b", b"c", b"d"])])
+    # Records appended after the start are not printed: pretend the end was 2.
+    real = Client.list_offsets
+
+    def early(self, topic, partitions, **kwargs):
+        answers = real(self, topic, partitions, **kwargs)
+        return {p: PartitionOffsets(o.log_start_offset, 2, None) for p, o in answers.items()}
+
+    monkeypatch.setattr(Client, "list_offsets", early)
+    assert run(cluster, "consume", "t") == 0
+    assert capsys.readouterr().out.splitlines() == ["a", "b"]
+
+
+def test_consume_follow_waits_for_new_records(cluster: FakeCluster, capsys) -> None:
+    cluster.add_topic("t")
+    with Client(cluster.bootstrap) as client:
+        client.produce("t", 0, [encode_batch([b"first"])])
+        codes: list[int] = []
+        follower = threading.Thread(
+            target=lambda: codes.append(
+                run(cluster, "consume", "t", "--follow", "--max", "3", "--from", "latest")
+            )
+        )
+        follower.start()
+        deadline = time.monotonic() + 5
+        while not cluster.calls_to("Fetch") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        client.produce("t", 0, [encode_batch([b"second", b"third"])])
+        time.sleep(0.2)
+        client.produce("t", 0, [encode_batch([b"fourth"])])
+        follower.join(10)
+    assert not follower.is_alive() and codes == [0]
+    assert capsys.readouterr().out.splitlines() == ["second", "third", "fourth"]
+
+
+def test_progress_line_only_when_asked_or_on_a_terminal(
+    cluster: FakeCluster, capsys, tmp_path, monkeypatch
+) -> None:
+    cluster.add_topic("t")
+    source = tmp_path / "lines.txt"
+    source.write_text("".join(f"{i}\n" for i in range(1200)), encoding="utf-8")
+    assert run(cluster, "produce", "t", "--file", str(source), "--progress") == 0
+    captured = capsys.readouterr()
+    assert "produced 1200 records to t/0 at offsets 0..1199" in captured.out
+    assert captured.err.startswith("\r") and captured.err.endswith("\n")
+    assert "produced 1,200 records in " in captured.err and "/s)" in captured.err
+    assert run(cluster, "consume", "t", "--progress", "--max", "1000") == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 1000
+    assert "consumed 1,000 records in " in captured.err
+
+    # Not a terminal (as here): no progress unless forced.
+    assert run(cluster, "produce", "t", "--file", str(source)) == 0
+    assert run(cluster, "consume", "t") == 0
+    assert capsys.readouterr().err == ""
+
+    # A terminal: shown on runs that last, never with --no-progress.
+    monkeypatch.setattr(cli, "_isatty", lambda stream: stream is not cli.sys.stdout)
+    monkeypatch.setattr(cli, "_PROGRESS_INTERVAL_S", 0.0001)
+    assert run(cluster, "consume", "t", "--max", "10") == 0
+    assert "consumed 10 records in " in capsys.readouterr().err
+    assert run(cluster, "consume", "t", "--max", "10", "--no-progress") == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(cli, "_isatty", lambda stream: True)  # stdout on the terminal too
+    assert run(cluster, "consume", "t", "--max", "10") == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_line_rewrites_itself(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(cli, "_PROGRESS_INTERVAL_S", 0.02)
+    count = 0
+    with cli._Progress("produced", lambda: count, None):
+        for _ in range(10):
+            count += 123_456
+            time.sleep(0.01)
+    err = capsys.readouterr().err
+    lines = err.split("\r")[1:]
+    assert len(lines) >= 2
+    assert all(line.startswith("produced ") and "/s)" in line for line in lines)
+    assert "\n" not in "".join(lines[:-1]) and lines[-1].endswith("/s)\n")
+    assert lines[-1].startswith("produced 1,234,560 records in ")
+
+
+def test_produce_errors_are_one_line(cluster: FakeCluster, capsys, tmp_path) -> None:
+    source = tmp_path / "lines.txt"
+    source.write_text("a\nb\nc\n", encoding="utf-8")
+    assert run(cluster, "produce", "missing", "--file", str(source)) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "laminar: error: unknown topic 'missing'\n"
+
+    cluster.add_topic("t", partitions=2)
+    assert run(cluster, "produce", "t", "--partition", "2", "--file", str(source)) == 1
+    err = capsys.readouterr().err
+    assert err == "laminar: error: topic 't' has partitions 0..1, not 2\n"
+
+    # A line the producer refuses: the lines before it are written, the rest not read.
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a\nb\n" + b"x" * (9 * 1024 * 1024) + b"\nc\n")
+    assert run(cluster, "produce", "t", "--partition", "1", "--file", str(big)) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "produced 2 records to t/1 at offsets 0..1\n"
+    assert captured.err.startswith("laminar: error: line 3: a record of ")
+    assert captured.err.count("\n") == 1
+    assert stored(cluster, "t", 1) == [(None, b"a"), (None, b"b")]
+
+    # The leader refuses the records for good: each is reported failed, in one line.
+    cluster.fail_next("n0", "Produce", InvalidInputError("refused by the test"))
+    assert run(cluster, "produce", "t", "--file", str(source)) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "produced 0 records\n"
+    assert captured.err.startswith("laminar: error: 3 records not written: ")
+    assert "refused by the test" in captured.err and captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err
+
+    assert run(cluster, "produce", "t", "--key-partitioning", "--key-separator", "") == 1
+    assert "--key-separator" in capsys.readouterr().err
+
+
+def test_produce_interrupted_exits_130_after_closing(cluster: FakeCluster, capsys) -> None:
+    cluster.add_topic("t")
+
+    class Interrupted(io.StringIO):
+        def __iter__(self):
+            yield "one\n"
+            yield "two\n"
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.stdin", Interrupted())
+        assert run(cluster, "produce", "t") == 130
+    captured = capsys.readouterr()
+    assert captured.out == "produced 2 records to t/0 at offsets 0..1\n"
+    assert "Traceback" not in captured.err
+    assert stored(cluster, "t", 0) == [(None, b"one"), (None, b"two")]

@@ -25,8 +25,12 @@ Positions
 last one handed out + 1). ``seek`` moves it; what was prefetched for the partition
 is dropped. A partition assigned without an offset starts at ``auto_offset_reset``
 (``"earliest"``: its log start; ``"latest"``: its high watermark). A position
-below the log start (retention removed the records) is handled the same way, or
-raises :class:`~laminar.errors.OffsetOutOfRangeError` with ``"error"``.
+outside the log — below its start (retention removed the records) or past the end
+of every live replica — is handled the same way, or with ``"error"`` raises
+:class:`~laminar.errors.OffsetOutOfRangeError` from the iteration (the partition
+then waits for a ``seek``). A topic or partition that does not exist raises
+:class:`~laminar.errors.UnknownTopicOrPartitionError` the same way, after a
+couple of seconds (a topic created a moment ago may still be spreading).
 
 Consumer groups (a later issue) will assign partitions and commit positions through
 the same :meth:`Consumer.assign` and :meth:`Consumer.position`.
@@ -44,7 +48,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, Generic, Literal, NamedTuple
+
+from typing_extensions import TypeVar
 
 from laminar.errors import (
     ClientClosedError,
@@ -66,7 +72,7 @@ from laminar.records import (
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread
 from laminar_client.arrow import columns_to_arrow
-from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, Client
+from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Deserializer
 
@@ -80,8 +86,8 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
-_K = TypeVar("_K")
-_V = TypeVar("_V")
+_K = TypeVar("_K", default=bytes)  # without deserializers, keys and values are bytes
+_V = TypeVar("_V", default=bytes)
 
 OffsetReset = Literal["earliest", "latest", "error"]
 _BEHIND_SKIP_S = 1.0
@@ -242,6 +248,8 @@ class _Partition:
     behind: dict[str, float] | None = None  # replica -> until when it is left alone
     task: asyncio.Task[None] | None = None
     retries: int = 0
+    halted: bool = False  # an error was handed to the application: stop until a seek
+    unknown_since_s: float | None = None
 
 
 class _Inbox:
@@ -347,6 +355,8 @@ class _Core:
         state.epoch += 1
         state.fetch_offset = offset
         state.resolved = offset
+        state.halted = False
+        state.unknown_since_s = None
         self.release(self._inbox.drop(tp))
         self._start(state)
 
@@ -498,29 +508,20 @@ class _Core:
         if isinstance(error, OffsetOutOfRangeError) and address is not None:
             cache.node_answered(address)
             offset = state.fetch_offset if state.fetch_offset is not None else 0
-            if offset > error.end_offset >= 0:
+            if offset > error.end_offset >= 0 and not self._all_behind(state, address):
                 # This replica is behind the position: read from another one meanwhile.
-                if state.behind is None:
-                    state.behind = {}
-                state.behind[address] = time.monotonic() + _BEHIND_SKIP_S
                 state.replica = None
                 await self._backoff(state)
                 return
-            if self._reset == "error":
-                self._inbox.put(_Chunk(tp, state.epoch, b"", offset, offset, -1, error))
-                state.paused = True  # until the application seeks
-                return
-            _LOG.warning(
-                "%s/%d: offset %d is below the log start %d (retention removed it); "
-                "resetting to %s",
-                tp.topic,
-                tp.partition,
-                offset,
-                error.start_offset,
-                self._reset,
-            )
-            state.fetch_offset = None
+            self._out_of_range(state, offset, error)
             return
+        if isinstance(error, UnknownTopicOrPartitionError):
+            now_s = time.monotonic()
+            if state.unknown_since_s is None:
+                state.unknown_since_s = now_s
+            if now_s - state.unknown_since_s >= UNKNOWN_TOPIC_WAIT_S:
+                self._halt(state, error)  # the topic or partition does not exist
+                return
         if isinstance(error, NoAnswerError) and address is not None:
             cache.node_failed(address)
             state.replica = None
@@ -539,6 +540,47 @@ class _Core:
             state.replica = None
         await self._backoff(state)
 
+    def _all_behind(self, state: _Partition, address: str) -> bool:
+        """Note that ``address`` ends before the position; whether every live replica
+        does (then the position is past the partition's end, not a lagging replica)."""
+        now_s = time.monotonic()
+        if state.behind is None:
+            state.behind = {}
+        state.behind[address] = now_s + _BEHIND_SKIP_S
+        try:
+            replicas = self._client.cache.read_targets(
+                state.tp.topic, state.tp.partition, 0.0, refresh=False
+            )
+        except LaminarError:
+            return False
+        return all(self._behind(state, replica, now_s) for replica in replicas)
+
+    def _out_of_range(self, state: _Partition, offset: int, error: OffsetOutOfRangeError) -> None:
+        """The position is outside the partition's log: apply ``auto_offset_reset``."""
+        tp = state.tp
+        if self._reset == "error":
+            self._halt(state, error)
+            return
+        where = "below the log start" if offset < error.start_offset else "past the end"
+        _LOG.warning(
+            "%s/%d: offset %d is %s of [%d, %d]; resetting to %s",
+            tp.topic,
+            tp.partition,
+            offset,
+            where,
+            error.start_offset,
+            error.end_offset,
+            self._reset,
+        )
+        state.behind = None
+        state.fetch_offset = None
+
+    def _halt(self, state: _Partition, error: LaminarError) -> None:
+        """Hand ``error`` to the application; the partition waits for a seek."""
+        offset = state.fetch_offset if state.fetch_offset is not None else -1
+        self._inbox.put(_Chunk(state.tp, state.epoch, b"", offset, offset, -1, error))
+        state.halted = True
+
     async def _backoff(self, state: _Partition) -> None:
         delay_s = self._retry.backoff_ms(state.retries, self._rng) / 1000
         state.retries += 1
@@ -551,7 +593,8 @@ def _remaining(iterator: Iterator[Any]) -> int:
 
 
 def _paused(state: _Partition) -> bool:
-    return state.paused  # a function, so that type checkers re-read it after an await
+    # A function, so that type checkers re-read the fields after an await.
+    return state.paused or state.halted
 
 
 def _next_offset(data: bytes, offset: int) -> int:

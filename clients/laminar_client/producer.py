@@ -45,7 +45,9 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, TypeVar, cast
+from typing import Any, Generic, NamedTuple, cast
+
+from typing_extensions import TypeVar
 
 from laminar.errors import (
     BatchLimitError,
@@ -84,8 +86,8 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
-_K = TypeVar("_K")
-_V = TypeVar("_V")
+_K = TypeVar("_K", default=bytes)  # without serializers, keys and values are bytes
+_V = TypeVar("_V", default=bytes)
 
 _RECORD_OVERHEAD_BYTES = 16
 """Bytes a record costs in a batch beyond its key, value and headers (timestamp and
@@ -166,7 +168,8 @@ class ProducerConfig:
 
 
 class RecordMetadata(NamedTuple):
-    """Where an acknowledged record was written (``offset`` -1 with ``acks="none"``)."""
+    """Where an acknowledged record was written (``offset`` -1 with ``acks="none"``,
+    and in a failed record's callback)."""
 
     topic: str
     partition: int
@@ -174,9 +177,11 @@ class RecordMetadata(NamedTuple):
     timestamp_ms: int
 
 
-Callback = Callable[[RecordMetadata | None, BaseException | None], None]
-"""``callback(metadata, None)`` on success, ``callback(None, error)`` on failure; run
-on the producer's event loop (its own thread for :class:`Producer`): keep it short."""
+Callback = Callable[[RecordMetadata, BaseException | None], None]
+"""``callback(metadata, None)`` on success, ``callback(metadata, error)`` on failure
+(then ``metadata.offset`` is -1; topic, partition and timestamp say which record);
+run on the producer's event loop (its own thread for :class:`Producer`) before
+``flush`` returns: keep it short."""
 
 
 # ----------------------------------------------------------------------------- batches
@@ -331,10 +336,7 @@ class _Batch:
 
     def _run_callback(self, index: int, callback: Callback) -> None:
         try:
-            if self.error is None:
-                callback(self.metadata(index), None)
-            else:
-                callback(None, self.error)
+            callback(self.metadata(index), self.error)
         except Exception:
             _LOG.exception("a delivery callback raised")
 
@@ -872,14 +874,15 @@ class _ProducerBase(Generic[_K, _V]):
             )
 
     def _load_partition_count(self, topic: str, timeout_s: float) -> int:
-        """The topic's partition count from metadata (blocking; retried for a moment
-        while the topic may still be spreading)."""
-        deadline_s = time.monotonic() + min(timeout_s, UNKNOWN_TOPIC_WAIT_S)
+        """The topic's partition count from metadata (blocking, up to ``timeout_s``
+        for the metadata itself; a topic missing from it is looked for again for up to
+        ``UNKNOWN_TOPIC_WAIT_S``, as it may still be spreading)."""
+        started_s = time.monotonic()
+        deadline_s = started_s + min(timeout_s, UNKNOWN_TOPIC_WAIT_S)
         refresh = False
         while True:
-            snapshot = self._client.metadata(
-                refresh=refresh, timeout_s=max(0.001, deadline_s - time.monotonic())
-            )
+            remaining_s = started_s + timeout_s - time.monotonic()
+            snapshot = self._client.metadata(refresh=refresh, timeout_s=max(0.001, remaining_s))
             found = snapshot.topics.get(topic)
             if found is not None:
                 count = found.config.partitions
