@@ -135,3 +135,14 @@ def test_async_producer_and_consumer_round_trip(cluster: ProcessCluster) -> None
             assert (await consumer.lag())[(TOPIC, 1)] == 0
 
     asyncio.run(run())
+
+
+def test_the_readme_example_runs(cluster: ProcessCluster) -> None:
+    """The README's Python example, against this cluster (so it cannot rot)."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    source = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    source = source.replace('"127.0.0.1:7100"', repr(bootstrap(cluster)))
+    with Client(bootstrap(cluster)) as client:
+        client.create_topic("orders-readme", 6, 3)
+    source = source.replace('"orders"', '"orders-readme"')
+    exec(compile(source, "README.md", "exec"), {})
