@@ -76,6 +76,7 @@ class TopicConfig:
         )
 
     def to_proto(self) -> pb.TopicConfig:
+        """The wire form of these settings."""
         return pb.TopicConfig(
             partitions=self.partitions,
             replication_factor=self.replication_factor,
