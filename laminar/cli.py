@@ -325,7 +325,7 @@ def _topic_create(args: argparse.Namespace) -> int:
             args.partitions,
             args.replication_factor,
             retention_bytes=args.retention_bytes,
-            retention_ms=args.retention_ms,
+            retention_s=None if args.retention_ms < 0 else args.retention_ms / 1000,
         )
     config = topic.config
     print(

@@ -952,14 +952,19 @@ class Client:
         replication_factor: int,
         *,
         retention_bytes: int = -1,
-        retention_ms: int = -1,
+        retention_s: float | None = None,
         timeout_s: float | None = None,
     ) -> TopicMetadata:
         """Create a topic; :class:`~laminar.grpc_errors.TopicExistsError` if it exists.
 
+        ``retention_bytes`` (-1: unlimited) and ``retention_s`` (None: unlimited; kept
+        as whole milliseconds, at least 1) bound each partition's log by size and age.
         Not idempotent, so one attempt may take the whole deadline: a creation that
         was merely slow is not retried into ``TopicExistsError``.
         """
+        if retention_s is not None and not 0 < retention_s < float("inf"):
+            raise InvalidInputError(f"retention_s must be > 0 (None: unlimited), got {retention_s}")
+        retention_ms = -1 if retention_s is None else max(1, round(retention_s * 1000))
         config = TopicConfig(partitions, replication_factor, retention_bytes, retention_ms)
         request = pb.CreateTopicRequest(name=name, config=config.to_proto())
         response = self._admin(

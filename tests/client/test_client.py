@@ -321,7 +321,7 @@ def test_idempotent_producer_rotates_id_after_unknown_outcome(cluster: FakeClust
 
 def test_admin_calls(cluster: FakeCluster) -> None:
     with make_client(cluster) as client:
-        created = client.create_topic("orders", 3, 2, retention_ms=1000)
+        created = client.create_topic("orders", 3, 2, retention_s=1.0)
         assert created.config.partitions == 3
         assert created.config.retention_ms == 1000
         assert next(p.replicas for p in created.partitions) == ("n0", "n1")
