@@ -216,6 +216,7 @@ class _Batch:
         "producer_id",
         "retries",
         "sent",
+        "settled",
         "state",
         "timestamps",
         "topic",
@@ -250,7 +251,8 @@ class _Batch:
         self.retries = 0
         self.backoff_s = 0.0
         self.unknown_since_s: float | None = None
-        self.done = False
+        self.done = False  # resolved (the outcome is set; callbacks may still run)
+        self.settled = False  # and everything after it ran: waiters may wake
         self.base_offset = -1
         self.error: BaseException | None = None
         self._event: threading.Event | None = None
@@ -291,21 +293,27 @@ class _Batch:
     # -- outcome
 
     def _finish(self) -> None:
-        """Resolve everyone waiting: ``done`` is set first, and the waiters and
-        callbacks are taken under ``_EVENT_LOCK``, so that one registered from
-        another thread at the same moment is either taken here or sees ``done``.
-        Callbacks run before waiters wake (``flush`` returns after them)."""
+        """Resolve the batch once: ``done`` first, then the callbacks, then the
+        buffer's bytes go back, and only then (``settled``) do waiters wake, so that
+        ``flush`` and ``result`` return after all of it. Callbacks, waiters and the
+        event are taken under ``_EVENT_LOCK``, so that one registered from another
+        thread at the same moment is either taken here or sees the flag."""
+        if self.done:
+            return
         self.done = True
         self.values = []  # the records' memory goes back now; futures keep the batch
         self.keys = self.headers = None
         self.encoded = None
         with _EVENT_LOCK:
-            event = self._event
-            waiters, self._waiters = self._waiters, None
             callbacks, self._callbacks = self._callbacks, None
-        if callbacks:  # before anyone waiting wakes: flush() returns after the callbacks
+        if callbacks:
             for index, callback in callbacks:
                 self._run_callback(index, callback)
+        self._on_done(self)
+        with _EVENT_LOCK:
+            self.settled = True
+            event = self._event
+            waiters, self._waiters = self._waiters, None
         if event is not None:
             event.set()
         if waiters:
@@ -316,7 +324,6 @@ class _Batch:
                     _set_waiter(waiter)
                 else:
                     loop.call_soon_threadsafe(_set_waiter, waiter)
-        self._on_done(self)
 
     def _is_done(self) -> bool:
         return self.done
@@ -341,9 +348,10 @@ class _Batch:
             _LOG.exception("a delivery callback raised")
 
     def wait(self, timeout_s: float | None) -> bool:
-        """Block until done (True) or ``timeout_s`` passed (False); Ctrl-C interrupts."""
+        """Block until settled (True) or ``timeout_s`` passed (False); Ctrl-C
+        interrupts."""
         with _EVENT_LOCK:
-            if self.done:
+            if self.settled:
                 return True
             if self._event is None:
                 self._event = threading.Event()
@@ -351,10 +359,10 @@ class _Batch:
         return event.wait(timeout_s)
 
     def waiter(self) -> asyncio.Future[None]:
-        """A future on the running loop, done when the batch is."""
+        """A future on the running loop, done when the batch is settled."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with _EVENT_LOCK:
-            if not self.done:
+            if not self.settled:
                 if self._waiters is None:
                     self._waiters = []
                 self._waiters.append(future)
@@ -390,14 +398,14 @@ class DeliveryFuture:
         self._index = index
 
     def done(self) -> bool:
-        """Whether the record was acknowledged or failed."""
-        return self._batch.done
+        """Whether the record was acknowledged or failed (and its callbacks ran)."""
+        return self._batch.settled
 
     def result(self, timeout_s: float | None = None) -> RecordMetadata:
         """The record's metadata once acknowledged; raises its error if it failed, or
         ``TimeoutError`` if neither happened within ``timeout_s``."""
         batch = self._batch
-        if not batch.done and not batch.wait(timeout_s):
+        if not batch.settled and not batch.wait(timeout_s):
             raise TimeoutError(f"record not delivered within {timeout_s} s")
         if batch.error is not None:
             raise batch.error
@@ -406,7 +414,7 @@ class DeliveryFuture:
     def exception(self, timeout_s: float | None = None) -> BaseException | None:
         """The error the record failed with, or None once acknowledged."""
         batch = self._batch
-        if not batch.done and not batch.wait(timeout_s):
+        if not batch.settled and not batch.wait(timeout_s):
             raise TimeoutError(f"record not delivered within {timeout_s} s")
         return batch.error
 
@@ -416,7 +424,7 @@ class DeliveryFuture:
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         batch = self._batch
-        if not batch.done:
+        if not batch.settled:
             yield from batch.waiter().__await__()
         if batch.error is not None:
             raise batch.error
@@ -424,7 +432,7 @@ class DeliveryFuture:
 
     def __repr__(self) -> str:
         batch = self._batch
-        state = "pending" if not batch.done else ("failed" if batch.error else "done")
+        state = "pending" if not batch.settled else ("failed" if batch.error else "done")
         return f"<DeliveryFuture {batch.topic}/{batch.partition} {state}>"
 
 
@@ -468,7 +476,10 @@ class _Accumulator:
         size: int,
     ) -> tuple[DeliveryFuture, bool]:
         """Add a record (the lock held, room checked); its future, and whether the
-        core must look (a batch was started or sealed)."""
+        core must look (a batch was started or sealed). A closed accumulator refuses
+        it (``ClientClosedError``)."""
+        if self.closed:
+            raise ClientClosedError("the producer is closed")
         if partition is None:
             partition = (
                 self.sticky.partition(topic, partitions, size)
@@ -531,6 +542,19 @@ class _Accumulator:
         with self.lock:
             self.unfinished.pop(id(batch), None)
             self.buffered -= batch.bytes
+            self.space.notify_all()
+            waiters, self.async_space_waiters = self.async_space_waiters, []
+        for waiter in waiters:
+            loop = waiter.get_loop()
+            if loop is _running_loop():
+                _set_waiter(waiter)
+            else:
+                loop.call_soon_threadsafe(_set_waiter, waiter)
+
+    def close(self) -> None:
+        """Take no more records; wake every ``send`` waiting for room (it raises)."""
+        with self.lock:
+            self.closed = True
             self.space.notify_all()
             waiters, self.async_space_waiters = self.async_space_waiters, []
         for waiter in waiters:
@@ -738,28 +762,29 @@ class _Core:
             batch.retries += 1
 
     async def close(self, timeout_s: float | None) -> None:
-        """Send what is buffered, wait up to ``timeout_s``, then fail what is left."""
+        """Refuse new records, send what is buffered and wait up to ``timeout_s``;
+        then stop and fail what is left with ``ClientClosedError``."""
+        self._acc.close()
         self._closing = True
         self.wake()
         task = self._task
         if task is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), timeout_s)
+            if not task.done():  # stop it first: it must not start more attempts
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         error = ClientClosedError("producer closed before the record was delivered")
         for sender in self._senders.values():
             sender.fail_all(error)
-        for attempt in list(self._attempts):
-            attempt.cancel()
-        if self._attempts:
+        while self._attempts:
+            for attempt in list(self._attempts):
+                attempt.cancel()
             await asyncio.gather(*self._attempts, return_exceptions=True)
         with self._acc.lock:
             leftovers = list(self._acc.unfinished.values())
         for batch in leftovers:  # still open or sealed, never given to a sender
-            if not batch.done:
-                batch.fail(error)
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            batch.fail(error)  # (a no-op for one already resolved)
         await self._transport.close()
 
 
@@ -874,6 +899,19 @@ class _ProducerBase(Generic[_K, _V]):
             )
 
     def _load_partition_count(self, topic: str, timeout_s: float) -> int:
+        """:meth:`_fetch_partition_count`; ``ClientClosedError`` if the producer was
+        closed meanwhile (its client may have been closed under the call)."""
+        try:
+            count = self._fetch_partition_count(topic, timeout_s)
+        except Exception as error:
+            if self._closed:
+                raise ClientClosedError("the producer is closed") from error
+            raise
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        return count
+
+    def _fetch_partition_count(self, topic: str, timeout_s: float) -> int:
         """The topic's partition count from metadata (blocking, up to ``timeout_s``
         for the metadata itself; a topic missing from it is looked for again for up to
         ``UNKNOWN_TOPIC_WAIT_S``, as it may still be spreading)."""
@@ -1008,6 +1046,8 @@ class Producer(_ProducerBase[_K, _V]):
         deadline_s = time.monotonic() + self.config.max_block_s
         self._thread.call_soon(self._core.flush_soon)  # full buffer: don't wait for linger
         while acc.buffered + size > self.config.buffer_bytes_max:
+            if acc.closed:
+                raise ClientClosedError("the producer is closed")
             remaining_s = deadline_s - time.monotonic()
             if remaining_s <= 0:
                 raise BufferFullError(
@@ -1151,6 +1191,8 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         deadline_s = time.monotonic() + self.config.max_block_s
         self._core.flush_soon()
         while acc.buffered + size > self.config.buffer_bytes_max:
+            if acc.closed:
+                raise ClientClosedError("the producer is closed")
             remaining_s = deadline_s - time.monotonic()
             if remaining_s <= 0:
                 raise BufferFullError(
@@ -1187,7 +1229,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         is acknowledged or failed (``TimeoutError`` after ``timeout_s``)."""
         pending = self._acc.seal_all()
         self._core.wake()
-        waiters = [batch.waiter() for batch in pending if not batch.done]
+        waiters = [batch.waiter() for batch in pending if not batch.settled]
         if waiters:
             await asyncio.wait_for(asyncio.gather(*waiters), timeout_s)
 
