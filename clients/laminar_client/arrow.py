@@ -22,6 +22,9 @@ from laminar.records import ColumnView, Header, unpack_headers
 
 __all__ = ["arrow_schema", "columns_to_arrow"]
 
+_MILLIS_MAX = (2**63 - 1) // 1000
+"""Largest timestamp in ms whose value in µs fits an int64."""
+
 
 @cache
 def _pyarrow() -> ModuleType:
@@ -74,7 +77,12 @@ def columns_to_arrow(
         keys = _binary(pa, np.frombuffer(view.key_lengths, dtype="<i4"), data, 0, count)
     base = view.header.base_offset
     offsets = pa.array(np.arange(base, base + count, dtype=np.int64))
-    micros = np.frombuffer(view.timestamps, dtype="<i8") * 1000
+    millis = np.frombuffer(view.timestamps, dtype="<i8")
+    if millis.size and (int(millis.max()) > _MILLIS_MAX or int(millis.min()) < -_MILLIS_MAX):
+        raise InvalidInputError(
+            "a record timestamp does not fit Arrow's timestamp[us] (|ms| > 9.2e15)"
+        )
+    micros = millis * 1000
     timestamps = pa.array(micros, type=pa.timestamp("us", tz="UTC"))
     columns = [
         keys,

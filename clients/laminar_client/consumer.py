@@ -16,8 +16,8 @@ Reads go to any replica (every replica serves up to its high watermark). Each
 partition sticks to one replica, chosen at random among the live ones, preferring
 those in ``client_zone`` when it is given (as Kafka's rack-aware fetching,
 KIP-392); a replica that does not answer is skipped for a while (the client's
-node health), one that is behind the position (its log ends before it) is left for
-another.
+node health), one that answers with an error or is behind the position (its log
+ends before it) is left for another for a second.
 
 Positions
 ---------
@@ -90,8 +90,9 @@ _K = TypeVar("_K", default=bytes)  # without deserializers, keys and values are 
 _V = TypeVar("_V", default=bytes)
 
 OffsetReset = Literal["earliest", "latest", "error"]
-_BEHIND_SKIP_S = 1.0
-"""How long a replica whose log ends before the position is left for the others."""
+_AVOID_S = 1.0
+"""How long a replica that answered a fetch with an error (or whose log ends before
+the position) is left for the others."""
 
 
 class TopicPartition(NamedTuple):
@@ -245,7 +246,7 @@ class _Partition:
     log_start: int = -1
     resolved: int | None = None  # where it started (after a reset, or a seek)
     replica: str | None = None
-    behind: dict[str, float] | None = None  # replica -> until when it is left alone
+    avoid: dict[str, float] | None = None  # replica -> until when it is left alone
     task: asyncio.Task[None] | None = None
     retries: int = 0
     halted: bool = False  # an error was handed to the application: stop until a seek
@@ -360,8 +361,17 @@ class _Core:
         self.release(self._inbox.drop(tp))
         self._start(state)
 
-    def pause(self, tp: TopicPartition) -> None:
-        self._state(tp).paused = True
+    def pause(self, tp: TopicPartition, offset: int | None) -> None:
+        """Stop fetching ``tp`` and forget what was fetched ahead (so that a paused
+        partition holds no prefetch room): on resume it reads again from ``offset``
+        (the application's position; None: where it was going to start)."""
+        state = self._state(tp)
+        state.paused = True
+        self._stop(state)
+        state.epoch += 1
+        if offset is not None:
+            state.fetch_offset = offset
+        self.release(self._inbox.drop(tp))
 
     def resume(self, tp: TopicPartition) -> None:
         state = self._state(tp)
@@ -476,14 +486,14 @@ class _Core:
         if not cache.fresh():
             await asyncio.to_thread(cache.refresh, self._client.timeout_s, (tp.topic, tp.partition))
         current = state.replica
-        if current is not None and not cache.skipped(current) and not self._behind(state, current):
+        if current is not None and not cache.skipped(current) and not self._avoided(state, current):
             return current
         snapshot = cache.held()
         if snapshot is None:
             raise UnavailableError("no metadata yet")
         candidates = cache.read_targets(tp.topic, tp.partition, 0.0, refresh=False)
         now_s = time.monotonic()
-        fresh = [a for a in candidates if not self._behind(state, a, now_s)] or candidates
+        fresh = [a for a in candidates if not self._avoided(state, a, now_s)] or candidates
         if self._zone is not None:
             zones = {m.grpc_address: m.zone for m in snapshot.members.values()}
             near = [a for a in fresh if zones.get(a) == self._zone]
@@ -494,10 +504,12 @@ class _Core:
         state.replica = choice
         return choice
 
-    def _behind(self, state: _Partition, address: str, now_s: float | None = None) -> bool:
-        if not state.behind:
+    def _avoided(self, state: _Partition, address: str, now_s: float | None = None) -> bool:
+        """Whether ``address`` is left alone for this partition (it answered with an
+        error, or its log ends before the position, a moment ago)."""
+        if not state.avoid:
             return False
-        until = state.behind.get(address)
+        until = state.avoid.get(address)
         return until is not None and until > (time.monotonic() if now_s is None else now_s)
 
     async def _after_failure(
@@ -508,7 +520,7 @@ class _Core:
         if isinstance(error, OffsetOutOfRangeError) and address is not None:
             cache.node_answered(address)
             offset = state.fetch_offset if state.fetch_offset is not None else 0
-            if offset > error.end_offset >= 0 and not self._all_behind(state, address):
+            if offset > error.end_offset >= 0 and not self._avoid_all(state, address):
                 # This replica is behind the position: read from another one meanwhile.
                 state.replica = None
                 await self._backoff(state)
@@ -529,31 +541,38 @@ class _Core:
                 state.retries += 1
                 return  # another replica at once
         elif isinstance(error, RetriableError | UnknownTopicOrPartitionError):
+            # The replica answered, but cannot serve now (fenced, not hosting it any
+            # more, no quorum): another one, and fresh metadata.
             if address is not None:
                 cache.node_answered(address)
+                self._avoid_all(state, address)
             state.replica = None
             cache.invalidate()
         elif isinstance(error, LaminarError):
-            # Not retriable (a corrupt segment on that replica, an invalid request):
-            # hand it to the application, and try another replica after a pause.
+            # Not retriable there (a corrupt segment on that replica, an invalid
+            # request): another replica; once every one failed so, the application
+            # gets the error (the partition then waits for a seek).
             _LOG.warning("%s/%d: fetch failed: %s", tp.topic, tp.partition, error)
             state.replica = None
+            if address is None or self._avoid_all(state, address):
+                self._halt(state, error)
+                return
         await self._backoff(state)
 
-    def _all_behind(self, state: _Partition, address: str) -> bool:
-        """Note that ``address`` ends before the position; whether every live replica
-        does (then the position is past the partition's end, not a lagging replica)."""
+    def _avoid_all(self, state: _Partition, address: str) -> bool:
+        """Leave ``address`` alone for a moment; whether every live replica of the
+        partition is left alone now."""
         now_s = time.monotonic()
-        if state.behind is None:
-            state.behind = {}
-        state.behind[address] = now_s + _BEHIND_SKIP_S
+        if state.avoid is None:
+            state.avoid = {}
+        state.avoid[address] = now_s + _AVOID_S
         try:
             replicas = self._client.cache.read_targets(
                 state.tp.topic, state.tp.partition, 0.0, refresh=False
             )
         except LaminarError:
             return False
-        return all(self._behind(state, replica, now_s) for replica in replicas)
+        return all(self._avoided(state, replica, now_s) for replica in replicas)
 
     def _out_of_range(self, state: _Partition, offset: int, error: OffsetOutOfRangeError) -> None:
         """The position is outside the partition's log: apply ``auto_offset_reset``."""
@@ -572,7 +591,7 @@ class _Core:
             error.end_offset,
             self._reset,
         )
-        state.behind = None
+        state.avoid = None
         state.fetch_offset = None
 
     def _halt(self, state: _Partition, error: LaminarError) -> None:
@@ -882,6 +901,18 @@ class _Reader(_ConsumerBase[_K, _V]):
         else:
             self._positions[key] = next_offset
 
+    def _pause_point(self, tp: TopicPartition) -> int | None:
+        """Stop handing out ``tp``: its position, where it reads again on resume
+        (what was fetched ahead is dropped, not kept)."""
+        self._cut(tp, keep=True)
+        self._stash.pop(tp, None)
+        position = self._positions.get(tp, -1)
+        return position if position >= 0 else None
+
+    def _after_pause(self, tp: TopicPartition) -> None:
+        self._paused.add(tp)
+        self._epochs[tp] = self._core.partitions[tp].epoch
+
     def _cut_for(self, offsets: Mapping[TopicPartition, int | None]) -> None:
         """Before a new assignment: stop the current chunk if its partition goes
         away or is given a new offset."""
@@ -966,7 +997,8 @@ class Consumer(_Reader[_K, _V]):
     ``fetch_bytes_max``: bytes asked per fetch; ``prefetch_bytes_max``: bytes held
     ahead of the application; ``fetch_wait_ms``: long-poll wait when caught up;
     ``client_zone``: prefer replicas in this zone; ``auto_offset_reset``: where a
-    partition without a position starts. Not thread-safe: use it from one thread.
+    partition without a position starts. Not thread-safe: use it from one thread
+    (except :meth:`close`, which another thread may call to end a blocked read).
     Use it as a context manager, or call :meth:`close`.
 
     ``for record in consumer`` waits for records for ever; :meth:`records` and
@@ -1054,9 +1086,9 @@ class Consumer(_Reader[_K, _V]):
     def pause(self, *partitions: tuple[str, int]) -> None:
         """Stop fetching and handing out records of ``partitions`` (default: all)."""
         for tp in self._targets(partitions):
-            self._cut(tp, keep=True)
-            self._on_loop(self._core.pause, tp)
-            self._paused.add(tp)
+            offset = self._pause_point(tp)
+            self._on_loop(self._core.pause, tp, offset)
+            self._after_pause(tp)
         self._interrupts += 1
 
     def resume(self, *partitions: tuple[str, int]) -> None:
@@ -1102,15 +1134,15 @@ class Consumer(_Reader[_K, _V]):
             finished = False
             try:
                 for batch in self._chunk_batches(chunk, max_records):
-                    if self._interrupts != marker:
-                        break
+                    if self._interrupts != marker and not self._usable(chunk):
+                        break  # this partition was paused, seeked or unassigned
                     self._positions[tp] = batch.next_offset
                     yield batch
                 else:
                     self._positions[tp] = chunk.next_offset
                     finished = True
             finally:
-                if not finished and self._interrupts == marker:
+                if not finished and self._usable(chunk):
                     self._refetch(tp)  # left early: read the rest again from the position
 
     def _next(
@@ -1264,9 +1296,9 @@ class AsyncConsumer(_Reader[_K, _V]):
     async def pause(self, *partitions: tuple[str, int]) -> None:
         """See :meth:`Consumer.pause`."""
         for tp in self._targets(partitions):
-            self._cut(tp, keep=True)
-            self._core.pause(tp)
-            self._paused.add(tp)
+            offset = self._pause_point(tp)
+            self._core.pause(tp, offset)
+            self._after_pause(tp)
         self._interrupts += 1
 
     async def resume(self, *partitions: tuple[str, int]) -> None:
@@ -1310,15 +1342,15 @@ class AsyncConsumer(_Reader[_K, _V]):
             finished = False
             try:
                 for batch in self._chunk_batches(chunk, max_records):
-                    if self._interrupts != marker:
-                        break
+                    if self._interrupts != marker and not self._usable(chunk):
+                        break  # this partition was paused, seeked or unassigned
                     self._positions[tp] = batch.next_offset
                     yield batch
                 else:
                     self._positions[tp] = chunk.next_offset
                     finished = True
             finally:
-                if not finished and self._interrupts == marker:
+                if not finished and self._usable(chunk):
                     self._refetch_soon(tp)  # left early: read the rest again from the position
 
     async def _next(
@@ -1345,6 +1377,7 @@ class AsyncConsumer(_Reader[_K, _V]):
                 waiter: asyncio.Future[None] | None = None
                 if chunk is None:
                     waiter = self._loop.create_future()
+                    inbox.async_waiters = [w for w in inbox.async_waiters if not w.done()]
                     inbox.async_waiters.append(waiter)
             if waiter is not None:
                 if self._closed:

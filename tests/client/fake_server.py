@@ -45,6 +45,9 @@ class FakePartition:
     # Set to the replica's own ProducerTable to check sequences as a real node does
     # (duplicates within the window, gaps refused); None keeps `sequences` above.
     producers: ProducerTable | None = None
+    # The first offset still stored (retention): Fetch below it answers
+    # OFFSET_OUT_OF_RANGE; Fetch and ListOffsets report it.
+    log_start: int = 0
 
 
 @dataclass
@@ -127,8 +130,11 @@ class FakeServicer(pb_grpc.LaminarServicer):
             part = self._partition(context, request.topic, request.partition)
             if self.node_id not in part.replicas:
                 abort(context, NotLeaderError(None, None))
-            if request.offset > part.end_offset:
-                abort(context, OffsetOutOfRangeError(request.offset, 0, part.end_offset))
+            if not part.log_start <= request.offset <= part.end_offset:
+                abort(
+                    context,
+                    OffsetOutOfRangeError(request.offset, part.log_start, part.end_offset),
+                )
             if request.offset == part.end_offset and request.max_wait_ms:
                 cluster.changed.wait_for(
                     lambda: part.end_offset > request.offset, request.max_wait_ms / 1000
@@ -144,7 +150,7 @@ class FakeServicer(pb_grpc.LaminarServicer):
             return pb.FetchResponse(
                 batches=bytes(out),
                 high_watermark=part.end_offset,
-                log_start_offset=0,
+                log_start_offset=part.log_start,
                 served_by=self.node_id,
             )
 
@@ -167,6 +173,7 @@ class FakeServicer(pb_grpc.LaminarServicer):
                     answer.error.CopyFrom(error_to_status(error)[1])
                 else:
                     part = found.partitions[index]
+                    answer.log_start_offset = part.log_start
                     answer.high_watermark = part.end_offset
                     if request.HasField("timestamp_ms"):
                         for batch in part.batches:
