@@ -3,7 +3,7 @@
 How records arrive
 ------------------
 Each assigned, unpaused partition has one fetch loop in the consumer's asyncio
-core: it long-polls one replica (``fetch_wait_ms``), puts the whole batches it gets
+core: it long-polls one replica (``fetch_wait_s``), puts the whole batches it gets
 into the consumer's inbox, and asks for the next ones at once, so the next fetch
 is in flight while the application works through the current one (*pipelining*).
 The inbox holds at most about ``prefetch_bytes_max``; a fetch loop waits while it
@@ -310,7 +310,7 @@ class _Core:
         inbox: _Inbox,
         *,
         fetch_bytes_max: int,
-        fetch_wait_ms: int,
+        fetch_wait_s: float,
         prefetch_bytes_max: int,
         auto_offset_reset: OffsetReset,
         client_zone: str | None,
@@ -321,7 +321,7 @@ class _Core:
         self._client = client
         self._inbox = inbox
         self._fetch_bytes_max = fetch_bytes_max
-        self._fetch_wait_ms = fetch_wait_ms
+        self._fetch_wait_ms = round(fetch_wait_s * 1000)
         self._prefetch_bytes_max = prefetch_bytes_max
         self._reset = auto_offset_reset
         self._zone = client_zone
@@ -638,7 +638,7 @@ class _ConsumerBase(Generic[_K, _V]):
         value_deserializer: Deserializer[_V] | None,
         auto_offset_reset: OffsetReset,
         fetch_bytes_max: int,
-        fetch_wait_ms: int,
+        fetch_wait_s: float,
         prefetch_bytes_max: int,
         client_zone: str | None,
         attempt_timeout_s: float,
@@ -651,8 +651,8 @@ class _ConsumerBase(Generic[_K, _V]):
             raise InvalidInputError("fetch_bytes_max must be in [1024, 64 MiB]")
         if prefetch_bytes_max < fetch_bytes_max:
             raise InvalidInputError("prefetch_bytes_max must be >= fetch_bytes_max")
-        if not 0 <= fetch_wait_ms <= 30_000:
-            raise InvalidInputError("fetch_wait_ms must be in [0, 30000]")
+        if not 0 <= fetch_wait_s <= 30:
+            raise InvalidInputError("fetch_wait_s must be in [0, 30]")
         self._owns_client = not isinstance(bootstrap, Client)
         self._client = (
             bootstrap
@@ -666,7 +666,7 @@ class _ConsumerBase(Generic[_K, _V]):
             self._client,
             self._inbox,
             fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_ms=fetch_wait_ms,
+            fetch_wait_s=fetch_wait_s,
             prefetch_bytes_max=prefetch_bytes_max,
             auto_offset_reset=auto_offset_reset,
             client_zone=client_zone,
@@ -995,7 +995,7 @@ class Consumer(_Reader[_K, _V]):
     :class:`~laminar_client.Client` to share. ``key_deserializer`` /
     ``value_deserializer``: see :mod:`laminar_client.serializers` (default: bytes).
     ``fetch_bytes_max``: bytes asked per fetch; ``prefetch_bytes_max``: bytes held
-    ahead of the application; ``fetch_wait_ms``: long-poll wait when caught up;
+    ahead of the application; ``fetch_wait_s``: long-poll wait when caught up;
     ``client_zone``: prefer replicas in this zone; ``auto_offset_reset``: where a
     partition without a position starts. Not thread-safe: use it from one thread
     (except :meth:`close`, which another thread may call to end a blocked read).
@@ -1014,7 +1014,7 @@ class Consumer(_Reader[_K, _V]):
         value_deserializer: Deserializer[_V] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
         fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
-        fetch_wait_ms: int = 500,
+        fetch_wait_s: float = 0.5,
         prefetch_bytes_max: int = 64 * 1024 * 1024,
         client_zone: str | None = None,
         attempt_timeout_s: float = 3.0,
@@ -1027,7 +1027,7 @@ class Consumer(_Reader[_K, _V]):
             value_deserializer=value_deserializer,
             auto_offset_reset=auto_offset_reset,
             fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_ms=fetch_wait_ms,
+            fetch_wait_s=fetch_wait_s,
             prefetch_bytes_max=prefetch_bytes_max,
             client_zone=client_zone,
             attempt_timeout_s=attempt_timeout_s,
@@ -1229,7 +1229,7 @@ class AsyncConsumer(_Reader[_K, _V]):
         value_deserializer: Deserializer[_V] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
         fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
-        fetch_wait_ms: int = 500,
+        fetch_wait_s: float = 0.5,
         prefetch_bytes_max: int = 64 * 1024 * 1024,
         client_zone: str | None = None,
         attempt_timeout_s: float = 3.0,
@@ -1242,7 +1242,7 @@ class AsyncConsumer(_Reader[_K, _V]):
             value_deserializer=value_deserializer,
             auto_offset_reset=auto_offset_reset,
             fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_ms=fetch_wait_ms,
+            fetch_wait_s=fetch_wait_s,
             prefetch_bytes_max=prefetch_bytes_max,
             client_zone=client_zone,
             attempt_timeout_s=attempt_timeout_s,

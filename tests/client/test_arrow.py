@@ -234,7 +234,7 @@ def test_consumer_batches_to_arrow_from_the_cluster(cluster: FakeCluster) -> Non
         part.batches += stored
         part.end_offset = 5
     retry = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=5)
-    with Consumer(cluster.bootstrap, fetch_wait_ms=50, retry=retry) as consumer:
+    with Consumer(cluster.bootstrap, fetch_wait_s=0.05, retry=retry) as consumer:
         consumer.assign({(TOPIC, 0): 1})
         batches = []
         for batch in consumer.batches(max_records=10, timeout_s=2.0):

@@ -377,7 +377,7 @@ class LoopRunner:
 
 
 DEFAULTS: dict[str, Any] = {
-    "fetch_wait_ms": 50,
+    "fetch_wait_s": 0.05,
     "retry": FAST,
     "attempt_timeout_s": 1.0,
     "rng": None,  # replaced per consumer by a seeded Random
@@ -1127,7 +1127,7 @@ def test_close_ends_a_blocked_iteration_promptly(
     cluster: FakeCluster, consumer: Callable[..., Facade]
 ) -> None:
     cluster.add_topic(TOPIC)
-    reader = consumer(fetch_wait_ms=5_000)  # a long poll in flight when closing
+    reader = consumer(fetch_wait_s=5.0)  # a long poll in flight when closing
     reader.assign([TP0])
     pending = reader.read_forever()
     wait_until(reader.blocked, what="the reader to block")
@@ -1163,7 +1163,7 @@ def test_ctrl_c_interrupts_a_blocked_sync_iteration(cluster: FakeCluster) -> Non
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    with Consumer(cluster.bootstrap, fetch_wait_ms=50, retry=FAST) as reader:
+    with Consumer(cluster.bootstrap, fetch_wait_s=0.05, retry=FAST) as reader:
         reader.assign([TP0])
         previous = signal.signal(signal.SIGALRM, interrupt)
         try:
