@@ -634,16 +634,16 @@ class _ConsumerBase(Generic[_K, _V]):
         self,
         bootstrap: str | Sequence[str] | Client,
         *,
-        key_deserializer: Deserializer[_K] | None,
-        value_deserializer: Deserializer[_V] | None,
-        auto_offset_reset: OffsetReset,
-        fetch_bytes_max: int,
-        fetch_wait_s: float,
-        prefetch_bytes_max: int,
-        client_zone: str | None,
-        attempt_timeout_s: float,
-        retry: RetryPolicy | None,
-        rng: random.Random | None,
+        key_deserializer: Deserializer[_K] | None = None,
+        value_deserializer: Deserializer[_V] | None = None,
+        auto_offset_reset: OffsetReset = "earliest",
+        fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
+        fetch_wait_s: float = 0.5,
+        prefetch_bytes_max: int = 64 * 1024 * 1024,
+        client_zone: str | None = None,
+        attempt_timeout_s: float = 3.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "error"):
             raise InvalidInputError("auto_offset_reset must be 'earliest', 'latest' or 'error'")
@@ -678,6 +678,15 @@ class _ConsumerBase(Generic[_K, _V]):
         self._paused: set[TopicPartition] = set()
         self._epochs: dict[TopicPartition, int] = {}
         self._closed = False
+        self._prepare()
+        self._start_core()
+
+    def _prepare(self) -> None:
+        """Set up the application-side state (see :class:`_Reader`)."""
+
+    def _start_core(self) -> None:
+        """Start the core where the facade runs it (called last by ``__init__``)."""
+        raise NotImplementedError
 
     @property
     def client(self) -> Client:
@@ -1006,35 +1015,7 @@ class Consumer(_Reader[_K, _V]):
     Blocking waits can be interrupted with Ctrl-C.
     """
 
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str] | Client,
-        *,
-        key_deserializer: Deserializer[_K] | None = None,
-        value_deserializer: Deserializer[_V] | None = None,
-        auto_offset_reset: OffsetReset = "earliest",
-        fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
-        fetch_wait_s: float = 0.5,
-        prefetch_bytes_max: int = 64 * 1024 * 1024,
-        client_zone: str | None = None,
-        attempt_timeout_s: float = 3.0,
-        retry: RetryPolicy | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        super().__init__(
-            bootstrap,
-            key_deserializer=key_deserializer,
-            value_deserializer=value_deserializer,
-            auto_offset_reset=auto_offset_reset,
-            fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_s=fetch_wait_s,
-            prefetch_bytes_max=prefetch_bytes_max,
-            client_zone=client_zone,
-            attempt_timeout_s=attempt_timeout_s,
-            retry=retry,
-            rng=rng,
-        )
-        self._prepare()
+    def _start_core(self) -> None:
         self._thread = LoopThread("laminar-consumer")
 
     # -- assignment and positions
@@ -1221,36 +1202,8 @@ class AsyncConsumer(_Reader[_K, _V]):
     ``timeout_s``. Use ``async with``, or ``await close()``.
     """
 
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str] | Client,
-        *,
-        key_deserializer: Deserializer[_K] | None = None,
-        value_deserializer: Deserializer[_V] | None = None,
-        auto_offset_reset: OffsetReset = "earliest",
-        fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
-        fetch_wait_s: float = 0.5,
-        prefetch_bytes_max: int = 64 * 1024 * 1024,
-        client_zone: str | None = None,
-        attempt_timeout_s: float = 3.0,
-        retry: RetryPolicy | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        super().__init__(
-            bootstrap,
-            key_deserializer=key_deserializer,
-            value_deserializer=value_deserializer,
-            auto_offset_reset=auto_offset_reset,
-            fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_s=fetch_wait_s,
-            prefetch_bytes_max=prefetch_bytes_max,
-            client_zone=client_zone,
-            attempt_timeout_s=attempt_timeout_s,
-            retry=retry,
-            rng=rng,
-        )
-        self._prepare()
-        self._loop = asyncio.get_running_loop()
+    def _start_core(self) -> None:
+        self._loop = asyncio.get_running_loop()  # created inside a running loop
 
     async def assign(
         self, partitions: Iterable[tuple[str, int]] | Mapping[tuple[str, int], int]

@@ -798,12 +798,33 @@ class _ProducerBase(Generic[_K, _V]):
         self,
         bootstrap: str | Sequence[str] | Client,
         *,
-        key_serializer: Serializer[_K] | None,
-        value_serializer: Serializer[_V] | None,
-        config: ProducerConfig,
-        retry: RetryPolicy | None,
-        rng: random.Random | None,
+        key_serializer: Serializer[_K] | None = None,
+        value_serializer: Serializer[_V] | None = None,
+        acks: AcksMode = "all",
+        idempotent: bool = True,
+        linger_s: float = 0.005,
+        batch_bytes_max: int = 1024 * 1024,
+        buffer_bytes_max: int = 32 * 1024 * 1024,
+        max_in_flight: int = MAX_IN_FLIGHT_LIMIT,
+        compression: Compression = Compression.NONE,
+        delivery_timeout_s: float = 120.0,
+        max_block_s: float = 60.0,
+        attempt_timeout_s: float = 3.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
     ) -> None:
+        config = ProducerConfig(
+            acks=acks,
+            idempotent=idempotent,
+            linger_s=linger_s,
+            batch_bytes_max=batch_bytes_max,
+            buffer_bytes_max=buffer_bytes_max,
+            max_in_flight=max_in_flight,
+            compression=compression,
+            delivery_timeout_s=delivery_timeout_s,
+            max_block_s=max_block_s,
+            attempt_timeout_s=attempt_timeout_s,
+        )
         self.config = config
         self._owns_client = not isinstance(bootstrap, Client)
         self._client = (
@@ -821,6 +842,11 @@ class _ProducerBase(Generic[_K, _V]):
         self._record_bytes_max = min(config.buffer_bytes_max, DEFAULT_LIMITS.batch_bytes_max // 2)
         self._closed = False
         _warn_at_exit(self)
+        self._start_core()
+
+    def _start_core(self) -> None:
+        """Start the core where the facade runs it (called last by ``__init__``)."""
+        raise NotImplementedError
 
     @property
     def client(self) -> Client:
@@ -954,45 +980,7 @@ class Producer(_ProducerBase[_K, _V]):
     callbacks run there.
     """
 
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str] | Client,
-        *,
-        key_serializer: Serializer[_K] | None = None,
-        value_serializer: Serializer[_V] | None = None,
-        acks: AcksMode = "all",
-        idempotent: bool = True,
-        linger_s: float = 0.005,
-        batch_bytes_max: int = 1024 * 1024,
-        buffer_bytes_max: int = 32 * 1024 * 1024,
-        max_in_flight: int = MAX_IN_FLIGHT_LIMIT,
-        compression: Compression = Compression.NONE,
-        delivery_timeout_s: float = 120.0,
-        max_block_s: float = 60.0,
-        attempt_timeout_s: float = 3.0,
-        retry: RetryPolicy | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        config = ProducerConfig(
-            acks=acks,
-            idempotent=idempotent,
-            linger_s=linger_s,
-            batch_bytes_max=batch_bytes_max,
-            buffer_bytes_max=buffer_bytes_max,
-            max_in_flight=max_in_flight,
-            compression=compression,
-            delivery_timeout_s=delivery_timeout_s,
-            max_block_s=max_block_s,
-            attempt_timeout_s=attempt_timeout_s,
-        )
-        super().__init__(
-            bootstrap,
-            key_serializer=key_serializer,
-            value_serializer=value_serializer,
-            config=config,
-            retry=retry,
-            rng=rng,
-        )
+    def _start_core(self) -> None:
         self._thread = LoopThread("laminar-producer")
         self._thread.run(self._start())
 
@@ -1108,46 +1096,8 @@ class AsyncProducer(_ProducerBase[_K, _V]):
     Create it inside a running loop; use ``async with``, or ``await close()``.
     """
 
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str] | Client,
-        *,
-        key_serializer: Serializer[_K] | None = None,
-        value_serializer: Serializer[_V] | None = None,
-        acks: AcksMode = "all",
-        idempotent: bool = True,
-        linger_s: float = 0.005,
-        batch_bytes_max: int = 1024 * 1024,
-        buffer_bytes_max: int = 32 * 1024 * 1024,
-        max_in_flight: int = MAX_IN_FLIGHT_LIMIT,
-        compression: Compression = Compression.NONE,
-        delivery_timeout_s: float = 120.0,
-        max_block_s: float = 60.0,
-        attempt_timeout_s: float = 3.0,
-        retry: RetryPolicy | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        config = ProducerConfig(
-            acks=acks,
-            idempotent=idempotent,
-            linger_s=linger_s,
-            batch_bytes_max=batch_bytes_max,
-            buffer_bytes_max=buffer_bytes_max,
-            max_in_flight=max_in_flight,
-            compression=compression,
-            delivery_timeout_s=delivery_timeout_s,
-            max_block_s=max_block_s,
-            attempt_timeout_s=attempt_timeout_s,
-        )
-        super().__init__(
-            bootstrap,
-            key_serializer=key_serializer,
-            value_serializer=value_serializer,
-            config=config,
-            retry=retry,
-            rng=rng,
-        )
-        self._loop = asyncio.get_running_loop()
+    def _start_core(self) -> None:
+        self._loop = asyncio.get_running_loop()  # created inside a running loop
         self._core.start()
 
     async def send(
