@@ -194,6 +194,30 @@ async def abort_with(context: grpc.aio.ServicerContext, error: LaminarError) -> 
     raise AssertionError("context.abort returned")  # pragma: no cover
 
 
+class _DetailAsCall:
+    """A bare :class:`ErrorDetail` (a per-partition error inside an answer) in the
+    shape of a failed call, so that :func:`error_from_rpc`'s one table reads it."""
+
+    __slots__ = ("_detail",)
+
+    def __init__(self, detail: ErrorDetail) -> None:
+        self._detail = detail
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN  # the detail's code decides
+
+    def details(self) -> str:
+        return self._detail.message
+
+    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        return error_metadata(self._detail)
+
+
+def error_from_detail(detail: ErrorDetail) -> LaminarError:
+    """The :class:`LaminarError` a per-partition :class:`ErrorDetail` stands for."""
+    return error_from_rpc(_DetailAsCall(detail))
+
+
 def error_from_rpc(rpc_error: grpc.RpcError) -> LaminarError:
     """The :class:`LaminarError` that a failed call carries (see the module table)."""
     status = _status_of(rpc_error)

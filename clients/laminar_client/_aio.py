@@ -30,6 +30,10 @@ _R = TypeVar("_R", bound=Message)
 _T = TypeVar("_T")
 
 
+class Unimplemented(Exception):  # noqa: N818 - what the server said, not an error of ours
+    """The node does not know the method (it predates it)."""
+
+
 class AsyncTransport:
     """``grpc.aio`` channels by address, created on first use on the running loop.
 
@@ -80,6 +84,8 @@ class AsyncTransport:
         try:
             response: _R = await callable_(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as rpc_error:
+            if rpc_error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise Unimplemented(f"{address}: no {method}") from None
             error = no_answer(error_from_rpc(rpc_error), rpc_error)
             error.args = (f"{address}: {error}",) if error.args else error.args
             raise error from None

@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
-import grpc
 from google.protobuf.message import Message
 
 from laminar.errors import (
@@ -46,7 +45,7 @@ from laminar.errors import (
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
-from laminar.grpc_errors import error_from_rpc, error_metadata
+from laminar.grpc_errors import error_from_detail
 from laminar.records import Record, decode_records, iter_batches, next_offset
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client.health import NodeHealth
@@ -151,26 +150,6 @@ def _records_from(batches: bytes, offset_min: int) -> Iterator[Record]:
         for record in decode_records(view[position : position + header.length], verify=False):
             if record.offset >= offset_min:
                 yield record
-
-
-class _PartitionFailure:
-    """A per-partition :class:`ErrorDetail` in the shape of a failed call (what
-    :func:`~laminar.grpc_errors.error_from_rpc` reads of a ``grpc.RpcError``), so that
-    the one table of :mod:`laminar.grpc_errors` turns it back into its error class."""
-
-    __slots__ = ("_detail",)
-
-    def __init__(self, detail: pb.ErrorDetail) -> None:
-        self._detail = detail
-
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNKNOWN  # the detail's code decides
-
-    def details(self) -> str:
-        return self._detail.message
-
-    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
-        return error_metadata(self._detail)
 
 
 class _OffsetsCall:
@@ -890,7 +869,7 @@ class Client:
                 )
                 continue
             failure = (
-                error_from_rpc(_PartitionFailure(entry.error))
+                error_from_detail(entry.error)
                 if entry is not None
                 else UnavailableError(f"{address} did not answer for {topic}/{partition}")
             )

@@ -54,6 +54,7 @@ from laminar.errors import (
     BufferFullError,
     ClientClosedError,
     InvalidInputError,
+    LaminarError,
     NoAnswerError,
     NotLeaderError,
     OutOfOrderSequenceError,
@@ -61,6 +62,7 @@ from laminar.errors import (
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
+from laminar.grpc_errors import error_from_detail
 from laminar.records import (
     DEFAULT_LIMITS,
     Compression,
@@ -69,7 +71,7 @@ from laminar.records import (
     with_producer_fields,
 )
 from laminar.v1 import laminar_pb2 as pb
-from laminar_client._aio import AsyncTransport, LoopThread
+from laminar_client._aio import AsyncTransport, LoopThread, Unimplemented
 from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State, Verdict
 from laminar_client.client import ACKS, UNKNOWN_TOPIC_WAIT_S, AcksMode, Client
 from laminar_client.partitioner import StickyPartitioner, key_partition
@@ -601,7 +603,13 @@ class _Core:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._flush_all = False
-        self.counters = {"batches_sent": 0, "attempts_failed": 0, "restamps": 0}
+        self.counters = {
+            "batches_sent": 0,
+            "multi_partition_requests": 0,
+            "attempts_failed": 0,
+            "restamps": 0,
+        }
+        self._many = True  # whether nodes take ProduceMany (else one partition a request)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="laminar-producer")
@@ -632,15 +640,17 @@ class _Core:
                     self._senders[tp] = sender
                 sender.enqueue(batch)
                 self._active[tp] = sender
+            outgoing: list[tuple[PartitionSender[_Batch], _Batch]] = []
             for tp, sender in list(self._active.items()):
                 sender.expire(now_s)
-                for batch in sender.to_send():
-                    self._spawn(sender, batch)
+                outgoing.extend((sender, batch) for batch in sender.to_send())
                 deadline_s = sender.next_deadline_s()
                 if deadline_s is not None and (next_s is None or deadline_s < next_s):
                     next_s = deadline_s
                 if sender.idle:
                     del self._active[tp]
+            if outgoing:
+                self._dispatch(outgoing)
             if self._closing and not self._active and not self._acc.unfinished:
                 return
             if self._woken:
@@ -667,6 +677,109 @@ class _Core:
         return PartitionSender[_Batch](
             max_in_flight=self._config.max_in_flight, new_producer_id=new_id
         )
+
+    def _dispatch(self, outgoing: list[tuple[PartitionSender[_Batch], _Batch]]) -> None:
+        """Send ``outgoing``: the batches bound for one node go in one ``ProduceMany``
+        request when there are several (their leaders known now, no backoff pending),
+        at most one batch per partition in a request; a partition's later batches go
+        in later requests, started after, so that they arrive in order. The others
+        go alone, each routing itself."""
+        cache = self._client.cache
+        if not (self._many and len(outgoing) > 1 and cache.fresh()):
+            for item in outgoing:
+                self._spawn(*item)
+            return
+        by_partition: dict[tuple[str, int], list[tuple[PartitionSender[_Batch], _Batch]]] = {}
+        for item in outgoing:
+            by_partition.setdefault((item[1].topic, item[1].partition), []).append(item)
+        rounds: dict[tuple[int, str], list[tuple[PartitionSender[_Batch], _Batch]]] = {}
+        for items in by_partition.values():
+            addresses = [self._known_target(batch) for _, batch in items]
+            if any(address is None for address in addresses):
+                for item in items:  # in order, each routing itself
+                    self._spawn(*item)
+                continue
+            for index, (item, address) in enumerate(zip(items, addresses, strict=True)):
+                assert address is not None
+                rounds.setdefault((index, address), []).append(item)
+        loop = asyncio.get_running_loop()
+        for (_, address), items in sorted(rounds.items()):
+            if len(items) == 1:
+                self._spawn(*items[0])
+                continue
+            task = loop.create_task(self._attempt_many(address, items))
+            self._attempts.add(task)
+            task.add_done_callback(self._attempts.discard)
+
+    def _known_target(self, batch: _Batch) -> str | None:
+        """Where ``batch`` goes, from the cache as it is (None: let it route itself)."""
+        if batch.backoff_s > 0:
+            return None
+        try:
+            targets = self._client.cache.write_targets(
+                batch.topic, batch.partition, 0.0, refresh=False
+            )
+        except LaminarError:
+            return None
+        return targets[batch.retries % len(targets)]
+
+    async def _attempt_many(
+        self, address: str, items: list[tuple[PartitionSender[_Batch], _Batch]]
+    ) -> None:
+        """One ``ProduceMany`` to ``address`` for several partitions' batches; each
+        partition's answer is handled as if it had been sent alone."""
+        try:
+            deadline_s = min(batch.deadline_s for _, batch in items)
+            attempt_s = max(
+                min(self._config.attempt_timeout_s, deadline_s - time.monotonic()), 0.001
+            )
+            server_s = max(attempt_s - _RESPONSE_MARGIN_S, attempt_s / 2)
+            request = pb.ProduceManyRequest(
+                partitions=[
+                    pb.PartitionBatches(
+                        topic=batch.topic, partition=batch.partition, batches=(_encoded(batch),)
+                    )
+                    for _, batch in items
+                ],
+                acks=self._acks,
+                timeout_ms=max(1, int(server_s * 1000)),
+            )
+            self.counters["batches_sent"] += len(items)
+            self.counters["multi_partition_requests"] += 1
+            response = await self._transport.call(
+                address, "ProduceMany", request, pb.ProduceManyResponse, timeout_s=attempt_s
+            )
+        except asyncio.CancelledError:
+            for sender, batch in items:
+                if batch.state is State.SENDING:
+                    sender.failed(batch, ClientClosedError("producer closed during the attempt"))
+            raise
+        except Unimplemented:
+            # A node that predates ProduceMany: send one partition per request.
+            self._many = False
+            for sender, batch in items:
+                batch.state = State.RETRY
+                sender.failed(batch, UnavailableError(f"{address} has no ProduceMany"))
+                batch.backoff_s = 0.0
+        except Exception as error:
+            self.counters["attempts_failed"] += 1
+            for sender, batch in items:
+                self._after_failure(sender, batch, address, error)
+        else:
+            self._client.cache.node_answered(address)
+            for (sender, batch), answer in zip(items, response.partitions, strict=False):
+                if answer.HasField("error"):
+                    self.counters["attempts_failed"] += 1
+                    self._after_failure(sender, batch, address, error_from_detail(answer.error))
+                else:
+                    offsets = answer.base_offsets
+                    sender.acked(batch, offsets[0] if offsets else -1)
+            for sender, batch in items[len(response.partitions) :]:  # a short answer
+                self._after_failure(
+                    sender, batch, address, UnavailableError("no answer for this partition")
+                )
+        self.counters["restamps"] = sum(s.restamps for s in self._senders.values())
+        self.wake()
 
     def _spawn(self, sender: PartitionSender[_Batch], batch: _Batch) -> None:
         task = asyncio.get_running_loop().create_task(self._attempt(sender, batch))
@@ -1200,6 +1313,12 @@ class AsyncProducer(_ProducerBase[_K, _V]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _encoded(batch: _Batch) -> bytes:
+    encoded = batch.encoded
+    assert encoded is not None, "a batch is encoded when it is first stamped"
+    return encoded
 
 
 def _wait_all(batches: Sequence[_Batch], timeout_s: float | None) -> None:

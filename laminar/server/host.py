@@ -48,6 +48,7 @@ from typing import Any
 
 from laminar.errors import (
     ConfigError,
+    LaminarError,
     NotLeaderError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
@@ -147,6 +148,16 @@ class FetchResult:
     batches: bytes
     high_watermark: int
     log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingProduce:
+    """A produce call's batches, proposed on ``replica``, awaiting their replies."""
+
+    replica: Replica
+    request_ids: range
+    futures: list[asyncio.Future[ProduceReply]]
+    batches: Sequence[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,6 +536,45 @@ class ReplicaHost:
         self, key: PartitionKey, batches: Sequence[bytes], acks: Acks, timeout_s: float
     ) -> list[ProduceResult]:
         """Append the batches of one request, all or none, through the leading replica."""
+        pending = self._begin_produce(key, batches, acks)
+        self._produce_round(asyncio.get_running_loop())
+        return await self._await_produce(pending, timeout_s)
+
+    async def produce_many(
+        self,
+        requests: Sequence[tuple[PartitionKey, Sequence[bytes]]],
+        acks: Acks,
+        timeout_s: float,
+    ) -> list[list[ProduceResult] | LaminarError]:
+        """Several partitions' batches (each partition all or none), in one round.
+
+        Every partition's batches are proposed before this first waits, in the order
+        given, so that they keep their place among the node's other produce calls
+        (an idempotent producer's later batch must not overtake an earlier one).
+        Per partition: its results, or the error that refused it.
+        """
+        begun: list[_PendingProduce | LaminarError] = []
+        for key, batches in requests:
+            try:
+                begun.append(self._begin_produce(key, batches, acks))
+            except LaminarError as error:
+                begun.append(error)
+        self._produce_round(asyncio.get_running_loop())
+        outcomes: list[list[ProduceResult] | LaminarError] = []
+        for item in begun:
+            if isinstance(item, LaminarError):
+                outcomes.append(item)
+                continue
+            try:
+                outcomes.append(await self._await_produce(item, timeout_s))
+            except LaminarError as error:
+                outcomes.append(error)
+        return outcomes
+
+    def _begin_produce(
+        self, key: PartitionKey, batches: Sequence[bytes], acks: Acks
+    ) -> _PendingProduce:
+        """Propose ``batches`` on the leading replica of ``key`` now (no waiting)."""
         replica = self._admit(key, len(batches))
         loop = asyncio.get_running_loop()
         first_id = self._request_ids + 1
@@ -537,10 +587,15 @@ class ReplicaHost:
             futures.append(future)
         now = self._now()
         self._input(replica, lambda: replica.core.propose_batches(request_ids, batches, acks, now))
-        self._produce_round(loop)
-        timers = [loop.call_later(timeout_s, _time_out, f, timeout_s) for f in futures]
+        return _PendingProduce(replica, request_ids, futures, batches)
+
+    async def _await_produce(
+        self, pending: _PendingProduce, timeout_s: float
+    ) -> list[ProduceResult]:
+        loop = asyncio.get_running_loop()
+        timers = [loop.call_later(timeout_s, _time_out, f, timeout_s) for f in pending.futures]
         try:
-            answers = await asyncio.gather(*futures, return_exceptions=True)
+            answers = await asyncio.gather(*pending.futures, return_exceptions=True)
             for answer in answers:
                 if isinstance(answer, BaseException):
                     raise answer
@@ -548,9 +603,11 @@ class ReplicaHost:
         finally:
             for timer in timers:
                 timer.cancel()
-            for request_id in request_ids:
-                replica.calls.pop(request_id, None)
-        return [_result(reply, batch) for reply, batch in zip(replies, batches, strict=True)]
+            for request_id in pending.request_ids:
+                pending.replica.calls.pop(request_id, None)
+        return [
+            _result(reply, batch) for reply, batch in zip(replies, pending.batches, strict=True)
+        ]
 
     async def fetch(
         self, key: PartitionKey, offset: int, max_bytes: int, max_wait_s: float

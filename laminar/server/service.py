@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -43,7 +43,7 @@ from laminar.records import parse_header
 from laminar.replica.types import Acks, Role
 from laminar.server import rules
 from laminar.server.config import ServiceConfig
-from laminar.server.host import ReplicaHost
+from laminar.server.host import ProduceResult, ReplicaHost
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
@@ -223,16 +223,103 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     async def Produce(  # noqa: N802 - gRPC method names
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
-        node = self._node
-        key = self._key(request.topic, request.partition)
-        if not request.batches:
-            raise InvalidInputError("a produce request needs at least one batch")
         if len(request.batches) > self._config.batches_per_produce_max:
             raise BatchLimitError(
                 f"{len(request.batches)} batches in one request; "
                 f"at most {self._config.batches_per_produce_max}"
             )
-        for batch in request.batches:
+        acks, timeout_s = self._produce_settings(request.acks, request.timeout_ms)
+        results = await self._produce(
+            request.topic, request.partition, request.batches, acks, timeout_s
+        )
+        return pb.ProduceResponse(
+            base_offsets=[result.base_offset for result in results],
+            duplicates=[result.duplicate for result in results],
+        )
+
+    @_guarded
+    async def ProduceMany(  # noqa: N802
+        self, request: pb.ProduceManyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceManyResponse:
+        """Each partition's batches as by :meth:`Produce`, all partitions at once;
+        what fails for one partition is that partition's ``error``."""
+        entries = list(request.partitions)
+        if not entries:
+            raise InvalidInputError("a produce request needs at least one partition")
+        batches = sum(len(entry.batches) for entry in entries)
+        if batches > self._config.batches_per_produce_max:
+            raise BatchLimitError(
+                f"{batches} batches in one request; at most {self._config.batches_per_produce_max}"
+            )
+        if len({(entry.topic, entry.partition) for entry in entries}) != len(entries):
+            raise InvalidInputError("a produce request names a partition more than once")
+        acks, timeout_s = self._produce_settings(request.acks, request.timeout_ms)
+        checked: list[LaminarError | None] = []
+        valid: list[tuple[TopicPartition, Sequence[bytes]]] = []
+        for entry in entries:
+            try:
+                valid.append(
+                    (
+                        self._check_produce(entry.topic, entry.partition, entry.batches),
+                        entry.batches,
+                    )
+                )
+                checked.append(None)
+            except LaminarError as error:
+                checked.append(error)
+        # Every partition proposed in this step, in order (see ReplicaHost.produce_many).
+        produced = iter(await self._node.host.produce_many(valid, acks, timeout_s))
+        answers = []
+        for entry, refused in zip(entries, checked, strict=True):
+            answer = pb.PartitionProduced(topic=entry.topic, partition=entry.partition)
+            outcome = refused if refused is not None else next(produced)
+            if isinstance(outcome, NotLeaderError):
+                outcome = NotLeaderError(
+                    outcome.leader_id, self._node.grpc_address_of(outcome.leader_id)
+                )
+            if isinstance(outcome, LaminarError):
+                answer.error.CopyFrom(error_to_status(outcome)[1])
+            else:
+                answer.base_offsets.extend(result.base_offset for result in outcome)
+                answer.duplicates.extend(result.duplicate for result in outcome)
+            answers.append(answer)
+        return pb.ProduceManyResponse(partitions=answers)
+
+    def _produce_settings(self, acks_value: int, timeout_ms: int) -> tuple[Acks, float]:
+        acks = _ACKS.get(acks_value)  # type: ignore[call-overload]
+        if acks is None:
+            raise InvalidInputError(f"unknown acks value {acks_value}")
+        timeout_ms = timeout_ms or self._config.produce_timeout_ms
+        return acks, min(timeout_ms, self._config.produce_timeout_max_ms) / 1000
+
+    async def _produce(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        acks: Acks,
+        timeout_s: float,
+    ) -> list[ProduceResult]:
+        """One partition's batches through its leader here, all or none."""
+        key = self._check_produce(topic, partition, batches)
+        host = self._node.host
+        try:
+            if len(batches) == 1:  # the common case, on the host's fast path
+                return [await host.produce(key, batches[0], acks, timeout_s)]
+            # All or none: the leader checks every batch before it appends any.
+            return await host.produce_batches(key, batches, acks, timeout_s)
+        except NotLeaderError as error:
+            grpc_address = self._node.grpc_address_of(error.leader_id)
+            raise NotLeaderError(error.leader_id, grpc_address) from None
+
+    def _check_produce(
+        self, topic: str, partition: int, batches: Sequence[bytes]
+    ) -> TopicPartition:
+        """The partition's key, if this request for it may go to the host here."""
+        key = self._key(topic, partition)
+        if not batches:
+            raise InvalidInputError("a produce request needs at least one batch")
+        for batch in batches:
             header = parse_header(batch)
             if header.length != len(batch):
                 raise InvalidInputError(
@@ -240,25 +327,10 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 )
             if header.is_control:
                 raise InvalidInputError("control batches are internal")
-        acks = _ACKS.get(request.acks)
-        if acks is None:
-            raise InvalidInputError(f"unknown acks value {request.acks}")
-        timeout_ms = request.timeout_ms or self._config.produce_timeout_ms
-        timeout_s = min(timeout_ms, self._config.produce_timeout_max_ms) / 1000
-        host = node.host
+        host = self._node.host
         if host.get(key) is None and not host.is_fenced(key):
             raise self._not_leader(key)
-        try:
-            if len(request.batches) == 1:  # the common case, on the host's fast path
-                results = [await host.produce(key, request.batches[0], acks, timeout_s)]
-            else:  # all or none: the leader checks every batch before it appends any
-                results = await host.produce_batches(key, request.batches, acks, timeout_s)
-        except NotLeaderError as error:
-            raise NotLeaderError(error.leader_id, node.grpc_address_of(error.leader_id)) from None
-        return pb.ProduceResponse(
-            base_offsets=[result.base_offset for result in results],
-            duplicates=[result.duplicate for result in results],
-        )
+        return key
 
     @_guarded
     async def Fetch(  # noqa: N802

@@ -71,6 +71,46 @@ class ProduceResponse(_message.Message):
     duplicates: _containers.RepeatedScalarFieldContainer[bool]
     def __init__(self, base_offsets: _Optional[_Iterable[int]] = ..., duplicates: _Optional[_Iterable[bool]] = ...) -> None: ...
 
+class PartitionBatches(_message.Message):
+    __slots__ = ("topic", "partition", "batches")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    batches: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batches: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class ProduceManyRequest(_message.Message):
+    __slots__ = ("partitions", "acks", "timeout_ms")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionBatches]
+    acks: Acks
+    timeout_ms: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionBatches, _Mapping]]] = ..., acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class PartitionProduced(_message.Message):
+    __slots__ = ("topic", "partition", "base_offsets", "duplicates", "error")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    base_offsets: _containers.RepeatedScalarFieldContainer[int]
+    duplicates: _containers.RepeatedScalarFieldContainer[bool]
+    error: ErrorDetail
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., base_offsets: _Optional[_Iterable[int]] = ..., duplicates: _Optional[_Iterable[bool]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class ProduceManyResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionProduced]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionProduced, _Mapping]]] = ...) -> None: ...
+
 class FetchRequest(_message.Message):
     __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

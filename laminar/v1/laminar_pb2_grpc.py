@@ -41,6 +41,11 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.ProduceResponse.FromString,
                 _registered_method=True)
+        self.ProduceMany = channel.unary_unary(
+                '/laminar.v1.Laminar/ProduceMany',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.ProduceManyRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.ProduceManyResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/laminar.v1.Laminar/Fetch',
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.FetchRequest.SerializeToString,
@@ -90,6 +95,14 @@ class LaminarServicer:
 
     def Produce(self, request, context):
         """Append one or more batches to a partition (through its leader).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceMany(self, request, context):
+        """Batches for several partitions in one call (a client sends one per leader):
+        each partition is accepted or refused on its own, whole, as by Produce.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -156,6 +169,11 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.Produce,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.ProduceRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.ProduceResponse.SerializeToString,
+            ),
+            'ProduceMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProduceMany,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.ProduceManyRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.ProduceManyResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
@@ -227,6 +245,33 @@ class Laminar:
             '/laminar.v1.Laminar/Produce',
             laminar_dot_v1_dot_laminar__pb2.ProduceRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/ProduceMany',
+            laminar_dot_v1_dot_laminar__pb2.ProduceManyRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.ProduceManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -761,3 +761,20 @@ def test_the_async_producer_fails_records_at_the_delivery_timeout(cluster: FakeC
     error, elapsed_s = asyncio.run(asyncio.wait_for(main(), 10))
     assert isinstance(error, DeliveryTimeoutError) and error.sent
     assert 0.4 <= elapsed_s < 0.9
+
+
+def test_a_node_without_produce_many_gets_one_partition_per_request(h: Harness) -> None:
+    """The fake predates ProduceMany (UNIMPLEMENTED): the producer sends the batches it
+    grouped one partition per request from then on, and loses nothing."""
+    add_topic(h.cluster, "t", partitions=4)
+    producer = h.producer(linger_s=0.05)  # every partition's batch ready in one pass
+    futures = [producer.send("t", b"v%d" % i, key=b"k%d" % i) for i in range(40)]
+    producer.flush()
+    for future in futures:
+        future.result(0)
+    assert producer.counters["multi_partition_requests"] >= 1
+    assert producer._core._many is False
+    records = stored(h.cluster, "t")
+    assert sorted(r.value for r in records.values() if r.value) == sorted(
+        b"v%d" % i for i in range(40)
+    )

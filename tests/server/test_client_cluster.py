@@ -146,3 +146,34 @@ def test_the_readme_example_runs(cluster: ProcessCluster) -> None:
         client.create_topic("orders-readme", 6, 3)
     source = source.replace('"orders"', '"orders-readme"')
     exec(compile(source, "README.md", "exec"), {})
+
+
+def test_keyed_records_over_many_partitions_share_requests(cluster: ProcessCluster) -> None:
+    """Batches of several partitions led by one node go in one ProduceMany request;
+    every record lands once, on its key's partition, in send order per key."""
+    with Client(bootstrap(cluster)) as client:
+        client.create_topic("wide", 12, 3)
+    for partition in range(12):
+        wait_leader(cluster, "wide", partition)
+    keys = [b"k%d" % i for i in range(60)]
+    with Producer(bootstrap(cluster)) as producer:
+        futures = [
+            (key, producer.send("wide", b"%s:%06d" % (key, i), key=key))
+            for i in range(6_000)
+            for key in (keys[i % len(keys)],)
+        ]
+        producer.flush()
+        counters = producer.counters
+    assert counters["multi_partition_requests"] > 0  # (a redirect or two is routing)
+    by_key: dict[bytes, list[int]] = {}
+    for key, future in futures:
+        metadata = future.result(timeout_s=0)
+        assert metadata.partition == key_partition(key, 12)
+        by_key.setdefault(key, []).append(metadata.offset)
+    for offsets in by_key.values():
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    with Consumer(bootstrap(cluster)) as consumer:
+        consumer.assign([("wide", p) for p in range(12)])
+        records = consumer.records(timeout_s=10)
+        values = [next(records).value for _ in range(6_000)]
+    assert len(values) == 6_000 and len(set(values)) == 6_000
