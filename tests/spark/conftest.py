@@ -1,0 +1,119 @@
+"""One local SparkSession and one real 3-node cluster for the whole directory.
+
+The directory is skipped when pyspark, pyarrow or java is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs java", allow_module_level=True)
+
+from laminar_client import Client, Producer
+
+from laminar.testing.processes import ProcessCluster, wait_for
+from tests.server.test_cluster import start_cluster
+
+CLIENTS = Path(__file__).resolve().parents[2] / "clients"
+BASE_MS = 1_700_000_000_000
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What the fixture wrote: ``rows`` as the reader returns them (sorted)."""
+
+    servers: str
+    rows: dict[str, list[tuple[object, ...]]]
+
+
+def create_topic(client: Client, name: str, partitions: int) -> None:
+    client.create_topic(name, partitions, 3)
+
+    def led() -> bool:
+        topic = client.metadata(refresh=True).topics.get(name)
+        return topic is not None and all(p.leader for p in topic.partitions)
+
+    wait_for(led, 30, f"every partition of {name} to have a leader")
+
+
+def produce(
+    producer: Producer, topic: str, partitions: int, count: int
+) -> list[tuple[object, ...]]:
+    futures = []
+    for i in range(count):
+        key = None if i % 5 == 0 else f"k{i}".encode()
+        value = None if i % 17 == 3 else f"value-{topic}-{i}".encode() * (1 + i % 3)
+        headers = [("h", f"{i}".encode()), ("n", b"")] if i % 2 else []
+        stamp = BASE_MS + i * 1000
+        future = producer.send(
+            topic, value, key=key, partition=i % partitions, headers=headers, timestamp_ms=stamp
+        )
+        futures.append((future, key, value, headers, stamp))
+    producer.flush()
+    rows = []
+    for future, key, value, headers, stamp in futures:
+        meta = future.result(30)
+        rows.append((key, value, topic, meta.partition, meta.offset, stamp, tuple(headers)))
+    return sorted(rows, key=lambda r: (r[3], r[4]))
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
+    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), 3)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def produced(cluster: ProcessCluster) -> Produced:
+    servers = ",".join(node.grpc for node in cluster.nodes)
+    rows: dict[str, list[tuple[object, ...]]] = {}
+    with Client(servers) as client:
+        create_topic(client, "events", 3)
+        create_topic(client, "other", 2)
+        create_topic(client, "empty", 1)
+    with Producer(servers, linger_s=0.05) as producer:
+        rows["events"] = produce(producer, "events", 3, 600)
+        rows["other"] = produce(producer, "other", 2, 40)
+    rows["empty"] = []
+    return Produced(servers, rows)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from pyspark.sql import SparkSession
+
+    # Workers run this interpreter and see ``clients`` on their path, so PySpark's
+    # discovery of ``pyspark_*`` modules finds ``pyspark_laminar`` (an installed
+    # wheel has it in site-packages).
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(CLIENTS), path) if p)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("laminar-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,229 @@
+"""spark.read.format("laminar") against a live 3-node cluster."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from laminar_spark import LaminarDataSource
+
+from tests.spark.conftest import Produced
+
+COLUMNS = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts"]
+
+
+def read(
+    spark: Any, servers: str, *, headers: bool = False, **options: str
+) -> list[tuple[Any, ...]]:
+    reader = spark.read.format("laminar").option("servers", servers)
+    if headers:
+        reader = reader.option("includeHeaders", "true")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    df = reader.load()
+    rows = df.selectExpr(*COLUMNS, *(["headers"] if headers else [])).collect()
+    out = []
+    for row in rows:
+        key = None if row.key is None else bytes(row.key)
+        value = None if row.value is None else bytes(row.value)
+        record: tuple[Any, ...] = (key, value, row.topic, row.partition, row.offset, row.ts)
+        if headers:
+            record += (tuple((h.key, bytes(h.value)) for h in row.headers),)
+        out.append(record)
+    return sorted(out, key=lambda r: (r[2], r[3], r[4]))
+
+
+def without_headers(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return [r[:6] for r in rows]
+
+
+def test_schema_is_kafkas(spark: Any, produced: Produced) -> None:
+    df = spark.read.format("laminar").option("servers", produced.servers)
+    plain = df.option("subscribe", "events").load()
+    assert plain.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp>"
+    )
+    with_headers = df.option("subscribe", "events").option("includeHeaders", "true").load()
+    assert with_headers.schema.simpleString().endswith(
+        ",headers:array<struct<key:string,value:binary>>>"
+    )
+
+
+def test_read_all_equals_produced_with_headers(spark: Any, produced: Produced) -> None:
+    rows = read(spark, produced.servers, headers=True, subscribe="events")
+    assert rows == produced.rows["events"]
+
+
+def test_subscribe_two_topics_without_headers(spark: Any, produced: Produced) -> None:
+    rows = read(spark, produced.servers, subscribe="events, other")
+    expected = without_headers(produced.rows["events"] + produced.rows["other"])
+    assert rows == sorted(expected, key=lambda r: (r[2], r[3], r[4]))
+
+
+def test_latest_to_latest_is_empty(spark: Any, produced: Produced) -> None:
+    assert read(spark, produced.servers, subscribe="events", startingOffsets="latest") == []
+    assert read(spark, produced.servers, subscribe="empty") == []
+
+
+def test_json_ranges(spark: Any, produced: Produced) -> None:
+    starting = json.dumps({"events": {"0": 10, "1": -2, "2": -1}})
+    ending = json.dumps({"events": {"0": 50, "1": 7}})
+    rows = read(
+        spark, produced.servers, subscribe="events", startingOffsets=starting, endingOffsets=ending
+    )
+    expected = [
+        r
+        for r in without_headers(produced.rows["events"])
+        if (r[3] == 0 and 10 <= r[4] < 50) or (r[3] == 1 and r[4] < 7)
+    ]
+    assert rows == expected
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"maxRecordsPerPartition": "33"},
+        {"minPartitions": "7"},
+        {"minPartitions": "5", "maxRecordsPerPartition": "90"},
+    ],
+)
+def test_splitting_gives_the_same_rows(
+    spark: Any, produced: Produced, split: dict[str, str]
+) -> None:
+    starting = json.dumps({"events": {"0": 3, "2": 11}})
+    rows = read(
+        spark, produced.servers, headers=True, subscribe="events", startingOffsets=starting, **split
+    )
+    expected = [
+        r
+        for r in produced.rows["events"]
+        if not ((r[3] == 0 and r[4] < 3) or (r[3] == 2 and r[4] < 11))
+    ]
+    assert rows == expected
+    df = (
+        spark.read.format("laminar")
+        .option("servers", produced.servers)
+        .option("subscribe", "events")
+        .options(**split)
+        .load()
+    )
+    tasks = df.rdd.getNumPartitions()
+    if "minPartitions" in split:
+        assert tasks >= int(split["minPartitions"])
+    if "maxRecordsPerPartition" in split:
+        assert tasks >= -(-200 // int(split["maxRecordsPerPartition"])) * 3
+
+
+def test_assign(spark: Any, produced: Produced) -> None:
+    rows = read(spark, produced.servers, assign=json.dumps({"events": [2], "other": [1]}))
+    expected = [
+        r
+        for r in without_headers(produced.rows["events"] + produced.rows["other"])
+        if (r[2], r[3]) in {("events", 2), ("other", 1)}
+    ]
+    assert rows == sorted(expected, key=lambda r: (r[2], r[3], r[4]))
+
+
+def test_subscribe_pattern(spark: Any, produced: Produced) -> None:
+    rows = read(spark, produced.servers, subscribePattern="oth.*")
+    assert rows == without_headers(produced.rows["other"])
+    assert read(spark, produced.servers, subscribePattern="nothing-matches") == []
+
+
+def test_explicit_register(spark: Any, produced: Produced) -> None:
+    spark.dataSource.register(LaminarDataSource)
+    assert len(read(spark, produced.servers, subscribe="other")) == 40
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscribe": "events", "bogus": "1"}, "unknown option 'bogus'"),
+        ({"subscribe": "events", "servers": ""}, "'servers' is required"),
+        ({}, "exactly one of the options 'subscribe'"),
+        ({"subscribe": "events", "assign": '{"events": [0]}'}, "exactly one of"),
+        ({"assign": "{not json"}, "option 'assign' is not valid JSON"),
+        ({"assign": '{"events": []}'}, "non-empty list of partitions"),
+        ({"subscribePattern": "("}, "'subscribePattern' is not a valid regex"),
+        ({"subscribe": "events", "startingOffsets": "soon"}, "option 'startingOffsets' must be"),
+        ({"subscribe": "events", "endingOffsets": "earliest"}, "cannot be earliest"),
+        ({"subscribe": "events", "endingOffsets": '{"events": {"0": -2}}'}, "cannot end at -2"),
+        ({"subscribe": "events", "startingOffsets": '{"events": {"0": -5}}'}, "must be an integer"),
+        ({"subscribe": "events", "minPartitions": "0"}, "'minPartitions' must be an integer >= 1"),
+        ({"subscribe": "events", "maxRecordsPerPartition": "x"}, "'maxRecordsPerPartition'"),
+        (
+            {"subscribe": "events", "includeHeaders": "yes"},
+            "'includeHeaders' must be true or false",
+        ),
+        ({"subscribe": "events", "failOnDataLoss": "1"}, "'failOnDataLoss' must be true or false"),
+    ],
+)
+def test_bad_options_fail_at_load(
+    spark: Any, produced: Produced, options: dict[str, str], message: str
+) -> None:
+    reader = spark.read.format("laminar").option("servers", produced.servers)
+    with pytest.raises(Exception, match=message):
+        reader.options(**options).load().collect()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscribe": "events,nope"}, "unknown topic.*nope"),
+        ({"assign": '{"nope": [0]}'}, "unknown topic 'nope'"),
+        ({"assign": '{"events": [0, 3]}'}, r"partitions 0..2, not \[3\]"),
+        (
+            {"subscribe": "events", "startingOffsets": '{"events": {"5": 0}}'},
+            r"names partition\(s\) \[5\] of 'events'",
+        ),
+        (
+            {"subscribe": "events", "startingOffsets": '{"other": {"0": 0}}'},
+            "names topic 'other', which is not being read",
+        ),
+        (
+            {"subscribe": "events", "startingOffsets": '{"events": {"0": 100000}}'},
+            "offset 100000 of events-0 is beyond its high watermark \\d+",
+        ),
+        (
+            {"subscribe": "events", "endingOffsets": '{"events": {"0": 100000}}'},
+            "'endingOffsets': offset 100000 of events-0 is beyond",
+        ),
+        (
+            {
+                "subscribe": "events",
+                "startingOffsets": '{"events": {"0": 20}}',
+                "endingOffsets": '{"events": {"0": 10}}',
+            },
+            "events-0: starting offset 20 is after ending offset 10",
+        ),
+    ],
+)
+def test_bad_ranges_fail_at_planning(
+    spark: Any, produced: Produced, options: dict[str, str], message: str
+) -> None:
+    reader = spark.read.format("laminar").option("servers", produced.servers)
+    with pytest.raises(Exception, match=message):
+        reader.options(**options).load().collect()
+
+
+def test_discovery_finds_default_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What PySpark's ``lookup_data_sources`` worker does: import every top-level
+    ``pyspark_*`` module on the path and register its ``DefaultSource`` under
+    ``name()`` (``clients`` is on the path of an installed Laminar)."""
+    from importlib import import_module
+    from pkgutil import iter_modules
+
+    from pyspark.sql.datasource import DataSource
+
+    from tests.spark.conftest import CLIENTS
+
+    monkeypatch.syspath_prepend(str(CLIENTS))
+    found = {}
+    for info in iter_modules():
+        if info.name == "pyspark_laminar":
+            module = import_module(info.name)
+            assert issubclass(module.DefaultSource, DataSource)
+            found[module.DefaultSource.name()] = module.DefaultSource
+    assert found == {"laminar": LaminarDataSource}
