@@ -208,16 +208,25 @@ class ProcessCluster:
 
 
 def _free_host_base() -> int:
-    """A block of loopback addresses whose ports are free (per-process, to avoid clashes)."""
-    for base in range(10 + (os.getpid() % 20) * 10, 250, 10):
+    """A block of loopback addresses whose ports are free: every block from 10 to
+    240 is tried, starting at one that depends on the process id (so that parallel
+    test processes rarely clash) and wrapping around."""
+    bases = list(range(10, 250, 10))
+    start = os.getpid() % len(bases)
+    for base in bases[start:] + bases[:start]:
         if all(_port_free(f"127.0.0.{base + i}") for i in range(6)):
             return base
     raise RuntimeError("no free block of loopback addresses")
 
 
 def _port_free(host: str) -> bool:
+    """Whether a node could listen on ``host`` now. The TCP probe sets SO_REUSEADDR,
+    as the node's listeners do, so that connections of an earlier cluster still in
+    TIME_WAIT do not count as taking the address."""
     for kind, port in ((socket.SOCK_STREAM, GRPC_PORT), (socket.SOCK_DGRAM, GOSSIP_PORT)):
         with socket.socket(socket.AF_INET, kind) as probe:
+            if kind == socket.SOCK_STREAM:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, port))
             except OSError:
