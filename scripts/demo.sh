@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Laminar demo (`make demo`): a 3-node local cluster, a topic, produce and consume,
-# a node killed while produce and consume go on, then everything stopped.
+# a node killed while produce and consume go on, a Spark read of the topic, then
+# everything stopped.
 #
 # Uses ./.venv (made by `make install`) and ./.cluster/ (see scripts/local_cluster.sh).
 # Refuses to run if a local cluster already runs there.
@@ -51,6 +52,9 @@ step "restart node 0: it rejoins and catches up"
 $CLUSTER restart 0
 "$PY" -m laminar.server.probe 127.0.0.1:7100 --members 3 --timeout 30
 laminar cluster status
+
+step "read the topic with Spark (spark.read.format(\"laminar\"), PySpark's local mode)"
+"$PY" scripts/demo_spark.py
 
 step "stop the cluster"
 $CLUSTER stop

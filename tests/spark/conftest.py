@@ -102,6 +102,7 @@ def spark() -> Iterator[object]:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(CLIENTS), path) if p)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the JVM too stays on loopback
     session = (
         SparkSession.builder.master("local[2]")
         .appName("laminar-spark-tests")
