@@ -39,6 +39,15 @@ Options (names case-insensitive):
   In the JSON forms a partition left out starts at earliest / ends at latest; a
   topic or partition that is not being read is an error, and so is an offset
   beyond the high watermark or a start after the end.
+- ``startingTimestamp`` / ``endingTimestamp`` (ms since the epoch, for every
+  partition) and ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``
+  (JSON ``{"events": {"0": 1700000000000}}``): start or end at the first record
+  whose timestamp is at least the time (``ListOffsets``). Precedence as in Spark's
+  Kafka source: the time for every partition, then the per-partition times, then
+  the offsets options (which still apply to partitions a JSON leaves out). No
+  record at or after a starting time fails planning, or with
+  ``startingOffsetsByTimestampStrategy=latest`` starts at the partition's end; no
+  record at or after an ending time ends at the partition's end.
 - ``minPartitions``: at least this many Spark tasks (when there are that many
   offsets); the largest ranges are split first.
 - ``maxRecordsPerPartition``: no task reads more than this many offsets.
@@ -57,7 +66,7 @@ the option and what is allowed; an unknown topic raises
 :class:`~laminar.errors.UnknownTopicOrPartitionError`. Spark wraps both in its own
 exception, whose message contains the text.
 
-Not yet: timestamp options, filter pushdown, streaming, the writer, the offline
+Not yet: filter pushdown, streaming, the writer, the offline
 (segment file) reader.
 """
 

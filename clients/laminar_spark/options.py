@@ -33,6 +33,11 @@ KNOWN_OPTIONS = (
     "assign",
     "startingOffsets",
     "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "minPartitions",
     "maxRecordsPerPartition",
     "includeHeaders",
@@ -42,6 +47,9 @@ _BY_LOWER = {name.lower(): name for name in KNOWN_OPTIONS}
 
 OffsetSpec = int | dict[str, dict[int, int]]
 """``EARLIEST``/``LATEST``, or ``{topic: {partition: offset}}`` (offset may be -2/-1)."""
+
+TimeSpec = int | dict[str, dict[int, int]]
+"""A time in ms for every partition, or ``{topic: {partition: time_ms}}``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,9 @@ class ReadOptions:
     assign: dict[str, tuple[int, ...]] | None = None
     starting: OffsetSpec = EARLIEST
     ending: OffsetSpec = LATEST
+    starting_time: TimeSpec | None = None  # overrides ``starting`` (resolved at planning)
+    ending_time: TimeSpec | None = None  # overrides ``ending``
+    starting_time_strategy: str = "error"  # no record at or after the time: "error"/"latest"
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     include_headers: bool = False
@@ -91,6 +102,16 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         assign = _assign(named["assign"])
     starting = _offsets("startingOffsets", named.get("startingOffsets", "earliest"))
     ending = _offsets("endingOffsets", named.get("endingOffsets", "latest"))
+    # Spark's Kafka source's precedence: the time for every partition, then the
+    # times per partition, then the offsets.
+    starting_time = _times("startingTimestamp", "startingOffsetsByTimestamp", named)
+    ending_time = _times("endingTimestamp", "endingOffsetsByTimestamp", named)
+    strategy = named.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise InvalidInputError(
+            "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
+            f"got {strategy!r}"
+        )
     return ReadOptions(
         servers=servers,
         subscribe=subscribe,
@@ -98,6 +119,9 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         assign=assign,
         starting=starting,
         ending=ending,
+        starting_time=starting_time,
+        ending_time=ending_time,
+        starting_time_strategy=strategy,
         min_partitions=_positive("minPartitions", named.get("minPartitions")),
         max_records_per_partition=_positive(
             "maxRecordsPerPartition", named.get("maxRecordsPerPartition")
@@ -105,6 +129,43 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         include_headers=_boolean("includeHeaders", named.get("includeHeaders", "false")),
         fail_on_data_loss=_boolean("failOnDataLoss", named.get("failOnDataLoss", "true")),
     )
+
+
+def _times(every: str, per_partition: str, named: Mapping[str, str]) -> TimeSpec | None:
+    """``every`` (ms for every partition) if given, else ``per_partition`` (JSON of
+    topic -> partition -> ms), else None."""
+    if every in named:
+        text = named[every].strip()
+        if not text.lstrip("-").isdigit():
+            raise InvalidInputError(
+                f"option {every!r} must be a time in milliseconds since the epoch, got {text!r}"
+            )
+        return int(text)
+    if per_partition not in named:
+        return None
+    value = named[per_partition]
+    shape = 'JSON {"topic": {"0": time_ms}}'
+    parsed = _json(per_partition, value, shape)
+    if not isinstance(parsed, dict) or not parsed:
+        raise InvalidInputError(f"option {per_partition!r} must be {shape}, got {value!r}")
+    times: dict[str, dict[int, int]] = {}
+    for topic, entries in parsed.items():
+        if not isinstance(entries, dict) or not entries:
+            raise InvalidInputError(
+                f"option {per_partition!r}: topic {topic!r} needs an object of partition -> "
+                f"time ({shape}), got {entries!r}"
+            )
+        per: dict[int, int] = {}
+        for raw_partition, time_ms in entries.items():
+            partition = _partition(per_partition, topic, raw_partition)
+            if isinstance(time_ms, bool) or not isinstance(time_ms, int):
+                raise InvalidInputError(
+                    f"option {per_partition!r}: time of {topic}-{partition} must be an "
+                    f"integer (ms since the epoch), got {time_ms!r}"
+                )
+            per[partition] = time_ms
+        times[topic] = per
+    return times
 
 
 def _subscribe(value: str) -> tuple[str, ...]:

@@ -8,10 +8,11 @@ read past it. The pure steps (:func:`select_partitions`, :func:`resolve_ranges`,
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from laminar_client.client import LIST_OFFSETS_PARTITIONS_MAX, Client, PartitionOffsets
@@ -162,6 +163,111 @@ def resolve_ranges(
     return ranges
 
 
+Lookup = Callable[..., Mapping[int, PartitionOffsets]]
+"""``client.list_offsets(topic, partitions, timestamp_ms=...)``."""
+
+
+def resolve_times(
+    options: ReadOptions,
+    selected: Mapping[str, Sequence[int]],
+    offsets: Mapping[str, Mapping[int, PartitionOffsets]],
+    lookup: Lookup,
+) -> ReadOptions:
+    """``options`` with its starting and ending times turned into offsets.
+
+    A time's offset is the first whose record timestamp is at least the time
+    (``ListOffsets``). A partition with no such record starts at its high watermark
+    with ``startingOffsetsByTimestampStrategy=latest``, else fails (Spark's Kafka
+    source's default); it ends at its high watermark. A partition left out of a
+    per-partition JSON keeps ``startingOffsets`` / ``endingOffsets``.
+    """
+    starting, ending = options.starting, options.ending
+    if options.starting_time is not None:
+        _check_spec("startingOffsetsByTimestamp", options.starting_time, selected)
+        found = _offsets_at(options.starting_time, selected, lookup)
+        starting = _merged(
+            options.starting,
+            found,
+            selected,
+            offsets,
+            start=True,
+            strategy=options.starting_time_strategy,
+        )
+    if options.ending_time is not None:
+        _check_spec("endingOffsetsByTimestamp", options.ending_time, selected)
+        found = _offsets_at(options.ending_time, selected, lookup)
+        ending = _merged(
+            options.ending,
+            found,
+            selected,
+            offsets,
+            start=False,
+            strategy=options.starting_time_strategy,
+        )
+    return dataclasses.replace(
+        options, starting=starting, ending=ending, starting_time=None, ending_time=None
+    )
+
+
+def _offsets_at(
+    times: int | Mapping[str, Mapping[int, int]],
+    selected: Mapping[str, Sequence[int]],
+    lookup: Lookup,
+) -> dict[tuple[str, int], int | None]:
+    """The first offset at or after each partition's time (None: no such record)."""
+    wanted: dict[int, dict[str, list[int]]] = {}  # time -> topic -> partitions
+    for topic, partitions in selected.items():
+        for partition in partitions:
+            if isinstance(times, int):
+                time_ms: int | None = times
+            else:
+                time_ms = times.get(topic, {}).get(partition)
+            if time_ms is not None:
+                wanted.setdefault(time_ms, {}).setdefault(topic, []).append(partition)
+    found: dict[tuple[str, int], int | None] = {}
+    for time_ms, topics in wanted.items():
+        for topic, partitions in topics.items():
+            for i in range(0, len(partitions), LIST_OFFSETS_PARTITIONS_MAX):
+                chunk = partitions[i : i + LIST_OFFSETS_PARTITIONS_MAX]
+                answers = lookup(topic, chunk, timestamp_ms=time_ms)
+                for partition in chunk:
+                    found[(topic, partition)] = answers[partition].offset_for_timestamp
+    return found
+
+
+def _merged(
+    spec: OffsetSpec,
+    found: Mapping[tuple[str, int], int | None],
+    selected: Mapping[str, Sequence[int]],
+    offsets: Mapping[str, Mapping[int, PartitionOffsets]],
+    *,
+    start: bool,
+    strategy: str,
+) -> OffsetSpec:
+    """An explicit spec for every selected partition: the offset found for its
+    time, else what ``spec`` says for it (-2/-1 for the words)."""
+    default = EARLIEST if start else LATEST
+    merged: dict[str, dict[int, int]] = {}
+    for topic, partitions in selected.items():
+        for partition in partitions:
+            if (topic, partition) in found:
+                offset = found[(topic, partition)]
+                if offset is None:
+                    if start and strategy == "error":
+                        raise InvalidInputError(
+                            f"{topic}-{partition}: no record at or after the starting time; "
+                            "set startingOffsetsByTimestampStrategy=latest to start at its "
+                            "end instead"
+                        )
+                    offset = offsets[topic][partition].high_watermark
+            elif isinstance(spec, int):
+                offset = spec
+            else:
+                offset = spec.get(topic, {}).get(partition, default)
+            merged.setdefault(topic, {})[partition] = offset
+    return merged
+
+
 def split_ranges(
     ranges: Sequence[OffsetRange],
     *,
@@ -213,6 +319,7 @@ def plan(options: ReadOptions, client: Client) -> list[OffsetRange]:
                 client.list_offsets(topic, partitions[i : i + LIST_OFFSETS_PARTITIONS_MAX])
             )
         offsets[topic] = answers
+    options = resolve_times(options, selected, offsets, client.list_offsets)
     ranges = resolve_ranges(options, selected, offsets)
     return split_ranges(
         ranges,

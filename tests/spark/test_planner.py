@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from laminar_client import Client
 from laminar_client.client import FetchResult, PartitionOffsets
-from laminar_spark.options import parse_options
+from laminar_spark.options import EARLIEST, parse_options
 from laminar_spark.planner import (
     DataLossError,
     OffsetRange,
     resolve_ranges,
+    resolve_times,
     select_partitions,
     split_ranges,
 )
@@ -222,3 +223,52 @@ def test_read_range_waits_out_a_replica_behind_the_position() -> None:
     task = OffsetRange("t", 0, 5, 10)
     got = values(read_range(client, task, sleep=lambda _: None))  # type: ignore[arg-type]
     assert got == [f"v{i}".encode() for i in range(5, 10)]
+
+
+def test_timestamp_options_parse_and_take_precedence() -> None:
+    parsed = options(subscribe="t", startingTimestamp="1000", startingOffsets="latest")
+    assert parsed.starting_time == 1000 and parsed.ending_time is None
+    parsed = options(subscribe="t", endingOffsetsByTimestamp='{"t": {"0": 5, "1": 7}}')
+    assert parsed.ending_time == {"t": {0: 5, 1: 7}}
+    both = options(
+        subscribe="t", startingTimestamp="9", startingOffsetsByTimestamp='{"t": {"0": 5}}'
+    )
+    assert both.starting_time == 9  # the time for every partition wins, as in Spark
+    for bad in (
+        {"startingTimestamp": "soon"},
+        {"endingOffsetsByTimestamp": '{"t": {"0": "x"}}'},
+        {"startingOffsetsByTimestampStrategy": "earliest"},
+    ):
+        with pytest.raises(InvalidInputError, match="option"):
+            options(subscribe="t", **bad)
+
+
+def test_times_resolve_through_list_offsets() -> None:
+    """The first offset at or after each time; a partition without a time keeps its
+    offsets option; no record after the starting time fails or starts at the end."""
+    selected = {"t": [0, 1]}
+    known = {"t": {0: PartitionOffsets(0, 100, None), 1: PartitionOffsets(0, 50, None)}}
+    asked: list[tuple[str, list[int], int]] = []
+
+    def lookup(topic: str, partitions: list[int], *, timestamp_ms: int) -> Any:
+        asked.append((topic, partitions, timestamp_ms))
+        at = {0: 40 if timestamp_ms <= 400 else None, 1: 20 if timestamp_ms <= 400 else None}
+        return {p: PartitionOffsets(0, 100, at[p]) for p in partitions}
+
+    resolved = resolve_times(
+        options(subscribe="t", startingOffsetsByTimestamp='{"t": {"0": 400}}'),
+        selected,
+        known,
+        lookup,
+    )
+    assert resolved.starting == {"t": {0: 40, 1: EARLIEST}}
+    assert asked == [("t", [0], 400)]
+    late = options(subscribe="t", startingTimestamp="999")
+    with pytest.raises(InvalidInputError, match="no record at or after the starting time"):
+        resolve_times(late, selected, known, lookup)
+    latest = options(
+        subscribe="t", startingTimestamp="999", startingOffsetsByTimestampStrategy="latest"
+    )
+    assert resolve_times(latest, selected, known, lookup).starting == {"t": {0: 100, 1: 50}}
+    ending = resolve_times(options(subscribe="t", endingTimestamp="999"), selected, known, lookup)
+    assert ending.ending == {"t": {0: 100, 1: 50}}  # no record after: the end

@@ -227,3 +227,45 @@ def test_discovery_finds_default_source(monkeypatch: pytest.MonkeyPatch) -> None
             assert issubclass(module.DefaultSource, DataSource)
             found[module.DefaultSource.name()] = module.DefaultSource
     assert found == {"laminar": LaminarDataSource}
+
+
+def test_timestamp_ranges(spark: Any, produced: Produced) -> None:
+    """startingTimestamp / endingTimestamp: the records with BASE_MS + 100 s <= time <
+    BASE_MS + 300 s (timestamps grow with the offsets in every partition here)."""
+    from tests.spark.conftest import BASE_MS
+
+    low, high = BASE_MS + 100_000, BASE_MS + 300_000
+    rows = read(
+        spark,
+        produced.servers,
+        subscribe="events",
+        startingTimestamp=str(low),
+        endingTimestamp=str(high),
+    )
+    expected = [r for r in produced.rows["events"] if low <= r[5] < high]
+    assert without_headers(rows) == without_headers(expected)
+    # Per partition, and taking precedence over startingOffsets.
+    rows = read(
+        spark,
+        produced.servers,
+        subscribe="events",
+        startingOffsets="latest",
+        startingOffsetsByTimestamp=json.dumps({"events": {"1": low}}),
+    )
+    expected = [r for r in produced.rows["events"] if r[3] == 1 and r[5] >= low]
+    assert without_headers(rows) == without_headers(expected)
+
+
+def test_a_starting_time_after_every_record(spark: Any, produced: Produced) -> None:
+    """No record at or after the time: an error by default, the end with 'latest'."""
+    after = str(2**53)
+    with pytest.raises(Exception, match="no record at or after the starting time"):
+        read(spark, produced.servers, subscribe="events", startingTimestamp=after)
+    rows = read(
+        spark,
+        produced.servers,
+        subscribe="events",
+        startingTimestamp=after,
+        startingOffsetsByTimestampStrategy="latest",
+    )
+    assert rows == []
