@@ -22,10 +22,8 @@ import grpc
 from google.protobuf.message import Message
 
 from laminar.errors import RequestTimeoutError
-from laminar.grpc_errors import error_from_rpc
-from laminar_client.transport import DEFAULT_CHANNEL_OPTIONS, no_answer
+from laminar_client.transport import DEFAULT_CHANNEL_OPTIONS, SERVICE_PATH, call_error, serialize
 
-_SERVICE_PATH = "/laminar.v1.Laminar/"
 _R = TypeVar("_R", bound=Message)
 _T = TypeVar("_T")
 
@@ -61,8 +59,8 @@ class AsyncTransport:
                 channel = grpc.aio.insecure_channel(address, options=self._options)
                 self._channels[address] = channel
             callable_ = channel.unary_unary(
-                _SERVICE_PATH + method,
-                request_serializer=_serialize,
+                SERVICE_PATH + method,
+                request_serializer=serialize,
                 response_deserializer=response_type.FromString,
             )
             self._callables[key] = callable_
@@ -86,9 +84,7 @@ class AsyncTransport:
         except grpc.aio.AioRpcError as rpc_error:
             if rpc_error.code() == grpc.StatusCode.UNIMPLEMENTED:
                 raise Unimplemented(f"{address}: no {method}") from None
-            error = no_answer(error_from_rpc(rpc_error), rpc_error)
-            error.args = (f"{address}: {error}",) if error.args else error.args
-            raise error from None
+            raise call_error(address, rpc_error) from None
         return response
 
     async def close(self) -> None:
@@ -154,7 +150,3 @@ class LoopThread:
             self._thread.join(timeout_s)
         if not self._thread.is_alive():
             self.loop.close()
-
-
-def _serialize(message: Message) -> bytes:
-    return message.SerializeToString()

@@ -327,9 +327,6 @@ class _Batch:
                 else:
                     loop.call_soon_threadsafe(_set_waiter, waiter)
 
-    def _is_done(self) -> bool:
-        return self.done
-
     def metadata(self, index: int) -> RecordMetadata:
         offset = self.base_offset + index if self.base_offset >= 0 else -1
         return RecordMetadata(self.topic, self.partition, offset, self.timestamps[index])

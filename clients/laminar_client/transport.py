@@ -30,7 +30,8 @@ from laminar.errors import (
 )
 from laminar.grpc_errors import ERROR_METADATA_KEY, error_from_rpc
 
-_SERVICE_PATH = "/laminar.v1.Laminar/"
+SERVICE_PATH = "/laminar.v1.Laminar/"
+"""The prefix of every method's gRPC path."""
 
 MESSAGE_BYTES_MAX = 64 * 1024 * 1024
 """Largest message the client sends or accepts (a produce request or fetch response)."""
@@ -116,16 +117,14 @@ class Transport:
         if timeout_s <= 0:
             raise RequestTimeoutError(f"deadline passed before calling {method} on {address}")
         callable_ = self.channel(address).unary_unary(
-            _SERVICE_PATH + method,
-            request_serializer=_serialize,
+            SERVICE_PATH + method,
+            request_serializer=serialize,
             response_deserializer=response_type.FromString,
         )
         try:
             response: _R = callable_(request, timeout=timeout_s)
         except grpc.RpcError as rpc_error:
-            error = no_answer(error_from_rpc(rpc_error), rpc_error)
-            error.args = (f"{address}: {error}",) if error.args else error.args
-            raise error from None
+            raise call_error(address, rpc_error) from None
         return response
 
     def close(self) -> None:
@@ -136,6 +135,15 @@ class Transport:
             self._closed = True
         for channel in channels:
             channel.close()
+
+
+def call_error(address: str, rpc_error: grpc.RpcError) -> LaminarError:
+    """The error to raise for a failed call to ``address`` (sync or ``grpc.aio``): the
+    node's typed error, or :class:`NoAnswerError` (see :func:`no_answer`), with the
+    address in front of its message."""
+    error = no_answer(error_from_rpc(rpc_error), rpc_error)
+    error.args = (f"{address}: {error}",) if error.args else error.args
+    return error
 
 
 def no_answer(error: LaminarError, rpc_error: grpc.RpcError) -> LaminarError:
@@ -155,5 +163,6 @@ def no_answer(error: LaminarError, rpc_error: grpc.RpcError) -> LaminarError:
     return error
 
 
-def _serialize(message: Message) -> bytes:
+def serialize(message: Message) -> bytes:
+    """A request's wire bytes (the request serializer of every call)."""
     return message.SerializeToString()
