@@ -611,6 +611,16 @@ class Client:
         self._read_cursor: dict[tuple[str, int], int] = {}
         self._cursor_lock = threading.Lock()
 
+    @classmethod
+    def shared_or_new(
+        cls, bootstrap: str | Sequence[str] | Client, attempt_timeout_s: float
+    ) -> tuple[Client, bool]:
+        """``bootstrap`` itself if it is a client (shared: the caller must not close
+        it), else a new one the caller owns; and whether the caller owns it."""
+        if isinstance(bootstrap, Client):
+            return bootstrap, False
+        return cls(bootstrap, attempt_timeout_s=attempt_timeout_s), True
+
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:

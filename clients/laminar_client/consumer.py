@@ -653,12 +653,7 @@ class _ConsumerBase(Generic[_K, _V]):
             raise InvalidInputError("prefetch_bytes_max must be >= fetch_bytes_max")
         if not 0 <= fetch_wait_s <= 30:
             raise InvalidInputError("fetch_wait_s must be in [0, 30]")
-        self._owns_client = not isinstance(bootstrap, Client)
-        self._client = (
-            bootstrap
-            if isinstance(bootstrap, Client)
-            else Client(bootstrap, attempt_timeout_s=attempt_timeout_s)
-        )
+        self._client, self._owns_client = Client.shared_or_new(bootstrap, attempt_timeout_s)
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self._inbox = _Inbox()

@@ -936,12 +936,7 @@ class _ProducerBase(Generic[_K, _V]):
             attempt_timeout_s=attempt_timeout_s,
         )
         self.config = config
-        self._owns_client = not isinstance(bootstrap, Client)
-        self._client = (
-            bootstrap
-            if isinstance(bootstrap, Client)
-            else Client(bootstrap, attempt_timeout_s=config.attempt_timeout_s)
-        )
+        self._client, self._owns_client = Client.shared_or_new(bootstrap, config.attempt_timeout_s)
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._rng = rng if rng is not None else random.Random()
