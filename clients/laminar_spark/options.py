@@ -16,8 +16,10 @@ from laminar.errors import InvalidInputError
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "MAX_TRIGGER_DELAY_S_MAX",
     "OffsetSpec",
     "ReadOptions",
+    "parse_duration_s",
     "parse_options",
 ]
 
@@ -25,6 +27,23 @@ EARLIEST = -2
 """Kafka's "earliest" in per-partition JSON: the log start offset."""
 LATEST = -1
 """Kafka's "latest" in per-partition JSON: the high watermark at planning."""
+OFFSETS_PER_TRIGGER_MAX = 2**63 - 1
+"""Spark keeps offsets and counts as longs."""
+MAX_TRIGGER_DELAY_S_DEFAULT = 15 * 60.0
+"""Spark's Kafka source's default ``maxTriggerDelay``: ``15m``."""
+MAX_TRIGGER_DELAY_S_MAX = 7 * 24 * 3600.0
+"""Longest ``maxTriggerDelay`` accepted: a week (a longer wait is surely a typo)."""
+_DURATION_UNITS_S = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+"""Spark's time-string suffixes (``JavaUtils.timeStringAs``); no suffix means ms."""
+_ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 
 KNOWN_OPTIONS = (
     "servers",
@@ -42,6 +61,9 @@ KNOWN_OPTIONS = (
     "maxRecordsPerPartition",
     "includeHeaders",
     "failOnDataLoss",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
 )
 _BY_LOWER = {name.lower(): name for name in KNOWN_OPTIONS}
 
@@ -54,7 +76,7 @@ TimeSpec = int | dict[str, dict[int, int]]
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """A batch read's options, checked (see the package docstring)."""
+    """A read's options, checked (see the package docstring)."""
 
     servers: str
     subscribe: tuple[str, ...] | None = None
@@ -69,10 +91,21 @@ class ReadOptions:
     max_records_per_partition: int | None = None
     include_headers: bool = False
     fail_on_data_loss: bool = True
+    # Streaming only (a batch read accepts and ignores them, as Spark's Kafka source):
+    max_offsets_per_trigger: int | None = None  # most offsets one micro-batch reads
+    min_offsets_per_trigger: int | None = None  # fewer new offsets: wait (see max_trigger_delay_s)
+    max_trigger_delay_s: float = MAX_TRIGGER_DELAY_S_DEFAULT  # longest wait for the minimum
 
 
-def parse_options(options: Mapping[str, str]) -> ReadOptions:
-    """Check ``options`` (names case-insensitive, values strings) into :class:`ReadOptions`."""
+def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    """Check ``options`` (names case-insensitive, values strings) into :class:`ReadOptions`.
+
+    ``streaming`` (``readStream``) changes what Spark's Kafka source changes:
+    ``startingOffsets`` defaults to ``latest`` instead of ``earliest``, and the
+    ending options are errors, since a stream has no end. The per-trigger options
+    are checked in both modes; a batch read ignores them (as Kafka's does), which
+    also lets :meth:`LaminarDataSource.schema` parse a stream's options.
+    """
     named: dict[str, str] = {}
     for raw_name, value in options.items():
         name = _BY_LOWER.get(raw_name.lower())
@@ -100,7 +133,15 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         subscribe_pattern = _pattern(named["subscribePattern"])
     else:
         assign = _assign(named["assign"])
-    starting = _offsets("startingOffsets", named.get("startingOffsets", "earliest"))
+    if streaming:
+        ending_given = [name for name in _ENDING_OPTIONS if name in named]
+        if ending_given:
+            raise InvalidInputError(
+                f"option {ending_given[0]!r} is not allowed for a streaming read: a stream has "
+                "no end (use a batch read, spark.read, to read up to an offset or a time)"
+            )
+    default_start = "latest" if streaming else "earliest"
+    starting = _offsets("startingOffsets", named.get("startingOffsets", default_start))
     ending = _offsets("endingOffsets", named.get("endingOffsets", "latest"))
     # Spark's Kafka source's precedence: the time for every partition, then the
     # times per partition, then the offsets.
@@ -112,6 +153,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
             f"got {strategy!r}"
         )
+    most, least, delay_s = _per_trigger(named)
     return ReadOptions(
         servers=servers,
         subscribe=subscribe,
@@ -128,7 +170,51 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         ),
         include_headers=_boolean("includeHeaders", named.get("includeHeaders", "false")),
         fail_on_data_loss=_boolean("failOnDataLoss", named.get("failOnDataLoss", "true")),
+        max_offsets_per_trigger=most,
+        min_offsets_per_trigger=least,
+        max_trigger_delay_s=delay_s,
     )
+
+
+def _per_trigger(named: Mapping[str, str]) -> tuple[int | None, int | None, float]:
+    """The streaming limits: ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and
+    ``maxTriggerDelay`` (Spark's duration form), checked against each other."""
+    most = _positive("maxOffsetsPerTrigger", named.get("maxOffsetsPerTrigger"))
+    least = _positive("minOffsetsPerTrigger", named.get("minOffsetsPerTrigger"))
+    for option, number in (("maxOffsetsPerTrigger", most), ("minOffsetsPerTrigger", least)):
+        if number is not None and number > OFFSETS_PER_TRIGGER_MAX:
+            raise InvalidInputError(
+                f"option {option!r} must be at most {OFFSETS_PER_TRIGGER_MAX}, got {number}"
+            )
+    if most is not None and least is not None and least > most:
+        raise InvalidInputError(
+            f"option 'minOffsetsPerTrigger' ({least}) must not be above "
+            f"'maxOffsetsPerTrigger' ({most})"
+        )
+    delay_s = MAX_TRIGGER_DELAY_S_DEFAULT
+    if "maxTriggerDelay" in named:
+        delay_s = parse_duration_s("maxTriggerDelay", named["maxTriggerDelay"])
+    return most, least, delay_s
+
+
+def parse_duration_s(option: str, value: str) -> float:
+    """Spark's time string (``JavaUtils.timeStringAs``): an integer and a unit among
+    us, ms, s, m, min, h, d (none: ms), e.g. ``15m``, ``30s``; in seconds, from 0 to
+    :data:`MAX_TRIGGER_DELAY_S_MAX`."""
+    text = value.strip().lower()
+    match = re.fullmatch(r"(\d{1,15})\s*([a-z]*)", text)  # 15 digits: > 7 d in us
+    units = ", ".join(_DURATION_UNITS_S)
+    if match is None or match.group(2) not in ("", *_DURATION_UNITS_S):
+        raise InvalidInputError(
+            f"option {option!r} must be a duration: an integer >= 0 and a unit among "
+            f"{units} (none: ms), e.g. '15m' or '30s'; got {value!r}"
+        )
+    seconds = int(match.group(1)) * _DURATION_UNITS_S.get(match.group(2), 1e-3)
+    if seconds > MAX_TRIGGER_DELAY_S_MAX:
+        raise InvalidInputError(
+            f"option {option!r} must be at most {MAX_TRIGGER_DELAY_S_MAX:.0f} s (7d), got {value!r}"
+        )
+    return seconds
 
 
 def _times(every: str, per_partition: str, named: Mapping[str, str]) -> TimeSpec | None:

@@ -2,8 +2,21 @@
 
 Runs on the driver, once: every range is resolved from one ``ListOffsets``
 answer per topic, so ``latest`` is the high watermark seen then and tasks never
-read past it. The pure steps (:func:`select_partitions`, :func:`resolve_ranges`,
-:func:`split_ranges`) take plain data, so they are tested without a cluster.
+read past it. Filters Spark pushed down (:mod:`laminar_spark.pushdown`) then
+narrow the ranges (:func:`narrow_ranges`), and :func:`split_ranges` cuts them
+into tasks. The pure steps take plain data, so they are tested without a cluster.
+
+Splitting without knowing where batches start
+---------------------------------------------
+The planner cannot see batch boundaries (asking for them would cost an index RPC
+per split point), yet a batch that straddles a split point should be fetched,
+verified and decoded by one task, not two. So a split point inside a range is
+*soft*: the :class:`ReadTask` that owns ``[start, end)`` reads every batch whose
+base offset falls in it *whole*, even past ``end``, and skips a batch that begins
+below ``start`` (the previous task owns it). Only the range's own bounds,
+``range_start`` and ``range_end``, cut records. Every batch of the range then has
+exactly one owner: the first task owns the batch holding ``range_start``, and any
+other batch is owned by the task whose ``[start, end)`` holds its base offset.
 """
 
 from __future__ import annotations
@@ -19,10 +32,13 @@ from laminar_client.client import LIST_OFFSETS_PARTITIONS_MAX, Client, Partition
 
 from laminar.errors import InvalidInputError, UnknownTopicOrPartitionError
 from laminar_spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
+from laminar_spark.pushdown import Pushed
 
 __all__ = [
     "DataLossError",
     "OffsetRange",
+    "ReadTask",
+    "narrow_ranges",
     "plan",
     "resolve_ranges",
     "select_partitions",
@@ -47,6 +63,42 @@ class OffsetRange:
 
     @property
     def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    """One Spark task's share of a range ``[range_start, range_end)`` of a partition.
+
+    The task owns the batches whose base offset is in ``[start, end)`` and, when
+    ``start == range_start``, the batch holding ``start`` too; it yields their
+    records that lie in ``[range_start, range_end)`` (see the module docstring).
+    A task with ``(start, end) == (range_start, range_end)`` reads exactly its range.
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    range_start: int
+    range_end: int
+
+    def __post_init__(self) -> None:
+        if not self.range_start <= self.start <= self.end <= self.range_end:
+            raise InvalidInputError(
+                f"{self.topic}-{self.partition}: a task's [{self.start}, {self.end}) must lie "
+                f"in its range [{self.range_start}, {self.range_end})"
+            )
+
+    @classmethod
+    def whole(cls, offsets: OffsetRange) -> ReadTask:
+        """The task that reads all of ``offsets``, cut at both of its ends."""
+        topic, partition, start, end = offsets.topic, offsets.partition, offsets.start, offsets.end
+        return cls(topic, partition, start, end, start, end)
+
+    @property
+    def size(self) -> int:
+        """Offsets owned (the records read differ by at most a batch at each end)."""
         return self.end - self.start
 
 
@@ -273,13 +325,15 @@ def split_ranges(
     *,
     min_partitions: int | None = None,
     max_records: int | None = None,
-) -> list[OffsetRange]:
-    """Non-empty ranges cut into Spark tasks.
+) -> list[ReadTask]:
+    """Non-empty ranges cut into Spark tasks at soft split points (module docstring).
 
     Each range gets ``ceil(size / max_records)`` parts (one without ``max_records``);
     while there are fewer than ``min_partitions`` parts in all, the range with the
     most offsets per part gets one more (never more parts than offsets). A range's
-    parts are near-equal, the larger ones first.
+    parts are near-equal, the larger ones first. A task may read up to one batch
+    more than its share (the batch straddling its end) and a task inside one large
+    batch reads nothing, so ``max_records`` bounds offsets owned, not rows read.
     """
     live = [r for r in ranges if r.size > 0]
     parts = [1 if max_records is None else -(-r.size // max_records) for r in live]
@@ -294,20 +348,65 @@ def split_ranges(
             parts[i] += 1
             total += 1
             heapq.heappush(heap, (-live[i].size / parts[i], i))
-    tasks: list[OffsetRange] = []
+    tasks: list[ReadTask] = []
     for r, n in zip(live, parts, strict=True):
         base, extra = divmod(r.size, n)
         start = r.start
         for k in range(n):
             end = start + base + (1 if k < extra else 0)
-            tasks.append(OffsetRange(r.topic, r.partition, start, end))
+            tasks.append(ReadTask(r.topic, r.partition, start, end, r.start, r.end))
             start = end
     return tasks
 
 
-def plan(options: ReadOptions, client: Client) -> list[OffsetRange]:
+def narrow_ranges(
+    ranges: Sequence[OffsetRange], pushed: Pushed, lookup: Lookup
+) -> list[OffsetRange]:
+    """The non-empty parts of ``ranges`` that pushed filters allow.
+
+    Partitions and offsets are cut as :class:`~laminar_spark.pushdown.Pushed` says.
+    A lowest time moves each range's start to the first record at or after it
+    (one ``ListOffsets`` per topic); with no such record on the replica that
+    answered, to that replica's high watermark: every record below is older, so
+    none that passes is skipped. A range whose start is already below the
+    replica's log start is not moved, so that the read still reports the loss
+    (``failOnDataLoss``) instead of the time hiding it.
+    """
+    kept: list[OffsetRange] = []
+    for r in ranges:
+        if pushed.allows(r.topic, r.partition):
+            start, end = pushed.offsets(r.start, r.end)
+            if start < end:
+                kept.append(OffsetRange(r.topic, r.partition, start, end))
+    time_ms = pushed.timestamp_min_ms
+    if time_ms is None or not kept:
+        return kept
+    wanted: dict[str, list[int]] = {}
+    for r in kept:
+        wanted.setdefault(r.topic, []).append(r.partition)
+    answers: dict[tuple[str, int], PartitionOffsets] = {}
+    for topic, partitions in wanted.items():
+        for i in range(0, len(partitions), LIST_OFFSETS_PARTITIONS_MAX):
+            chunk = partitions[i : i + LIST_OFFSETS_PARTITIONS_MAX]
+            for partition, answer in lookup(topic, chunk, timestamp_ms=time_ms).items():
+                answers[(topic, partition)] = answer
+    narrowed = []
+    for r in kept:
+        answer = answers[(r.topic, r.partition)]
+        start = r.start
+        if answer.log_start_offset <= r.start:
+            found = answer.offset_for_timestamp
+            older_below = answer.high_watermark if found is None else found
+            start = min(max(start, older_below), r.end)
+        if start < r.end:
+            narrowed.append(OffsetRange(r.topic, r.partition, start, r.end))
+    return narrowed
+
+
+def plan(options: ReadOptions, client: Client, pushed: Pushed | None = None) -> list[ReadTask]:
     """Resolve ``options`` against the cluster (one metadata and one ``ListOffsets``
-    per topic) and split the ranges into tasks."""
+    per topic), narrow the ranges by the ``pushed`` filters and split them into
+    tasks."""
     metadata = client.metadata(refresh=True)
     counts = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
     selected = select_partitions(options, counts)
@@ -321,6 +420,15 @@ def plan(options: ReadOptions, client: Client) -> list[OffsetRange]:
         offsets[topic] = answers
     options = resolve_times(options, selected, offsets, client.list_offsets)
     ranges = resolve_ranges(options, selected, offsets)
+    if pushed is not None and pushed != Pushed():
+        before = sum(r.size for r in ranges)
+        ranges = narrow_ranges(ranges, pushed, client.list_offsets)
+        log.info(
+            "pushed filters narrow the read from %d to %d offsets: %s",
+            before,
+            sum(r.size for r in ranges),
+            pushed,
+        )
     return split_ranges(
         ranges,
         min_partitions=options.min_partitions,

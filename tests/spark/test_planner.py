@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +15,7 @@ from laminar_spark.options import EARLIEST, parse_options
 from laminar_spark.planner import (
     DataLossError,
     OffsetRange,
+    ReadTask,
     resolve_ranges,
     resolve_times,
     select_partitions,
@@ -26,7 +29,7 @@ from laminar.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from laminar.records import encode_batch, encode_control_batch, with_leader_fields
+from laminar.records import encode_batch, encode_control_batch, parse_header, with_leader_fields
 from tests.spark.conftest import Produced
 
 SERVERS = "127.0.0.1:1"
@@ -272,3 +275,142 @@ def test_times_resolve_through_list_offsets() -> None:
     assert resolve_times(latest, selected, known, lookup).starting == {"t": {0: 100, 1: 50}}
     ending = resolve_times(options(subscribe="t", endingTimestamp="999"), selected, known, lookup)
     assert ending.ending == {"t": {0: 100, 1: 50}}  # no record after: the end
+
+
+# ----------------------------------------------------------------- soft split points
+
+
+class LogClient:
+    """A fetch as a node answers it: whole batches from the one holding the offset,
+    up to ``max_bytes`` (at least one); past the end, an empty answer."""
+
+    def __init__(self, batches: list[bytes]) -> None:
+        self.batches = batches
+        self.bases = [parse_header(b).base_offset for b in batches]
+        self.end = parse_header(batches[-1]).next_offset
+        self.fetched_bytes = 0
+
+    def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int) -> FetchResult:
+        if offset >= self.end:
+            return FetchResult(b"", self.end, 0, "fake")
+        index = bisect.bisect_right(self.bases, offset) - 1
+        taken = [self.batches[index]]
+        size = len(taken[0])
+        for batch in self.batches[index + 1 :]:
+            if size + len(batch) > max_bytes:
+                break
+            taken.append(batch)
+            size += len(batch)
+        self.fetched_bytes += size
+        return FetchResult(b"".join(taken), self.end, 0, "fake")
+
+
+def crafted_log(rng: random.Random, batches_max: int = 30) -> list[bytes]:
+    """Batches of 1 to 60 records (some of one, some large), control batches among them."""
+    log, base = [], 0
+    for _ in range(rng.randint(1, batches_max)):
+        if rng.random() < 0.1:
+            log.append(with_leader_fields(encode_control_batch(b"x", b"", 5), base, 1))
+            base += 1
+            continue
+        count = rng.choice([1, 1, 2, 5, 17, 60])
+        log.append(batch(base, count))
+        base += count
+    return log
+
+
+def data_offsets(log: list[bytes]) -> list[int]:
+    offsets = []
+    for encoded in log:
+        header = parse_header(encoded)
+        if not header.is_control:
+            offsets += range(header.base_offset, header.next_offset)
+    return offsets
+
+
+def read_tasks(client: Any, tasks: list[ReadTask], **kwargs: Any) -> list[bytes]:
+    return [v for task in tasks for v in values(read_range(client, task, **kwargs))]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_splitting_reads_each_record_once(seed: int) -> None:
+    """Any range of a crafted log, split in any number of tasks at soft points, reads
+    exactly the records in the range, each once, in order."""
+    rng = random.Random(seed)
+    log = crafted_log(rng)
+    client = LogClient(log)
+    offsets = data_offsets(log)
+    for _ in range(10):
+        start = rng.randrange(client.end)
+        end = rng.randint(start, client.end)
+        whole = OffsetRange("t", 0, start, end)
+        expected = [f"v{o}".encode() for o in offsets if start <= o < end]
+        for parts in (1, 2, 3, 7, end - start):
+            tasks = split_ranges([whole], min_partitions=parts)
+            assert read_tasks(client, tasks) == expected, (seed, start, end, parts)
+        tasks = split_ranges([whole], max_records=rng.randint(1, 40))
+        assert read_tasks(client, tasks, fetch_bytes=300) == expected
+
+
+def test_a_batch_straddling_split_points_is_decoded_by_one_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Split points inside one 60-record batch: the task owning its base offset
+    yields it whole, the others yield nothing, and it is decoded once."""
+    import laminar_spark.reader as reader_module
+
+    decoded: list[int] = []
+    column_view = reader_module.column_view
+
+    def counting(buffer: Any, position: int, **kwargs: Any) -> Any:
+        view = column_view(buffer, position, **kwargs)
+        decoded.append(view.header.base_offset)
+        return view
+
+    monkeypatch.setattr(reader_module, "column_view", counting)
+    client = LogClient([batch(0, 10), batch(10, 60), batch(70, 10)])
+    tasks = split_ranges([OffsetRange("t", 0, 5, 75)], max_records=7)  # 10 tasks
+    per_task = [values(read_range(client, task)) for task in tasks]  # type: ignore[arg-type]
+    assert [v for vs in per_task for v in vs] == [f"v{i}".encode() for i in range(5, 75)]
+    assert sorted(decoded) == [0, 10, 70]
+    # [5, 12) owns the batch at 0 (holding the range's start) and the one at 10 whole.
+    assert (tasks[0].start, tasks[0].end) == (5, 12)
+    assert len(per_task[0]) == 5 + 60
+    assert all(not vs for vs in per_task[1:9])  # their starts fall inside the batch at 10
+    assert per_task[9] == [f"v{i}".encode() for i in range(70, 75)]  # cut at the range end
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        # a soft start inside a batch: skip it; a soft end inside one: read it whole
+        (ReadTask("t", 0, 15, 25, 0, 40), range(20, 30)),
+        # a hard start inside a batch: cut it there
+        (ReadTask("t", 0, 15, 25, 15, 40), range(15, 30)),
+        # a soft start at a batch boundary, a hard end inside a batch
+        (ReadTask("t", 0, 20, 25, 0, 25), range(20, 25)),
+        # a soft start and a soft end inside the same batch: nothing
+        (ReadTask("t", 0, 22, 27, 0, 40), range(0)),
+        # the task that owns that batch, cut at the range's end
+        (ReadTask("t", 0, 20, 22, 0, 27), range(20, 27)),
+    ],
+)
+def test_task_boundaries(task: ReadTask, expected: range) -> None:
+    client = LogClient([batch(0, 10), batch(10, 10), batch(20, 10), batch(30, 10)])
+    assert values(read_range(client, task)) == [f"v{i}".encode() for i in expected]  # type: ignore[arg-type]
+
+
+def test_read_task_checks_its_bounds() -> None:
+    with pytest.raises(InvalidInputError, match=r"must lie in its range"):
+        ReadTask("t", 0, 5, 50, 10, 40)
+
+
+def test_fetches_ask_for_about_what_is_left() -> None:
+    """A task's first fetch asks for at most 64 KiB, later ones for its remaining
+    offsets at the size seen: a small task does not pull its neighbours' data."""
+    log = [batch(i * 100, 100) for i in range(1000)]  # ~1.8 KB per batch
+    client = LogClient(log)
+    tasks = split_ranges([OffsetRange("t", 0, 0, 100_000)], min_partitions=20)
+    assert len(read_tasks(client, tasks)) == 100_000
+    total = sum(len(b) for b in log)
+    assert client.fetched_bytes < 2 * total  # not 20 first fetches of the rest of the log

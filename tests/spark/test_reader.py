@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from laminar_client import Client
 from laminar_spark import LaminarDataSource
 
-from tests.spark.conftest import Produced
+from tests.spark.conftest import BASE_MS, Produced
 
 COLUMNS = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts"]
 
@@ -269,3 +271,116 @@ def test_a_starting_time_after_every_record(spark: Any, produced: Produced) -> N
         startingOffsetsByTimestampStrategy="latest",
     )
     assert rows == []
+
+
+# ----------------------------------------------------------------- filter pushdown
+
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+
+
+@pytest.fixture
+def pushdown(spark: Any) -> Iterator[None]:
+    """Filter pushdown on for one test (off is PySpark's default)."""
+    spark.conf.set(PUSHDOWN, "true")
+    try:
+        yield
+    finally:
+        spark.conf.unset(PUSHDOWN)
+
+
+def filtered(spark: Any, servers: str, where: str) -> tuple[list[tuple[Any, ...]], int]:
+    """The rows of ``events`` passing ``where``, and how many tasks read them (10
+    offsets per task at most, so tasks count the offsets planned)."""
+    df = (
+        spark.read.format("laminar")
+        .option("servers", servers)
+        .option("subscribe", "events")
+        .option("maxRecordsPerPartition", "10")
+        .load()
+        .where(where)
+    )
+    rows = sorted(
+        (r.partition, r.offset, None if r.value is None else bytes(r.value))
+        for r in df.select("value", "partition", "offset").collect()
+    )
+    return rows, df.rdd.getNumPartitions()
+
+
+def expected_rows(produced: Produced, keep: Any) -> list[tuple[Any, ...]]:
+    return sorted((r[3], r[4], r[1]) for r in produced.rows["events"] if keep(r))
+
+
+def first_at(produced: Produced, partition: int, keep: Any) -> int:
+    """The first offset of ``partition`` whose row passes ``keep``."""
+    return min(r[4] for r in produced.rows["events"] if r[3] == partition and keep(r))
+
+
+LATE_MS = BASE_MS + 450_000
+WHERES: list[tuple[str, Any, Any]] = [
+    # (where, keep(row), planned ranges {partition: (start, end)} from the ends
+    # {partition: high watermark} and the rows produced)
+    (
+        "partition = 1 AND offset >= 50 AND offset < 120",
+        lambda r: r[3] == 1 and 50 <= r[4] < 120,
+        lambda ends, p: {1: (50, 120)},
+    ),
+    (
+        "partition IN (0, 2) AND offset > 189",
+        lambda r: r[3] in (0, 2) and r[4] > 189,
+        lambda ends, p: {0: (190, ends[0]), 2: (190, ends[2])},
+    ),
+    (
+        "offset IN (5, 33) AND partition <= 0",
+        lambda r: r[3] == 0 and r[4] in (5, 33),
+        lambda ends, p: {0: (5, 34)},
+    ),
+    (
+        f"timestamp >= timestamp_millis({LATE_MS})",
+        lambda r: r[5] >= LATE_MS,
+        lambda ends, p: {q: (first_at(p, q, lambda r: r[5] >= LATE_MS), ends[q]) for q in ends},
+    ),
+    (
+        f"timestamp > timestamp_millis({LATE_MS}) AND topic = 'events'",
+        lambda r: r[5] > LATE_MS,
+        lambda ends, p: {q: (first_at(p, q, lambda r: r[5] > LATE_MS), ends[q]) for q in ends},
+    ),
+    # an upper time bound narrows nothing; Spark filters
+    (
+        f"timestamp < timestamp_millis({BASE_MS + 30_000})",
+        lambda r: r[5] < BASE_MS + 30_000,
+        lambda ends, p: {q: (0, ends[q]) for q in ends},
+    ),
+    ("topic = 'other'", lambda r: False, lambda ends, p: {}),
+]
+
+
+def tasks_for(ranges: dict[int, tuple[int, int]]) -> int:
+    """Tasks of at most 10 offsets; none planned still runs PySpark's one empty task."""
+    return sum(-(-(end - start) // 10) for start, end in ranges.values()) or 1
+
+
+@pytest.mark.parametrize(("where", "keep", "planned"), WHERES, ids=[w[0] for w in WHERES])
+def test_pushed_filters_read_less_and_the_same_rows(
+    spark: Any, produced: Produced, pushdown: None, where: str, keep: Any, planned: Any
+) -> None:
+    """With pushdown on, the plan covers only the offsets the filters allow (the
+    task count shows it), and the rows are those produced that pass the filter."""
+    rows, tasks = filtered(spark, produced.servers, where)
+    assert rows == expected_rows(produced, keep)
+    with Client(produced.servers) as client:
+        ends = {q: o.high_watermark for q, o in client.list_offsets("events", [0, 1, 2]).items()}
+    assert tasks == tasks_for(planned(ends, produced))
+
+
+def test_without_pushdown_every_offset_is_read_and_filtered_by_spark(
+    spark: Any, produced: Produced
+) -> None:
+    """PySpark's default (pushdown off): the reader still works, plans all 600
+    offsets (60 tasks), and Spark's filter gives the same rows."""
+    assert spark.conf.get(PUSHDOWN) == "false"
+    where, keep, _ = WHERES[0]
+    rows, planned = filtered(spark, produced.servers, where)
+    assert rows == expected_rows(produced, keep)
+    with Client(produced.servers) as client:
+        ends = client.list_offsets("events", [0, 1, 2])
+    assert planned == tasks_for({q: (0, o.high_watermark) for q, o in ends.items()})
