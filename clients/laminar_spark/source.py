@@ -6,7 +6,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -19,7 +26,8 @@ from pyspark.sql.types import (
 )
 
 from laminar_spark.options import ReadOptions, parse_options
-from laminar_spark.planner import OffsetRange
+from laminar_spark.planner import ReadTask
+from laminar_spark.pushdown import Pushed, push_all
 
 __all__ = ["LaminarBatchReader", "LaminarDataSource", "LaminarInputPartition", "spark_schema"]
 
@@ -45,37 +53,143 @@ def spark_schema(*, headers: bool = False) -> StructType:
 
 @dataclass(frozen=True)
 class LaminarInputPartition(InputPartition):
-    """One Spark task: offsets ``[start, end)`` of ``topic``-``partition``."""
+    """One Spark task: a :class:`~laminar_spark.planner.ReadTask` (the batches of
+    ``topic``-``partition`` whose base offset is in ``[start, end)``, their records
+    cut to ``[range_start, range_end)``; a bound left None is the task's own, so
+    ``LaminarInputPartition(topic, partition, start, end)`` reads exactly
+    ``[start, end)``)."""
 
     topic: str
     partition: int
     start: int
     end: int
+    range_start: int | None = None
+    range_end: int | None = None
+
+    def task(self) -> ReadTask:
+        start, end = self.start, self.end
+        range_start = start if self.range_start is None else self.range_start
+        range_end = end if self.range_end is None else self.range_end
+        return ReadTask(self.topic, self.partition, start, end, range_start, range_end)
 
 
 class LaminarDataSource(DataSource):
-    """``spark.read.format("laminar")``: a batch read of a live cluster."""
+    """``format("laminar")``: batch and streaming reads of a live cluster, offline
+    reads of segment files (the ``path`` option), batch and streaming writes.
+
+    Each mode's options are parsed by its own module; this class only dispatches.
+    """
 
     @classmethod
     def name(cls) -> str:
         return "laminar"
 
+    def _offline(self) -> bool:
+        return any(name.lower() == "path" for name in self.options)
+
     def _options(self) -> ReadOptions:
         return parse_options(dict(self.options))
 
     def schema(self) -> StructType:
+        if self._offline():
+            from laminar_spark.offline import offline_schema
+
+            return offline_schema(dict(self.options))
         return spark_schema(headers=self._options().include_headers)
 
-    def reader(self, schema: StructType) -> LaminarBatchReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if self._offline():
+            from laminar_spark.offline import OfflineBatchReader
+
+            return OfflineBatchReader(dict(self.options), schema)
         return LaminarBatchReader(self._options())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        from laminar_spark.stream import LaminarStreamReader
+
+        return LaminarStreamReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from laminar_spark.writer import LaminarBatchWriter
+
+        return LaminarBatchWriter(dict(self.options), schema, overwrite)
+
+    def streamWriter(  # noqa: N802
+        self, schema: StructType, overwrite: bool
+    ) -> DataSourceStreamWriter:
+        from laminar_spark.writer import LaminarStreamWriter
+
+        return LaminarStreamWriter(dict(self.options), schema, overwrite)
+
+
+class _BoundPushFilters:
+    """``reader.pushFilters``: calls :meth:`LaminarBatchReader._push_filters`, yet
+    its ``__func__`` is ``DataSourceReader.pushFilters``, the base's.
+
+    Why: PySpark (4.1 to 4.3 at least) refuses every read of a reader that
+    overrides ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is
+    false, its default (``DATA_SOURCE_PUSHDOWN_DISABLED``); it tells an override
+    by ``reader.pushFilters.__func__``. The reader cannot see Spark's conf, so it
+    looks unchanged to that check and does the work when called, which PySpark
+    does only with pushdown enabled. Were a later PySpark to skip calling it, the
+    read would still be right: every filter would be Spark's to evaluate.
+    """
+
+    __slots__ = ("__self__",)
+
+    def __init__(self, reader: LaminarBatchReader) -> None:
+        self.__self__ = reader
+
+    @property
+    def __func__(self) -> Any:
+        return _base_push_filters()
+
+    def __call__(self, filters: list[Any]) -> list[Any]:
+        return self.__self__._push_filters(filters)
+
+
+class _PushFilters:
+    """The descriptor behind ``LaminarBatchReader.pushFilters`` (see
+    :class:`_BoundPushFilters`); on the class it is the base's function."""
+
+    def __get__(self, reader: LaminarBatchReader | None, owner: type | None = None) -> Any:
+        if reader is None:
+            return _base_push_filters()
+        return _BoundPushFilters(reader)
+
+
+def _base_push_filters() -> Any:
+    """``DataSourceReader.pushFilters``, or None before PySpark 4.1 (which has none)."""
+    return getattr(DataSourceReader, "pushFilters", None)
 
 
 class LaminarBatchReader(DataSourceReader):
     """Plans the ranges on the driver (:meth:`partitions`), reads one on an executor
-    (:meth:`read`). Holds only the checked options, so it pickles small."""
+    (:meth:`read`). Holds only the checked options and the pushed-down bounds, so
+    it pickles small.
 
-    def __init__(self, options: ReadOptions) -> None:
+    With PySpark >= 4.1 and ``spark.sql.python.filterPushdown.enabled``, Spark calls
+    ``pushFilters`` with a ``where``'s simple conjuncts before :meth:`partitions`
+    (in the same Python process); those on ``topic``, ``partition``, ``offset`` and
+    ``timestamp`` narrow the plan (:mod:`laminar_spark.pushdown`). Otherwise it is
+    never called, and Spark evaluates every filter on the rows read.
+    """
+
+    pushFilters = _PushFilters()  # noqa: N815 - PySpark's name
+
+    def __init__(self, options: ReadOptions, pushed: Pushed | None = None) -> None:
         self.options = options
+        self.pushed = Pushed() if pushed is None else pushed
+
+    def _push_filters(self, filters: list[Any]) -> list[Any]:
+        """Narrow :attr:`pushed` by ``filters``; return those Spark must still
+        evaluate (the very objects given, as PySpark requires)."""
+        described = [
+            (type(f).__name__, tuple(getattr(f, "attribute", ())), getattr(f, "value", None))
+            for f in filters
+        ]
+        self.pushed, remaining = push_all(self.pushed, described)
+        return [filters[index] for index in remaining]
 
     def partitions(self) -> Sequence[InputPartition]:
         from laminar_client.client import Client
@@ -83,8 +197,11 @@ class LaminarBatchReader(DataSourceReader):
         from laminar_spark.planner import plan
 
         with Client(self.options.servers) as client:
-            tasks = plan(self.options, client)
-        return [LaminarInputPartition(t.topic, t.partition, t.start, t.end) for t in tasks]
+            tasks = plan(self.options, client, self.pushed)
+        return [
+            LaminarInputPartition(t.topic, t.partition, t.start, t.end, t.range_start, t.range_end)
+            for t in tasks
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from laminar_client.client import Client
@@ -93,7 +210,7 @@ class LaminarBatchReader(DataSourceReader):
 
         if not isinstance(partition, LaminarInputPartition):
             return  # PySpark runs one task with ``None`` when partitions() returns []
-        task = OffsetRange(partition.topic, partition.partition, partition.start, partition.end)
+        task = partition.task()
         with Client(self.options.servers) as client:
             yield from read_range(
                 client,

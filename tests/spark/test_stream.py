@@ -1,0 +1,189 @@
+"""spark.readStream.format("laminar") against the live 3-node cluster.
+
+Each test has topics of its own (``stream-*``). Queries run with
+``Trigger.AvailableNow`` where they can (they end by themselves), and every wait
+has a deadline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from laminar_client import Client, Producer
+
+from laminar.testing.processes import ProcessCluster, wait_for
+from tests.spark.conftest import create_topic, produce
+
+COLUMNS = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts"]
+QUERY_TIMEOUT_S = 120
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def servers(cluster: ProcessCluster) -> str:
+    return ",".join(node.grpc for node in cluster.nodes)
+
+
+def new_topic(servers: str, prefix: str, partitions: int, count: int) -> tuple[str, list[Any]]:
+    """A fresh topic with ``count`` records; returns its name and rows as read."""
+    name = f"stream-{prefix}-{next(_names)}"
+    with Client(servers) as client:
+        create_topic(client, name, partitions)
+    return name, add(servers, name, partitions, count)
+
+
+def add(servers: str, topic: str, partitions: int, count: int) -> list[Any]:
+    with Producer(servers, linger_s=0.02) as producer:
+        return [r[:6] for r in produce(producer, topic, partitions, count)]
+
+
+def stream(spark: Any, servers: str, **options: str) -> Any:
+    reader = spark.readStream.format("laminar").option("servers", servers)
+    return reader.options(**options).load().selectExpr(*COLUMNS)
+
+
+def rows_of(df: Any) -> list[tuple[Any, ...]]:
+    out = [
+        (
+            None if r.key is None else bytes(r.key),
+            None if r.value is None else bytes(r.value),
+            r.topic,
+            r.partition,
+            r.offset,
+            r.ts,
+        )
+        for r in df.collect()
+    ]
+    return sorted(out, key=lambda r: (r[2], r[3], r[4]))
+
+
+def run_available_now(df: Any, checkpoint: Path, output: Path) -> Any:
+    """One ``Trigger.AvailableNow`` run into parquet (an exactly-once sink)."""
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "the AvailableNow query did not end"
+    assert query.exception() is None
+    return query
+
+
+def batch_sizes(query: Any) -> list[tuple[int, int]]:
+    """``(offsets, rows)`` of each micro-batch that read anything, in batch order.
+    Offsets count control batches too (a partition's first offsets may be one), so
+    ``maxOffsetsPerTrigger`` bounds offsets, as in Spark's Kafka source."""
+    sizes = {}
+    for progress in query.recentProgress:
+        source = progress.sources[0]
+        start = json.loads(source.startOffset or "null") or {}
+        end = json.loads(source.endOffset or "null") or {}
+        offsets = sum(
+            offset - start.get(topic, {}).get(partition, 0)
+            for topic, partitions in end.items()
+            for partition, offset in partitions.items()
+        )
+        sizes[progress.batchId] = (offsets, progress.numInputRows)
+    return [sizes[b] for b in sorted(sizes) if sizes[b] != (0, 0)]
+
+
+def test_available_now_reads_exactly_the_produced_rows(
+    spark: Any, servers: str, tmp_path: Path
+) -> None:
+    topic, produced = new_topic(servers, "all", 3, 90)
+    df = stream(spark, servers, subscribe=topic, startingOffsets="earliest")
+    query = run_available_now(df, tmp_path / "checkpoint", tmp_path / "out")
+    assert rows_of(spark.read.parquet(str(tmp_path / "out"))) == produced
+    # The end is past every record (a control batch, e.g. a new leader's, may follow
+    # them) and is what reportLatestOffset showed: the high watermarks at the start.
+    source = query.recentProgress[-1].sources[0]
+    end = json.loads(source.endOffset)[topic]
+    assert all(end[str(p)] > max(r[4] for r in produced if r[3] == p) for p in range(3))
+    assert json.loads(source.latestOffset) == {topic: end}
+
+
+def test_max_offsets_per_trigger_batches(spark: Any, servers: str, tmp_path: Path) -> None:
+    topic, produced = new_topic(servers, "limited", 3, 90)
+    df = stream(
+        spark, servers, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="20"
+    )
+    query = run_available_now(df, tmp_path / "checkpoint", tmp_path / "out")
+    sizes = batch_sizes(query)
+    offsets = [size for size, _ in sizes]
+    assert sum(offsets) >= 90
+    assert offsets == [20] * (len(offsets) - 1) + [sum(offsets) - 20 * (len(offsets) - 1)]
+    assert 0 < offsets[-1] <= 20
+    assert sum(rows for _, rows in sizes) == 90
+    assert rows_of(spark.read.parquet(str(tmp_path / "out"))) == produced
+
+
+def test_restart_from_checkpoint_reads_every_record_once(
+    spark: Any, servers: str, tmp_path: Path
+) -> None:
+    """A continuous query stopped after some batches, more records (and a new topic
+    matching the pattern, read from its earliest offset), then a restart from the
+    same checkpoint: the output holds every record exactly once."""
+    first, rows = new_topic(servers, "restart", 2, 60)
+    pattern = f"{first}(-added)?"  # matches no other test's topic
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
+    options = {"subscribePattern": pattern, "startingOffsets": "earliest"}
+    query = (
+        stream(spark, servers, maxOffsetsPerTrigger="15", **options)
+        .writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        wait_for(lambda: len(batch_sizes(query)) >= 2, QUERY_TIMEOUT_S, "two micro-batches")
+    finally:
+        query.stop()
+    assert query.exception() is None
+    sizes = batch_sizes(query)
+    assert len(sizes) >= 2
+    assert all(offsets <= 15 and rows <= offsets for offsets, rows in sizes)
+    rows += add(servers, first, 2, 20)
+    added = f"{first}-added"
+    with Client(servers) as client:
+        create_topic(client, added, 1)
+    rows += add(servers, added, 1, 10)
+    run_available_now(stream(spark, servers, **options), checkpoint, output)
+    expected = sorted(rows, key=lambda r: (r[2], r[3], r[4]))
+    assert rows_of(spark.read.parquet(str(output))) == expected
+
+
+def test_starting_offsets_default_to_latest(spark: Any, servers: str, tmp_path: Path) -> None:
+    topic, _ = new_topic(servers, "latest", 1, 10)
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
+    run_available_now(stream(spark, servers, subscribe=topic), checkpoint, output)
+    later = add(servers, topic, 1, 5)
+    run_available_now(stream(spark, servers, subscribe=topic), checkpoint, output)
+    assert rows_of(spark.read.parquet(str(output))) == later
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"bogus": "1"}, "unknown option 'bogus'"),
+        ({"endingOffsets": "latest"}, "option 'endingOffsets' is not allowed for a streaming"),
+        ({"maxTriggerDelay": "soon"}, "option 'maxTriggerDelay' must be a duration"),
+        ({"maxOffsetsPerTrigger": "-5"}, "option 'maxOffsetsPerTrigger' must be an integer >= 1"),
+    ],
+)
+def test_bad_options_name_the_option(
+    spark: Any, servers: str, tmp_path: Path, options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(Exception, match=message):
+        df = stream(spark, servers, subscribe="stream-none", **options)
+        query = df.writeStream.format("memory").queryName(f"bad{next(_names)}").start()
+        try:
+            query.awaitTermination(QUERY_TIMEOUT_S)
+        finally:
+            query.stop()
