@@ -6,21 +6,48 @@ partition int32, offset int64, timestamp timestamp[us, UTC]`` and, when asked,
 copied record by record: the length column becomes Arrow's offsets (a -1 length
 becomes a null), and the concatenated bytes become the data buffer. Needs
 ``pyarrow`` (``pip install 'laminar[arrow]'``).
+
+The other way, :func:`arrow_to_batch` encodes Arrow columns into a record batch
+(the Spark writer's path): Arrow's offsets become the length columns and its data
+buffers the payload's bytes.
 """
 
 from __future__ import annotations
 
 import itertools
+import struct
 from functools import cache
 from types import ModuleType
 from typing import Any
 
 import numpy as np
+import xxhash
 
-from laminar.errors import InvalidInputError
-from laminar.records import ColumnView, Header, unpack_headers
+from laminar.errors import BatchLimitError, InvalidInputError, RecordFormatError
+from laminar.records import (
+    DEFAULT_LIMITS,
+    HEADER_BYTES,
+    HEADER_STRUCT,
+    MAGIC,
+    NO_OFFSET,
+    NO_PRODUCER,
+    NO_SEQUENCE,
+    NO_TERM,
+    BatchLimits,
+    ColumnView,
+    Compression,
+    Header,
+    unpack_headers,
+)
 
-__all__ = ["arrow_schema", "columns_to_arrow"]
+__all__ = [
+    "arrow_schema",
+    "arrow_to_batch",
+    "binary_lengths",
+    "columns_to_arrow",
+    "header_blobs",
+    "timestamps_ms",
+]
 
 _MILLIS_MAX = (2**63 - 1) // 1000
 """Largest timestamp in ms whose value in µs fits an int64."""
@@ -141,3 +168,265 @@ def _headers(pa: ModuleType, view: ColumnView, count: int) -> Any:
         pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
     )
     return pa.array([[{"key": k, "value": v} for k, v in row] for row in rows], type=header_type)
+
+
+# --------------------------------------------------------------------------- encoding
+
+# Payload flags (the layout is in the docstring of ``laminar/records.py``).
+_FLAG_KEYS = 0x01
+_FLAG_HEADERS = 0x02
+_ZSTD_LEVEL = 3
+"""The level ``laminar.records.encode_batch`` compresses at."""
+
+
+def binary_lengths(array: Any) -> np.ndarray:
+    """The byte length of each item of a binary or string Arrow array (-1 = null),
+    as int64, read from the offsets buffer (no Python object per item)."""
+    pa = _pyarrow()
+    lengths, _ = _binary_parts(pa, array, "column")
+    return lengths
+
+
+def header_blobs(headers: Any) -> Any:
+    """A ``list<struct<key: string, value: binary>>`` Arrow array as one msgpack blob
+    per record (a ``binary`` array; ``b""`` for a null or empty list), the form the
+    payload stores and :func:`arrow_to_batch` takes.
+
+    Each record's headers are packed one by one (msgpack has no columnar packer):
+    the one per-record Python step of the encoder, taken only when headers are given.
+    A null header key or value is refused: the format has no null header.
+    """
+    pa = _pyarrow()
+    import msgpack
+
+    count = len(headers)
+    if not pa.types.is_list(headers.type) and not pa.types.is_large_list(headers.type):
+        raise InvalidInputError(
+            f"headers must be a list<struct<key: string, value: binary>>, not {headers.type}"
+        )
+    entry_type = headers.type.value_type
+    if not pa.types.is_struct(entry_type) or {
+        entry_type.field(i).name for i in range(entry_type.num_fields)
+    } != {"key", "value"}:
+        raise InvalidInputError(
+            f"headers must be a list<struct<key: string, value: binary>>, not {headers.type}"
+        )
+    sizes = _list_sizes(pa, headers)
+    if not sizes.any():
+        return pa.array([b""] * count, type=pa.binary())
+    entries = headers.flatten()  # the entries of the non-null lists in range, in order
+    if entries.null_count:
+        raise InvalidInputError("a header is null; headers cannot be null")
+    children = entries.flatten()  # the struct's fields, its slice offset applied
+    keys = children[entry_type.get_field_index("key")]
+    values = children[entry_type.get_field_index("value")]
+    if keys.null_count or values.null_count:
+        raise InvalidInputError("a header, its key or its value is null; headers cannot be null")
+    if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
+        raise InvalidInputError(f"header keys must be strings, not {keys.type}")
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        values = values.cast(pa.large_binary())
+    elif not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+        raise InvalidInputError(f"header values must be binary, not {values.type}")
+    pairs = list(zip(keys.to_pylist(), values.to_pylist(), strict=True))
+    packer = msgpack.Packer(use_bin_type=True)
+    blobs: list[bytes] = []
+    position = 0
+    for size in sizes.tolist():
+        if size:
+            blobs.append(packer.pack(pairs[position : position + size]))
+            position += size
+        else:
+            blobs.append(b"")
+    return pa.array(blobs, type=pa.binary())
+
+
+def timestamps_ms(array: Any, default_ms: int) -> np.ndarray:
+    """Milliseconds since the epoch (int64) of an Arrow timestamp array (any unit;
+    sub-millisecond parts are floored) or integer array (taken as ms); a null is
+    ``default_ms``."""
+    pa = _pyarrow()
+    kind = array.type
+    if pa.types.is_timestamp(kind):
+        raw = array.cast(pa.int64())
+        scale = {"s": -1000, "ms": 1, "us": 1000, "ns": 1_000_000}[kind.unit]
+    elif pa.types.is_integer(kind):
+        raw, scale = array.cast(pa.int64()), 1
+    else:
+        raise InvalidInputError(f"timestamps must be a timestamp or an integer (ms), not {kind}")
+    values: np.ndarray = np.asarray(raw.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+    if scale < 0:
+        if values.size and int(np.abs(values).max()) > _MILLIS_MAX:  # s -> ms overflow guard
+            raise InvalidInputError("a timestamp in seconds is too large to hold in ms")
+        millis = values * -scale
+    else:
+        millis = values // scale if scale != 1 else values
+    if raw.null_count:
+        valid = raw.is_valid().to_numpy(zero_copy_only=False)
+        millis = np.where(valid, millis, np.int64(default_ms))
+    return millis
+
+
+def arrow_to_batch(
+    values: Any,
+    *,
+    keys: Any | None = None,
+    timestamps_ms: np.ndarray | int = 0,
+    headers: Any | None = None,
+    compression: Compression = Compression.NONE,
+    producer_id: int = NO_PRODUCER,
+    base_sequence: int = NO_SEQUENCE,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> bytes:
+    """Encode Arrow columns into one record batch (base offset and term unset): the
+    columnar twin of :func:`laminar.records.encode_batch`, whose output it matches.
+
+    ``values`` and ``keys`` are ``binary``, ``string`` or their ``large_`` forms (a
+    string is written as its UTF-8 bytes; null = a null value or key);
+    ``timestamps_ms`` is an int64 array (:func:`timestamps_ms`) or one int for all;
+    ``headers`` is a ``list<struct<key, value>>`` array, or the blobs of
+    :func:`header_blobs` (a non-null ``binary`` array). Every column has one entry
+    per record.
+
+    The length columns come from the Arrow offsets and the key and value bytes are
+    the Arrow data buffers themselves, sliced, so the cost is a few C-level passes
+    per column and one copy into the payload, with no Python object per record
+    (headers aside, see :func:`header_blobs`).
+    """
+    pa = _pyarrow()
+    count = len(values)
+    if count == 0:
+        raise BatchLimitError("a batch holds at least one record")
+    if count > limits.record_count_max:
+        raise BatchLimitError(f"{count} records exceed record_count_max {limits.record_count_max}")
+    if (producer_id == NO_PRODUCER) != (base_sequence == NO_SEQUENCE):
+        raise RecordFormatError("producer_id and base_sequence are set together or not at all")
+    if not (NO_PRODUCER <= producer_id < 2**63 and NO_SEQUENCE <= base_sequence < 2**31):
+        raise RecordFormatError("producer_id or base_sequence out of range")
+
+    if isinstance(timestamps_ms, int):
+        stamps = np.full(count, timestamps_ms, dtype="<i8")
+    else:
+        stamps = np.ascontiguousarray(timestamps_ms, dtype="<i8")
+        if stamps.shape != (count,):
+            raise RecordFormatError("timestamps_ms must have one entry per record")
+    value_lengths, value_data = _binary_parts(pa, values, "values")
+    flags = 0
+    parts: list[Any] = [b"", stamps, _int32(value_lengths, "values")]
+    key_data: Any = b""
+    if keys is not None:
+        if len(keys) != count:
+            raise RecordFormatError("keys must have one entry per record")
+        if keys.null_count != count:
+            flags |= _FLAG_KEYS
+            key_lengths, key_data = _binary_parts(pa, keys, "keys")
+            parts.append(_int32(key_lengths, "keys"))
+    header_data: Any = b""
+    if headers is not None:
+        if len(headers) != count:
+            raise RecordFormatError("headers must have one entry per record")
+        blobs = headers if _is_binary(pa, headers.type) else header_blobs(headers)
+        blob_lengths, header_data = _binary_parts(pa, blobs, "headers")
+        if blob_lengths.min() < 0:
+            raise RecordFormatError("a header blob is null; use b'' for a record without")
+        if blob_lengths.any():
+            flags |= _FLAG_HEADERS
+            parts.append(blob_lengths.astype("<u4"))
+        else:
+            header_data = b""
+    parts[0] = bytes((flags,))
+    parts += [key_data, value_data, header_data]
+    payload = b"".join(parts)
+    uncompressed_bytes = len(payload)
+    if uncompressed_bytes > limits.payload_uncompressed_bytes_max:
+        raise BatchLimitError(
+            f"payload of {uncompressed_bytes} bytes exceeds payload_uncompressed_bytes_max "
+            f"{limits.payload_uncompressed_bytes_max}"
+        )
+    if compression is Compression.ZSTD:
+        import zstandard
+
+        payload = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(payload)
+    elif compression is not Compression.NONE:
+        raise RecordFormatError(f"unknown compression {compression!r}")
+    length = HEADER_BYTES + len(payload)
+    if length > limits.batch_bytes_max:
+        raise BatchLimitError(
+            f"batch of {length} bytes exceeds batch_bytes_max {limits.batch_bytes_max}"
+        )
+    head = HEADER_STRUCT.pack(
+        length,
+        MAGIC,
+        int(compression),
+        0,
+        count,
+        uncompressed_bytes,
+        NO_OFFSET,
+        NO_TERM,
+        int(stamps[0]),
+        int(stamps.max()),
+        producer_id,
+        base_sequence,
+        0,
+        xxhash.xxh3_64_intdigest(payload),
+        0,
+    )[:_CHECKSUMMED_HEADER_BYTES]
+    return b"".join((head, _CHECKSUM.pack(xxhash.xxh3_64_intdigest(head)), payload))
+
+
+_CHECKSUMMED_HEADER_BYTES = HEADER_BYTES - 8
+"""The header checksum covers every header byte before it (the last 8)."""
+_CHECKSUM = struct.Struct("<Q")
+
+
+def _is_binary(pa: ModuleType, kind: Any) -> bool:
+    return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+
+
+def _int32(lengths: np.ndarray, name: str) -> np.ndarray:
+    if lengths.size and int(lengths.max()) > 2**31 - 1:  # pragma: no cover - limits are lower
+        raise BatchLimitError(f"an item in {name} is too large")
+    return lengths.astype("<i4")
+
+
+def _list_sizes(pa: ModuleType, lists: Any) -> np.ndarray:
+    """Entries per list (0 for a null list), int64."""
+    import pyarrow.compute as pc
+
+    sizes = pc.list_value_length(lists).fill_null(0)
+    return np.asarray(sizes.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _binary_parts(pa: ModuleType, array: Any, name: str) -> tuple[np.ndarray, Any]:
+    """Lengths (int64, -1 = null) and the concatenated bytes of the non-null items
+    of a binary or string array: the offsets and data buffers, with the array's
+    slice offset applied, copied only when a null slot holds bytes."""
+    kind = array.type
+    count = len(array)
+    if pa.types.is_binary(kind) or pa.types.is_string(kind):
+        offset_type = "<i4"
+    elif pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
+        offset_type = "<i8"
+    elif pa.types.is_null(kind):
+        return np.full(count, -1, dtype=np.int64), b""
+    else:
+        raise InvalidInputError(f"{name} must be binary or string, not {kind}")
+    if count == 0:
+        return np.zeros(0, dtype=np.int64), b""
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[
+        array.offset : array.offset + count + 1
+    ]
+    lengths = np.diff(offsets).astype(np.int64)
+    if array.null_count:
+        valid = array.is_valid().to_numpy(zero_copy_only=False)
+        if lengths[~valid].any():
+            # Arrow lets a null slot span bytes; rebuild without them.
+            empty = "" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else b""
+            filled = array.fill_null(pa.scalar(empty, kind))
+            lengths, data = _binary_parts(pa, filled, name)
+            return np.where(valid, lengths, -1), data
+        lengths = np.where(valid, lengths, -1)
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = memoryview(data_buffer)[start:end] if data_buffer is not None else b""
+    return lengths, data
