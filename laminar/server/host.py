@@ -65,6 +65,7 @@ from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import ReplicaCore
 from laminar.replica.messages import ProduceReply, ProduceStatus, Ready, Removed
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.segment.committed import read_committed, remove_committed, write_committed
 from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.log import SegmentLog
 from laminar.segment.storage import LogStorage
@@ -102,6 +103,11 @@ class HostConfig:
     ``retention_check_ms``: how often each replica's log is checked against its
     topic's retention (``retention_of``); what may go is dropped by the core,
     never past the high watermark.
+    ``committed_save_ms``: how often the replicas whose high watermark moved get it
+    written to their ``committed`` file (:mod:`laminar.segment.committed`), all
+    in one job on the fsync threads; a clean close writes it too. It bounds how far
+    offline readers of the files trail the commit point. Cost: one 24-byte write
+    and a rename per changed replica per period, no fsync.
     """
 
     produce_calls_max: int = 10_000
@@ -111,6 +117,7 @@ class HostConfig:
     storage_retry_max_ms: int = 60_000
     fsync_threads: int = 4
     retention_check_ms: int = 5_000
+    committed_save_ms: int = 1_000
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -122,6 +129,8 @@ class HostConfig:
             raise ConfigError("fsync_threads must be >= 1")
         if self.retention_check_ms <= 0:
             raise ConfigError("retention_check_ms must be > 0")
+        if self.committed_save_ms <= 0:
+            raise ConfigError("committed_save_ms must be > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +193,9 @@ class Replica:
     calls: dict[int, asyncio.Future[ProduceReply]] = field(default_factory=dict)
     """Produce calls awaiting their answer, by request id."""
     closed: bool = False
+    committed_saved: int | None = None
+    """The offset in the replica's ``committed`` file (as last written or read), or
+    None when its log is not a :class:`SegmentLog` (no file is kept then)."""
 
 
 def partition_directory(data_dir: str, topic: str, partition: int) -> str:
@@ -219,6 +231,8 @@ class ReplicaHost:
         self._clock = clock  # seconds, monotonic; None: the event loop's
         self._retention_of = retention_of
         self._retention_due_ms = 0
+        self._committed_due_ms = 0
+        self._committed_saving: asyncio.Future[None] | None = None
         # The core decides when to fsync (Ready.sync); the log itself never does.
         self._log_config = _without_fsync(log_config)
         self._send = send
@@ -277,6 +291,10 @@ class ReplicaHost:
         if self._flush_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self._flush_task, max(0.0, deadline - loop.time()))
+        if self._committed_saving is not None:  # it must not rename over what follows
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._committed_saving, max(0.0, deadline - loop.time()))
+        _write_committed_files(self._committed_changes())
         for replica in list(self._replicas.values()):
             _fail_calls(replica, UnavailableError("node shutting down"))
             self._close_replica(replica)
@@ -332,6 +350,8 @@ class ReplicaHost:
             limits=self._log_config.limits,
         )
         replica = Replica(key, directory, log, core)
+        if isinstance(log, SegmentLog):
+            replica.committed_saved = _load_committed(directory, log.end_offset)
         self._replicas[key] = replica
         target = self._targets.get(key)
         if target is not None:
@@ -776,6 +796,38 @@ class ReplicaHost:
             if now >= self._retention_due_ms:
                 self._retention_due_ms = now + self.config.retention_check_ms
                 self._apply_retention(now)
+            if now >= self._committed_due_ms:
+                self._committed_due_ms = now + self.config.committed_save_ms
+                self._save_committed()
+
+    # ------------------------------------------------------------------ committed files
+
+    def _committed_changes(self) -> list[tuple[str, int]]:
+        """``(directory, high watermark)`` of the replicas whose watermark moved past
+        their ``committed`` file's value; notes the new values as written."""
+        changes: list[tuple[str, int]] = []
+        for replica in self._replicas.values():
+            saved = replica.committed_saved
+            if saved is None or replica.closed:
+                continue
+            high_watermark = replica.core.high_watermark
+            if high_watermark > saved:
+                replica.committed_saved = high_watermark
+                changes.append((replica.directory, high_watermark))
+        return changes
+
+    def _save_committed(self) -> None:
+        """Write the moved high watermarks in one job on the thread pool (a few
+        thousand files take tens of ms: not on the loop). Skipped while the previous
+        job runs: the next period takes its replicas too."""
+        if self._committed_saving is not None and not self._committed_saving.done():
+            return
+        changes = self._committed_changes()
+        if changes:
+            loop = asyncio.get_running_loop()
+            self._committed_saving = loop.run_in_executor(
+                self._pool, _write_committed_files, changes
+            )
 
     async def _flush(self, pending: Coroutine[Any, Any, None]) -> None:
         """Finish a round whose fsyncs went to the pool, then the rounds after it."""
@@ -911,6 +963,44 @@ class ReplicaHost:
         for replica in removed:
             if self._on_removed is not None:
                 self._on_removed(replica.key)
+
+
+def _load_committed(directory: str, log_end: int) -> int:
+    """The value of ``directory``'s committed file, for a log ending at ``log_end``;
+    -1 when there is none (so that the first save writes even a watermark of 0).
+
+    A file above the log's end is removed: it outlived its data (a crash that lost
+    unsynced appends, or a directory deleted and made again while it was written).
+    A damaged or unreadable one counts as absent; the next save replaces it.
+    """
+    try:
+        saved = read_committed(directory)
+    except (OSError, StorageError) as error:
+        _LOG.warning("ignoring committed file dir=%s error=%s", directory, error)
+        return -1
+    if saved is None:
+        return -1
+    if saved > log_end:
+        _LOG.warning(
+            "removing committed file above the log end dir=%s committed=%d end=%d",
+            directory,
+            saved,
+            log_end,
+        )
+        with contextlib.suppress(OSError):
+            remove_committed(directory)
+        return -1
+    return saved
+
+
+def _write_committed_files(changes: list[tuple[str, int]]) -> None:
+    """Write each ``(directory, offset)``'s committed file; a failure is logged and
+    costs only freshness (a deleted replica's directory is gone, a disk fails)."""
+    for directory, offset in changes:
+        try:
+            write_committed(directory, offset)
+        except OSError as error:
+            _LOG.debug("committed file not written dir=%s error=%s", directory, error)
 
 
 def _fail_calls(replica: Replica, error: Exception) -> None:
