@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Laminar demo (`make demo`): a 3-node local cluster, a topic, produce and consume,
-# a node killed while produce and consume go on, a Spark read of the topic, then
-# everything stopped.
+# a node killed while produce and consume go on, a Spark read of the topic from the
+# cluster and from node 1's segment files (the offline reader), then everything stopped.
 #
 # Uses ./.venv (made by `make install`) and ./.cluster/ (see scripts/local_cluster.sh).
 # Refuses to run if a local cluster already runs there.

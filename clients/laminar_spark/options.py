@@ -19,8 +19,12 @@ __all__ = [
     "MAX_TRIGGER_DELAY_S_MAX",
     "OffsetSpec",
     "ReadOptions",
+    "parse_assign",
+    "parse_boolean",
     "parse_duration_s",
     "parse_options",
+    "parse_pattern",
+    "parse_subscribe",
 ]
 
 EARLIEST = -2
@@ -128,11 +132,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         )
     subscribe = subscribe_pattern = assign = None
     if "subscribe" in named:
-        subscribe = _subscribe(named["subscribe"])
+        subscribe = parse_subscribe(named["subscribe"])
     elif "subscribePattern" in named:
-        subscribe_pattern = _pattern(named["subscribePattern"])
+        subscribe_pattern = parse_pattern(named["subscribePattern"])
     else:
-        assign = _assign(named["assign"])
+        assign = parse_assign(named["assign"])
     if streaming:
         ending_given = [name for name in _ENDING_OPTIONS if name in named]
         if ending_given:
@@ -168,8 +172,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         max_records_per_partition=_positive(
             "maxRecordsPerPartition", named.get("maxRecordsPerPartition")
         ),
-        include_headers=_boolean("includeHeaders", named.get("includeHeaders", "false")),
-        fail_on_data_loss=_boolean("failOnDataLoss", named.get("failOnDataLoss", "true")),
+        include_headers=parse_boolean("includeHeaders", named.get("includeHeaders", "false")),
+        fail_on_data_loss=parse_boolean("failOnDataLoss", named.get("failOnDataLoss", "true")),
         max_offsets_per_trigger=most,
         min_offsets_per_trigger=least,
         max_trigger_delay_s=delay_s,
@@ -254,7 +258,7 @@ def _times(every: str, per_partition: str, named: Mapping[str, str]) -> TimeSpec
     return times
 
 
-def _subscribe(value: str) -> tuple[str, ...]:
+def parse_subscribe(value: str) -> tuple[str, ...]:
     topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
     if not topics:
         raise InvalidInputError(
@@ -263,7 +267,7 @@ def _subscribe(value: str) -> tuple[str, ...]:
     return topics
 
 
-def _pattern(value: str) -> str:
+def parse_pattern(value: str) -> str:
     if not value:
         raise InvalidInputError("option 'subscribePattern' must be a non-empty regex")
     try:
@@ -296,7 +300,7 @@ def _partition(option: str, topic: str, raw: object) -> int:
     return number
 
 
-def _assign(value: str) -> dict[str, tuple[int, ...]]:
+def parse_assign(value: str) -> dict[str, tuple[int, ...]]:
     shape = 'a JSON object of topic -> list of partitions, e.g. {"events": [0, 1]}'
     parsed = _json("assign", value, shape)
     if not isinstance(parsed, dict) or not parsed:
@@ -367,7 +371,7 @@ def _positive(option: str, value: str | None) -> int | None:
     return number
 
 
-def _boolean(option: str, value: str) -> bool:
+def parse_boolean(option: str, value: str) -> bool:
     word = value.strip().lower()
     if word not in {"true", "false"}:
         raise InvalidInputError(f"option {option!r} must be true or false, got {value!r}")

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from laminar_client.arrow import columns_to_arrow
+from laminar_client.arrow import columns_to_arrow, concat_record_batches
 from laminar_client.client import Client
 
 from laminar.errors import InvalidInputError, OffsetOutOfRangeError, RequestTimeoutError
@@ -89,10 +89,13 @@ def read_range(
                 result.batches,
             )
         before = position
+        pieces = []
         for piece, after in _owned(memoryview(data), task, position, sizer):
             if piece is not None:
-                yield columns_to_arrow(*piece, headers=headers)
+                pieces.append(columns_to_arrow(*piece, headers=headers))
             position = after
+        if pieces:  # one Arrow batch per fetch: Spark pays per batch, not per row
+            yield concat_record_batches(pieces)
         if position > before:
             stalled_since = None
             continue

@@ -123,8 +123,8 @@ class LaminarDataSource(DataSource):
 
 
 class _BoundPushFilters:
-    """``reader.pushFilters``: calls :meth:`LaminarBatchReader._push_filters`, yet
-    its ``__func__`` is ``DataSourceReader.pushFilters``, the base's.
+    """``reader.pushFilters``: calls the reader's ``_push_filters``, yet its
+    ``__func__`` is ``DataSourceReader.pushFilters``, the base's.
 
     Why: PySpark (4.1 to 4.3 at least) refuses every read of a reader that
     overrides ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is
@@ -137,7 +137,7 @@ class _BoundPushFilters:
 
     __slots__ = ("__self__",)
 
-    def __init__(self, reader: LaminarBatchReader) -> None:
+    def __init__(self, reader: PushdownReader) -> None:
         self.__self__ = reader
 
     @property
@@ -149,10 +149,10 @@ class _BoundPushFilters:
 
 
 class _PushFilters:
-    """The descriptor behind ``LaminarBatchReader.pushFilters`` (see
+    """The descriptor behind ``PushdownReader.pushFilters`` (see
     :class:`_BoundPushFilters`); on the class it is the base's function."""
 
-    def __get__(self, reader: LaminarBatchReader | None, owner: type | None = None) -> Any:
+    def __get__(self, reader: PushdownReader | None, owner: type | None = None) -> Any:
         if reader is None:
             return _base_push_filters()
         return _BoundPushFilters(reader)
@@ -163,7 +163,31 @@ def _base_push_filters() -> Any:
     return getattr(DataSourceReader, "pushFilters", None)
 
 
-class LaminarBatchReader(DataSourceReader):
+class PushdownReader(DataSourceReader):
+    """A batch reader that takes filters Spark pushes down into :attr:`pushed`
+    (:mod:`laminar_spark.pushdown`), for its :meth:`partitions` to plan less.
+
+    With PySpark >= 4.1 and ``spark.sql.python.filterPushdown.enabled``, Spark calls
+    ``pushFilters`` with a ``where``'s simple conjuncts before ``partitions()`` (in
+    the same Python process). Otherwise it is never called, and Spark evaluates
+    every filter on the rows read.
+    """
+
+    pushFilters = _PushFilters()  # noqa: N815 - PySpark's name
+    pushed: Pushed = Pushed()
+
+    def _push_filters(self, filters: list[Any]) -> list[Any]:
+        """Narrow :attr:`pushed` by ``filters``; return those Spark must still
+        evaluate (the very objects given, as PySpark requires)."""
+        described = [
+            (type(f).__name__, tuple(getattr(f, "attribute", ())), getattr(f, "value", None))
+            for f in filters
+        ]
+        self.pushed, remaining = push_all(self.pushed, described)
+        return [filters[index] for index in remaining]
+
+
+class LaminarBatchReader(PushdownReader):
     """Plans the ranges on the driver (:meth:`partitions`), reads one on an executor
     (:meth:`read`). Holds only the checked options and the pushed-down bounds, so
     it pickles small.
@@ -175,21 +199,9 @@ class LaminarBatchReader(DataSourceReader):
     never called, and Spark evaluates every filter on the rows read.
     """
 
-    pushFilters = _PushFilters()  # noqa: N815 - PySpark's name
-
     def __init__(self, options: ReadOptions, pushed: Pushed | None = None) -> None:
         self.options = options
         self.pushed = Pushed() if pushed is None else pushed
-
-    def _push_filters(self, filters: list[Any]) -> list[Any]:
-        """Narrow :attr:`pushed` by ``filters``; return those Spark must still
-        evaluate (the very objects given, as PySpark requires)."""
-        described = [
-            (type(f).__name__, tuple(getattr(f, "attribute", ())), getattr(f, "value", None))
-            for f in filters
-        ]
-        self.pushed, remaining = push_all(self.pushed, described)
-        return [filters[index] for index in remaining]
 
     def partitions(self) -> Sequence[InputPartition]:
         from laminar_client.client import Client
