@@ -314,7 +314,35 @@ def encode_batch(
         value_data,
         header_data,
     ]
-    payload = b"".join(parts)
+    return seal_payload(
+        b"".join(parts),
+        record_count=count,
+        first_timestamp_ms=first_timestamp_ms,
+        max_timestamp_ms=max_timestamp_ms,
+        compression=compression,
+        producer_id=producer_id,
+        base_sequence=base_sequence,
+        control=control,
+        limits=limits,
+    )
+
+
+def seal_payload(
+    payload: bytes,
+    *,
+    record_count: int,
+    first_timestamp_ms: int,
+    max_timestamp_ms: int,
+    compression: Compression,
+    producer_id: int = NO_PRODUCER,
+    base_sequence: int = NO_SEQUENCE,
+    control: bool = False,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> bytes:
+    """A whole batch around an uncompressed, already checked ``payload``: its size
+    limits checked, compressed, and the header with both checksums in front (leader
+    fields unset). The one place every encoder (:func:`encode_batch`, the Arrow
+    encoder in ``laminar_client.arrow``) turns a payload into a batch."""
     uncompressed_bytes = len(payload)
     if uncompressed_bytes > limits.payload_uncompressed_bytes_max:
         raise BatchLimitError(
@@ -334,7 +362,7 @@ def encode_batch(
     header = _pack_header(
         length=length,
         attributes=attributes,
-        record_count=count,
+        record_count=record_count,
         payload_uncompressed_bytes=uncompressed_bytes,
         base_offset=NO_OFFSET,
         term=NO_TERM,

@@ -15,29 +15,23 @@ buffers the payload's bytes.
 from __future__ import annotations
 
 import itertools
-import struct
 from collections.abc import Iterable, Iterator
 from functools import cache
 from types import ModuleType
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from laminar.errors import BatchLimitError, InvalidInputError, RecordFormatError
 from laminar.records import (
     DEFAULT_LIMITS,
-    HEADER_BYTES,
-    HEADER_STRUCT,
-    MAGIC,
-    NO_OFFSET,
     NO_PRODUCER,
     NO_SEQUENCE,
-    NO_TERM,
     BatchLimits,
     ColumnView,
     Compression,
     Header,
+    seal_payload,
     unpack_headers,
 )
 
@@ -213,8 +207,6 @@ def _headers(pa: ModuleType, view: ColumnView, count: int) -> Any:
 # Payload flags (the layout is in the docstring of ``laminar/records.py``).
 _FLAG_KEYS = 0x01
 _FLAG_HEADERS = 0x02
-_ZSTD_LEVEL = 3
-"""The level ``laminar.records.encode_batch`` compresses at."""
 
 
 def binary_lengths(array: Any) -> np.ndarray:
@@ -374,47 +366,16 @@ def arrow_to_batch(
             header_data = b""
     parts[0] = bytes((flags,))
     parts += [key_data, value_data, header_data]
-    payload = b"".join(parts)
-    uncompressed_bytes = len(payload)
-    if uncompressed_bytes > limits.payload_uncompressed_bytes_max:
-        raise BatchLimitError(
-            f"payload of {uncompressed_bytes} bytes exceeds payload_uncompressed_bytes_max "
-            f"{limits.payload_uncompressed_bytes_max}"
-        )
-    if compression is Compression.ZSTD:
-        import zstandard
-
-        payload = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(payload)
-    elif compression is not Compression.NONE:
-        raise RecordFormatError(f"unknown compression {compression!r}")
-    length = HEADER_BYTES + len(payload)
-    if length > limits.batch_bytes_max:
-        raise BatchLimitError(
-            f"batch of {length} bytes exceeds batch_bytes_max {limits.batch_bytes_max}"
-        )
-    head = HEADER_STRUCT.pack(
-        length,
-        MAGIC,
-        int(compression),
-        0,
-        count,
-        uncompressed_bytes,
-        NO_OFFSET,
-        NO_TERM,
-        int(stamps[0]),
-        int(stamps.max()),
-        producer_id,
-        base_sequence,
-        0,
-        xxhash.xxh3_64_intdigest(payload),
-        0,
-    )[:_CHECKSUMMED_HEADER_BYTES]
-    return b"".join((head, _CHECKSUM.pack(xxhash.xxh3_64_intdigest(head)), payload))
-
-
-_CHECKSUMMED_HEADER_BYTES = HEADER_BYTES - 8
-"""The header checksum covers every header byte before it (the last 8)."""
-_CHECKSUM = struct.Struct("<Q")
+    return seal_payload(
+        b"".join(parts),
+        record_count=count,
+        first_timestamp_ms=int(stamps[0]),
+        max_timestamp_ms=int(stamps.max()),
+        compression=compression,
+        producer_id=producer_id,
+        base_sequence=base_sequence,
+        limits=limits,
+    )
 
 
 def _is_binary(pa: ModuleType, kind: Any) -> bool:
