@@ -249,9 +249,10 @@ def _partition_dirs(path: str) -> list[_PartitionDir]:
 
 
 def _select(options: OfflineOptions, found: list[_PartitionDir]) -> list[_PartitionDir]:
-    """``found`` narrowed by ``subscribe`` / ``subscribePattern`` / ``assign``; a topic
-    or partition named but absent under ``path`` is an error (a typo, or the node
-    holds no replica of it)."""
+    """``found`` narrowed by ``subscribe`` / ``subscribePattern`` / ``assign``, or
+    without them every partition but those of internal ``__`` topics; a topic or
+    partition named but absent under ``path`` is an error (a typo, or the node holds
+    no replica of it)."""
     present = {(f.topic, f.partition) for f in found}
     topics = sorted({f.topic for f in found})
     if options.subscribe is not None:
@@ -274,7 +275,11 @@ def _select(options: OfflineOptions, found: list[_PartitionDir]) -> list[_Partit
                 f"option 'assign': no directory for {names} under {options.path!r}"
             )
         return [f for f in found if (f.topic, f.partition) in wanted]
-    return found
+    if not os.path.isdir(os.path.join(options.path, "partitions")):
+        return found  # one partition directory: the one the path names
+    # A data directory: every topic but the internal ones (``__cluster``: the
+    # catalogue's records), which only subscribe or assign can name.
+    return [f for f in found if not f.topic.startswith("__")]
 
 
 def _segment_bases(directory: str) -> list[int]:

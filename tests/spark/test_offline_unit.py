@@ -261,3 +261,19 @@ def test_a_task_is_small_when_pickled(data_dir: Path) -> None:
     task = plan(_options(data_dir))[0]
     assert isinstance(task, SegmentTask)
     assert len(pickle.dumps(task)) < 1024
+
+
+def test_internal_topics_only_when_named(data_dir: Path) -> None:
+    """A data directory's ``__cluster`` partition (the catalogue) is not user data:
+    left out by default and by a pattern, read when subscribed to by name or when
+    the path is its own directory."""
+    internal = data_dir / "partitions" / "__cluster" / "0"
+    _write_log(internal, committed=201)
+
+    def topics(options: OfflineOptions) -> set[str]:
+        return {task.topic for task in plan(options)}
+
+    assert topics(_options(data_dir)) == {"events"}
+    assert topics(_options(data_dir, subscribePattern=".*")) == {"events"}
+    assert topics(_options(data_dir, subscribe="__cluster")) == {"__cluster"}
+    assert topics(_options(internal)) == {"__cluster"}
