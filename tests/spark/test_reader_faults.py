@@ -52,6 +52,18 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]
         cluster.close()
 
 
+def settled(cluster: ProcessCluster) -> None:
+    """``wait_settled``, saying what every node sees when it times out."""
+    try:
+        wait_settled(cluster, 60)
+    except TimeoutError:
+        for node in cluster.nodes:
+            if node.running:
+                answer = cluster.stub(node).DescribeCluster(pb.DescribeClusterRequest(), timeout=5)
+                print(f"node{node.index}:", answer)
+        raise
+
+
 def servers(cluster: ProcessCluster) -> str:
     return ",".join(node.grpc for node in cluster.nodes)
 
@@ -245,7 +257,7 @@ def test_a_replica_killed_mid_read_loses_and_repeats_nothing(faulty: ProcessClus
             for node in killed:
                 faulty.start(node)
                 faulty.wait_ready(node)
-            wait_settled(faulty)  # the next test starts on a whole, settled cluster
+            settled(faulty)  # the next test starts on a whole, settled cluster
     assert killed, "the read ended before the kill"
     assert values == written
     assert offsets == sorted(set(offsets))  # none twice, in order
@@ -295,7 +307,7 @@ def test_spark_read_while_a_node_dies(faulty: ProcessCluster, spark: Any) -> Non
     finally:
         faulty.start(victim)
         faulty.wait_ready(victim)
-        wait_settled(faulty)
+        settled(faulty)
     assert still_running, "the job finished before the kill"
     assert "error" not in result, result.get("error")
     rows = sorted(result["rows"], key=lambda r: r.offset)
