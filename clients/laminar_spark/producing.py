@@ -289,7 +289,12 @@ class OutgoingBatch:
 @dataclass(frozen=True, slots=True)
 class PartitionReport:
     """What a task did to one partition: ``records`` it produced (acknowledged now,
-    or found already written by an earlier attempt: ``skipped`` of them)."""
+    or found already written by an earlier attempt), and ``skipped``: those of them
+    not sent again because the leader's out-of-order answer said an earlier attempt
+    wrote them. A batch sent again and answered DUPLICATE counts in ``records`` only
+    (the client does not tell), so ``skipped`` is a lower bound of what earlier
+    attempts wrote, and how large depends on how the answers and the encoding
+    interleave."""
 
     topic: str
     partition: int

@@ -230,7 +230,7 @@ class LaminarBatchWriter(DataSourceArrowWriter):
         records, skipped, partitions, tasks = _totals(messages)
         log.info(
             "write %s: %d records from %d tasks to %d partition writes "
-            "(%d of them written by earlier attempts)",
+            "(%d of them not sent again: earlier attempts wrote them)",
             self.write_id,
             records,
             tasks,
@@ -281,7 +281,7 @@ class LaminarStreamWriter(_StreamWriterBase):
         records, skipped, partitions, tasks = _totals(messages)
         log.info(
             "micro-batch %d: %d records from %d tasks to %d partition writes "
-            "(%d of them written before, by an earlier run of the batch)",
+            "(%d of them not sent again: an earlier run of the batch wrote them)",
             batchId,
             records,
             tasks,
