@@ -34,9 +34,12 @@ Protocol notes (see ``docs/design.md`` for the reasoning)
 ----------------------------------------------------------
 * Pre-vote, and a leader lease: a voter that heard from a leader within the minimum
   election timeout refuses (pre-)votes, unless the candidate was handed leadership
-  (``TimeoutNow``). With ``check_quorum`` a leader that has not heard from a
-  majority for the maximum election timeout steps down, and refuses writes
-  (``UNAVAILABLE``) as soon as it lacks a recent quorum.
+  (``TimeoutNow``) or is that leader itself (campaigning, it no longer leads). A
+  quiesced follower holds the lease until membership hints that the leader died,
+  or the leader campaigns (it restarted too quickly to be declared dead). With
+  ``check_quorum`` a leader that has not heard from a majority for the maximum
+  election timeout steps down, and refuses writes (``UNAVAILABLE``) as soon as it
+  lacks a recent quorum.
 * A new leader appends a no-op control batch; the commit only advances to an offset
   whose batch has the leader's term.
 * Replication per follower has two modes: *probe* (one request at a time, to find
@@ -579,11 +582,15 @@ class ReplicaCore:
         """Membership says the leader is dead: forget its lease and campaign soon."""
         self._now = now_ms
         if self.role in (Role.FOLLOWER, Role.PRE_CANDIDATE) and not self._removed:
-            self._quiesced = False
-            self._leader_heard_ms = _NEVER
-            # A random head start, so that survivors told at once do not split the vote.
-            spread = self._rng.randint(0, self._config.election_timeout_min_ms // 2)
-            self._election_deadline = min(self._election_deadline, now_ms + spread)
+            self._leader_gone()
+
+    def _leader_gone(self) -> None:
+        """The leader no longer leads: drop its lease (and quiescence) and campaign soon."""
+        self._quiesced = False
+        self._leader_heard_ms = _NEVER
+        # A random head start, so that survivors told at once do not split the vote.
+        spread = self._rng.randint(0, self._config.election_timeout_min_ms // 2)
+        self._election_deadline = min(self._election_deadline, self._now + spread)
 
     def transfer_leadership(self, target: NodeId, now_ms: int) -> bool:
         """Start handing leadership to ``target`` (a voter); False when not possible."""
@@ -1454,6 +1461,12 @@ class ReplicaCore:
     def _on_vote_request(self, request: VoteRequest) -> None:
         if self.role is Role.LEADER and request.candidate in self._progress:
             self._wake()  # a member that lost track of us (e.g. it restarted)
+        elif request.candidate == self.leader and request.term > self.term:
+            # Our leader campaigns for a later term, so it no longer leads: it
+            # restarted, or stepped down. Its lease is void, and a quiesced follower
+            # must not wait for membership to declare it dead: a node restarted
+            # within the failure-detection time never is.
+            self._leader_gone()
         if request.term > self.term and not request.transfer and self._in_lease():
             self._vote(request, granted=False)
             return

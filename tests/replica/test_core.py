@@ -482,6 +482,45 @@ def test_a_quiesced_group_counts_followers_that_hold_the_whole_log() -> None:
     assert leader.in_sync_voters(group.now) == (A, B, C)
 
 
+def test_a_quiesced_follower_grants_its_restarted_leader_a_pre_vote() -> None:
+    # A quiesced follower trusts its leader until membership says it died; a leader
+    # restarted within the failure-detection time is never declared dead. Its own
+    # pre-vote says it no longer leads.
+    group = Group()
+    group.elect(A)
+    group.advance_time(CONFIG.replica_lag_max_ms + 500)
+    b, c = group.cores[B], group.cores[C]
+    assert b.quiesced and c.quiesced and b.leader == A
+    group.storages[A] = group.storages[A].crash()
+    group.cores[A] = ReplicaCore(
+        A, group.storages[A], CONFIG, now_ms=group.now, rng=random.Random(2)
+    )
+    restarted = group.cores[A]
+    assert restarted.role is Role.FOLLOWER and restarted.leader is None
+    term, end = b.term, b.end_offset
+    b.step(A, VoteRequest(term + 1, A, end, term, pre_vote=True), group.now)
+    (message,) = [m.message for m in b.ready().messages]
+    assert message == VoteResponse(term + 1, B, granted=True, pre_vote=True)
+    assert not b.quiesced and b.term == term  # a pre-vote changes no term
+    # Someone leads within a few election timeouts, with nothing from membership.
+    group.advance_time(3 * CONFIG.election_timeout_max_ms)
+    assert group.leader().term > term
+    assert {core.leader for core in group.cores.values()} == {group.leader().node_id}
+
+
+def test_a_quiesced_follower_still_refuses_another_members_pre_vote() -> None:
+    group = Group()
+    group.elect(A)
+    group.advance_time(CONFIG.replica_lag_max_ms + 500)
+    b = group.cores[B]
+    assert b.quiesced
+    # C restarted (or was cut off) and campaigns: A still leads, B keeps its lease.
+    b.step(C, VoteRequest(b.term + 1, C, 10**6, 10**6, pre_vote=True), group.now)
+    (message,) = [m.message for m in b.ready().messages]
+    assert isinstance(message, VoteResponse) and not message.granted
+    assert b.quiesced and b.leader == A
+
+
 def _data_values(core: ReplicaCore) -> list[bytes]:
     values = []
     offset = core.start_offset

@@ -389,6 +389,23 @@ def test_quiesced_followers_elect_when_membership_reports_the_leader_dead() -> N
     _finish(cluster)
 
 
+def test_a_leader_restarted_before_membership_notices_is_replaced() -> None:
+    """The leader of a quiesced group dies and is back before membership declares
+    it dead (no ``dead`` event, hence no hint): its followers, which trust a
+    quiesced leader until membership says otherwise, must still elect someone when
+    it campaigns, instead of refusing its pre-votes for ever."""
+    cluster = _cluster()
+    _quiet(cluster)
+    old = _leader_id(cluster)
+    cluster.sim.crash(old)
+    cluster.sim.run_for(200)  # well under the membership stand-in's 1 s detection
+    cluster.sim.restart(old)
+    restarted_at = cluster.sim.now_ms
+    _wait(cluster, lambda: _leader(cluster) is not None, 5_000)
+    assert cluster.sim.now_ms - restarted_at < 3 * cluster.options.config.election_timeout_max_ms
+    _finish(cluster)
+
+
 def test_a_restarted_follower_wakes_a_quiesced_group() -> None:
     cluster = _cluster()
     _quiet(cluster)
