@@ -106,7 +106,12 @@ async def stop_nodes(nodes: list[Node]) -> None:
 
 
 def stub(node: Node, channels: list[grpc.aio.Channel]) -> laminar_pb2_grpc.LaminarStub:
-    channel = grpc.aio.insecure_channel(node.config.grpc)
+    # A channel of its own subchannels: gRPC shares them process-wide by default,
+    # so one left in reconnect backoff by an earlier test's node at the same
+    # address would fail this test's first calls with "connection refused".
+    channel = grpc.aio.insecure_channel(
+        node.config.grpc, options=[("grpc.use_local_subchannel_pool", 1)]
+    )
     channels.append(channel)
     return laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
 
