@@ -21,7 +21,7 @@ Reading (an executor, :func:`read_segment`) opens the segment file read-only
 (nothing here ever writes, locks or repairs a file: the node may be running),
 ``pread``s whole batches in windows of up to :data:`READ_WINDOW_BYTES`, checks each
 header, its base offset (dense offsets, no gap) and its payload checksum before
-yielding its records as Arrow (:func:`~laminar_client.arrow.columns_to_arrow`: no
+yielding its records as Arrow (:func:`~laminar_client.arrow.slices_to_arrow`: no
 Python object per record). Control batches, batches below the wanted offsets and
 batches wholly older than the time bound are skipped without reading their
 payload. A damaged batch raises :class:`~laminar.errors.CorruptSegmentError`
@@ -48,7 +48,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from laminar_client.arrow import coalesce_record_batches, columns_to_arrow
+from laminar_client.arrow import ColumnSlice, slices_to_arrow
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
@@ -398,12 +398,22 @@ def read_segment(task: SegmentTask, *, headers: bool = False) -> Iterator[Any]:
             "deleted topic on a running node); run the read again"
         ) from None
     try:  # Spark pays per Arrow batch handed to it: a few, not one per log batch
-        yield from coalesce_record_batches(_walk(descriptor, task, headers), ARROW_ROWS_MIN)
+        held: list[ColumnSlice] = []
+        rows = 0
+        for piece in _walk(descriptor, task):
+            held.append(piece)
+            rows += piece[2] - piece[1]
+            if rows >= ARROW_ROWS_MIN:
+                yield slices_to_arrow(held, task.topic, task.partition, headers=headers)
+                held, rows = [], 0
+        if held:
+            yield slices_to_arrow(held, task.topic, task.partition, headers=headers)
     finally:
         os.close(descriptor)
 
 
-def _walk(descriptor: int, task: SegmentTask, headers: bool) -> Iterator[Any]:
+def _walk(descriptor: int, task: SegmentTask) -> Iterator[ColumnSlice]:
+    """The records to return of each batch of ``task`` in turn, checked."""
     size = os.fstat(descriptor).st_size
     end = size if task.end_position is None else min(task.end_position, size)
     position, expected = task.start_position, task.start_offset
@@ -426,7 +436,7 @@ def _walk(descriptor: int, task: SegmentTask, headers: bool) -> Iterator[Any]:
             stop = header.record_count
             if task.offset_end is not None:
                 stop = min(stop, task.offset_end - header.base_offset)
-            yield columns_to_arrow(view, task.topic, task.partition, first, stop, headers=headers)
+            yield view, first, stop
         position += header.length
         expected = header.next_offset
     # A sealed segment read to its end must end where the next one starts.

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from laminar_client.arrow import columns_to_arrow, concat_record_batches
+from laminar_client.arrow import ColumnSlice, slices_to_arrow
 from laminar_client.client import Client
 
 from laminar.errors import InvalidInputError, OffsetOutOfRangeError, RequestTimeoutError
-from laminar.records import ColumnView, column_view, iter_batches, verify_batch
+from laminar.records import column_view, iter_batches, verify_batch
 from laminar_spark.planner import DataLossError, OffsetRange, ReadTask
 
 __all__ = ["FETCH_BYTES", "FETCH_BYTES_MAX", "STALL_TIMEOUT_S", "read_range"]
@@ -89,13 +89,13 @@ def read_range(
                 result.batches,
             )
         before = position
-        pieces = []
+        pieces: list[ColumnSlice] = []
         for piece, after in _owned(memoryview(data), task, position, sizer):
             if piece is not None:
-                pieces.append(columns_to_arrow(*piece, headers=headers))
+                pieces.append(piece)
             position = after
         if pieces:  # one Arrow batch per fetch: Spark pays per batch, not per row
-            yield concat_record_batches(pieces)
+            yield slices_to_arrow(pieces, topic, partition, headers=headers)
         if position > before:
             stalled_since = None
             continue
@@ -111,13 +111,9 @@ def read_range(
         sleep(STALL_POLL_S)
 
 
-_Slice = tuple[ColumnView, str, int, int, int]
-"""``columns_to_arrow``'s positional arguments: view, topic, partition, first, stop."""
-
-
 def _owned(
     buffer: memoryview, task: ReadTask, position: int, sizer: _FetchSizer
-) -> Iterator[tuple[_Slice | None, int]]:
+) -> Iterator[tuple[ColumnSlice | None, int]]:
     """Walk one fetch's batches from ``position``, yielding ``(slice, next
     position)`` per batch passed: the slice of records to yield, or None for a
     control batch or one that begins before a soft start (the previous task's).
@@ -135,13 +131,13 @@ def _owned(
         if base >= task.end:
             return
         sizer.saw(header.length, header.record_count)
-        piece: _Slice | None = None
+        piece: ColumnSlice | None = None
         if not header.is_control and not (soft_start and base < task.start == position):
             verify_batch(buffer, at)
             view = column_view(buffer, at, verify=False)
             first = max(position, task.range_start) - base
             stop = min(after, task.range_end) - base
-            piece = (view, task.topic, task.partition, first, stop)
+            piece = (view, first, stop)
         position = after
         yield piece, position
         if position >= task.end:

@@ -17,7 +17,12 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 from laminar_client import Consumer, ConsumerBatch, RetryPolicy  # noqa: E402
-from laminar_client.arrow import arrow_schema, columns_to_arrow  # noqa: E402
+from laminar_client.arrow import (  # noqa: E402
+    arrow_schema,
+    columns_to_arrow,
+    concat_record_batches,
+    slices_to_arrow,
+)
 
 from laminar.errors import InvalidInputError  # noqa: E402
 from laminar.records import (  # noqa: E402
@@ -253,3 +258,47 @@ def test_consumer_batches_to_arrow_from_the_cluster(cluster: FakeCluster) -> Non
     assert [
         (r["key"], r["value"], r["offset"], r["timestamp"].timestamp() * 1000) for r in rows
     ] == [(r.key, r.value, r.offset, r.timestamp_ms) for r in records]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_slices_to_arrow_equals_joined_columns_to_arrow(seed: int) -> None:
+    """Several batches (with and without keys, nulls, tombstones, compression) cut
+    at random ends, built at once: the same rows as one batch each, joined."""
+    rng = random.Random(seed)
+
+    def item() -> bytes | None:
+        return None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 30))
+
+    slices = []
+    offset = rng.randrange(0, 1000)
+    for _ in range(rng.randrange(1, 6)):
+        count = rng.randrange(1, 40)
+        keyed = rng.random() < 0.6
+        raw = stamped(
+            [item() for _ in range(count)],
+            offset,
+            keys=[item() for _ in range(count)] if keyed else None,
+            timestamps_ms=[rng.randrange(0, 2**41) for _ in range(count)],
+            compression=rng.choice([Compression.NONE, Compression.ZSTD]),
+        )
+        offset += count
+        start = rng.randrange(0, count + 1)
+        stop = rng.randrange(start, count + 1)
+        slices.append((column_view(raw), start, stop))
+    built = slices_to_arrow(slices, TOPIC, 7)
+    built.validate(full=True)
+    joined = concat_record_batches(
+        [columns_to_arrow(view, TOPIC, 7, start, stop) for view, start, stop in slices]
+    )
+    assert built.schema == arrow_schema()
+    assert built.to_pylist() == joined.to_pylist()
+
+
+def test_slices_to_arrow_with_headers_and_bad_input() -> None:
+    raw = stamped([b"a", b"b"], 5, headers=[[("h", b"1")], []])
+    built = slices_to_arrow([(column_view(raw), 1, 2)], TOPIC, 7, headers=True)
+    assert built.to_pylist() == expected_rows(raw, 1, 2, headers=True)
+    with pytest.raises(InvalidInputError, match="outside the batch"):
+        slices_to_arrow([(column_view(raw), 1, 3)], TOPIC, 7)
+    with pytest.raises(InvalidInputError, match="at least one"):
+        slices_to_arrow([], TOPIC, 7)
