@@ -212,6 +212,9 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, list[
     results: dict[str, float] = {}
     spreads: dict[str, list[float]] = {}
     records = args.records
+    # The JVM starts before this process makes any gRPC channel: a fork while gRPC's
+    # threads run can fail the JVM's launch (JAVA_GATEWAY_EXITED, seen here).
+    spark = make_session()
     with (
         tempfile.TemporaryDirectory(prefix="laminar-spark-bench-") as root,
         ProcessCluster(Path(root) / "cluster", preset="local") as cluster,
@@ -220,7 +223,6 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, list[
         with Client(servers) as client:
             create_topic(client, TOPIC)
         fill(servers, records)
-        spark = make_session()
         try:
             joined = ",".join(servers)
 
