@@ -10,8 +10,9 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   │   ├── UnsupportedMagicError    unknown batch format version
     │   │   ├── ChecksumMismatchError    payload or header checksum does not match
     │   │   └── BatchLimitError          a length or count beyond the configured limits
-    │   └── InvalidTopicError            bad topic name or topic settings
-    │       └── TopicExistsError         a topic with that name already exists
+    │   ├── InvalidTopicError            bad topic name or topic settings
+    │   │   └── TopicExistsError         a topic with that name already exists
+    │   └── GroupEntryFormatError        bytes that do not form a valid consumer-group log entry
     ├── StorageError                     the on-disk log cannot do what was asked
     │   ├── CorruptSegmentError          a sealed segment holds a corrupt batch (file, offset)
     │   ├── OffsetOutOfRangeError        offset outside [start_offset, end_offset]
@@ -30,6 +31,8 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     ├── ProducerSequenceError            idempotent-producer sequence rejected
     │   ├── DuplicateSequenceError       batch already written (original offset attached)
     │   └── OutOfOrderSequenceError      gap in the producer's sequence
+    ├── FencedMemberError                a consumer-group member's epoch or ownership is stale
+    ├── GroupNotEmptyError               an admin change to a group that still has members
     ├── ClusterIdMismatchError           a node or peer belongs to another cluster
     └── ClientClosedError                (client) the producer or consumer was closed
 
@@ -100,6 +103,11 @@ class InvalidTopicError(InvalidInputError):
 
 class TopicExistsError(InvalidTopicError):
     """A topic with that name already exists."""
+
+
+class GroupEntryFormatError(InvalidInputError):
+    """Bytes that do not form a valid consumer-group log entry (``__groups`` topic):
+    not msgpack, an unknown version or kind, a missing field or one beyond its limit."""
 
 
 class StorageError(LaminarError):
@@ -229,6 +237,29 @@ class OutOfOrderSequenceError(ProducerSequenceError):
         self.producer_id = producer_id
         self.base_sequence = base_sequence
         self.expected_sequence = expected_sequence
+
+
+class FencedMemberError(LaminarError):
+    """A consumer-group member acted with a stale identity: it was expired, fenced or
+    replaced, or no longer owns the partition at that assignment epoch. Nothing it
+    asked for took effect; it must drop all its partitions (without committing) and
+    rejoin. Not retriable as is: retrying the same request fails the same way."""
+
+    def __init__(self, group_id: str, member_id: str, reason: str) -> None:
+        super().__init__(f"member {member_id} of group {group_id} is fenced: {reason}")
+        self.group_id = group_id
+        self.member_id = member_id
+        self.reason = reason
+
+
+class GroupNotEmptyError(LaminarError):
+    """An admin change (offset reset, delete) to a consumer group that still has
+    members; stop them (or wait for their sessions to expire) first."""
+
+    def __init__(self, group_id: str, member_count: int) -> None:
+        super().__init__(f"group {group_id} still has {member_count} member(s)")
+        self.group_id = group_id
+        self.member_count = member_count
 
 
 class ClusterIdMismatchError(LaminarError):

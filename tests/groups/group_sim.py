@@ -1,0 +1,412 @@
+"""Seeded simulation of one consumer group: coordinator, log, members, faults.
+
+    .venv/bin/python -m tests.groups.group_sim --seeds 5000 [--start 0]
+    .venv/bin/python -m tests.groups.group_sim --replay 1234
+
+A fake clock advances in steps of ``STEP_MS``. Members heartbeat every session/15
+through the real :class:`Coordinator` (the shell's prepare/apply/answer loop),
+read their partitions and commit; the coordinator ticks every step. The log is a
+list of encoded entries (every entry goes through encode/decode), applied to a
+:class:`GroupState` as it is appended. During the fault phase random faults hit:
+members join, leave, crash without leaving (static ones may restart with a new
+member id), pause past their session timeout and then commit, the coordinator
+fails over (the state is rebuilt from the log and must equal the old one), and
+topics gain partitions. Then faults stop and the group must settle.
+
+Invariants, checked after every step (and per entry where they concern one):
+
+- at most one confirmed owner per partition: an ``own`` applies only to a free
+  partition, and at most one member reads a partition at its confirmed epoch;
+- committed offsets change only through an applied commit of the partition's
+  owner at its member and assignment epochs, and never move backwards;
+- a member that was expired while paused has its commits ``FENCED``;
+- delayed proposals (tick output applied steps later) and retried old entries are
+  refused or harmless when applied (they must not break any invariant here);
+- a new owner resumes at the committed offset;
+- the target assignment's loads differ by at most one (equal weights);
+- within session + rebalance timeout (+ two heartbeats) after faults stop, every
+  partition is owned by a live member at its target, and every owner reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+
+from laminar.groups.coordinator import PREPARE_ROUNDS_MAX, Coordinator
+from laminar.groups.entries import Commit, GroupEntry, Subscription, decode_entry, encode_entry
+from laminar.groups.member import GroupMember
+from laminar.groups.state import ApplyResult, Group, GroupState, Outcome
+from laminar.ids import TopicPartition
+
+STEP_MS = 100
+SESSION_TIMEOUT_MS = 3000
+REBALANCE_TIMEOUT_MS = 2000
+HEARTBEAT_INTERVAL_MS = SESSION_TIMEOUT_MS // 15
+FAULT_STEPS = 120
+MEMBERS_MAX = 6
+PARTITIONS_MAX = 24
+GROUP_ID = "sim-group"
+SUBSCRIPTION = Subscription(("a", "b"))
+
+
+@dataclass
+class SimMember:
+    core: GroupMember
+    status: str = "alive"  # alive | paused | crashed | left
+    paused_until_ms: int = 0
+    next_heartbeat_ms: int = 0
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    violations: list[str]
+    entries: int
+    commits: int
+    fenced_zombie_commits: int
+    failovers: int
+
+
+class GroupSim:
+    """One seeded run (see the module docstring)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now_ms = 0
+        self.catalogue = {"a": self.rng.randint(1, 8), "b": self.rng.randint(1, 6)}
+        self.log: list[bytes] = []
+        self.state = GroupState()
+        self.coordinator = Coordinator(self.state, self.now_ms)
+        self.members: list[SimMember] = []
+        self.violations: list[str] = []
+        self.member_counter = 0
+        self.commits_applied = 0
+        self.fenced_zombie_commits = 0
+        self.failovers = 0
+        self.committed_this_step: set[TopicPartition] = set()
+        self.last_commits: dict[TopicPartition, int] = {}
+        self.delayed: list[tuple[int, list[GroupEntry]]] = []
+
+    # -- plumbing -------------------------------------------------------------
+
+    def violation(self, text: str) -> None:
+        self.violations.append(f"t={self.now_ms} {text}")
+
+    def group(self) -> Group | None:
+        return self.state.group(GROUP_ID)
+
+    def append(self, entries: list[GroupEntry]) -> list[ApplyResult]:
+        results = []
+        for entry in entries:
+            data = encode_entry(entry)
+            if decode_entry(data) != entry:
+                self.violation(f"entry does not survive encoding: {entry}")
+            self.log.append(data)
+            results.append(self._apply_checked(entry))
+        return results
+
+    def _apply_checked(self, entry: GroupEntry) -> ApplyResult:
+        group = self.group()
+        owner = None
+        committed = None
+        member = None
+        if group is not None and isinstance(entry, Commit):
+            tp = (entry.topic, entry.partition)
+            owner = group.owners.get(tp)
+            committed = group.commits.get(tp)
+            member = group.members.get(entry.member_id)
+        was_owned = (
+            group is not None
+            and hasattr(entry, "topic")
+            and (entry.topic, entry.partition) in group.owners  # type: ignore[union-attr]
+        )
+        result = self.state.apply(entry)
+        if type(entry).__name__ == "Own" and result.applied and was_owned:
+            self.violation(f"own applied to an owned partition: {entry}")
+        if isinstance(entry, Commit):
+            self._check_commit(entry, result, owner, committed, member)
+        return result
+
+    def _check_commit(self, entry, result, owner, committed, member) -> None:  # type: ignore[no-untyped-def]
+        tp = (entry.topic, entry.partition)
+        group = self.group()
+        after = None if group is None else group.commits.get(tp)
+        if not result.applied:
+            if after != committed:
+                self.violation(f"refused commit changed the offset: {entry} {result}")
+            return
+        self.commits_applied += 1
+        self.committed_this_step.add(tp)
+        if owner is None or (owner.member_id, owner.assignment_epoch) != (
+            entry.member_id,
+            entry.assignment_epoch,
+        ):
+            self.violation(f"commit applied from a non-owner: {entry} owner={owner}")
+        if member is None or member.member_epoch != entry.member_epoch:
+            self.violation(f"commit applied from a stale member epoch: {entry}")
+        if committed is not None and entry.next_offset < committed.next_offset:
+            self.violation(f"commit moved backwards: {committed} -> {entry}")
+
+    # -- members --------------------------------------------------------------
+
+    def new_member(self, instance_id: str | None = None) -> SimMember:
+        self.member_counter += 1
+        core = GroupMember(
+            group_id=GROUP_ID,
+            member_id=f"m{self.member_counter}",
+            subscription=SUBSCRIPTION,
+            instance_id=instance_id,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
+        )
+        member = SimMember(core, next_heartbeat_ms=self.now_ms)
+        self.members.append(member)
+        return member
+
+    def heartbeat(self, member: SimMember, *, leave: bool = False) -> None:
+        request = member.core.request(leave=leave)
+        for _ in range(PREPARE_ROUNDS_MAX):
+            entries = self.coordinator.prepare(request, self.now_ms, self.catalogue)
+            if not entries:
+                break
+            self.append(entries)
+        else:
+            self.violation("prepare did not settle within PREPARE_ROUNDS_MAX rounds")
+        answer = self.coordinator.answer(request)
+        member.next_heartbeat_ms = self.now_ms + HEARTBEAT_INTERVAL_MS
+        if leave:
+            return
+        actions = member.core.on_answer(answer)
+        for tp in actions.stop:
+            member.positions.pop(tp, None)
+        for tp in actions.revoke:
+            self.commit(member, tp)  # the on_revoked hook's final commit
+            member.positions.pop(tp, None)
+            member.core.revoked(tp)
+        group = self.group()
+        for tp, _epoch, committed in actions.start:
+            stored = None if group is None else group.commits.get(tp)
+            expected = None if stored is None else stored.next_offset
+            if committed != expected:
+                self.violation(f"{member.core.member_id} starts {tp} at {committed} != {expected}")
+            member.positions[tp] = committed or 0
+
+    def commit(self, member: SimMember, tp: TopicPartition) -> ApplyResult | None:
+        if tp not in member.positions:
+            return None
+        entry = member.core.commit(tp, member.positions[tp], metadata=f"by {member.core.member_id}")
+        return self.append([entry])[0]
+
+    def work(self, member: SimMember) -> None:
+        for tp in sorted(member.positions):
+            member.positions[tp] += self.rng.randint(0, 3)
+            if self.rng.random() < 0.3:
+                result = self.commit(member, tp)
+                if result is not None and result.outcome is Outcome.FENCED:
+                    pass  # learns at its next heartbeat
+
+    def resume(self, member: SimMember) -> None:
+        """A paused member wakes up and commits before it heartbeats (a zombie)."""
+        member.status = "alive"
+        group = self.group()
+        present = group is not None and (
+            (info := group.members.get(member.core.member_id)) is not None
+            and info.member_epoch == member.core.member_epoch
+        )
+        for tp in sorted(member.positions):
+            result = self.commit(member, tp)
+            if result is not None and not present:
+                if result.outcome is not Outcome.FENCED:
+                    self.violation(f"zombie commit of expired {member.core.member_id}: {result}")
+                else:
+                    self.fenced_zombie_commits += 1
+        member.next_heartbeat_ms = self.now_ms
+
+    # -- faults ---------------------------------------------------------------
+
+    def alive(self) -> list[SimMember]:
+        return [m for m in self.members if m.status == "alive"]
+
+    def fault(self) -> None:
+        rng = self.rng
+        roll = rng.random()
+        alive = self.alive()
+        running = [m for m in self.members if m.status in ("alive", "paused")]
+        if roll < 0.03 and len(running) < MEMBERS_MAX:
+            static = rng.random() < 0.5
+            self.new_member(instance_id=f"static-{self.member_counter + 1}" if static else None)
+        elif roll < 0.045 and alive:
+            member = rng.choice(alive)
+            for tp in sorted(member.positions):
+                self.commit(member, tp)
+            member.core.released.update(member.core.active)
+            member.core.released.update(member.core.revoking)
+            self.heartbeat(member, leave=True)
+            member.status = "left"
+        elif roll < 0.06 and alive:
+            member = rng.choice(alive)
+            member.status = "crashed"
+            if member.core.instance_id is not None and rng.random() < 0.6:
+                self.new_member(instance_id=member.core.instance_id)
+        elif roll < 0.075 and alive:
+            member = rng.choice(alive)
+            member.status = "paused"
+            member.paused_until_ms = self.now_ms + rng.randint(500, 2 * SESSION_TIMEOUT_MS)
+        elif roll < 0.085:
+            self.failover()
+        elif roll < 0.09 and sum(self.catalogue.values()) < PARTITIONS_MAX:
+            topic = rng.choice(sorted(self.catalogue))
+            self.catalogue[topic] += 1
+
+    def failover(self) -> None:
+        """A new leader: rebuild the state from the log; it must equal the old one."""
+        self.failovers += 1
+        rebuilt = GroupState()
+        for data in self.log:
+            rebuilt.apply(decode_entry(data))
+        if rebuilt.snapshot() != self.state.snapshot():
+            self.violation("state rebuilt from the log differs from the live state")
+        if GroupState.restore(self.state.snapshot()).snapshot() != self.state.snapshot():
+            self.violation("snapshot/restore is not the identity")
+        self.state = rebuilt
+        self.coordinator = Coordinator(self.state, self.now_ms)
+
+    # -- the run --------------------------------------------------------------
+
+    def step(self, *, faults: bool) -> None:
+        self.now_ms += STEP_MS
+        self.committed_this_step = set()
+        if faults:
+            self.fault()
+        for member in self.members:
+            if member.status == "paused" and (not faults or self.now_ms >= member.paused_until_ms):
+                self.resume(member)
+        for member in self.alive():
+            if self.now_ms >= member.next_heartbeat_ms:
+                self.heartbeat(member)
+            if member.status == "alive":
+                self.work(member)
+        ticked = self.coordinator.tick(self.now_ms, self.catalogue)
+        if faults and ticked and self.rng.random() < 0.05:
+            # A proposal delayed in the log pipeline: applied later, on a newer state.
+            self.delayed.append((self.now_ms + self.rng.randint(1, 8) * STEP_MS, ticked))
+        else:
+            self.append(ticked)
+        if faults and self.log and self.rng.random() < 0.03:
+            # A retried request: an old entry appended again.
+            self.append([decode_entry(self.rng.choice(self.log))])
+        due = [entries for at_ms, entries in self.delayed if at_ms <= self.now_ms or not faults]
+        self.delayed = [item for item in self.delayed if item[0] > self.now_ms and faults]
+        for entries in due:
+            self.append(entries)
+        self.check_step()
+
+    def check_step(self) -> None:
+        group = self.group()
+        if group is None:
+            return
+        for tp, committed in group.commits.items():
+            previous = self.last_commits.get(tp)
+            if previous is not None and committed.next_offset < previous:
+                self.violation(f"{tp} committed offset moved back {previous}->{committed}")
+            if committed.next_offset != previous and tp not in self.committed_this_step:
+                self.violation(f"{tp} committed offset changed without a commit")
+            self.last_commits[tp] = committed.next_offset
+        for tp, owner in group.owners.items():
+            if owner.member_id not in group.members:
+                self.violation(f"{tp} owned by absent member {owner.member_id}")
+            readers = [
+                m.core.member_id
+                for m in self.members
+                if m.status in ("alive", "paused")
+                and m.core.active.get(tp) == owner.assignment_epoch
+                and m.core.member_id == owner.member_id
+            ]
+            if len(readers) > 1:
+                self.violation(f"{tp} read at its confirmed epoch by {readers}")
+        loads: dict[str, int] = {m.key: 0 for m in group.members.values()}
+        for key in group.target().values():
+            loads[key] += 1
+        if loads and max(loads.values()) - min(loads.values()) > 1:
+            self.violation(f"target skew > 1: {loads}")
+
+    def check_settled(self) -> None:
+        group = self.group()
+        assert group is not None
+        target = group.target()
+        by_id = {m.core.member_id: m for m in self.members}
+        for tp in group.partitions():
+            owner = group.owners.get(tp)
+            if owner is None:
+                self.violation(f"{tp} has no owner after faults stopped")
+                continue
+            member = by_id[owner.member_id]
+            if member.status != "alive":
+                self.violation(f"{tp} owned by {member.status} {owner.member_id}")
+            if target[tp] != group.members[owner.member_id].key:
+                self.violation(f"{tp} owned by {owner.member_id}, target {target[tp]}")
+            if member.core.active.get(tp) != owner.assignment_epoch:
+                self.violation(f"{tp} owner {owner.member_id} does not read it")
+        loads: dict[str, int] = {m: 0 for m in group.members}
+        for owner in group.owners.values():
+            loads[owner.member_id] += 1
+        if loads and max(loads.values()) - min(loads.values()) > 1:
+            self.violation(f"ownership skew > 1 after settling: {loads}")
+
+    def run(self) -> SeedResult:
+        for _ in range(self.rng.randint(1, 4)):
+            self.new_member(instance_id=None)
+        for _ in range(FAULT_STEPS):
+            self.step(faults=True)
+        if not self.alive() and not any(m.status == "paused" for m in self.members):
+            self.new_member()
+        settle_ms = SESSION_TIMEOUT_MS + REBALANCE_TIMEOUT_MS + 2 * HEARTBEAT_INTERVAL_MS
+        for _ in range(settle_ms // STEP_MS + 1):
+            self.step(faults=False)
+        self.check_settled()
+        return SeedResult(
+            self.seed,
+            self.violations,
+            len(self.log),
+            self.commits_applied,
+            self.fenced_zombie_commits,
+            self.failovers,
+        )
+
+
+def run_seed(seed: int) -> SeedResult:
+    return GroupSim(seed).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.groups.group_sim", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--seeds", type=int, default=500, help="how many seeds (default 500)")
+    parser.add_argument("--start", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--replay", type=int, help="run only this seed and print its violations")
+    args = parser.parse_args(argv)
+    if args.replay is not None:
+        result = run_seed(args.replay)
+        print(result)
+        return 1 if result.violations else 0
+    failed = 0
+    started = time.perf_counter()
+    for seed in range(args.start, args.start + args.seeds):
+        result = run_seed(seed)
+        if result.violations:
+            failed += 1
+            print(f"seed {seed} FAILED: {result.violations[:3]}", flush=True)
+    elapsed = time.perf_counter() - started
+    print(f"{args.seeds} seeds from {args.start}: {failed} failed, {elapsed:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
