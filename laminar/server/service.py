@@ -584,9 +584,12 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     def _not_leader(self, key: TopicPartition) -> NotLeaderError:
         """Where to go for ``key`` when this node has no replica: placement's first
         replica that gossip does not call dead or gone (a dead node keeps its place
-        in the target through the replica move grace, but leads nothing)."""
+        in the target through the replica move grace, but leads nothing), and never
+        this node: it may be in the target without a replica yet (catching up on the
+        catalogue), and naming itself would send the client straight back."""
         node = self._node
         gone = {m.node_id for m in node.members() if m.state.is_gone}
+        gone.add(node.node_id)
         live = [replica for replica in node.target_of(key) if replica not in gone]
         leader = live[0] if live else None
         return NotLeaderError(leader, node.grpc_address_of(leader))
