@@ -589,8 +589,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         catalogue), and naming itself would send the client straight back."""
         node = self._node
         gone = {m.node_id for m in node.members() if m.state.is_gone}
-        gone.add(node.node_id)
-        live = [replica for replica in node.target_of(key) if replica not in gone]
+        live = [r for r in node.target_of(key) if r not in gone and r != node.node_id]
         leader = live[0] if live else None
         return NotLeaderError(leader, node.grpc_address_of(leader))
 
