@@ -25,6 +25,8 @@ The table (first matching row wins, so subclasses come before their bases)::
     ConfigError                    INVALID_ARGUMENT     CONFIG
     OutOfOrderSequenceError        FAILED_PRECONDITION  OUT_OF_ORDER_SEQUENCE
     ClusterIdMismatchError         FAILED_PRECONDITION  CLUSTER_ID_MISMATCH
+    FencedMemberError              FAILED_PRECONDITION  FENCED (+ group, member id, reason)
+    GroupNotEmptyError             FAILED_PRECONDITION  GROUP_NOT_EMPTY (+ group, member count)
     CorruptSegmentError            DATA_LOSS            STORAGE
     StorageError (other)           INTERNAL             STORAGE
     anything else                  INTERNAL             ERROR_UNKNOWN
@@ -63,6 +65,8 @@ from laminar.errors import (
     ClusterIdMismatchError,
     ConfigError,
     CorruptSegmentError,
+    FencedMemberError,
+    GroupNotEmptyError,
     InvalidInputError,
     InvalidTopicError,
     LaminarError,
@@ -121,6 +125,8 @@ _TABLE: tuple[tuple[type[LaminarError], grpc.StatusCode, ErrorCode], ...] = (
         ErrorCode.OUT_OF_ORDER_SEQUENCE,
     ),
     (ClusterIdMismatchError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.CLUSTER_ID_MISMATCH),
+    (FencedMemberError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.FENCED),
+    (GroupNotEmptyError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.GROUP_NOT_EMPTY),
     (CorruptSegmentError, grpc.StatusCode.DATA_LOSS, ErrorCode.STORAGE),
     (StorageError, grpc.StatusCode.INTERNAL, ErrorCode.STORAGE),
 )
@@ -178,6 +184,13 @@ def error_to_status(error: LaminarError) -> tuple[grpc.StatusCode, ErrorDetail]:
         detail.producer_id = error.producer_id
         detail.base_sequence = error.base_sequence
         detail.expected_sequence = error.expected_sequence
+    elif isinstance(error, FencedMemberError):
+        detail.group = error.group_id
+        detail.member_id = error.member_id
+        detail.reason = error.reason
+    elif isinstance(error, GroupNotEmptyError):
+        detail.group = error.group_id
+        detail.member_count = error.member_count
     return status, detail
 
 
@@ -241,6 +254,10 @@ def error_from_rpc(rpc_error: grpc.RpcError) -> LaminarError:
             ),
             message,
         )
+    if code == ErrorCode.FENCED:
+        return FencedMemberError(detail.group, detail.member_id, detail.reason)
+    if code == ErrorCode.GROUP_NOT_EMPTY:
+        return GroupNotEmptyError(detail.group, detail.member_count)
     if code == ErrorCode.STORAGE and status == grpc.StatusCode.DATA_LOSS:
         return _bare(CorruptSegmentError, message, path="", offset=-1, position=-1, reason="")
     error_class = _CLASS_BY_CODE.get(code)

@@ -1,6 +1,7 @@
 """Which partition a record goes to: one function for every writer.
 
-A keyed record goes to :func:`key_partition`: ``xxh3_64(key, seed 0) mod
+A keyed record goes to :func:`key_partition` (defined in :mod:`laminar.partitioning`,
+shared with the node, which places consumer groups with it): ``xxh3_64(key, seed 0) mod
 partitions``, computed over the key's *serialized* bytes. The producer, the CLI
 (``laminar produce --key-partitioning``) and the Spark writer all call this one
 function, so a key lands on the same partition whichever of them wrote it, and
@@ -20,22 +21,10 @@ from __future__ import annotations
 
 import random
 
-import xxhash
-
 from laminar.errors import InvalidInputError
+from laminar.partitioning import key_partition
 
 __all__ = ["StickyPartitioner", "key_partition"]
-
-
-def key_partition(key: bytes, partitions: int) -> int:
-    """The partition of a record with ``key`` in a topic of ``partitions`` partitions.
-
-    ``xxh3_64_intdigest(key)`` (seed 0) modulo ``partitions``: stable across
-    processes, machines and versions; documented in ``docs/design.md``.
-    """
-    if partitions < 1:
-        raise InvalidInputError(f"a topic has at least one partition, got {partitions}")
-    return xxhash.xxh3_64_intdigest(key) % partitions
 
 
 class StickyPartitioner:

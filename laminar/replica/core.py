@@ -385,6 +385,16 @@ class ReplicaCore:
             return self._heartbeat_due
         return self._election_deadline
 
+    @property
+    def term_committed(self) -> bool:
+        """Whether this node leads and has committed an entry of its own term.
+
+        Only then is every entry of earlier terms known committed, so a state
+        machine applied up to the high watermark is complete (a new leader's high
+        watermark may trail until its term-start no-op commits).
+        """
+        return self.role is Role.LEADER and self.high_watermark > self._term_start_offset
+
     # ------------------------------------------------------------------ reads
 
     def read(self, offset: int, max_bytes: int) -> bytes:

@@ -46,15 +46,29 @@ from laminar.ids import TopicPartition
 from laminar.membership import EventKind, LocalMember, Member, MemberEvent, MemberState
 from laminar.placement import PlacementMember
 from laminar.replica.core import ReplicaCore
-from laminar.replica.types import GroupConfig, NodeId, Role
+from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.log import SegmentLog
 from laminar.server import rules
 from laminar.server.channels import ChannelCache
 from laminar.server.config import NodeConfig
 from laminar.server.follower import READ_BYTES_MAX, MetadataFollower
 from laminar.server.gossip import ThreadedMembership
+from laminar.server.groups import (
+    GROUPS_PARTITIONS,
+    GROUPS_REPLICATION_MAX,
+    GROUPS_TOPIC,
+    TICK_INTERVAL_MS,
+    GroupHost,
+)
 from laminar.server.host import LogFactory, ReplicaHost
-from laminar.server.metadata import CLUSTER_TOPIC, METADATA_KEY, Change, MetadataState
+from laminar.server.metadata import (
+    CLUSTER_TOPIC,
+    METADATA_KEY,
+    Change,
+    MetadataState,
+    TopicSpec,
+    create_topic_command,
+)
 from laminar.server.service import LaminarService, add_to_server
 from laminar.server.transport import PeerTransport
 from laminar.v1 import laminar_pb2, laminar_pb2_grpc
@@ -196,6 +210,8 @@ class Node:
         self.follower = MetadataFollower(
             self.metadata, self._metadata_core, self._fetch_metadata_remote, self._on_changes
         )
+        self.groups = GroupHost(self.host, self._partition_counts, self.grpc_address_of)
+        self._groups_task: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
         self._health = health.aio.HealthServicer()
         self.server = self._build_server()
@@ -278,6 +294,9 @@ class Node:
         self._known_members = {member.node_id for member in self.membership.view()}
         self._replan()
         self.follower.start()
+        self._groups_task = asyncio.get_running_loop().create_task(
+            self._groups_loop(), name="groups"
+        )
         self.ready.set()
         _LOG.info(
             "node %s ready: cluster %s, gossip %s, grpc %s, peer %s",
@@ -332,6 +351,11 @@ class Node:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.membership.leave(), remaining_s())
         await self.follower.stop()
+        groups_task, self._groups_task = self._groups_task, None
+        if groups_task is not None:
+            groups_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await groups_task
         await self.server.stop(grace=min(1.0, remaining_s()))
         await self.channels.close(remaining_s())
         await self.transport.close()
@@ -506,6 +530,8 @@ class Node:
     def _on_committed(self, key: TopicPartition, start: int, end: int) -> None:
         if key == METADATA_KEY:
             self.follower.committed()
+        elif key[0] == GROUPS_TOPIC:
+            self.groups.committed(key)
 
     async def _fetch_metadata_remote(self, offset: int) -> bytes:
         """Long-poll ``__cluster/0`` from a node that should hold it."""
@@ -549,6 +575,53 @@ class Node:
             _LOG.info("topic %s deleted", topic.spec.name)
             for partition in range(topic.spec.partitions):
                 self.host.delete_replica((topic.spec.name, partition))
+
+    def _partition_counts(self) -> dict[str, int]:
+        """Each topic's partition count, for the group coordinators."""
+        return {name: topic.spec.partitions for name, topic in self.metadata.topics.items()}
+
+    # ------------------------------------------------------------------ groups
+
+    async def _groups_loop(self) -> None:
+        """Every ``TICK_INTERVAL_MS``: create ``__groups`` if this node should, and run
+        the coordinators' ticks (expiries, fencing, hand-outs)."""
+        timeout_s = self.config.service.admin_timeout_ms / 1000
+        while True:
+            try:
+                await self._ensure_groups_topic(timeout_s)
+                await self.groups.tick(timeout_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a lost leadership, a timeout: next round
+                _LOG.debug("node %s: groups round failed: %s", self.node_id, error)
+            await asyncio.sleep(TICK_INTERVAL_MS / 1000)
+
+    async def _ensure_groups_topic(self, timeout_s: float) -> None:
+        """The leader of ``__cluster/0`` creates ``__groups`` once its catalogue is
+        complete (its own term committed and applied) and does not have it.
+
+        Its spec says :data:`GROUPS_REPLICATION_MAX` replicas; the founding ones are
+        as many as the cluster has now (at least one), and placement adds the rest
+        as nodes join, as for ``__cluster/0``. Applying a creation is idempotent, so
+        a second leader racing this one changes nothing.
+        """
+        if GROUPS_TOPIC in self.metadata.topics:
+            return
+        replica = self.host.get(METADATA_KEY)
+        if replica is None or not replica.core.term_committed:
+            return
+        if self.metadata.applied_offset < replica.core.high_watermark:
+            return
+        members = self.placement_members()
+        eligible = sum(1 for member in members if member.eligible)
+        spec = TopicSpec(GROUPS_TOPIC, GROUPS_PARTITIONS, GROUPS_REPLICATION_MAX)
+        founders = rules.plan_topic(
+            GROUPS_TOPIC, GROUPS_PARTITIONS, max(1, min(GROUPS_REPLICATION_MAX, eligible)), members
+        )
+        batch = create_topic_command(spec, founders, uuid.uuid4().hex)
+        result = await self.host.produce(METADATA_KEY, batch, Acks.ALL, timeout_s)
+        await self.wait_metadata(result.base_offset + 1, timeout_s)
+        _LOG.info("node %s: created %s", self.node_id, GROUPS_TOPIC)
 
     async def wait_metadata(self, offset: int, timeout_s: float) -> None:
         """Wait until this node applied the metadata log up to ``offset``."""

@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -26,6 +26,8 @@ from google.protobuf.message import DecodeError, Message
 
 from laminar.errors import (
     BatchLimitError,
+    FencedMemberError,
+    GroupNotEmptyError,
     InvalidInputError,
     InvalidTopicError,
     LaminarError,
@@ -35,6 +37,9 @@ from laminar.errors import (
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
+from laminar.groups.coordinator import HeartbeatRequest
+from laminar.groups.entries import Commit, Delete, Reset, Subscription
+from laminar.groups.state import ApplyResult, Group, Outcome
 from laminar.grpc_errors import abort_with, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
@@ -43,6 +48,7 @@ from laminar.records import parse_header
 from laminar.replica.types import Acks, Role
 from laminar.server import rules
 from laminar.server.config import ServiceConfig
+from laminar.server.groups import GroupHost, group_partition, group_status
 from laminar.server.host import ProduceResult, ReplicaHost
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
@@ -83,6 +89,9 @@ class NodeApi(Protocol):
 
     @property
     def metadata(self) -> MetadataState: ...
+
+    @property
+    def groups(self) -> GroupHost: ...
 
     def members(self) -> list[Member]:
         """The membership view (never blocks)."""
@@ -317,6 +326,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     ) -> TopicPartition:
         """The partition's key, if this request for it may go to the host here."""
         key = self._key(topic, partition)
+        if topic.startswith("__"):
+            raise InvalidTopicError(f"topic {topic!r} is internal: only the nodes write it")
         if not batches:
             raise InvalidInputError("a produce request needs at least one batch")
         for batch in batches:
@@ -411,7 +422,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
         node = self._node
-        names = list(request.topics) or sorted(node.metadata.topics)
+        names = list(request.topics) or _public(node.metadata.topics)
         topics = []
         for name in names:
             topic = node.metadata.topics.get(name)
@@ -432,7 +443,9 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     ) -> pb.ListTopicsResponse:
         node = self._node
         return pb.ListTopicsResponse(
-            topics=[self._topic_info(node.metadata.topics[n]) for n in sorted(node.metadata.topics)]
+            topics=[
+                self._topic_info(node.metadata.topics[n]) for n in _public(node.metadata.topics)
+            ]
         )
 
     @_guarded
@@ -533,11 +546,213 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicResponse:
         node = self._node
+        if request.name.startswith("__"):
+            raise InvalidTopicError(f"topic {request.name!r} is internal and cannot be deleted")
         self._require_metadata_leader()
         if request.name not in node.metadata.topics:
             raise UnknownTopicOrPartitionError(f"no topic {request.name!r}")
         await self._propose_metadata(delete_topic_command(request.name, uuid.uuid4().hex))
         return pb.DeleteTopicResponse()
+
+    # ------------------------------------------------------------------ groups
+
+    @_guarded
+    async def GroupHeartbeat(  # noqa: N802
+        self, request: pb.GroupHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GroupHeartbeatResponse:
+        self._require_group_leader(request.group)
+        member_id = request.member_id or uuid.uuid4().hex
+        heartbeat = HeartbeatRequest(
+            group_id=request.group,
+            member_id=member_id,
+            member_epoch=request.member_epoch,
+            subscription=Subscription(tuple(request.topics), request.pattern or None),
+            instance_id=request.instance_id or None,
+            weight=request.weight or 1.0,
+            session_timeout_ms=request.session_timeout_ms or 45_000,
+            rebalance_timeout_ms=request.rebalance_timeout_ms or 60_000,
+            released=tuple((p.topic, p.partition, p.assignment_epoch) for p in request.released),
+        )
+        answer = await self._node.groups.heartbeat(heartbeat, self._group_timeout_s())
+        if answer.fenced:
+            raise FencedMemberError(
+                request.group, member_id, "unknown member or stale member epoch"
+            )
+        committed = {(topic, index): offset for topic, index, offset in answer.committed}
+        group = await self._node.groups.group(request.group, self._group_timeout_s())
+        owned = []
+        for topic, index, epoch in answer.owned:
+            info = pb.GroupOwnedPartition(topic=topic, partition=index, assignment_epoch=epoch)
+            if (topic, index) in committed:
+                info.committed_offset = committed[(topic, index)]
+                if group is not None and (topic, index) in group.commits:
+                    info.metadata = group.commits[(topic, index)].metadata
+            owned.append(info)
+        return pb.GroupHeartbeatResponse(
+            member_id=member_id,
+            member_epoch=answer.member_epoch,
+            group_epoch=answer.group_epoch,
+            heartbeat_interval_ms=answer.heartbeat_interval_ms,
+            members=[
+                pb.GroupMemberKey(member_id=m.member_id, key=m.key, weight=m.weight)
+                for m in answer.members
+            ],
+            topics=[
+                pb.GroupTopic(topic=topic, partitions=count)
+                for topic, count in answer.partition_counts
+            ],
+            owned=owned,
+        )
+
+    @_guarded
+    async def CommitOffsets(  # noqa: N802
+        self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitOffsetsResponse:
+        """Each partition's commit applies or is refused on its own, when applied."""
+        offsets = list(request.offsets)
+        if not 1 <= len(offsets) <= GROUP_PARTITIONS_PER_CALL_MAX:
+            raise InvalidInputError(
+                f"a commit names 1 to {GROUP_PARTITIONS_PER_CALL_MAX} partitions, "
+                f"got {len(offsets)}"
+            )
+        if len({(o.topic, o.partition) for o in offsets}) != len(offsets):
+            raise InvalidInputError("a commit names each partition once")
+        self._require_group_leader(request.group)
+        commits = [
+            Commit(
+                group_id=request.group,
+                topic=o.topic,
+                partition=o.partition,
+                next_offset=o.next_offset,
+                member_id=request.member_id,
+                member_epoch=request.member_epoch,
+                assignment_epoch=o.assignment_epoch,
+                metadata=o.metadata,
+            )
+            for o in offsets
+        ]
+        results = await self._node.groups.commit(commits, self._group_timeout_s())
+        answers = []
+        for commit, result in zip(commits, results, strict=True):
+            answer = pb.PartitionCommitted(topic=commit.topic, partition=commit.partition)
+            error = _commit_error(commit, result)
+            if error is not None:
+                answer.error.CopyFrom(error_to_status(error)[1])
+            answers.append(answer)
+        return pb.CommitOffsetsResponse(partitions=answers)
+
+    @_guarded
+    async def FetchOffsets(  # noqa: N802
+        self, request: pb.FetchOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchOffsetsResponse:
+        if len(request.partitions) > GROUP_PARTITIONS_PER_CALL_MAX:
+            raise InvalidInputError(f"at most {GROUP_PARTITIONS_PER_CALL_MAX} partitions per call")
+        self._require_group_leader(request.group)
+        group = await self._node.groups.group(request.group, self._group_timeout_s())
+        commits = {} if group is None else group.commits
+        asked = [(p.topic, p.partition) for p in request.partitions] or sorted(commits)
+        answers = []
+        for topic, index in asked:
+            answer = pb.CommittedOffset(topic=topic, partition=index)
+            committed = commits.get((topic, index))
+            if committed is not None:
+                answer.next_offset = committed.next_offset
+                answer.metadata = committed.metadata
+            answers.append(answer)
+        return pb.FetchOffsetsResponse(offsets=answers)
+
+    @_guarded
+    async def LeaveGroup(  # noqa: N802
+        self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LeaveGroupResponse:
+        """Leaving is a heartbeat that says goodbye; an unknown member is already gone."""
+        self._require_group_leader(request.group)
+        groups = self._node.groups
+        group = await groups.group(request.group, self._group_timeout_s())
+        member = None if group is None else group.members.get(request.member_id)
+        if group is None or member is None or group.subscription is None:
+            return pb.LeaveGroupResponse()
+        epoch = request.member_epoch or member.member_epoch
+        leave = HeartbeatRequest(
+            group_id=request.group,
+            member_id=request.member_id,
+            member_epoch=epoch,
+            subscription=group.subscription,
+            leave=True,
+        )
+        await groups.heartbeat(leave, self._group_timeout_s())
+        return pb.LeaveGroupResponse()
+
+    @_guarded
+    async def ListGroups(  # noqa: N802
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListGroupsResponse:
+        node = self._node
+        groups = sorted(node.groups.led_groups(), key=lambda group: group.group_id)
+        return pb.ListGroupsResponse(
+            groups=[
+                pb.GroupSummary(
+                    group=group.group_id,
+                    state=group_status(group),
+                    member_count=len(group.members),
+                    coordinator=node.node_id,
+                )
+                for group in groups
+            ]
+        )
+
+    @_guarded
+    async def DescribeGroup(  # noqa: N802
+        self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeGroupResponse:
+        self._require_group_leader(request.group)
+        group = await self._node.groups.group(request.group, self._group_timeout_s())
+        answer = pb.DescribeGroupResponse(
+            group=request.group, state=group_status(group), coordinator=self._node.node_id
+        )
+        if group is not None:
+            _describe(group, answer)
+        return answer
+
+    @_guarded
+    async def ResetOffsets(  # noqa: N802
+        self, request: pb.ResetOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResetOffsetsResponse:
+        if any(not o.HasField("next_offset") for o in request.offsets):
+            raise InvalidInputError("every reset offset needs next_offset")
+        entry = Reset(
+            request.group, tuple((o.topic, o.partition, o.next_offset) for o in request.offsets)
+        )
+        self._require_group_leader(request.group)
+        result = await self._node.groups.admin(entry, self._group_timeout_s())
+        _check_admin(request.group, result)
+        return pb.ResetOffsetsResponse()
+
+    @_guarded
+    async def DeleteGroup(  # noqa: N802
+        self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteGroupResponse:
+        entry = Delete(request.group)
+        self._require_group_leader(request.group)
+        result = await self._node.groups.admin(entry, self._group_timeout_s())
+        if result is None or result.outcome is not Outcome.UNKNOWN_GROUP:
+            _check_admin(request.group, result)
+        return pb.DeleteGroupResponse()
+
+    def _group_timeout_s(self) -> float:
+        return self._config.produce_timeout_ms / 1000
+
+    def _require_group_leader(self, group_id: str) -> None:
+        """Refuse a group call on a node that does not lead the group's partition
+        (``NOT_LEADER`` with the leader it knows, else placement's hint)."""
+        key = group_partition(group_id)
+        replica = self._node.host.get(key)
+        if replica is not None and replica.core.role is Role.LEADER:
+            return
+        if replica is not None and replica.core.leader is not None:
+            leader = str(replica.core.leader)
+            raise NotLeaderError(leader, self._node.grpc_address_of(leader))
+        raise self._not_leader(key)
 
     # ------------------------------------------------------------------ helpers
 
@@ -644,6 +859,69 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             ),
             partitions=partitions,
         )
+
+
+GROUP_PARTITIONS_PER_CALL_MAX = 10_000
+"""Most partitions one commit or offset fetch names (a group's partition limit)."""
+
+
+def _public(topics: Mapping[str, object]) -> list[str]:
+    """Topic names for listings: internal ones (``__groups``) are hidden; they can
+    still be asked for by name (a client routes group calls with their leaders)."""
+    return sorted(name for name in topics if not name.startswith("__"))
+
+
+def _commit_error(commit: Commit, result: ApplyResult | None) -> LaminarError | None:
+    if result is None:
+        return InvalidInputError("the commit entry was not understood when applied")
+    if result.outcome is Outcome.APPLIED or result.outcome is Outcome.DUPLICATE:
+        return None
+    if result.outcome is Outcome.OFFSET_BEHIND:
+        return InvalidInputError(f"{commit.topic}/{commit.partition}: {result.detail}")
+    return FencedMemberError(commit.group_id, commit.member_id, result.detail or "fenced")
+
+
+def _check_admin(group_id: str, result: ApplyResult | None) -> None:
+    if result is None:
+        raise InvalidInputError("the admin entry was not understood when applied")
+    if result.outcome is Outcome.NOT_EMPTY:
+        members = int(result.detail.split(" ")[0]) if result.detail[:1].isdigit() else 0
+        raise GroupNotEmptyError(group_id, members)
+    if result.outcome is not Outcome.APPLIED:
+        raise InvalidInputError(f"group {group_id}: {result.outcome.value} {result.detail}")
+
+
+def _describe(group: Group, answer: pb.DescribeGroupResponse) -> None:
+    answer.group_epoch = group.group_epoch
+    if group.subscription is not None:
+        answer.topics.extend(group.subscription.topics)
+        answer.pattern = group.subscription.pattern or ""
+    for m in group.members.values():
+        answer.members.append(
+            pb.GroupMemberInfo(
+                member_id=m.member_id,
+                instance_id=m.instance_id or "",
+                weight=m.weight,
+                member_epoch=m.member_epoch,
+                session_timeout_ms=m.session_timeout_ms,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+            )
+        )
+    target = group.target()
+    for topic, index in sorted(set(group.partitions()) | set(group.commits)):
+        tp = (topic, index)
+        info = pb.GroupPartitionInfo(topic=topic, partition=index, target=target.get(tp, ""))
+        owner = group.owners.get(tp)
+        if owner is not None:
+            info.owner = owner.member_id
+        info.assignment_epoch = (
+            owner.assignment_epoch if owner is not None else group.assignment_epochs.get(tp, 0)
+        )
+        committed = group.commits.get(tp)
+        if committed is not None:
+            info.committed_offset = committed.next_offset
+            info.metadata = committed.metadata
+        answer.partitions.append(info)
 
 
 def _member(member: Member) -> pb.Member:

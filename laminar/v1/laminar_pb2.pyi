@@ -30,6 +30,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STORAGE: _ClassVar[ErrorCode]
     CLUSTER_ID_MISMATCH: _ClassVar[ErrorCode]
     CONFIG: _ClassVar[ErrorCode]
+    FENCED: _ClassVar[ErrorCode]
+    GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
 ACKS_ALL: Acks
 ACKS_LEADER: Acks
 ACKS_NONE: Acks
@@ -48,6 +50,8 @@ OUT_OF_ORDER_SEQUENCE: ErrorCode
 STORAGE: ErrorCode
 CLUSTER_ID_MISMATCH: ErrorCode
 CONFIG: ErrorCode
+FENCED: ErrorCode
+GROUP_NOT_EMPTY: ErrorCode
 
 class ProduceRequest(_message.Message):
     __slots__ = ("topic", "partition", "batches", "acks", "timeout_ms")
@@ -341,8 +345,288 @@ class UpdateNodeResponse(_message.Message):
     member: Member
     def __init__(self, member: _Optional[_Union[Member, _Mapping]] = ...) -> None: ...
 
+class GroupPartitionEpoch(_message.Message):
+    __slots__ = ("topic", "partition", "assignment_epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    assignment_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., assignment_epoch: _Optional[int] = ...) -> None: ...
+
+class GroupHeartbeatRequest(_message.Message):
+    __slots__ = ("group", "member_id", "member_epoch", "instance_id", "weight", "topics", "pattern", "session_timeout_ms", "rebalance_timeout_ms", "owned", "released")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    member_epoch: int
+    instance_id: str
+    weight: float
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    pattern: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    owned: _containers.RepeatedCompositeFieldContainer[GroupPartitionEpoch]
+    released: _containers.RepeatedCompositeFieldContainer[GroupPartitionEpoch]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., weight: _Optional[float] = ..., topics: _Optional[_Iterable[str]] = ..., pattern: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., owned: _Optional[_Iterable[_Union[GroupPartitionEpoch, _Mapping]]] = ..., released: _Optional[_Iterable[_Union[GroupPartitionEpoch, _Mapping]]] = ...) -> None: ...
+
+class GroupMemberKey(_message.Message):
+    __slots__ = ("member_id", "key", "weight")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    key: str
+    weight: float
+    def __init__(self, member_id: _Optional[str] = ..., key: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
+
+class GroupTopic(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
+
+class GroupOwnedPartition(_message.Message):
+    __slots__ = ("topic", "partition", "assignment_epoch", "committed_offset", "metadata")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    assignment_epoch: int
+    committed_offset: int
+    metadata: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., committed_offset: _Optional[int] = ..., metadata: _Optional[str] = ...) -> None: ...
+
+class GroupHeartbeatResponse(_message.Message):
+    __slots__ = ("member_id", "member_epoch", "group_epoch", "heartbeat_interval_ms", "members", "topics", "owned")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    member_epoch: int
+    group_epoch: int
+    heartbeat_interval_ms: int
+    members: _containers.RepeatedCompositeFieldContainer[GroupMemberKey]
+    topics: _containers.RepeatedCompositeFieldContainer[GroupTopic]
+    owned: _containers.RepeatedCompositeFieldContainer[GroupOwnedPartition]
+    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMemberKey, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., owned: _Optional[_Iterable[_Union[GroupOwnedPartition, _Mapping]]] = ...) -> None: ...
+
+class OffsetCommit(_message.Message):
+    __slots__ = ("topic", "partition", "next_offset", "metadata", "assignment_epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    next_offset: int
+    metadata: str
+    assignment_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., next_offset: _Optional[int] = ..., metadata: _Optional[str] = ..., assignment_epoch: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetsRequest(_message.Message):
+    __slots__ = ("group", "member_id", "member_epoch", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    member_epoch: int
+    offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ...) -> None: ...
+
+class PartitionCommitted(_message.Message):
+    __slots__ = ("topic", "partition", "error")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error: ErrorDetail
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class CommitOffsetsResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionCommitted]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionCommitted, _Mapping]]] = ...) -> None: ...
+
+class TopicPartitionRef(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class FetchOffsetsRequest(_message.Message):
+    __slots__ = ("group", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
+    def __init__(self, group: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
+
+class CommittedOffset(_message.Message):
+    __slots__ = ("topic", "partition", "next_offset", "metadata")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    next_offset: int
+    metadata: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., next_offset: _Optional[int] = ..., metadata: _Optional[str] = ...) -> None: ...
+
+class FetchOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[CommittedOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ...) -> None: ...
+
+class LeaveGroupRequest(_message.Message):
+    __slots__ = ("group", "member_id", "member_epoch")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    member_epoch: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ...) -> None: ...
+
+class LeaveGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GroupSummary(_message.Message):
+    __slots__ = ("group", "state", "member_count", "coordinator")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    state: str
+    member_count: int
+    coordinator: str
+    def __init__(self, group: _Optional[str] = ..., state: _Optional[str] = ..., member_count: _Optional[int] = ..., coordinator: _Optional[str] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupSummary]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupSummary, _Mapping]]] = ...) -> None: ...
+
+class DescribeGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class GroupMemberInfo(_message.Message):
+    __slots__ = ("member_id", "instance_id", "weight", "member_epoch", "session_timeout_ms", "rebalance_timeout_ms")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    instance_id: str
+    weight: float
+    member_epoch: int
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., weight: _Optional[float] = ..., member_epoch: _Optional[int] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class GroupPartitionInfo(_message.Message):
+    __slots__ = ("topic", "partition", "owner", "assignment_epoch", "target", "committed_offset", "metadata")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    owner: str
+    assignment_epoch: int
+    target: str
+    committed_offset: int
+    metadata: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., owner: _Optional[str] = ..., assignment_epoch: _Optional[int] = ..., target: _Optional[str] = ..., committed_offset: _Optional[int] = ..., metadata: _Optional[str] = ...) -> None: ...
+
+class DescribeGroupResponse(_message.Message):
+    __slots__ = ("group", "state", "group_epoch", "coordinator", "topics", "pattern", "members", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    state: str
+    group_epoch: int
+    coordinator: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    pattern: str
+    members: _containers.RepeatedCompositeFieldContainer[GroupMemberInfo]
+    partitions: _containers.RepeatedCompositeFieldContainer[GroupPartitionInfo]
+    def __init__(self, group: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., coordinator: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., pattern: _Optional[str] = ..., members: _Optional[_Iterable[_Union[GroupMemberInfo, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[GroupPartitionInfo, _Mapping]]] = ...) -> None: ...
+
+class ResetOffsetsRequest(_message.Message):
+    __slots__ = ("group", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    offsets: _containers.RepeatedCompositeFieldContainer[CommittedOffset]
+    def __init__(self, group: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ...) -> None: ...
+
+class ResetOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ErrorDetail(_message.Message):
-    __slots__ = ("code", "message", "leader_id", "leader_address", "start_offset", "end_offset", "offset", "producer_id", "base_sequence", "expected_sequence")
+    __slots__ = ("code", "message", "leader_id", "leader_address", "start_offset", "end_offset", "offset", "producer_id", "base_sequence", "expected_sequence", "group", "member_id", "reason", "member_count")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -353,6 +637,10 @@ class ErrorDetail(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
     code: ErrorCode
     message: str
     leader_id: str
@@ -363,4 +651,8 @@ class ErrorDetail(_message.Message):
     producer_id: int
     base_sequence: int
     expected_sequence: int
-    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., offset: _Optional[int] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ..., expected_sequence: _Optional[int] = ...) -> None: ...
+    group: str
+    member_id: str
+    reason: str
+    member_count: int
+    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., offset: _Optional[int] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ..., expected_sequence: _Optional[int] = ..., group: _Optional[str] = ..., member_id: _Optional[str] = ..., reason: _Optional[str] = ..., member_count: _Optional[int] = ...) -> None: ...

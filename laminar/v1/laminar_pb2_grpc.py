@@ -86,6 +86,46 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.FromString,
                 _registered_method=True)
+        self.GroupHeartbeat = channel.unary_unary(
+                '/laminar.v1.Laminar/GroupHeartbeat',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.GroupHeartbeatRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.GroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.CommitOffsets = channel.unary_unary(
+                '/laminar.v1.Laminar/CommitOffsets',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.CommitOffsetsResponse.FromString,
+                _registered_method=True)
+        self.FetchOffsets = channel.unary_unary(
+                '/laminar.v1.Laminar/FetchOffsets',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.FetchOffsetsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.FetchOffsetsResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/laminar.v1.Laminar/LeaveGroup',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/laminar.v1.Laminar/ListGroups',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroup = channel.unary_unary(
+                '/laminar.v1.Laminar/DescribeGroup',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.DescribeGroupResponse.FromString,
+                _registered_method=True)
+        self.ResetOffsets = channel.unary_unary(
+                '/laminar.v1.Laminar/ResetOffsets',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.ResetOffsetsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.ResetOffsetsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/laminar.v1.Laminar/DeleteGroup',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
 
 
 class LaminarServicer:
@@ -162,6 +202,68 @@ class LaminarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GroupHeartbeat(self, request, context):
+        """Consumer groups. A group lives in partition key_partition(group, 8) of the
+        internal topic `__groups`; the leader of that partition is its coordinator, and
+        every call below except ListGroups must reach it: another node answers
+        NOT_LEADER with the leader's address, as Produce does. Changes are entries in
+        that partition's log, answered once committed (acks=all) and applied.
+
+        Join, stay alive, report releases, learn members and confirmed partitions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitOffsets(self, request, context):
+        """The owner's committed positions; each partition accepted or refused on its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchOffsets(self, request, context):
+        """Committed positions of a group, for a consumer resuming or for lag.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Leave at once (its partitions move without waiting for the session to expire).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """The groups whose partition the answering node leads (ask every node and merge).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroup(self, request, context):
+        """A group's state, members, owners, epochs and commits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetOffsets(self, request, context):
+        """Admin: set committed positions; refused (GROUP_NOT_EMPTY) while members remain.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Admin: forget a group and its commits; refused (GROUP_NOT_EMPTY) while members remain.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LaminarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -214,6 +316,46 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.UpdateNode,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.SerializeToString,
+            ),
+            'GroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.GroupHeartbeat,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.GroupHeartbeatRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.GroupHeartbeatResponse.SerializeToString,
+            ),
+            'CommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffsets,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.CommitOffsetsResponse.SerializeToString,
+            ),
+            'FetchOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchOffsets,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.FetchOffsetsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.FetchOffsetsResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.ListGroupsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroup,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.DescribeGroupResponse.SerializeToString,
+            ),
+            'ResetOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffsets,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.ResetOffsetsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.ResetOffsetsResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -488,6 +630,222 @@ class Laminar:
             '/laminar.v1.Laminar/UpdateNode',
             laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/GroupHeartbeat',
+            laminar_dot_v1_dot_laminar__pb2.GroupHeartbeatRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.GroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/CommitOffsets',
+            laminar_dot_v1_dot_laminar__pb2.CommitOffsetsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.CommitOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/FetchOffsets',
+            laminar_dot_v1_dot_laminar__pb2.FetchOffsetsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.FetchOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/LeaveGroup',
+            laminar_dot_v1_dot_laminar__pb2.LeaveGroupRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/ListGroups',
+            laminar_dot_v1_dot_laminar__pb2.ListGroupsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/DescribeGroup',
+            laminar_dot_v1_dot_laminar__pb2.DescribeGroupRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.DescribeGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/ResetOffsets',
+            laminar_dot_v1_dot_laminar__pb2.ResetOffsetsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.ResetOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/DeleteGroup',
+            laminar_dot_v1_dot_laminar__pb2.DeleteGroupRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,400 @@
+"""Consumer groups on a node: the shell around :mod:`laminar.groups`.
+
+Theory of operation
+===================
+
+Group state lives in the internal topic ``__groups`` (:data:`GROUPS_PARTITIONS`
+partitions, replicated like any topic with up to :data:`GROUPS_REPLICATION_MAX`
+replicas); group ``g`` lives in partition ``key_partition(g.encode(), 8)``. The
+node that leads ``__cluster/0`` creates the topic (see :mod:`laminar.server.node`).
+
+On **every replica** of a ``__groups`` partition, a :class:`GroupPartition` applies
+the committed entries in log order to a :class:`~laminar.groups.state.GroupState`
+(control batches skipped), woken by the host's commit callback, the way the
+metadata follower applies ``__cluster/0``. Applying is where entries are
+validated, so every replica reaches the same verdicts and a new leader already
+holds the complete state when it takes over.
+
+On the **leader**, a :class:`~laminar.groups.coordinator.Coordinator` per partition
+decides what to append. The gRPC handlers call :class:`GroupHost`, which (1) waits
+until this node leads the partition, has committed an entry of its own term and
+applied everything up to its high watermark (so a new leader's state includes
+every entry of earlier terms), (2) asks the coordinator for entries, appends them
+through the normal produce path (acks=all), waits until they are applied here and
+reads their outcomes, repeating as the coordinator's contract says, and (3)
+answers from the applied state. A leader whose term changed builds a new
+coordinator from the applied state: heartbeats live only in memory, so every
+member gets a fresh session. :meth:`GroupHost.tick` (the node's periodic task)
+expires members, fences owners that do not release, and hands out free
+partitions.
+
+Heartbeats of one partition are serialised by a lock (the coordinator's view of
+who heard when is not shared between concurrent rounds); commits need no
+coordinator and are appended without it: the log orders them against every other
+entry, and applying decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from laminar.errors import (
+    InvalidInputError,
+    LaminarError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimeoutError,
+)
+from laminar.groups.coordinator import (
+    PREPARE_ROUNDS_MAX,
+    Coordinator,
+    HeartbeatAnswer,
+    HeartbeatRequest,
+)
+from laminar.groups.entries import Commit, Delete, GroupEntry, Reset, decode_entry, encode_entry
+from laminar.groups.state import ApplyResult, Group, GroupState
+from laminar.ids import TopicPartition
+from laminar.partitioning import key_partition
+from laminar.records import decode_records, encode_batch, iter_batches
+from laminar.replica.core import ReplicaCore
+from laminar.replica.types import Acks
+from laminar.server.host import Replica, ReplicaHost
+
+_LOG = logging.getLogger(__name__)
+
+GROUPS_TOPIC = "__groups"
+"""The internal topic holding every consumer group's log."""
+
+GROUPS_PARTITIONS = 8
+"""Partitions of ``__groups``: fixed for the cluster's life, since a group's
+partition is a function of it (changing it would move every group)."""
+
+GROUPS_REPLICATION_MAX = 3
+"""Replicas of each ``__groups`` partition (fewer while the cluster has fewer nodes:
+placement gives what the members allow and adds replicas as nodes join)."""
+
+TICK_INTERVAL_MS = 100
+"""How often the node runs every coordinator's tick: expiry happens at most this
+late after a session ends (sessions are at least 100 ms)."""
+
+READ_BYTES_MAX = 1 << 20
+"""The most of a ``__groups`` log read for applying at once."""
+
+READS_PER_PASS_MAX = 16
+"""Reads applied per pass of the event loop; a replica far behind (a new one
+catching up) continues in the next pass instead of blocking the loop."""
+
+RESULTS_KEPT_MAX = 100_000
+"""Outcomes of recently applied entries kept by offset for the calls that appended
+them (oldest dropped first); a call reads its outcomes right after they apply."""
+
+APPEND_BATCH_BYTES_MAX = 1 << 20
+"""Entries appended together are split into batches of at most this many bytes."""
+
+_WAIT_POLL_S = 0.05
+"""How often a wait re-checks what no event announces (a lost leadership)."""
+
+
+def group_partition(group_id: str) -> TopicPartition:
+    """The ``__groups`` partition that holds ``group_id``."""
+    return (GROUPS_TOPIC, key_partition(group_id.encode(), GROUPS_PARTITIONS))
+
+
+def group_status(group: Group | None) -> str:
+    """``dead`` (no such group), ``empty`` (no members), ``stable`` (every partition
+    owned by its target member) or ``reconciling`` (partitions moving)."""
+    if group is None:
+        return "dead"
+    if not group.members:
+        return "empty"
+    target = group.target()
+    for tp, key in target.items():
+        owner = group.owners.get(tp)
+        if owner is None or group.members[owner.member_id].key != key:
+            return "reconciling"
+    return "stable"
+
+
+class GroupPartition:
+    """One local replica of a ``__groups`` partition and the state applied from it."""
+
+    def __init__(self, key: TopicPartition, replica: Replica) -> None:
+        self.key = key
+        self.replica = replica
+        self.state = GroupState()
+        self.applied_offset = 0
+        self.coordinator: Coordinator | None = None
+        self.coordinator_term = -1
+        self.lock = asyncio.Lock()
+        self._results: OrderedDict[int, ApplyResult | None] = OrderedDict()
+        self._applied = asyncio.Event()
+
+    @property
+    def core(self) -> ReplicaCore:
+        return self.replica.core
+
+    def catch_up(self) -> bool:
+        """Apply committed entries; True when more remain (call again next pass)."""
+        core = self.core
+        start = self.applied_offset
+        for _ in range(READS_PER_PASS_MAX):
+            if self.applied_offset >= core.high_watermark:
+                break
+            data = core.read(self.applied_offset, READ_BYTES_MAX)
+            if not data:
+                break
+            self._apply_read(data)
+        if self.applied_offset != start:
+            self._applied.set()
+            self._applied = asyncio.Event()
+        return self.applied_offset < core.high_watermark
+
+    def _apply_read(self, data: bytes) -> None:
+        for position, header in iter_batches(data, verify=False):
+            if header.next_offset <= self.applied_offset:
+                continue
+            if header.base_offset != self.applied_offset:
+                raise AssertionError(
+                    f"{self.key}: applied up to {self.applied_offset}, "
+                    f"next batch starts at {header.base_offset}"
+                )
+            if not header.is_control:
+                batch = data[position : position + header.length]
+                for record in decode_records(batch, verify=False):
+                    self._apply_record(record.offset, record.value or b"")
+            self.applied_offset = header.next_offset
+
+    def _apply_record(self, offset: int, value: bytes) -> None:
+        result: ApplyResult | None
+        try:
+            entry = decode_entry(value)
+        except InvalidInputError as error:
+            # Validated before it was appended: only a newer Laminar writes these.
+            _LOG.error("%s/%d: skipping entry at offset %d: %s", *self.key, offset, error)
+            result = None
+        else:
+            result = self.state.apply(entry)
+        self._results[offset] = result
+        if len(self._results) > RESULTS_KEPT_MAX:
+            self._results.popitem(last=False)
+
+    def result(self, offset: int) -> ApplyResult | None:
+        """The outcome of the entry at ``offset`` (None: not an entry, or forgotten)."""
+        return self._results.get(offset)
+
+    async def wait_applied(self, offset: int, deadline: float) -> None:
+        """Wait until entries below ``offset`` are applied; RequestTimeoutError."""
+        loop = asyncio.get_running_loop()
+        while self.applied_offset < offset:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimeoutError(
+                    f"{self.key[0]}/{self.key[1]}: committed but not applied in time"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._applied.wait(), min(remaining, _WAIT_POLL_S))
+
+
+class GroupHost:
+    """Every ``__groups`` replica of this node, and a coordinator on each it leads.
+
+    ``catalogue()`` maps each user topic to its partition count (the node's
+    metadata view); ``address_of(node_id)`` is a node's gRPC address for
+    ``NOT_LEADER`` hints.
+    """
+
+    def __init__(
+        self,
+        host: ReplicaHost,
+        catalogue: Callable[[], Mapping[str, int]],
+        address_of: Callable[[str | None], str | None],
+    ) -> None:
+        self._host = host
+        self._catalogue = catalogue
+        self._address_of = address_of
+        self._partitions: dict[TopicPartition, GroupPartition] = {}
+        self._pending: set[TopicPartition] = set()
+
+    # ------------------------------------------------------------------ applying
+
+    def committed(self, key: TopicPartition) -> None:
+        """The host committed more of ``key``: apply it soon (not inside the host's
+        round, which is still handing out its results)."""
+        if key not in self._pending:
+            self._pending.add(key)
+            asyncio.get_running_loop().call_soon(self._catch_up, key)
+
+    def _catch_up(self, key: TopicPartition) -> None:
+        self._pending.discard(key)
+        part = self.partition(key)
+        if part is None:
+            return
+        try:
+            more = part.catch_up()
+        except OffsetOutOfRangeError as error:
+            _LOG.error("%s/%d: cannot rebuild group state: %s", *key, error)
+            return
+        if more:
+            self.committed(key)
+
+    def partition(self, key: TopicPartition) -> GroupPartition | None:
+        """The state of the local replica of ``key``; rebuilt from offset 0 when the
+        replica was replaced (deleted and reopened), dropped when it is gone."""
+        replica = self._host.get(key)
+        part = self._partitions.get(key)
+        if replica is None:
+            self._partitions.pop(key, None)
+            return None
+        if part is None or part.replica is not replica:
+            part = self._partitions[key] = GroupPartition(key, replica)
+        return part
+
+    # ------------------------------------------------------------------ leadership
+
+    def _not_leader(self, part: GroupPartition) -> NotLeaderError:
+        leader = part.core.leader
+        name = None if leader is None else str(leader)
+        return NotLeaderError(name, self._address_of(name))
+
+    async def _ready(self, key: TopicPartition, deadline: float) -> GroupPartition:
+        """The partition, once this node leads it with a complete applied state."""
+        loop = asyncio.get_running_loop()
+        while True:
+            part = self.partition(key)
+            if part is None:
+                raise NotLeaderError(None, None)
+            core = part.core
+            if core.leader is not None and str(core.leader) != str(core.node_id):
+                raise self._not_leader(part)
+            if core.term_committed:
+                part.catch_up()
+                if part.applied_offset >= core.high_watermark:
+                    return part
+            if loop.time() >= deadline:
+                if core.leader is None:
+                    raise NotLeaderError(None, None)
+                raise RequestTimeoutError(f"{key[0]}/{key[1]}: leader not ready in time")
+            await part.wait_applied(part.applied_offset + 1, min(deadline, loop.time() + 0.05))
+
+    def _coordinator(self, part: GroupPartition) -> Coordinator:
+        term = part.core.term
+        if part.coordinator is None or part.coordinator_term != term:
+            _LOG.info("%s/%d: coordinating (term %d)", *part.key, term)
+            part.coordinator = Coordinator(part.state, self._host.now_ms())
+            part.coordinator_term = term
+        return part.coordinator
+
+    def _user_catalogue(self) -> dict[str, int]:
+        return {
+            name: count for name, count in self._catalogue().items() if not name.startswith("__")
+        }
+
+    # ------------------------------------------------------------------ writing
+
+    async def _append(
+        self, part: GroupPartition, entries: Sequence[GroupEntry], deadline: float
+    ) -> list[ApplyResult | None]:
+        """Append ``entries`` (acks=all), wait until applied here, return outcomes."""
+        loop = asyncio.get_running_loop()
+        results: list[ApplyResult | None] = []
+        for values in _chunks([encode_entry(entry) for entry in entries]):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimeoutError("group change not committed in time")
+            produced = await self._host.produce(part.key, encode_batch(values), Acks.ALL, remaining)
+            end = produced.base_offset + len(values)
+            await part.wait_applied(end, deadline)
+            results.extend(part.result(offset) for offset in range(produced.base_offset, end))
+        return results
+
+    # ------------------------------------------------------------------ calls
+
+    async def heartbeat(self, request: HeartbeatRequest, timeout_s: float) -> HeartbeatAnswer:
+        """One heartbeat, as the coordinator's contract says (validates the request)."""
+        request.join_entry()  # invalid fields: refused before any waiting
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        part = await self._ready(group_partition(request.group_id), deadline)
+        async with part.lock:
+            coordinator = self._coordinator(part)
+            for _ in range(PREPARE_ROUNDS_MAX):
+                entries = coordinator.prepare(request, self._host.now_ms(), self._user_catalogue())
+                if not entries:
+                    break
+                await self._append(part, entries, deadline)
+            return coordinator.answer(request)
+
+    async def commit(self, commits: Sequence[Commit], timeout_s: float) -> list[ApplyResult | None]:
+        """Append commits of one group; their outcomes in order (validated when applied)."""
+        if not commits:
+            return []
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        part = await self._ready(group_partition(commits[0].group_id), deadline)
+        return await self._append(part, commits, deadline)
+
+    async def admin(self, entry: Reset | Delete, timeout_s: float) -> ApplyResult | None:
+        """Append one reset or delete; its outcome."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        part = await self._ready(group_partition(entry.group_id), deadline)
+        return (await self._append(part, [entry], deadline))[0]
+
+    async def group(self, group_id: str, timeout_s: float) -> Group | None:
+        """The group as its leader applied it (None: no such group)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        part = await self._ready(group_partition(group_id), deadline)
+        return part.state.group(group_id)
+
+    def led_groups(self) -> Iterator[Group]:
+        """Every group of the partitions this node leads with a complete state."""
+        for key in sorted(self._host.replica_keys()):
+            if key[0] != GROUPS_TOPIC:
+                continue
+            part = self.partition(key)
+            if part is None or not part.core.term_committed:
+                continue
+            part.catch_up()
+            yield from part.state.groups.values()
+
+    async def tick(self, timeout_s: float) -> None:
+        """Run every led partition's coordinator tick and append what it decides.
+
+        A partition whose lock is held (a heartbeat in progress) is skipped this
+        time; errors (a lost leadership, a timeout) wait for the next tick.
+        """
+        for key in sorted(self._host.replica_keys()):
+            if key[0] != GROUPS_TOPIC:
+                continue
+            part = self.partition(key)
+            if part is None or not part.core.term_committed or part.lock.locked():
+                continue
+            part.catch_up()
+            if part.applied_offset < part.core.high_watermark:
+                continue
+            deadline = asyncio.get_running_loop().time() + timeout_s
+            async with part.lock:
+                coordinator = self._coordinator(part)
+                entries = coordinator.tick(self._host.now_ms(), self._user_catalogue())
+                if not entries:
+                    continue
+                try:
+                    await self._append(part, entries, deadline)
+                except LaminarError as error:
+                    _LOG.debug("%s/%d: tick append failed: %s", *key, error)
+
+
+def _chunks(values: list[bytes]) -> Iterator[list[bytes]]:
+    """``values`` in runs of at most :data:`APPEND_BATCH_BYTES_MAX` bytes (one
+    entry per run at least)."""
+    run: list[bytes] = []
+    size = 0
+    for value in values:
+        if run and size + len(value) > APPEND_BATCH_BYTES_MAX:
+            yield run
+            run, size = [], 0
+        run.append(value)
+        size += len(value)
+    if run:
+        yield run
