@@ -74,6 +74,23 @@ def test_help_documents_every_option(capsys) -> None:
         assert option in create
 
 
+def test_group_help_documents_every_command_and_option(capsys) -> None:
+    assert cli.main(["group", "--help"]) == 0
+    group = capsys.readouterr().out
+    for action in ("list", "describe", "reset-offsets", "delete"):
+        assert action in group
+    assert cli.main(["group", "describe", "--help"]) == 0
+    assert "--format" in capsys.readouterr().out
+    assert cli.main(["group", "reset-offsets", "--help"]) == 0
+    reset = capsys.readouterr().out
+    for option in ("--to", "--timestamp-ms", "--offset", "--topic", "--dry-run"):
+        assert option in reset
+    for choice in ("earliest", "latest", "timestamp", "offset"):
+        assert choice in reset
+    assert cli.main(["group", "reset-offsets", "g", "--to", "offset"]) == 1  # needs --offset
+    assert "--offset" in capsys.readouterr().err
+
+
 def test_bootstrap_default_from_environment(monkeypatch) -> None:
     monkeypatch.setenv(cli.BOOTSTRAP_ENV, "10.1.1.1:9")
     assert cli.build_parser().parse_args(["topic", "list"]).bootstrap == "10.1.1.1:9"

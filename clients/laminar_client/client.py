@@ -29,7 +29,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
@@ -45,9 +45,11 @@ from laminar.errors import (
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
+from laminar.groups.coordinator import HeartbeatAnswer, HeartbeatRequest
 from laminar.grpc_errors import error_from_detail
 from laminar.records import Record, decode_records, iter_batches, next_offset
 from laminar.v1 import laminar_pb2 as pb
+from laminar_client import groups
 from laminar_client.health import NodeHealth
 from laminar_client.metadata import (
     ClusterDescription,
@@ -374,15 +376,22 @@ class MetadataCache:
         snapshot = self._held(timeout_s, (topic, partition), refresh)
         with self._lock:
             now = self._clock()
-            hint = self._leader_hints.get((topic, partition))
+            key = (topic, partition)
+            hint = self._leader_hints.get(key)
             if hint is not None and not self._health.skipped(hint, now):
                 return [hint]
-            leader = snapshot.live_leader(topic, partition)
-            address = snapshot.address_of(leader) if leader is not None else None
-            if address is not None and not self._health.skipped(address, now):
-                return [address]
-            replicas = _addresses(snapshot, snapshot.live_replicas(topic, partition))
-            targets = self._health.usable(replicas, now)
+            internal = topic.startswith("__") and snapshot.find_partition(*key) is None
+            if not internal:
+                leader = snapshot.live_leader(topic, partition)
+                address = snapshot.address_of(leader) if leader is not None else None
+                if address is not None and not self._health.skipped(address, now):
+                    return [address]
+                replicas = _addresses(snapshot, snapshot.live_replicas(topic, partition))
+                targets = self._health.usable(replicas, now)
+        if internal:
+            # Internal partitions (``__groups``) are not in the metadata: any node
+            # answers NOT_LEADER with the leader's address, which becomes the hint.
+            return [self.any_address()]
         if not targets:
             raise UnavailableError(f"no live replica known for {topic}/{partition}")
         return targets
@@ -1064,6 +1073,180 @@ class Client:
             return MemberInfo.from_proto(response.member)
 
         return self._with_retries(attempt, self._deadline(timeout_s), address=address)
+
+    # ------------------------------------------------------------------ groups
+
+    def group_heartbeat(
+        self, request: HeartbeatRequest, *, timeout_s: float | None = None
+    ) -> HeartbeatAnswer:
+        """One heartbeat to the group's coordinator; :class:`FencedMemberError` when
+        the member is unknown at that epoch (drop everything, rejoin with epoch 0).
+        Used by :class:`~laminar_client.groups.GroupSession`; call it directly only
+        to drive :class:`laminar.groups.member.GroupMember` yourself."""
+        response = self._group_call(
+            request.group_id,
+            "GroupHeartbeat",
+            groups.heartbeat_to_proto(request),
+            pb.GroupHeartbeatResponse,
+            timeout_s,
+        )
+        return groups.answer_from_proto(request.group_id, response)
+
+    def commit_offsets(
+        self,
+        group: str,
+        member_id: str,
+        member_epoch: int,
+        offsets: Sequence[tuple[str, int, int, int, str]],
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[tuple[str, int], LaminarError | None]:
+        """Commit (topic, partition, next offset, assignment epoch, metadata) of one
+        member; per partition None (applied) or its typed error (FENCED: stale
+        member or ownership; INVALID_INPUT: behind the committed offset). Retrying
+        is safe: a repeated commit applies as a duplicate."""
+        groups.check_partition_count(len(offsets), "a commit")
+        request = pb.CommitOffsetsRequest(
+            group=group,
+            member_id=member_id,
+            member_epoch=member_epoch,
+            offsets=[
+                pb.OffsetCommit(
+                    topic=topic,
+                    partition=partition,
+                    next_offset=next_offset,
+                    assignment_epoch=assignment_epoch,
+                    metadata=metadata,
+                )
+                for topic, partition, next_offset, assignment_epoch, metadata in offsets
+            ],
+        )
+        response = self._group_call(
+            group, "CommitOffsets", request, pb.CommitOffsetsResponse, timeout_s
+        )
+        return groups.commit_results(response)
+
+    def fetch_offsets(
+        self,
+        group: str,
+        partitions: Sequence[tuple[str, int]] = (),
+        *,
+        timeout_s: float | None = None,
+    ) -> list[groups.CommittedOffset]:
+        """The committed positions of ``partitions`` (default: every committed one)."""
+        if partitions:
+            groups.check_partition_count(len(partitions), "an offset fetch")
+        request = pb.FetchOffsetsRequest(
+            group=group,
+            partitions=[pb.TopicPartitionRef(topic=t, partition=p) for t, p in partitions],
+        )
+        response = self._group_call(
+            group, "FetchOffsets", request, pb.FetchOffsetsResponse, timeout_s
+        )
+        return [
+            groups.CommittedOffset(
+                o.topic,
+                o.partition,
+                o.next_offset if o.HasField("next_offset") else None,
+                o.metadata,
+            )
+            for o in response.offsets
+        ]
+
+    def leave_group(
+        self, group: str, member_id: str, member_epoch: int = 0, *, timeout_s: float | None = None
+    ) -> None:
+        """Leave at once (its partitions move without waiting for the session)."""
+        request = pb.LeaveGroupRequest(group=group, member_id=member_id, member_epoch=member_epoch)
+        self._group_call(group, "LeaveGroup", request, pb.LeaveGroupResponse, timeout_s)
+
+    def describe_group(
+        self, group: str, *, timeout_s: float | None = None
+    ) -> groups.GroupDescription:
+        """Members, owners, targets and commits, from the group's coordinator."""
+        request = pb.DescribeGroupRequest(group=group)
+        response = self._group_call(
+            group, "DescribeGroup", request, pb.DescribeGroupResponse, timeout_s
+        )
+        return groups.GroupDescription.from_proto(response)
+
+    def reset_offsets(
+        self,
+        group: str,
+        offsets: Mapping[tuple[str, int], int],
+        *,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Set committed positions (any direction) of a group without members;
+        :class:`GroupNotEmptyError` while it has some."""
+        groups.check_partition_count(len(offsets), "a reset")
+        request = pb.ResetOffsetsRequest(
+            group=group,
+            offsets=[
+                pb.CommittedOffset(topic=t, partition=p, next_offset=o)
+                for (t, p), o in sorted(offsets.items())
+            ],
+        )
+        self._group_call(group, "ResetOffsets", request, pb.ResetOffsetsResponse, timeout_s)
+
+    def delete_group(self, group: str, *, timeout_s: float | None = None) -> None:
+        """Delete a group and its commits; :class:`GroupNotEmptyError` while it has
+        members. Deleting a group that does not exist succeeds."""
+        request = pb.DeleteGroupRequest(group=group)
+        self._group_call(group, "DeleteGroup", request, pb.DeleteGroupResponse, timeout_s)
+
+    def list_groups(self, *, timeout_s: float | None = None) -> list[groups.GroupSummary]:
+        """Every group, sorted by name. Each node lists the groups it coordinates,
+        so this asks every alive member (each within ``attempt_timeout_s``); a node
+        that does not answer leaves its groups out."""
+        deadline = self._deadline(timeout_s)
+        snapshot = self.metadata(refresh=True, timeout_s=deadline.remaining_s())
+        found: dict[str, groups.GroupSummary] = {}
+        for _, member in sorted(snapshot.members.items()):
+            if member.state != "alive" or not member.grpc_address:
+                continue
+            try:
+                response = self.transport.call(
+                    member.grpc_address,
+                    "ListGroups",
+                    pb.ListGroupsRequest(),
+                    pb.ListGroupsResponse,
+                    timeout_s=min(deadline.remaining_s(), self.attempt_timeout_s),
+                )
+            except NoAnswerError:
+                self.cache.node_failed(member.grpc_address)
+                continue
+            except LaminarError:
+                continue
+            for item in response.groups:
+                found.setdefault(
+                    item.group,
+                    groups.GroupSummary(
+                        item.group, item.state, item.member_count, item.coordinator
+                    ),
+                )
+        return [found[name] for name in sorted(found)]
+
+    def _group_call(
+        self,
+        group: str,
+        method: str,
+        request: Message,
+        response_type: type[_M],
+        timeout_s: float | None,
+    ) -> _M:
+        """A call to ``group``'s coordinator, routed like a write of its partition."""
+        if not group or len(group.encode()) > 255:
+            raise InvalidInputError("a group name is 1 to 255 bytes")
+        topic, partition = groups.group_partition(group)
+
+        def attempt(address: str, remaining_s: float) -> _M:
+            bound_s = min(remaining_s, self.attempt_timeout_s)
+            return self.transport.call(address, method, request, response_type, timeout_s=bound_s)
+
+        return self._with_retries(
+            attempt, self._deadline(timeout_s), topic=topic, partition=partition
+        )
 
     # ------------------------------------------------------------------ routing
 

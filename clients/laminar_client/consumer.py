@@ -73,6 +73,7 @@ from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread
 from laminar_client.arrow import columns_to_arrow
 from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, UNKNOWN_TOPIC_WAIT_S, Client
+from laminar_client.groups import GroupSession
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Deserializer
 
@@ -1010,6 +1011,81 @@ class Consumer(_Reader[_K, _V]):
     Blocking waits can be interrupted with Ctrl-C.
     """
 
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | Client,
+        *,
+        group: str | None = None,
+        topics: Sequence[str] = (),
+        pattern: str | None = None,
+        instance_id: str | None = None,
+        weight: float = 1.0,
+        session_timeout_s: float = 45.0,
+        rebalance_timeout_s: float = 60.0,
+        auto_commit: bool = True,
+        on_assigned: Callable[[list[TopicPartition]], None] | None = None,
+        on_revoked: Callable[[list[TopicPartition]], None] | None = None,
+        **options: Any,
+    ) -> None:
+        """``options`` are :class:`_ConsumerBase`'s. With ``group``, the consumer is a
+        member of that consumer group (see :mod:`laminar_client.groups`): it reads
+        the partitions of ``topics`` (or matching ``pattern``) the group confirms it
+        owns, from their committed offsets (else ``auto_offset_reset``);
+        ``auto_commit`` commits after each chunk the application finished;
+        ``on_revoked`` runs before a partition is released (a final :meth:`commit`
+        fits there), ``on_assigned`` after partitions start. Do not call
+        :meth:`assign` or :meth:`seek` yourself then."""
+        self._group: GroupSession | None = None
+        super().__init__(bootstrap, **options)
+        if group is None:
+            if topics or pattern is not None:
+                raise InvalidInputError("topics and pattern need a group")
+            return
+        try:
+            self._group = GroupSession(
+                self,  # type: ignore[arg-type]
+                group=group,
+                topics=topics,
+                pattern=pattern,
+                instance_id=instance_id,
+                weight=weight,
+                session_timeout_s=session_timeout_s,
+                rebalance_timeout_s=rebalance_timeout_s,
+                auto_commit=auto_commit,
+                on_assigned=on_assigned,
+                on_revoked=on_revoked,
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def group_session(self) -> GroupSession | None:
+        """The group membership (None without ``group``)."""
+        return self._group
+
+    def commit(
+        self, offsets: Mapping[tuple[str, int], int] | None = None, metadata: str = ""
+    ) -> None:
+        """Commit ``offsets`` (the next offset to read per partition; default: the
+        position of every owned partition) with ``metadata``. Raises
+        :class:`~laminar.errors.FencedMemberError` when the member lost a partition
+        (it then drops them all and rejoins)."""
+        self._check_open()
+        if self._group is None:
+            raise InvalidInputError("commit needs a consumer created with group=")
+        self._group.commit(offsets, metadata, changed_only=False)
+
+    def committed_lag(self) -> dict[TopicPartition, int]:
+        """Per owned partition with a commit: high watermark - committed offset."""
+        if self._group is None:
+            raise InvalidInputError("committed_lag needs a consumer created with group=")
+        committed = self._group.committed()
+        listed = self._list([tp for tp in committed if tp in self._epochs], None)
+        return {
+            tp: max(0, offsets.high_watermark - committed[tp]) for tp, offsets in listed.items()
+        }
+
     def _start_core(self) -> None:
         self._thread = LoopThread("laminar-consumer")
 
@@ -1076,7 +1152,10 @@ class Consumer(_Reader[_K, _V]):
     def lag(self) -> dict[TopicPartition, int]:
         """Per assigned partition: high watermark - position (records not yet read).
         The high watermark is the latest a fetch saw; partitions not fetched yet
-        ask :meth:`~laminar_client.Client.list_offsets`."""
+        ask :meth:`~laminar_client.Client.list_offsets`. In a group: high
+        watermark - committed offset (:meth:`committed_lag`)."""
+        if self._group is not None:
+            return self.committed_lag()
         missing = self._missing_high_watermarks()
         return self._lag_with(self._list(missing, None) if missing else {})
 
@@ -1088,11 +1167,21 @@ class Consumer(_Reader[_K, _V]):
     def records(self, timeout_s: float | None = None) -> Iterator[ConsumerRecord[_K, _V]]:
         """Yield records as they arrive; end after ``timeout_s`` without any (None:
         never)."""
+        group = self._group
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            item = self._next(timeout_s)
+            if group is None:
+                item = self._next(timeout_s)
+            else:
+                group.poll()  # auto-commit what was handed out, then rebalance
+                item = self._next(group.slice_s(deadline_s))
+                if item is None and (deadline_s is None or time.monotonic() < deadline_s):
+                    continue
             if item is None:
                 return
             yield from self._hand_out(item)
+            if timeout_s is not None:  # the timeout is of idleness: it starts again
+                deadline_s = time.monotonic() + timeout_s
 
     def batches(
         self, max_records: int = 10_000, timeout_s: float | None = None
@@ -1101,10 +1190,20 @@ class Consumer(_Reader[_K, _V]):
         ``max_records`` records each; end after ``timeout_s`` without any."""
         if max_records < 1:
             raise InvalidInputError("max_records must be >= 1")
+        group = self._group
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            chunk = self._next_chunk(timeout_s)
+            if group is None:
+                chunk = self._next_chunk(timeout_s)
+            else:
+                group.poll()
+                chunk = self._next_chunk(group.slice_s(deadline_s))
+                if chunk is None and (deadline_s is None or time.monotonic() < deadline_s):
+                    continue
             if chunk is None:
                 return
+            if timeout_s is not None:  # the timeout is of idleness: it starts again
+                deadline_s = time.monotonic() + timeout_s
             tp = chunk.tp
             marker = self._interrupts
             finished = False
@@ -1174,6 +1273,14 @@ class Consumer(_Reader[_K, _V]):
         """Stop fetching and close the connections. Idempotent."""
         if self._closed:
             return
+        group, self._group = getattr(self, "_group", None), None
+        try:
+            if group is not None:
+                group.close()  # final commit and on_revoked while still open, then leave
+        finally:
+            self._close_reader()
+
+    def _close_reader(self) -> None:
         self._closed = True
         try:
             self._thread.run(self._core.close(), timeout_s=10)

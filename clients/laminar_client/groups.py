@@ -1,0 +1,511 @@
+"""Consumer groups on the client: typed results of the group calls, and the
+session that makes a :class:`~laminar_client.consumer.Consumer` a group member.
+
+Routing
+-------
+A group lives in partition ``key_partition(group.encode(), 8)`` of the internal
+topic ``__groups``; every call but ``ListGroups`` must reach that partition's
+leader (the group's *coordinator*). Internal topics are not in the metadata the
+client holds, so the first call goes to any node, which answers ``NOT_LEADER``
+with the leader's address; the client remembers that hint like a write's, so
+later calls go straight to the coordinator (see :meth:`Client._group_call`).
+
+The member session
+------------------
+The decisions are :class:`laminar.groups.member.GroupMember`'s (sans-IO); this
+module only carries them out. A heartbeat thread sends a heartbeat every
+``heartbeat_interval_ms`` of the last answer (session / 15), feeds the answer to
+the member and queues the resulting :class:`~laminar.groups.member.MemberActions`.
+The application's thread drains the queue between chunks of records
+(:meth:`GroupSession.poll`), because the consumer and the user's hooks are not
+thread-safe: it starts confirmed partitions at their committed offset (or
+``auto_offset_reset``), revokes moved ones (auto-commit, then ``on_revoked``, then
+stop reading, then report the release), and stops fenced ones at once without
+committing. A heartbeat that answers ``FENCED`` makes the member drop everything
+and join again with epoch 0.
+
+Guarantee: at-least-once. A record is committed only after the application
+asked for the next one (it was processed); a member paused past its session can
+still read what it fetched, but its commits are refused (``FENCED``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from laminar.errors import FencedMemberError, InvalidInputError, LaminarError
+from laminar.groups.coordinator import (
+    HEARTBEATS_PER_SESSION,
+    AnswerMember,
+    HeartbeatAnswer,
+    HeartbeatRequest,
+)
+from laminar.groups.entries import Subscription
+from laminar.groups.member import GroupMember, MemberActions
+from laminar.grpc_errors import error_from_detail
+from laminar.partitioning import key_partition
+from laminar.v1 import laminar_pb2 as pb
+
+if TYPE_CHECKING:
+    from laminar_client.consumer import Consumer, TopicPartition
+
+__all__ = [
+    "GROUPS_PARTITIONS",
+    "GROUPS_TOPIC",
+    "CommittedOffset",
+    "GroupDescription",
+    "GroupMemberInfo",
+    "GroupPartitionInfo",
+    "GroupSession",
+    "GroupSummary",
+    "HeartbeatRequest",
+    "group_partition",
+]
+
+_LOG = logging.getLogger(__name__)
+
+GROUPS_TOPIC = "__groups"
+"""The internal topic holding the groups (``laminar.server.groups.GROUPS_TOPIC``)."""
+GROUPS_PARTITIONS = 8
+"""Its partition count, fixed for a cluster's life (``laminar.server.groups``)."""
+GROUP_PARTITIONS_PER_CALL_MAX = 10_000
+"""Most partitions one commit, fetch or reset names (the server's limit)."""
+ACTIONS_QUEUED_MAX = 1024
+"""Most heartbeat outcomes waiting for the application's thread. Only answers that
+change something are queued; past this the application has not polled for
+hundreds of heartbeats, and the oldest ``start``/``revoke`` outcomes are merged
+away by a fence-and-rejoin (see :meth:`GroupSession._queue`)."""
+POLL_SLICE_S = 0.1
+"""Longest a group consumer waits for records before looking at heartbeat
+outcomes again: a revoked partition stops being read within this (or one
+chunk's processing time)."""
+_RETRY_WAIT_S = 0.2
+"""Pause after a failed heartbeat (coordinator moving) before the next try."""
+
+
+def group_partition(group: str) -> tuple[str, int]:
+    """The ``__groups`` partition whose leader coordinates ``group``."""
+    return GROUPS_TOPIC, key_partition(group.encode(), GROUPS_PARTITIONS)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """A partition's committed position (``next_offset`` None: nothing committed)."""
+
+    topic: str
+    partition: int
+    next_offset: int | None
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """One line of :meth:`Client.list_groups`."""
+
+    group: str
+    state: str
+    member_count: int
+    coordinator: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberInfo:
+    """A member as the coordinator holds it."""
+
+    member_id: str
+    instance_id: str | None
+    weight: float
+    member_epoch: int
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartitionInfo:
+    """A partition of the group: confirmed owner, target and committed position."""
+
+    topic: str
+    partition: int
+    owner: str | None
+    assignment_epoch: int
+    target: str | None
+    committed_offset: int | None
+    metadata: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """:meth:`Client.describe_group`: state is dead, empty, stable or reconciling."""
+
+    group: str
+    state: str
+    group_epoch: int
+    coordinator: str
+    topics: tuple[str, ...]
+    pattern: str | None
+    members: tuple[GroupMemberInfo, ...]
+    partitions: tuple[GroupPartitionInfo, ...]
+
+    @classmethod
+    def from_proto(cls, answer: pb.DescribeGroupResponse) -> GroupDescription:
+        return cls(
+            group=answer.group,
+            state=answer.state,
+            group_epoch=answer.group_epoch,
+            coordinator=answer.coordinator,
+            topics=tuple(answer.topics),
+            pattern=answer.pattern or None,
+            members=tuple(
+                GroupMemberInfo(
+                    m.member_id,
+                    m.instance_id or None,
+                    m.weight,
+                    m.member_epoch,
+                    m.session_timeout_ms,
+                    m.rebalance_timeout_ms,
+                )
+                for m in answer.members
+            ),
+            partitions=tuple(
+                GroupPartitionInfo(
+                    p.topic,
+                    p.partition,
+                    p.owner or None,
+                    p.assignment_epoch,
+                    p.target or None,
+                    p.committed_offset if p.HasField("committed_offset") else None,
+                    p.metadata,
+                )
+                for p in answer.partitions
+            ),
+        )
+
+
+# ----------------------------------------------------------------------------- wire
+
+
+def heartbeat_to_proto(request: HeartbeatRequest) -> pb.GroupHeartbeatRequest:
+    """The wire form of a sans-IO heartbeat (``leave`` is LeaveGroup's, not sent)."""
+    subscription = request.subscription
+    return pb.GroupHeartbeatRequest(
+        group=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id or "",
+        weight=request.weight,
+        topics=list(subscription.topics),
+        pattern=subscription.pattern or "",
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms,
+        released=[
+            pb.GroupPartitionEpoch(topic=topic, partition=index, assignment_epoch=epoch)
+            for topic, index, epoch in request.released
+        ],
+    )
+
+
+def answer_from_proto(group: str, response: pb.GroupHeartbeatResponse) -> HeartbeatAnswer:
+    """The sans-IO answer :meth:`GroupMember.on_answer` takes."""
+    return HeartbeatAnswer(
+        group_id=group,
+        member_id=response.member_id,
+        fenced=False,
+        group_epoch=response.group_epoch,
+        member_epoch=response.member_epoch,
+        heartbeat_interval_ms=response.heartbeat_interval_ms,
+        members=tuple(AnswerMember(m.member_id, m.key, m.weight) for m in response.members),
+        partition_counts=tuple((t.topic, t.partitions) for t in response.topics),
+        owned=tuple((p.topic, p.partition, p.assignment_epoch) for p in response.owned),
+        committed=tuple(
+            (p.topic, p.partition, p.committed_offset)
+            for p in response.owned
+            if p.HasField("committed_offset")
+        ),
+    )
+
+
+def commit_results(
+    response: pb.CommitOffsetsResponse,
+) -> dict[tuple[str, int], LaminarError | None]:
+    """Per partition: None when the commit applied, else its typed error."""
+    return {
+        (p.topic, p.partition): error_from_detail(p.error) if p.HasField("error") else None
+        for p in response.partitions
+    }
+
+
+def check_partition_count(count: int, what: str) -> None:
+    if not 1 <= count <= GROUP_PARTITIONS_PER_CALL_MAX:
+        raise InvalidInputError(
+            f"{what} names 1 to {GROUP_PARTITIONS_PER_CALL_MAX} partitions, got {count}"
+        )
+
+
+# ----------------------------------------------------------------------------- session
+
+
+Hook = Callable[[list["TopicPartition"]], None]
+
+
+class GroupSession:
+    """A consumer's membership: the heartbeat thread and the actions it queues.
+
+    Shared between two threads: the heartbeat thread (requests, answers) and the
+    application's (commits, revocations); ``_lock`` guards the member and the queue.
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer[object, object],
+        *,
+        group: str,
+        topics: Sequence[str],
+        pattern: str | None,
+        instance_id: str | None,
+        weight: float,
+        session_timeout_s: float,
+        rebalance_timeout_s: float,
+        auto_commit: bool,
+        on_assigned: Hook | None,
+        on_revoked: Hook | None,
+    ) -> None:
+        if not 0.1 <= session_timeout_s <= 3600:
+            raise InvalidInputError("session_timeout_s must be in [0.1, 3600]")
+        if not 0.1 <= rebalance_timeout_s <= 3600:
+            raise InvalidInputError("rebalance_timeout_s must be in [0.1, 3600]")
+        if not weight > 0:
+            raise InvalidInputError("weight must be > 0")
+        self._consumer = consumer
+        self._client = consumer.client
+        self.member = GroupMember(
+            group_id=group,
+            # Chosen here, not by the coordinator, so a retried join is idempotent and
+            # the id survives a fence (the member rejoins under the same name).
+            member_id=uuid.uuid4().hex,
+            subscription=Subscription(tuple(topics), pattern),
+            instance_id=instance_id,
+            weight=weight,
+            session_timeout_ms=round(session_timeout_s * 1000),
+            rebalance_timeout_ms=round(rebalance_timeout_s * 1000),
+        )
+        self.auto_commit = auto_commit
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._lock = threading.Lock()
+        self._actions: deque[MemberActions] = deque()
+        self._committed: dict[tuple[str, int], int] = {}
+        """Last committed next offset per owned partition (for lag and to skip
+        commits that would change nothing)."""
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._heartbeats_paused = False
+        self._interval_s = session_timeout_s / HEARTBEATS_PER_SESSION
+        self._thread = threading.Thread(
+            target=self._run, name=f"laminar-group-{group}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def group(self) -> str:
+        return self.member.group_id
+
+    # -- heartbeat thread
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            wait_s = self._interval_s
+            if not self._heartbeats_paused:
+                try:
+                    self._beat()
+                except LaminarError as error:
+                    _LOG.info("group=%s heartbeat failed: %s", self.group, error)
+                    wait_s = min(wait_s, _RETRY_WAIT_S)
+            self._wake.wait(wait_s)
+            self._wake.clear()
+
+    def _beat(self) -> None:
+        with self._lock:
+            request = self.member.request()
+        timeout_s = max(0.1, self.member.session_timeout_ms / 1000 / 3)
+        try:
+            answer = self._client.group_heartbeat(request, timeout_s=timeout_s)
+        except FencedMemberError:
+            answer = HeartbeatAnswer(self.group, request.member_id, fenced=True)
+            _LOG.info("group=%s member=%s fenced: rejoining", self.group, request.member_id)
+        with self._lock:
+            if request.member_epoch != self.member.member_epoch:
+                return  # fenced by a commit meanwhile: this answer is stale
+            actions = self.member.on_answer(answer)
+            self._queue(actions)
+            if answer.heartbeat_interval_ms > 0:
+                self._interval_s = answer.heartbeat_interval_ms / 1000
+        if actions.rejoin:
+            self._wake.set()  # join again at once rather than one interval later
+
+    def _queue(self, actions: MemberActions) -> None:
+        """Queue ``actions`` for the application's thread (holding the lock)."""
+        if not (actions.start or actions.revoke or actions.stop or actions.rejoin):
+            return
+        if len(self._actions) >= ACTIONS_QUEUED_MAX:
+            # The application stopped polling: drop everything and start over.
+            self._actions.clear()
+            actions = self.member.on_answer(HeartbeatAnswer(self.group, "", fenced=True))
+        self._actions.append(actions)
+
+    def pause_heartbeats(self) -> None:
+        """Stop heartbeating while keeping the partitions (tests: a stalled member)."""
+        self._heartbeats_paused = True
+
+    # -- application's thread
+
+    def poll(self) -> None:
+        """Carry out what the heartbeats decided, then auto-commit (app thread)."""
+        if self.auto_commit:
+            self._commit_quietly()
+        while True:
+            with self._lock:
+                if not self._actions:
+                    return
+                actions = self._actions.popleft()
+            self._apply(actions)
+
+    def _apply(self, actions: MemberActions) -> None:
+        consumer = self._consumer
+        current = set(consumer.assignment())
+        if actions.stop:
+            for tp in actions.stop:
+                self._committed.pop(tp, None)
+            _LOG.info("group=%s stopping %s without commit", self.group, list(actions.stop))
+            current -= {_tp(tp) for tp in actions.stop}
+            consumer.assign(sorted(current))
+        if actions.revoke:
+            revoked = [_tp(tp) for tp in actions.revoke]
+            if self.auto_commit:
+                self._commit_quietly()
+            if self._on_revoked is not None:
+                self._on_revoked(revoked)
+            consumer.assign(sorted(current - set(revoked)))
+            current -= set(revoked)
+            with self._lock:
+                for tp in actions.revoke:
+                    self._committed.pop(tp, None)
+                    self.member.revoked(tp)
+            self._wake.set()  # report the release now: the new owner is waiting
+        if actions.start:
+            offsets: dict[tuple[str, int], int | None] = {tp: None for tp in current}
+            for tp, _epoch, committed in actions.start:
+                offsets[tp] = committed
+                if committed is not None:
+                    self._committed[tp] = committed
+            consumer.assign(offsets)  # None: auto_offset_reset
+            if self._on_assigned is not None:
+                self._on_assigned([_tp(tp) for tp, _, _ in actions.start])
+
+    def owned(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return sorted({*self.member.active, *self.member.revoking})
+
+    def commit(
+        self, offsets: Mapping[tuple[str, int], int] | None, metadata: str, *, changed_only: bool
+    ) -> None:
+        """Commit ``offsets`` (default: the position of every owned partition).
+
+        Raises :class:`FencedMemberError` when the member no longer owns a
+        partition (and queues the drop-and-rejoin), or the refusal of a commit.
+        """
+        if offsets is None:
+            offsets = {}
+            assigned = self._consumer.assignment()
+            for tp in self.owned():
+                if _tp(tp) in assigned:
+                    position = self._consumer.position(tp)
+                    if position >= 0:
+                        offsets[tp] = position
+        if changed_only:
+            offsets = {tp: o for tp, o in offsets.items() if self._committed.get(tp) != o}
+        if not offsets:
+            return
+        check_partition_count(len(offsets), "a commit")
+        with self._lock:
+            member_id, epoch = self.member.member_id, self.member.member_epoch
+            # FencedMemberError here: not owned (any more); nothing was sent.
+            commits = [self.member.commit(tp, offset, metadata) for tp, offset in offsets.items()]
+        results = self._client.commit_offsets(
+            self.group,
+            member_id,
+            epoch,
+            [
+                (c.topic, c.partition, c.next_offset, c.assignment_epoch, c.metadata)
+                for c in commits
+            ],
+        )
+        first_error: LaminarError | None = None
+        for tp, error in results.items():
+            if error is None:
+                self._committed[tp] = offsets[tp]
+            elif first_error is None:
+                first_error = error
+        if isinstance(first_error, FencedMemberError):
+            self._fenced(epoch)
+        if first_error is not None:
+            raise first_error
+
+    def _commit_quietly(self) -> None:
+        try:
+            self.commit(None, "", changed_only=True)
+        except FencedMemberError as error:
+            _LOG.info("group=%s auto-commit refused: %s", self.group, error)
+        except LaminarError as error:
+            _LOG.warning("group=%s auto-commit failed: %s", self.group, error)
+
+    def _fenced(self, epoch: int) -> None:
+        with self._lock:
+            if self.member.member_epoch != epoch:
+                return  # already handled
+            self._queue(self.member.on_answer(HeartbeatAnswer(self.group, "", fenced=True)))
+        self._wake.set()
+
+    def committed(self) -> dict[tuple[str, int], int]:
+        return dict(self._committed)
+
+    def close(self) -> None:
+        """Final commit, ``on_revoked`` for what is owned, stop beating, leave."""
+        owned = [_tp(tp) for tp in self.owned()]
+        try:
+            if self.auto_commit and not self._heartbeats_paused:
+                self._commit_quietly()
+            if owned and self._on_revoked is not None:
+                self._on_revoked(owned)
+        finally:
+            self._stopped.set()
+            self._wake.set()
+            self._thread.join(timeout=self.member.session_timeout_ms / 1000 + 5)
+            with self._lock:
+                member_id, epoch = self.member.member_id, self.member.member_epoch
+            if epoch > 0 and not self._heartbeats_paused:
+                try:
+                    self._client.leave_group(self.group, member_id, epoch)
+                except LaminarError as error:
+                    _LOG.info("group=%s leave failed (the session expires): %s", self.group, error)
+
+    def slice_s(self, deadline_s: float | None) -> float:
+        """How long the next wait for records may block."""
+        if deadline_s is None:
+            return POLL_SLICE_S
+        return max(0.0, min(POLL_SLICE_S, deadline_s - time.monotonic()))
+
+
+def _tp(tp: tuple[str, int]) -> TopicPartition:
+    from laminar_client.consumer import TopicPartition
+
+    return TopicPartition(*tp)

@@ -1,0 +1,299 @@
+"""Consumer groups through the client against three real node processes (issue 16).
+
+One cluster for the module (starting one costs seconds on two cores); each test
+uses its own group. Consumers run in threads, one consumer per thread; waits are
+on conditions with deadlines, and every consumer and process is stopped in a
+``finally``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from laminar_client import Client, Consumer, Producer
+from laminar_client.consumer import TopicPartition
+
+from laminar.errors import FencedMemberError, GroupNotEmptyError
+from laminar.testing.processes import ProcessCluster, wait_for
+from tests.server.test_cluster import CLIENT_TIMEOUT_S, start_cluster, wait_leader
+
+TOPIC = "events"
+PARTITIONS = 4
+SESSION_S = 3.0
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
+    root: Path = tmp_path_factory.mktemp("groups")
+    cluster = start_cluster(root, 3)
+    try:
+        with Client(bootstrap(cluster), timeout_s=CLIENT_TIMEOUT_S) as client:
+            client.create_topic(TOPIC, PARTITIONS, 3)
+        for partition in range(PARTITIONS):
+            wait_leader(cluster, TOPIC, partition)
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def bootstrap(cluster: ProcessCluster) -> list[str]:
+    return [n.grpc for n in cluster.nodes]
+
+
+def produce(cluster: ProcessCluster, count: int, tag: str) -> set[bytes]:
+    values = {f"{tag}-{n}".encode() for n in range(count)}
+    with Producer(bootstrap(cluster)) as producer:
+        for n, value in enumerate(sorted(values)):
+            producer.send(TOPIC, value, partition=n % PARTITIONS)
+        producer.flush()
+    return values
+
+
+class Member:
+    """A group consumer in its own thread, recording what it read and owns."""
+
+    def __init__(
+        self,
+        cluster: ProcessCluster,
+        group: str,
+        name: str,
+        ledger: Ledger,
+        *,
+        pause_after: Callable[[Member], bool] | None = None,
+    ) -> None:
+        self.name = name
+        self.ledger = ledger
+        self.seen: list[tuple[int, int, bytes]] = []
+        self.owned: set[TopicPartition] = set()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.consumer: Consumer[bytes, bytes] = Consumer(
+            bootstrap(cluster),
+            group=group,
+            topics=[TOPIC],
+            session_timeout_s=SESSION_S,
+            rebalance_timeout_s=SESSION_S * 2,
+            fetch_wait_s=0.2,
+            on_assigned=self._assigned,
+            on_revoked=self._revoked,
+        )
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        self.ledger.take(self.name, partitions)
+        self.owned.update(partitions)
+
+    def _revoked(self, partitions: list[TopicPartition]) -> None:
+        self.ledger.give(self.name, partitions)
+        self.owned.difference_update(partitions)
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                for record in self.consumer.records(timeout_s=0.2):
+                    assert record.value is not None
+                    self.seen.append((record.partition, record.offset, record.value))
+                    if self.stop.is_set():
+                        break
+        except BaseException as error:
+            self.error = error
+
+    def values(self) -> set[bytes]:
+        return {value for _, _, value in list(self.seen)}
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=WAIT_S)
+        self.consumer.close()
+
+
+class Ledger:
+    """Who reads which partition between on_assigned and on_revoked; records any
+    moment two members held one partition (the invariant under test)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holder: dict[TopicPartition, str] = {}
+        self.overlaps: list[str] = []
+
+    def take(self, name: str, partitions: list[TopicPartition]) -> None:
+        with self.lock:
+            for tp in partitions:
+                other = self.holder.get(tp)
+                if other is not None and other != name:
+                    self.overlaps.append(f"{name} took {tp} while {other} held it")
+                self.holder[tp] = name
+
+    def give(self, name: str, partitions: list[TopicPartition]) -> None:
+        with self.lock:
+            for tp in partitions:
+                if self.holder.get(tp) == name:
+                    del self.holder[tp]
+
+    def forget(self, name: str) -> None:
+        """A fenced member lost its partitions without a hook."""
+        with self.lock:
+            for tp in [tp for tp, holder in self.holder.items() if holder == name]:
+                del self.holder[tp]
+
+
+def close_all(members: list[Member]) -> None:
+    for member in members:
+        member.close()
+
+
+def test_two_members_split_the_partitions_and_read_everything(cluster: ProcessCluster) -> None:
+    ledger = Ledger()
+    expected = produce(cluster, 200, "split")
+    members: list[Member] = []
+    try:
+        members.append(Member(cluster, "split", "a", ledger))
+        wait_for(lambda: len(members[0].owned) == PARTITIONS, WAIT_S, "a owns every partition")
+        members.append(Member(cluster, "split", "b", ledger))
+        wait_for(
+            lambda: len(members[0].owned) == 2 and len(members[1].owned) == 2,
+            WAIT_S,
+            "two partitions each",
+        )
+        expected |= produce(cluster, 200, "after")
+        wait_for(
+            lambda: expected <= members[0].values() | members[1].values(),
+            WAIT_S,
+            "every record read by some member",
+        )
+        assert not ledger.overlaps
+        assert members[0].owned.isdisjoint(members[1].owned)
+        assert all(m.error is None for m in members), [m.error for m in members]
+    finally:
+        close_all(members)
+
+
+def test_commits_survive_a_restart(cluster: ProcessCluster) -> None:
+    ledger = Ledger()
+    first = produce(cluster, 100, "restart")
+    member = Member(cluster, "restart", "first", ledger)
+    try:
+        wait_for(lambda: first <= member.values(), WAIT_S, "the first member reads everything")
+    finally:
+        member.close()  # the final commit, then leave
+    ends: dict[int, int] = {}
+    for partition, offset, _ in member.seen:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    with Client(bootstrap(cluster)) as client:
+        committed = {o.partition: o.next_offset for o in client.fetch_offsets("restart")}
+    assert committed == ends
+    second_batch = produce(cluster, 40, "second")
+    member = Member(cluster, "restart", "second", ledger)
+    try:
+        wait_for(lambda: second_batch <= member.values(), WAIT_S, "the restart reads the new ones")
+        firsts: dict[int, int] = {}
+        for partition, offset, _ in member.seen:
+            firsts.setdefault(partition, offset)
+        assert firsts == ends  # resumed at the last commit: nothing re-read
+        assert not member.values() & first
+    finally:
+        member.close()
+
+
+def test_a_member_that_stops_heartbeating_is_fenced_and_its_partitions_move(
+    cluster: ProcessCluster,
+) -> None:
+    ledger = Ledger()
+    produce(cluster, 40, "fence")
+    members: list[Member] = []
+    try:
+        members.append(Member(cluster, "fence", "a", ledger))
+        wait_for(lambda: len(members[0].owned) == PARTITIONS, WAIT_S, "a owns every partition")
+        members.append(Member(cluster, "fence", "b", ledger))
+        wait_for(lambda: len(members[1].owned) == 2, WAIT_S, "b owns two")
+        zombie = members[0]
+        session = zombie.consumer.group_session
+        assert session is not None
+        zombie.stop.set()
+        zombie.thread.join(timeout=WAIT_S)
+        session.pause_heartbeats()
+        ledger.forget("a")
+        wait_for(lambda: len(members[1].owned) == PARTITIONS, WAIT_S, "b owns every partition")
+        offsets = {tp: 0 for tp in session.owned()}
+        assert offsets, "the zombie still believes it owns partitions"
+        with pytest.raises(FencedMemberError):
+            zombie.consumer.commit(offsets)
+        assert not ledger.overlaps
+    finally:
+        close_all(members)
+
+
+def test_admin_calls_refuse_while_members_are_active(cluster: ProcessCluster) -> None:
+    ledger = Ledger()
+    produce(cluster, 8, "admin")
+    member = Member(cluster, "admin", "a", ledger)
+    with Client(bootstrap(cluster), timeout_s=CLIENT_TIMEOUT_S) as client:
+        try:
+            wait_for(lambda: len(member.owned) == PARTITIONS, WAIT_S, "a owns every partition")
+            listed = {g.group: g for g in client.list_groups()}
+            assert listed["admin"].member_count == 1
+            described = client.describe_group("admin")
+            assert described.state in ("stable", "reconciling")
+            assert len(described.members) == 1
+            with pytest.raises(GroupNotEmptyError):
+                client.reset_offsets("admin", {(TOPIC, 0): 0})
+            with pytest.raises(GroupNotEmptyError):
+                client.delete_group("admin")
+        finally:
+            member.close()
+        wait_for(lambda: not client.describe_group("admin").members, WAIT_S, "a has left")
+        client.reset_offsets("admin", dict.fromkeys(((TOPIC, p) for p in range(PARTITIONS)), 0))
+        assert {o.next_offset for o in client.fetch_offsets("admin")} == {0}
+        client.delete_group("admin")
+        assert client.describe_group("admin").state == "dead"
+
+
+def test_cli_lists_describes_and_refuses_to_reset_an_active_group(
+    cluster: ProcessCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from laminar import cli
+
+    address = ["--bootstrap", ",".join(bootstrap(cluster))]
+    produce(cluster, 20, "cli")
+    member = Member(cluster, "cli", "a", Ledger())
+    try:
+        wait_for(lambda: len(member.owned) == PARTITIONS, WAIT_S, "a owns every partition")
+        wait_for(lambda: len(member.values()) >= 20, WAIT_S, "a reads")
+        capsys.readouterr()
+        assert cli.main([*address, "group", "list"]) == 0
+        assert "cli" in capsys.readouterr().out
+        assert cli.main([*address, "group", "describe", "cli", "--format", "json"]) == 0
+        described = json.loads(capsys.readouterr().out)
+        assert described["members"] == 1 and described["state"] in ("stable", "reconciling")
+        rows = described["partitions"]
+        assert {row["partition"] for row in rows} == set(range(PARTITIONS))
+        assert all(row["owner"] and row["assignment_epoch"] >= 1 for row in rows)
+        assert described["total_lag"] == sum(row["lag"] for row in rows)
+        assert cli.main([*address, "group", "describe", "cli"]) == 0
+        text = capsys.readouterr().out
+        assert "OWNER" in text and "total_lag=" in text
+        assert cli.main([*address, "group", "reset-offsets", "cli", "--to", "earliest"]) == 1
+        assert "still has 1 member" in capsys.readouterr().err
+        assert cli.main([*address, "group", "delete", "cli"]) == 1
+        capsys.readouterr()
+    finally:
+        member.close()
+    with Client(bootstrap(cluster)) as client:
+        wait_for(lambda: not client.describe_group("cli").members, WAIT_S, "a has left")
+    reset = [*address, "group", "reset-offsets", "cli", "--to", "offset", "--offset", "1"]
+    assert cli.main([*reset, "--dry-run"]) == 0
+    assert "would reset 4 partition(s)" in capsys.readouterr().out
+    assert cli.main(reset) == 0
+    capsys.readouterr()
+    assert cli.main([*address, "group", "describe", "cli", "--format", "json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["state"] == "empty"
+    assert {row["committed"] for row in described["partitions"]} == {1}
+    assert cli.main([*address, "group", "delete", "cli"]) == 0
+    assert "deleted group cli" in capsys.readouterr().out
