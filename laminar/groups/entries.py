@@ -231,8 +231,8 @@ class Partitions:
 
 
 @dataclass(frozen=True, slots=True)
-class Own:
-    """The coordinator confirms ``member_id`` as the owner of one partition."""
+class _Claim:
+    """An entry about who owns one partition (:class:`Own`, :class:`Release`)."""
 
     group_id: str
     topic: str
@@ -248,20 +248,13 @@ class Own:
 
 
 @dataclass(frozen=True, slots=True)
-class Release:
+class Own(_Claim):
+    """The coordinator confirms ``member_id`` as the owner of one partition."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release(_Claim):
     """The owner gives one partition up (after its final commit)."""
-
-    group_id: str
-    topic: str
-    partition: int
-    member_id: str
-    assignment_epoch: int
-
-    def __post_init__(self) -> None:
-        check_group_id(self.group_id)
-        _check_partition(self.topic, self.partition)
-        check_member_key(self.member_id)
-        _check_int("assignment_epoch", self.assignment_epoch, 1, EPOCH_MAX)
 
 
 @dataclass(frozen=True, slots=True)
