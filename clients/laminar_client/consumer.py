@@ -1025,9 +1025,18 @@ class Consumer(_Reader[_K, _V]):
         auto_commit: bool = True,
         on_assigned: Callable[[list[TopicPartition]], None] | None = None,
         on_revoked: Callable[[list[TopicPartition]], None] | None = None,
-        **options: Any,
+        key_deserializer: Deserializer[_K] | None = None,
+        value_deserializer: Deserializer[_V] | None = None,
+        auto_offset_reset: OffsetReset = "earliest",
+        fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
+        fetch_wait_s: float = 0.5,
+        prefetch_bytes_max: int = 64 * 1024 * 1024,
+        client_zone: str | None = None,
+        attempt_timeout_s: float = 3.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
     ) -> None:
-        """``options`` are :class:`_ConsumerBase`'s. With ``group``, the consumer is a
+        """The reading options are :class:`_ConsumerBase`'s. With ``group``, the consumer is a
         member of that consumer group (see :mod:`laminar_client.groups`): it reads
         the partitions of ``topics`` (or matching ``pattern``) the group confirms it
         owns, from their committed offsets (else ``auto_offset_reset``);
@@ -1036,7 +1045,19 @@ class Consumer(_Reader[_K, _V]):
         fits there), ``on_assigned`` after partitions start. Do not call
         :meth:`assign` or :meth:`seek` yourself then."""
         self._group: GroupSession | None = None
-        super().__init__(bootstrap, **options)
+        super().__init__(
+            bootstrap,
+            key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer,
+            auto_offset_reset=auto_offset_reset,
+            fetch_bytes_max=fetch_bytes_max,
+            fetch_wait_s=fetch_wait_s,
+            prefetch_bytes_max=prefetch_bytes_max,
+            client_zone=client_zone,
+            attempt_timeout_s=attempt_timeout_s,
+            retry=retry,
+            rng=rng,
+        )
         if group is None:
             if topics or pattern is not None:
                 raise InvalidInputError("topics and pattern need a group")
