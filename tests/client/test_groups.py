@@ -65,19 +65,23 @@ class Member:
         ledger: Ledger,
         *,
         pause_after: Callable[[Member], bool] | None = None,
+        instance_id: str | None = None,
+        session_s: float = SESSION_S,
     ) -> None:
         self.name = name
         self.ledger = ledger
         self.seen: list[tuple[int, int, bytes]] = []
         self.owned: set[TopicPartition] = set()
+        self.revocations = 0
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.consumer: Consumer[bytes, bytes] = Consumer(
             bootstrap(cluster),
             group=group,
             topics=[TOPIC],
-            session_timeout_s=SESSION_S,
-            rebalance_timeout_s=SESSION_S * 2,
+            instance_id=instance_id,
+            session_timeout_s=session_s,
+            rebalance_timeout_s=session_s * 2,
             fetch_wait_s=0.2,
             on_assigned=self._assigned,
             on_revoked=self._revoked,
@@ -90,6 +94,7 @@ class Member:
         self.owned.update(partitions)
 
     def _revoked(self, partitions: list[TopicPartition]) -> None:
+        self.revocations += 1
         self.ledger.give(self.name, partitions)
         self.owned.difference_update(partitions)
 
@@ -224,6 +229,40 @@ def test_a_member_that_stops_heartbeating_is_fenced_and_its_partitions_move(
         assert offsets, "the zombie still believes it owns partitions"
         with pytest.raises(FencedMemberError):
             zombie.consumer.commit(offsets)
+        assert not ledger.overlaps
+    finally:
+        close_all(members)
+
+
+def test_a_static_member_restarted_within_its_session_keeps_its_partitions(
+    cluster: ProcessCluster,
+) -> None:
+    """Member ``a`` (instance id "a") stops without leaving, as a crashed process
+    would, and a new consumer with the same instance id joins well within the
+    session: it replaces the old member and gets the same partitions; ``b``'s
+    partitions never move."""
+    ledger = Ledger()
+    produce(cluster, 40, "static")
+    members: list[Member] = []
+    session_s = 15.0  # the restart must come within it, even on a loaded machine
+    try:
+        members.append(Member(cluster, "static", "a", ledger, instance_id="a", session_s=session_s))
+        members.append(Member(cluster, "static", "b", ledger, instance_id="b", session_s=session_s))
+        old, other = members
+        wait_for(
+            lambda: len(old.owned) == 2 and len(other.owned) == 2, WAIT_S, "two partitions each"
+        )
+        kept, before = set(old.owned), other.revocations
+        session = old.consumer.group_session
+        assert session is not None
+        old.stop.set()
+        old.thread.join(timeout=WAIT_S)
+        session.pause_heartbeats()  # the process "died": no leave, no more heartbeats
+        ledger.forget("a")
+        members.append(Member(cluster, "static", "a", ledger, instance_id="a", session_s=session_s))
+        new = members[-1]
+        wait_for(lambda: new.owned == kept, WAIT_S, "the restarted member owns its partitions")
+        assert other.revocations == before and len(other.owned) == 2
         assert not ledger.overlaps
     finally:
         close_all(members)
