@@ -67,6 +67,7 @@ class Member:
         pause_after: Callable[[Member], bool] | None = None,
         instance_id: str | None = None,
         session_s: float = SESSION_S,
+        pattern: str | None = None,
     ) -> None:
         self.name = name
         self.ledger = ledger
@@ -78,7 +79,8 @@ class Member:
         self.consumer: Consumer[bytes, bytes] = Consumer(
             bootstrap(cluster),
             group=group,
-            topics=[TOPIC],
+            topics=[] if pattern else [TOPIC],
+            pattern=pattern,
             instance_id=instance_id,
             session_timeout_s=session_s,
             rebalance_timeout_s=session_s * 2,
@@ -266,6 +268,36 @@ def test_a_static_member_restarted_within_its_session_keeps_its_partitions(
         assert not ledger.overlaps
     finally:
         close_all(members)
+
+
+def test_a_new_topic_matching_the_pattern_gets_owners(cluster: ProcessCluster) -> None:
+    """A group subscribed by pattern: partitions of a topic created later, whose
+    name matches, get an owner and are read; other topics are left alone."""
+    ledger = Ledger()
+    with Client(bootstrap(cluster), timeout_s=CLIENT_TIMEOUT_S) as client:
+        client.create_topic("pat-a", 2, 3)
+        wait_leader(cluster, "pat-a", 0)
+        wait_leader(cluster, "pat-a", 1)
+    member = Member(cluster, "pattern", "a", ledger, pattern="pat-.*")
+    try:
+        wait_for(lambda: len(member.owned) == 2, WAIT_S, "a owns pat-a's partitions")
+        with Client(bootstrap(cluster), timeout_s=CLIENT_TIMEOUT_S) as client:
+            client.create_topic("pat-b", 3, 3)
+            for partition in range(3):
+                wait_leader(cluster, "pat-b", partition)
+            with Producer(bootstrap(cluster)) as producer:
+                for partition in range(3):
+                    producer.send("pat-b", b"new-%d" % partition, partition=partition)
+        wanted = {("pat-a", 0), ("pat-a", 1), ("pat-b", 0), ("pat-b", 1), ("pat-b", 2)}
+        wait_for(lambda: {tuple(tp) for tp in member.owned} == wanted, WAIT_S, "pat-b owned too")
+        wait_for(
+            lambda: {b"new-0", b"new-1", b"new-2"} <= member.values(),
+            WAIT_S,
+            "pat-b's records read",
+        )
+        assert all(tp[0] != TOPIC for tp in member.owned)
+    finally:
+        member.close()
 
 
 def test_admin_calls_refuse_while_members_are_active(cluster: ProcessCluster) -> None:
