@@ -368,3 +368,50 @@ def test_cli_lists_describes_and_refuses_to_reset_an_active_group(
     assert {row["committed"] for row in described["partitions"]} == {1}
     assert cli.main([*address, "group", "delete", "cli"]) == 0
     assert "deleted group cli" in capsys.readouterr().out
+
+
+def test_draining_the_coordinators_node_moves_the_group_without_losing_commits(
+    cluster: ProcessCluster,
+) -> None:
+    """The node leading the group's ``__groups`` partition is drained (weight 0):
+    the coordinator moves with the leadership, the member keeps its partitions,
+    and its commits go on from where they were. Last in the module: it changes
+    the shared cluster (the weight is restored at the end)."""
+    from laminar.partitioning import key_partition
+    from laminar.server.groups import GROUPS_PARTITIONS, GROUPS_TOPIC
+
+    ledger = Ledger()
+    first = produce(cluster, 40, "drain")
+    member = Member(cluster, "drain", "a", ledger)
+    group_partition = key_partition(b"drain", GROUPS_PARTITIONS)
+    with Client(bootstrap(cluster), timeout_s=CLIENT_TIMEOUT_S) as client:
+        drained = None
+        try:
+            wait_for(lambda: first <= member.values(), WAIT_S, "a reads everything")
+
+            def committed() -> int:
+                return sum(o.next_offset for o in client.fetch_offsets("drain"))
+
+            wait_for(lambda: committed() >= 40, WAIT_S, "a's commits of the first records")
+            before = committed()
+            drained = wait_leader(cluster, GROUPS_TOPIC, group_partition)
+            client.update_node(drained.grpc, weight=0)
+            wait_for(
+                lambda: (
+                    (leader := wait_leader(cluster, GROUPS_TOPIC, group_partition)) is not drained
+                    and leader.grpc != drained.grpc
+                ),
+                WAIT_S,
+                "the group's partition to be led elsewhere",
+            )
+            second = produce(cluster, 40, "drained")
+            wait_for(lambda: second <= member.values(), WAIT_S, "a reads on")
+            wait_for(lambda: committed() >= before + 40, WAIT_S, "commits through the new leader")
+            assert member.revocations == 0 and len(member.owned) == PARTITIONS
+            assert member.error is None
+        finally:
+            member.close()
+            if drained is not None:
+                client.update_node(drained.grpc, weight=1.0)
+                for partition in range(PARTITIONS):
+                    wait_leader(cluster, TOPIC, partition)
