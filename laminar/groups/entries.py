@@ -41,7 +41,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import msgpack
 
@@ -245,6 +245,9 @@ class _Claim:
         _check_partition(self.topic, self.partition)
         check_member_key(self.member_id)
         _check_int("assignment_epoch", self.assignment_epoch, 1, EPOCH_MAX)
+
+
+_ClaimT = TypeVar("_ClaimT", bound=_Claim)
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,24 +462,19 @@ def _decode_partitions(fields: _Fields) -> Partitions:
     return Partitions(fields.group(), tuple((row[0], row[1]) for row in fields.rows("counts", 2)))
 
 
-def _decode_own(fields: _Fields) -> Own:
-    return Own(
-        fields.group(),
-        fields.text("topic"),
-        fields.integer("partition"),
-        fields.text("member_id"),
-        fields.integer("assignment_epoch"),
-    )
+def _claim_decoder(kind: type[_ClaimT]) -> Callable[[_Fields], _ClaimT]:
+    """The decoder of :class:`Own` or :class:`Release`: the same fields."""
 
+    def decode(fields: _Fields) -> _ClaimT:
+        return kind(
+            fields.group(),
+            fields.text("topic"),
+            fields.integer("partition"),
+            fields.text("member_id"),
+            fields.integer("assignment_epoch"),
+        )
 
-def _decode_release(fields: _Fields) -> Release:
-    return Release(
-        fields.group(),
-        fields.text("topic"),
-        fields.integer("partition"),
-        fields.text("member_id"),
-        fields.integer("assignment_epoch"),
-    )
+    return decode
 
 
 def _decode_commit(fields: _Fields) -> Commit:
@@ -506,8 +504,8 @@ _DECODERS: dict[str, Callable[[_Fields], GroupEntry]] = {
     "join": _decode_join,
     "leave": _decode_leave,
     "partitions": _decode_partitions,
-    "own": _decode_own,
-    "release": _decode_release,
+    "own": _claim_decoder(Own),
+    "release": _claim_decoder(Release),
     "commit": _decode_commit,
     "reset": _decode_reset,
     "delete": _decode_delete,
