@@ -103,8 +103,9 @@ def start_cluster(cluster: ProcessCluster) -> list[str]:
     return [node.grpc for node in cluster.nodes]
 
 
-def create_topic(client: Client, name: str) -> None:
-    client.create_topic(name, PARTITIONS, 3)
+def create_topic(client: Client, name: str, partitions: int = PARTITIONS) -> None:
+    """Create ``name`` (RF 3) and wait until every partition is led with 3 voters."""
+    client.create_topic(name, partitions, 3)
 
     def led() -> bool:
         topic = client.metadata(refresh=True).topics[name]

@@ -44,6 +44,7 @@ from typing import Any
 
 from laminar_client import Client, Producer
 
+from bench import client_bench
 from bench.client_bench import start_cluster
 from laminar.testing.processes import ProcessCluster, wait_for
 from laminar.tuning import tune_numpy
@@ -77,13 +78,7 @@ def missed_targets(results: dict[str, float]) -> list[str]:
 
 
 def create_topic(client: Client, name: str) -> None:
-    client.create_topic(name, PARTITIONS, 3)
-
-    def led() -> bool:
-        topic = client.metadata(refresh=True).topics[name]
-        return all(p.leader and len(p.voters) == 3 for p in topic.partitions)
-
-    wait_for(led, 60, f"every partition of {name} to have a leader and 3 voters")
+    client_bench.create_topic(client, name, PARTITIONS)
 
 
 def fill(servers: list[str], records: int) -> None:
