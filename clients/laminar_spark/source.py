@@ -216,17 +216,21 @@ class LaminarBatchReader(PushdownReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from laminar_client.client import Client
+        return read_partition(self.options, partition)
 
-        from laminar_spark.reader import read_range
 
-        if not isinstance(partition, LaminarInputPartition):
-            return  # PySpark runs one task with ``None`` when partitions() returns []
-        task = partition.task()
-        with Client(self.options.servers) as client:
-            yield from read_range(
-                client,
-                task,
-                headers=self.options.include_headers,
-                fail_on_data_loss=self.options.fail_on_data_loss,
-            )
+def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[Any]:
+    """One task of a batch or streaming read: its range through a client of its own."""
+    from laminar_client.client import Client
+
+    from laminar_spark.reader import read_range
+
+    if not isinstance(partition, LaminarInputPartition):
+        return  # PySpark runs one task with ``None`` when partitions() returns []
+    with Client(options.servers) as client:
+        yield from read_range(
+            client,
+            partition.task(),
+            headers=options.include_headers,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )

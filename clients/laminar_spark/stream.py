@@ -540,20 +540,9 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Arrow batches of one task's range, as the batch reader reads them."""
-        from laminar_client.client import Client
+        from laminar_spark.source import read_partition
 
-        from laminar_spark.reader import read_range
-        from laminar_spark.source import LaminarInputPartition
-
-        if not isinstance(partition, LaminarInputPartition):
-            return
-        with Client(self.options.servers) as client:
-            yield from read_range(
-                client,
-                partition.task(),
-                headers=self.options.include_headers,
-                fail_on_data_loss=self.options.fail_on_data_loss,
-            )
+        return read_partition(self.options, partition)
 
     # ------------------------------------------------------------------ helpers
 
