@@ -328,8 +328,9 @@ def _add_group_commands(commands: Any) -> None:
 
     describe = actions.add_parser(
         "describe",
-        help="a group's state, members and, per partition, committed offset, log range, "
-        "lag and owner",
+        help="a group's state, coordinator, members and total lag and, per partition, "
+        "committed offset, log range, lag, owner, its instance id and host, and "
+        "assignment epoch",
     )
     describe.add_argument("group", help="group name")
     describe.add_argument(
@@ -682,7 +683,7 @@ def _group_describe(args: argparse.Namespace) -> int:
     with _client(args) as client:
         described = client.describe_group(args.group)
         ranges = _log_ranges(client, sorted({p.topic for p in described.partitions}))
-    instances = {m.member_id: m.instance_id for m in described.members}
+    members = {m.member_id: m for m in described.members}
     rows: list[dict[str, Any]] = []
     for p in described.partitions:
         offsets = ranges.get((p.topic, p.partition))
@@ -698,7 +699,8 @@ def _group_describe(args: argparse.Namespace) -> int:
                 "high_watermark": high,
                 "lag": None if high is None or base is None else max(0, high - base),
                 "owner": p.owner,
-                "instance_id": instances.get(p.owner) if p.owner else None,
+                "instance_id": members[p.owner].instance_id if p.owner in members else None,
+                "host": members[p.owner].host if p.owner in members else None,
                 "assignment_epoch": p.assignment_epoch,
             }
         )
@@ -716,7 +718,7 @@ def _group_describe(args: argparse.Namespace) -> int:
         return 0
     print(" ".join(f"{key}={value}" for key, value in summary.items()), file=_out())
     header = ["TOPIC", "PARTITION", "COMMITTED", "LOG_START", "HIGH_WATERMARK", "LAG"]
-    header += ["OWNER", "INSTANCE", "EPOCH"]
+    header += ["OWNER", "INSTANCE", "HOST", "EPOCH"]
     _table(header, [[_cell(value) for value in row.values()] for row in rows])
     return 0
 

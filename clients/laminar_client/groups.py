@@ -128,6 +128,8 @@ class GroupMemberInfo:
     member_epoch: int
     session_timeout_ms: int
     rebalance_timeout_ms: int
+    host: str | None = None
+    """``host:port`` it last heartbeated from (None: not heard by this coordinator yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,7 @@ class GroupDescription:
                     m.member_epoch,
                     m.session_timeout_ms,
                     m.rebalance_timeout_ms,
+                    m.host or None,
                 )
                 for m in answer.members
             ),
@@ -231,6 +234,7 @@ def answer_from_proto(group: str, response: pb.GroupHeartbeatResponse) -> Heartb
             for p in response.owned
             if p.HasField("committed_offset")
         ),
+        assigned=tuple((p.topic, p.partition) for p in response.assigned),
     )
 
 

@@ -3,12 +3,13 @@
 Theory of operation
 ===================
 
-Every member of a group and its coordinator compute the same answer to "which
-member should read partition ``t/p``" from the same inputs, without talking:
-the group id, the members (each with a *key* and a weight) and the group's
-partitions. The function is pure and deterministic, so a member's target is known
-the moment it has the member list, and the coordinator validates ownership claims
-with the very same function when it applies them from the log.
+Every replica of a group's ``__groups`` partition computes the same answer to
+"which member should read partition ``t/p``" from the same inputs, without
+talking: the group id, the members (each with a *key* and a weight), the group's
+partitions and the previous answer (step 5). The function is pure and
+deterministic, so the coordinator validates ownership claims with it when it
+applies them from the log, and tells each member its part in every heartbeat
+answer.
 
 1. **Member key.** ``instance_id`` when the member has one, else ``member_id``.
    A static member that restarts with a new member id but the same instance id has
@@ -49,6 +50,17 @@ with the very same function when it applies them from the log.
    the corrections are as small as the balance allows, and when plain rendezvous
    happens to be balanced nothing moves at all.
 
+5. **Sticky: the previous target is an input.** The group's state keeps its
+   target and recomputes it at every group epoch with the previous one as
+   ``previous`` (:meth:`laminar.groups.state.Group.retarget`). A partition's cost
+   for every member but its previous one gains :data:`MOVE_COST`, larger than any
+   difference of ``-ln(score)``; so the minimum-cost assignment first moves as few
+   partitions as the loads allow, then deviates least from rendezvous. A join
+   moves exactly the joiner's share (each old member sheds its excess, the
+   lowest-scored first), a leave exactly the leaver's partitions, new partitions
+   go to members with room. Partitions whose previous member is gone, and the very
+   first target, fall back to plain capped rendezvous.
+
 Why this variant
 ----------------
 A join or leave must move few partitions beyond the ideal (the joiner's fair
@@ -56,13 +68,16 @@ share, or the leaver's partitions). Plain "partitions in fixed order, each to it
 best member below its cap" lets one capped member push partitions down the order
 onto other members, a cascade; the minimum-cost assignment instead decides the
 overflow globally, with the smallest possible deviation from everyone's preference.
-Measured over 1000 random group ids (``python -m bench.group_assignment``), on a
-4th member joining a group of 3 over 60 partitions the fraction of partitions that
-change owner is 1.115x the ideal 1/4 (0.279) on average with this variant, against 1.14x for
-fixed order, 1.15x for a global greedy by score, 1.18x for "strongest top choice
-first" and 1.13x for "top choice, then shed the cheapest overflow"; the excess over
-the ideal is the joiner not taking exactly a third of its share from each old
-member, which no function of the member set alone can ensure.
+Without history (step 5), measured over 1000 random group ids (``python -m
+bench.group_assignment``), on a 4th member joining a group of 3 over 60 partitions
+the fraction of partitions that change owner is 1.115x the ideal 1/4 (0.279) on
+average with this variant, against 1.14x for fixed order, 1.15x for a global greedy
+by score, 1.18x for "strongest top choice first" and 1.13x for "top choice, then
+shed the cheapest overflow". The excess is the joiner not taking exactly a third of
+its share from each old member, which no function of the member set alone can
+ensure; hence step 5, which makes it exactly 1.0x (and a leave move nothing but
+the leaver's partitions), at the price of the target being state rather than a
+function every member could compute from the member list.
 
 Guarantees
 ----------
@@ -71,9 +86,8 @@ Guarantees
   broken by member key (code point order) and partition order (topic, index).
 - Balanced: each member holds ``floor`` or ``ceil`` of ``P*w/W`` partitions.
 - Sticky for static members: the answer depends on member keys, not member ids.
-- Minimal deviation from rendezvous: the total ``-ln(score)`` is minimal given the
-  loads, so a join or leave moves the joiner's / leaver's partitions plus the few
-  the balance forces (measured, not bounded: see the bench).
+- Minimal movement: with ``previous``, the fewest partitions change member that the
+  loads allow; among those answers, the total ``-ln(score)`` is minimal.
 
 Cost: ``O(P*N)`` scores plus ``O(N^2 + N log P)`` per partition of overflow (about
 ``sqrt(P*N)``). Limits: :data:`GROUP_MEMBERS_MAX` members and
@@ -101,6 +115,11 @@ GROUP_PARTITIONS_MAX = 10_000
 
 WEIGHT_MAX = 1_000_000.0
 """Largest member weight; weights are relative, so this only guards against absurd ones."""
+
+MOVE_COST = 1e6
+"""Cost added for taking a partition from its previous member (step 5): above any
+difference of ``-ln(score)`` (at most about 800 with the weight limits), so the
+solver first minimises the partitions moved, then deviates least from rendezvous."""
 
 MEMBER_KEY_BYTES_MAX = 128
 """Longest member key (instance id or member id) in UTF-8 bytes."""
@@ -172,10 +191,13 @@ def target_assignment(
     group_id: str,
     members: Sequence[AssignmentMember],
     partitions: Iterable[TopicPartition],
+    previous: Mapping[TopicPartition, str] | None = None,
 ) -> dict[TopicPartition, str]:
     """The member key that should own each partition (see the module docstring).
 
-    Returns an empty mapping when there are no members. Raises
+    ``previous`` is the group's target before this change (partition -> member
+    key): partitions stay with their previous member whenever the loads allow
+    (step 5). Returns an empty mapping when there are no members. Raises
     :class:`InvalidInputError` on duplicate member keys or partitions, on topic
     names containing ``/`` or NUL, and beyond the group limits.
     """
@@ -184,7 +206,7 @@ def target_assignment(
     ordered_partitions = _ordered_partitions(partitions)
     if not ordered_members or not ordered_partitions:
         return {}
-    solver = _CappedRendezvous(group_id, ordered_members, ordered_partitions)
+    solver = _CappedRendezvous(group_id, ordered_members, ordered_partitions, previous or {})
     holders = solver.solve()
     return {
         partition: ordered_members[holder].key
@@ -244,15 +266,23 @@ class _CappedRendezvous:
         group_id: str,
         members: Sequence[AssignmentMember],
         partitions: Sequence[TopicPartition],
+        previous: Mapping[TopicPartition, str],
     ) -> None:
         self.member_count = len(members)
-        self.costs: list[list[float]] = [
-            [
+        index_of = {member.key: index for index, member in enumerate(members)}
+        self.costs: list[list[float]] = []
+        for topic, index in partitions:
+            costs = [
                 -math.log(score(member.key, member.weight, assignment_key(group_id, topic, index)))
                 for member in members
             ]
-            for topic, index in partitions
-        ]
+            keeper = index_of.get(previous.get((topic, index), ""))
+            if keeper is not None:
+                costs = [
+                    cost if column == keeper else cost + MOVE_COST
+                    for column, cost in enumerate(costs)
+                ]
+            self.costs.append(costs)
         self.holders = [min(range(self.member_count), key=row.__getitem__) for row in self.costs]
         self.counts = [0] * self.member_count
         for holder in self.holders:

@@ -76,6 +76,8 @@ class HeartbeatRequest:
     rebalance_timeout_ms: int = 60_000
     released: tuple[tuple[str, int, int], ...] = ()
     leave: bool = False
+    host: str = ""
+    """Where the heartbeat came from (for describe only; kept in memory like its time)."""
 
     def join_entry(self) -> Join:
         """The join this request implies (constructing it validates every field)."""
@@ -104,11 +106,12 @@ class HeartbeatAnswer:
     """What the coordinator tells one member.
 
     ``fenced``: the member is unknown at that epoch; it drops every partition without
-    committing and rejoins with epoch 0. Otherwise ``members`` and
-    ``partition_counts`` let it compute the target itself, and ``owned`` lists what
-    it is confirmed to own (topic, partition, assignment epoch) with the committed
-    offsets to resume from in ``committed`` (topic, partition, next offset; absent
-    when nothing was committed).
+    committing and rejoins with epoch 0. Otherwise ``assigned`` is the member's
+    target (the partitions it should own at this group epoch: it releases the
+    others), ``owned`` lists what it is confirmed to own (topic, partition,
+    assignment epoch) with the committed offsets to resume from in ``committed``
+    (topic, partition, next offset; absent when nothing was committed), and
+    ``members`` and ``partition_counts`` describe the group.
     """
 
     group_id: str
@@ -121,6 +124,7 @@ class HeartbeatAnswer:
     partition_counts: tuple[tuple[str, int], ...] = ()
     owned: tuple[tuple[str, int, int], ...] = ()
     committed: tuple[tuple[str, int, int], ...] = ()
+    assigned: tuple[TopicPartition, ...] = ()
 
 
 def resolve_partitions(
@@ -143,6 +147,17 @@ class Coordinator:
             for member_id in group.members
         }
         self._moving_since_ms: dict[tuple[str, TopicPartition], int] = {}
+        self._hosts: dict[tuple[str, str], str] = {}
+
+    def host_of(self, group_id: str, member_id: str) -> str:
+        """The address ``member_id`` last heartbeated from ("" if not heard yet)."""
+        return self._hosts.get((group_id, member_id), "")
+
+    def _heard(self, request: HeartbeatRequest, now_ms: int) -> None:
+        key = (request.group_id, request.member_id)
+        self._last_heard_ms[key] = now_ms
+        if request.host:
+            self._hosts[key] = request.host
 
     def prepare(
         self, request: HeartbeatRequest, now_ms: int, catalogue: Mapping[str, int]
@@ -154,12 +169,12 @@ class Coordinator:
         if member is None:
             if request.member_epoch != 0 or request.leave:
                 return []
-            self._last_heard_ms[(request.group_id, request.member_id)] = now_ms
+            self._heard(request, now_ms)
             return [join]
         assert group is not None
         if request.member_epoch not in (0, member.member_epoch):
             return []
-        self._last_heard_ms[(request.group_id, request.member_id)] = now_ms
+        self._heard(request, now_ms)
         entries: list[GroupEntry] = [
             Release(request.group_id, topic, partition, request.member_id, epoch)
             for topic, partition, epoch in request.released
@@ -202,6 +217,7 @@ class Coordinator:
             ),
             partition_counts=tuple(sorted(group.partition_counts.items())),
             owned=tuple((topic, index, epoch) for (topic, index), epoch in owned.items()),
+            assigned=tuple(group.target_of(request.member_id)),
             committed=tuple(
                 (topic, index, group.commits[(topic, index)].next_offset)
                 for topic, index in owned
@@ -214,7 +230,16 @@ class Coordinator:
         entries: list[GroupEntry] = []
         for group_id in sorted(self.state.groups):
             entries.extend(self._tick_group(self.state.groups[group_id], now_ms, catalogue))
+        self._forget_departed()
         return entries
+
+    def _forget_departed(self) -> None:
+        """Drop the heartbeat times and hosts of members no longer present."""
+        for memory in (self._last_heard_ms, self._hosts):
+            for group_id, member_id in list(memory):
+                group = self.state.groups.get(group_id)
+                if group is None or member_id not in group.members:
+                    del memory[(group_id, member_id)]
 
     def _tick_group(
         self, group: Group, now_ms: int, catalogue: Mapping[str, int]

@@ -3,9 +3,10 @@
 Theory of operation
 ===================
 
-The member computes its own target from the coordinator's answer (the member
-list and the group's partitions, :func:`~laminar.groups.assignment.target_assignment`)
-but *reads* only what the coordinator confirmed it owns, at an assignment epoch.
+The coordinator's answer carries the member's target (``assigned``: what the
+group's sticky rendezvous target, :meth:`laminar.groups.state.Group.retarget`,
+gives it at this group epoch), but the member *reads* only what the coordinator
+confirmed it owns, at an assignment epoch.
 Each answer turns into :class:`MemberActions`:
 
 - ``start``: confirmed partitions in its target that it is not reading yet, with
@@ -30,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from laminar.errors import FencedMemberError
-from laminar.groups.assignment import AssignmentMember, target_assignment
 from laminar.groups.coordinator import HeartbeatAnswer, HeartbeatRequest
 from laminar.groups.entries import Commit, Subscription
 from laminar.ids import TopicPartition
@@ -66,8 +66,6 @@ class GroupMember:
     """Partitions whose ``on_revoked`` hook is running."""
     released: dict[TopicPartition, int] = field(default_factory=dict)
     """Partitions given up, to report until the coordinator no longer lists them."""
-    _target_epoch: int = -1
-    _target: frozenset[TopicPartition] = frozenset()
 
     @property
     def key(self) -> str:
@@ -95,7 +93,7 @@ class GroupMember:
         if answer.fenced:
             return self._fenced()
         self.member_epoch = answer.member_epoch
-        target = self._target_of(answer)
+        target = frozenset(answer.assigned)
         owned = {(topic, index): epoch for topic, index, epoch in answer.owned}
         committed = {(topic, index): offset for topic, index, offset in answer.committed}
         for tp in [tp for tp, epoch in self.released.items() if owned.get(tp) != epoch]:
@@ -152,19 +150,4 @@ class GroupMember:
         self.revoking.clear()
         self.released.clear()
         self.member_epoch = 0
-        self._target_epoch = -1
         return MemberActions(stop=stop, rejoin=True)
-
-    def _target_of(self, answer: HeartbeatAnswer) -> frozenset[TopicPartition]:
-        if answer.group_epoch != self._target_epoch:
-            members = [AssignmentMember(m.key, m.weight) for m in answer.members]
-            partitions = [
-                (topic, index)
-                for topic, count in answer.partition_counts
-                if self.subscription.matches(topic)
-                for index in range(count)
-            ]
-            assignment = target_assignment(self.group_id, members, partitions)
-            self._target = frozenset(tp for tp, key in assignment.items() if key == self.key)
-            self._target_epoch = answer.group_epoch
-        return self._target

@@ -21,6 +21,13 @@ Per group the state is:
   match it: mixed subscriptions are not supported yet) and ``partition_counts``,
   the subscription resolved against the catalogue by a ``partitions`` entry. The
   group's partitions are those of subscribed topics in ``partition_counts``.
+- ``target_keys``: partition -> member key that should own it. Recomputed by
+  :meth:`Group.retarget` at every group epoch from the members, the partitions
+  *and the previous target* (:func:`~laminar.groups.assignment.target_assignment`
+  with ``previous``), so it is state like the rest: every replica computes the
+  same sequence because it applies the same entries in the same order. (So every
+  replica must run the same assignment code: a change to it needs a versioned
+  entry, like any other change to how entries apply.)
 - ``owners``: partition -> (member id, assignment epoch), the *confirmed* owner.
   ``assignment_epochs`` keeps the last epoch ever used per partition, so a
   partition's assignment epochs strictly increase across owners.
@@ -29,8 +36,7 @@ Per group the state is:
 The rules, checked when applying:
 
 - ``own`` succeeds only for a present member, for a partition of the group that
-  nobody owns, whose target (:func:`~laminar.groups.assignment.target_assignment`
-  over the present members) is that member, at exactly the partition's last
+  nobody owns, whose target is that member, at exactly the partition's last
   assignment epoch + 1. Hence at most one confirmed owner per partition, and a new
   owner only after the old one released it, expired or was fenced.
 - ``release`` succeeds only for the current owner at its assignment epoch.
@@ -72,7 +78,7 @@ from laminar.groups.entries import (
 )
 from laminar.ids import TopicPartition
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 """Version of :meth:`GroupState.snapshot`'s dict; :meth:`GroupState.restore` refuses others."""
 
 GROUPS_PER_PARTITION_MAX = 100_000
@@ -163,8 +169,8 @@ class Group:
     owners: dict[TopicPartition, Ownership] = field(default_factory=dict)
     assignment_epochs: dict[TopicPartition, int] = field(default_factory=dict)
     commits: dict[TopicPartition, Committed] = field(default_factory=dict)
-    _target_epoch: int = -1
-    _target: dict[TopicPartition, str] = field(default_factory=dict)
+    target_keys: dict[TopicPartition, str] = field(default_factory=dict)
+    """Partition -> member key that should own it, recomputed at every group epoch."""
 
     def partitions(self) -> list[TopicPartition]:
         """The group's partitions: subscribed topics of the last ``partitions`` entry."""
@@ -178,12 +184,22 @@ class Group:
         ]
 
     def target(self) -> dict[TopicPartition, str]:
-        """Partition -> member *key* that should own it (cached per group epoch)."""
-        if self._target_epoch != self.group_epoch:
-            members = [AssignmentMember(m.key, m.weight) for m in self.members.values()]
-            self._target = target_assignment(self.group_id, members, self.partitions())
-            self._target_epoch = self.group_epoch
-        return self._target
+        """Partition -> member *key* that should own it (see :meth:`retarget`)."""
+        return self.target_keys
+
+    def retarget(self) -> None:
+        """Recompute the target after the members or partitions changed.
+
+        Sticky: the previous target is an input, so partitions stay with their
+        member whenever the loads allow, and a join moves only the joiner's share.
+        Every replica applies the same entries in the same order, so every replica
+        computes the same sequence of targets; this runs at *every* group epoch
+        (never lazily), since skipping one would change the next.
+        """
+        members = [AssignmentMember(m.key, m.weight) for m in self.members.values()]
+        self.target_keys = target_assignment(
+            self.group_id, members, self.partitions(), self.target_keys
+        )
 
     def member_by_key(self, key: str) -> MemberInfo | None:
         return next((m for m in self.members.values() if m.key == key), None)
@@ -260,6 +276,7 @@ class GroupState:
             rebalance_timeout_ms=entry.rebalance_timeout_ms,
             member_epoch=group.group_epoch,
         )
+        group.retarget()
         return ApplyResult(
             Outcome.APPLIED, replaced=None if replaced is None else replaced.member_id
         )
@@ -272,6 +289,7 @@ class GroupState:
             return ApplyResult(Outcome.UNKNOWN_MEMBER)
         self._drop_member(group, entry.member_id)
         group.group_epoch += 1
+        group.retarget()
         return ApplyResult(Outcome.APPLIED)
 
     @staticmethod
@@ -292,6 +310,7 @@ class GroupState:
         for tp in [tp for tp in group.owners if tp not in present]:
             del group.owners[tp]
         group.group_epoch += 1
+        group.retarget()
         return ApplyResult(Outcome.APPLIED)
 
     def _own(self, entry: Own) -> ApplyResult:
@@ -418,6 +437,7 @@ def _group_snapshot(group: Group) -> dict[str, Any]:
             [topic, index, committed.next_offset, committed.metadata]
             for (topic, index), committed in group.commits.items()
         ],
+        "target": [[topic, index, key] for (topic, index), key in group.target_keys.items()],
     }
 
 
@@ -441,4 +461,6 @@ def _group_restore(raw: Mapping[str, Any]) -> Group:
         group.assignment_epochs[(topic, index)] = int(epoch)
     for topic, index, next_offset, metadata in raw["commits"]:
         group.commits[(topic, index)] = Committed(int(next_offset), str(metadata))
+    for topic, index, key in raw["target"]:
+        group.target_keys[(str(topic), int(index))] = str(key)
     return group

@@ -347,6 +347,13 @@ class GroupHost:
         part = await self._ready(group_partition(group_id), deadline)
         return part.state.group(group_id)
 
+    def host_of(self, group_id: str, member_id: str) -> str:
+        """Where ``member_id`` last heartbeated from, as this node's coordinator saw it."""
+        part = self._partitions.get(group_partition(group_id))
+        if part is None or part.coordinator is None:
+            return ""
+        return part.coordinator.host_of(group_id, member_id)
+
     def led_groups(self) -> Iterator[Group]:
         """Every group of the partitions this node leads with a complete state."""
         for key in sorted(self._host.replica_keys()):

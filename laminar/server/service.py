@@ -572,6 +572,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             session_timeout_ms=request.session_timeout_ms or 45_000,
             rebalance_timeout_ms=request.rebalance_timeout_ms or 60_000,
             released=tuple((p.topic, p.partition, p.assignment_epoch) for p in request.released),
+            host=_peer_host(context.peer()),
         )
         answer = await self._node.groups.heartbeat(heartbeat, self._group_timeout_s())
         if answer.fenced:
@@ -602,6 +603,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 for topic, count in answer.partition_counts
             ],
             owned=owned,
+            assigned=[pb.TopicPartitionRef(topic=t, partition=p) for t, p in answer.assigned],
         )
 
     @_guarded
@@ -712,6 +714,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         )
         if group is not None:
             _describe(group, answer)
+            for info in answer.members:
+                info.host = self._node.groups.host_of(request.group, info.member_id)
         return answer
 
     @_guarded
@@ -889,6 +893,14 @@ def _check_admin(group_id: str, result: ApplyResult | None) -> None:
         raise GroupNotEmptyError(group_id, members)
     if result.outcome is not Outcome.APPLIED:
         raise InvalidInputError(f"group {group_id}: {result.outcome.value} {result.detail}")
+
+
+def _peer_host(peer: str) -> str:
+    """``host:port`` of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
+    for prefix in ("ipv4:", "ipv6:"):
+        if peer.startswith(prefix):
+            return peer[len(prefix) :]
+    return peer[:256]
 
 
 def _describe(group: Group, answer: pb.DescribeGroupResponse) -> None:

@@ -414,7 +414,7 @@ class GroupOwnedPartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., committed_offset: _Optional[int] = ..., metadata: _Optional[str] = ...) -> None: ...
 
 class GroupHeartbeatResponse(_message.Message):
-    __slots__ = ("member_id", "member_epoch", "group_epoch", "heartbeat_interval_ms", "members", "topics", "owned")
+    __slots__ = ("member_id", "member_epoch", "group_epoch", "heartbeat_interval_ms", "members", "topics", "owned", "assigned")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -422,6 +422,7 @@ class GroupHeartbeatResponse(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     OWNED_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     member_epoch: int
     group_epoch: int
@@ -429,7 +430,8 @@ class GroupHeartbeatResponse(_message.Message):
     members: _containers.RepeatedCompositeFieldContainer[GroupMemberKey]
     topics: _containers.RepeatedCompositeFieldContainer[GroupTopic]
     owned: _containers.RepeatedCompositeFieldContainer[GroupOwnedPartition]
-    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMemberKey, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., owned: _Optional[_Iterable[_Union[GroupOwnedPartition, _Mapping]]] = ...) -> None: ...
+    assigned: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
+    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMemberKey, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., owned: _Optional[_Iterable[_Union[GroupOwnedPartition, _Mapping]]] = ..., assigned: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
 
 class OffsetCommit(_message.Message):
     __slots__ = ("topic", "partition", "next_offset", "metadata", "assignment_epoch")
@@ -550,20 +552,22 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ...) -> None: ...
 
 class GroupMemberInfo(_message.Message):
-    __slots__ = ("member_id", "instance_id", "weight", "member_epoch", "session_timeout_ms", "rebalance_timeout_ms")
+    __slots__ = ("member_id", "instance_id", "weight", "member_epoch", "session_timeout_ms", "rebalance_timeout_ms", "host")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     instance_id: str
     weight: float
     member_epoch: int
     session_timeout_ms: int
     rebalance_timeout_ms: int
-    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., weight: _Optional[float] = ..., member_epoch: _Optional[int] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ...) -> None: ...
+    host: str
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., weight: _Optional[float] = ..., member_epoch: _Optional[int] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
 
 class GroupPartitionInfo(_message.Message):
     __slots__ = ("topic", "partition", "owner", "assignment_epoch", "target", "committed_offset", "metadata")

@@ -345,10 +345,11 @@ def test_cli_lists_describes_and_refuses_to_reset_an_active_group(
         rows = described["partitions"]
         assert {row["partition"] for row in rows} == set(range(PARTITIONS))
         assert all(row["owner"] and row["assignment_epoch"] >= 1 for row in rows)
+        assert all(row["host"].startswith("127.") for row in rows)  # where it heartbeats from
         assert described["total_lag"] == sum(row["lag"] for row in rows)
         assert cli.main([*address, "group", "describe", "cli"]) == 0
         text = capsys.readouterr().out
-        assert "OWNER" in text and "total_lag=" in text
+        assert "OWNER" in text and "HOST" in text and "total_lag=" in text
         assert cli.main([*address, "group", "reset-offsets", "cli", "--to", "earliest"]) == 1
         assert "still has 1 member" in capsys.readouterr().err
         assert cli.main([*address, "group", "delete", "cli"]) == 1

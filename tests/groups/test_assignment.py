@@ -1,4 +1,4 @@
-"""Unit tests of the capped rendezvous target assignment."""
+"""Unit tests of the capped, sticky rendezvous target assignment."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_weighted_loads_stay_within_floor_and_ceil() -> None:
     assert bounds == [(36, 36), (18, 18), (6, 6)]
 
 
-def test_join_moves_close_to_the_ideal_share() -> None:
+def test_join_without_history_moves_close_to_the_ideal_share() -> None:
     rng = random.Random(7)
     fractions = []
     for trial in range(200):
@@ -75,7 +75,62 @@ def test_join_moves_close_to_the_ideal_share() -> None:
     assert statistics.fmean(fractions) < 0.25 * 1.15  # measured ~1.11x (bench)
 
 
-def test_leave_moves_mostly_the_leavers_partitions() -> None:
+@pytest.mark.parametrize("partition_count", [60, 61, 62, 97])
+def test_join_with_the_previous_target_moves_only_the_joiners_share(partition_count: int) -> None:
+    rng = random.Random(partition_count)
+    partitions = [("orders", index) for index in range(partition_count)]
+    for trial in range(50):
+        members = _members(*(f"m-{rng.getrandbits(48):x}" for _ in range(4)))
+        before = target_assignment(f"g{trial}", members[:3], partitions)
+        after = target_assignment(f"g{trial}", members, partitions, before)
+        moved = [tp for tp in partitions if before[tp] != after[tp]]
+        joiner_share = len(partitions_by_member(after)[members[3].key])
+        # Only the joiner's partitions move, and it gets the floor of its share.
+        assert all(after[tp] == members[3].key for tp in moved)
+        assert len(moved) == joiner_share == partition_count // 4
+        loads = [len(v) for v in partitions_by_member(after).values()]
+        assert max(loads) - min(loads) <= 1
+
+
+def test_leave_with_the_previous_target_moves_only_the_leavers_partitions() -> None:
+    rng = random.Random(3)
+    for trial in range(50):
+        members = _members(*(f"m-{rng.getrandbits(48):x}" for _ in range(4)))
+        leaver = members[trial % 4]
+        before = target_assignment(f"g{trial}", members, PARTITIONS)
+        rest = [m for m in members if m != leaver]
+        after = target_assignment(f"g{trial}", rest, PARTITIONS, before)
+        assert all(before[tp] == after[tp] for tp in PARTITIONS if before[tp] != leaver.key)
+        loads = [len(v) for v in partitions_by_member(after).values()]
+        assert sorted(loads) == [20, 20, 20]
+
+
+def test_new_partitions_go_to_members_with_room_and_nothing_else_moves() -> None:
+    members = _members("a", "b", "c")
+    before = target_assignment("grow", members, PARTITIONS)
+    grown = PARTITIONS + [("orders", index) for index in range(60, 63)]
+    after = target_assignment("grow", members, grown, before)
+    assert all(after[tp] == before[tp] for tp in PARTITIONS)
+    assert sorted(len(v) for v in partitions_by_member(after).values()) == [21, 21, 21]
+
+
+def test_previous_target_entries_for_absent_members_or_partitions_are_ignored() -> None:
+    members = _members("a", "b")
+    previous = {("orders", 0): "gone", ("elsewhere", 3): "a"}
+    fresh = target_assignment("p", members, PARTITIONS)
+    assert target_assignment("p", members, PARTITIONS, previous) == fresh
+
+
+def test_history_never_breaks_the_load_bounds() -> None:
+    # Whatever the previous target (here: everything on one member), the loads hold.
+    members = _members("a", "b", "c", weight=1.0)
+    previous = dict.fromkeys(PARTITIONS, "a")
+    after = target_assignment("h", members, PARTITIONS, previous)
+    assert sorted(len(v) for v in partitions_by_member(after).values()) == [20, 20, 20]
+    assert sum(after[tp] == "a" for tp in PARTITIONS) == 20
+
+
+def test_leave_without_history_moves_mostly_the_leavers_partitions() -> None:
     members = _members("a", "b", "c", "d")
     before = target_assignment("leave", members, PARTITIONS)
     after = target_assignment("leave", members[:3], PARTITIONS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from laminar.errors import FencedMemberError
@@ -164,3 +166,25 @@ def test_static_member_restart_keeps_its_partitions() -> None:
     assert sorted(tp for tp, _, _ in actions.start) == sorted(before)
     assert all(epoch == before[tp] + 1 for tp, epoch, _ in actions.start)
     assert other.active and not set(other.active) & set(before)
+
+
+def test_describe_host_is_remembered_and_forgotten_with_the_member() -> None:
+    harness = Harness()
+    member = harness.member("m1")
+    request = replace(member.request(), host="127.0.0.1:5000")
+    for entry in harness.coordinator.prepare(request, 0, CATALOGUE):
+        harness.state.apply(entry)
+    assert harness.coordinator.host_of("g", "m1") == "127.0.0.1:5000"
+    harness.tick(SESSION_MS + 1)  # expires
+    harness.tick(SESSION_MS + 2)
+    assert "m1" not in harness.state.groups["g"].members
+    assert harness.coordinator.host_of("g", "m1") == ""
+
+
+def test_the_answer_carries_the_members_target() -> None:
+    harness = Harness()
+    first, second = harness.member("m1"), harness.member("m2")
+    harness.heartbeat(first, 0)
+    answer, _ = harness.heartbeat(second, 1)
+    assert set(answer.assigned) == set(harness.state.groups["g"].target_of("m2"))
+    assert len(answer.assigned) == 3

@@ -150,3 +150,30 @@ def test_snapshot_restore_round_trip() -> None:
         GroupState.restore({"v": 1, "applied_count": 0, "groups": [{"group_id": "g"}]})
     with pytest.raises(InvalidInputError):
         GroupState.restore({"v": 99})
+
+
+def test_target_is_sticky_state_replayed_identically() -> None:
+    """A join moves only the joiner's share, and a replica replaying the same
+    entries reaches the same target (it is recomputed at every epoch)."""
+    entries = [
+        Join("g", "m1", SUB),
+        Join("g", "m2", SUB),
+        Join("g", "m3", SUB),
+        Partitions("g", (("t", 60),)),
+    ]
+    state = GroupState()
+    for entry in entries:
+        state.apply(entry)
+    before = dict(state.groups["g"].target())
+    state.apply(Join("g", "m4", SUB))
+    after = state.groups["g"].target()
+    moved = [tp for tp in after if before[tp] != after[tp]]
+    assert len(moved) == 15 and all(after[tp] == "m4" for tp in moved)
+    replica = GroupState()
+    for entry in [*entries, Join("g", "m4", SUB)]:
+        replica.apply(entry)
+    assert replica.groups["g"].target() == after
+    # The sticky target differs from a fresh computation over the same members:
+    # it is history, so the snapshot carries it.
+    restored = GroupState.restore(state.snapshot())
+    assert restored.groups["g"].target() == after
