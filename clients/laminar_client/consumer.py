@@ -32,8 +32,9 @@ then waits for a ``seek``). A topic or partition that does not exist raises
 :class:`~laminar.errors.UnknownTopicOrPartitionError` the same way, after a
 couple of seconds (a topic created a moment ago may still be spreading).
 
-Consumer groups (a later issue) will assign partitions and commit positions through
-the same :meth:`Consumer.assign` and :meth:`Consumer.position`.
+With ``group=``, both consumers are members of a consumer group
+(:mod:`laminar_client.groups`): the group session assigns partitions and commits
+positions through the same :meth:`Consumer.assign` and :meth:`Consumer.position`.
 """
 
 from __future__ import annotations
@@ -825,6 +826,86 @@ def _deserialize_all(function: Deserializer[Any], items: Sequence[bytes | None])
 class _Reader(_ConsumerBase[_K, _V]):
     """The application-side logic both facades share: what to hand out next."""
 
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | Client,
+        *,
+        group: str | None = None,
+        topics: Sequence[str] = (),
+        pattern: str | None = None,
+        instance_id: str | None = None,
+        weight: float = 1.0,
+        session_timeout_s: float = 45.0,
+        rebalance_timeout_s: float = 60.0,
+        auto_commit: bool = True,
+        on_assigned: Callable[[list[TopicPartition]], None] | None = None,
+        on_revoked: Callable[[list[TopicPartition]], None] | None = None,
+        key_deserializer: Deserializer[_K] | None = None,
+        value_deserializer: Deserializer[_V] | None = None,
+        auto_offset_reset: OffsetReset = "earliest",
+        fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
+        fetch_wait_s: float = 0.5,
+        prefetch_bytes_max: int = 64 * 1024 * 1024,
+        client_zone: str | None = None,
+        attempt_timeout_s: float = 3.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """The reading options are :class:`_ConsumerBase`'s. With ``group``, the consumer is a
+        member of that consumer group (see :mod:`laminar_client.groups`): it reads
+        the partitions of ``topics`` (or matching ``pattern``) the group confirms it
+        owns, from their committed offsets (else ``auto_offset_reset``);
+        ``instance_id`` makes it a static member (a restart within the session keeps
+        its partitions); ``weight`` is its relative share; ``auto_commit`` commits
+        after each chunk the application finished; ``on_revoked`` runs before a
+        partition is released (a final ``commit`` fits there), ``on_assigned`` after
+        partitions start (for :class:`AsyncConsumer` either may be a coroutine
+        function). Do not call ``assign`` or ``seek`` yourself then."""
+        self._group: GroupSession | None = None
+        super().__init__(
+            bootstrap,
+            key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer,
+            auto_offset_reset=auto_offset_reset,
+            fetch_bytes_max=fetch_bytes_max,
+            fetch_wait_s=fetch_wait_s,
+            prefetch_bytes_max=prefetch_bytes_max,
+            client_zone=client_zone,
+            attempt_timeout_s=attempt_timeout_s,
+            retry=retry,
+            rng=rng,
+        )
+        if group is None:
+            if topics or pattern is not None:
+                raise InvalidInputError("topics and pattern need a group")
+            return
+        try:
+            self._group = GroupSession(
+                self,
+                group=group,
+                topics=topics,
+                pattern=pattern,
+                instance_id=instance_id,
+                weight=weight,
+                session_timeout_s=session_timeout_s,
+                rebalance_timeout_s=rebalance_timeout_s,
+                auto_commit=auto_commit,
+                on_assigned=on_assigned,
+                on_revoked=on_revoked,
+            )
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Release what ``__init__`` acquired when it fails half-way."""
+        raise NotImplementedError
+
+    @property
+    def group_session(self) -> GroupSession | None:
+        """The group membership (None without ``group``)."""
+        return self._group
+
     def _prepare(self) -> None:
         # Records taken from the inbox and not handed out yet (a paused partition's,
         # or the rest of a chunk whose iteration stopped early), served first.
@@ -1011,79 +1092,8 @@ class Consumer(_Reader[_K, _V]):
     Blocking waits can be interrupted with Ctrl-C.
     """
 
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str] | Client,
-        *,
-        group: str | None = None,
-        topics: Sequence[str] = (),
-        pattern: str | None = None,
-        instance_id: str | None = None,
-        weight: float = 1.0,
-        session_timeout_s: float = 45.0,
-        rebalance_timeout_s: float = 60.0,
-        auto_commit: bool = True,
-        on_assigned: Callable[[list[TopicPartition]], None] | None = None,
-        on_revoked: Callable[[list[TopicPartition]], None] | None = None,
-        key_deserializer: Deserializer[_K] | None = None,
-        value_deserializer: Deserializer[_V] | None = None,
-        auto_offset_reset: OffsetReset = "earliest",
-        fetch_bytes_max: int = DEFAULT_FETCH_BYTES_MAX,
-        fetch_wait_s: float = 0.5,
-        prefetch_bytes_max: int = 64 * 1024 * 1024,
-        client_zone: str | None = None,
-        attempt_timeout_s: float = 3.0,
-        retry: RetryPolicy | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        """The reading options are :class:`_ConsumerBase`'s. With ``group``, the consumer is a
-        member of that consumer group (see :mod:`laminar_client.groups`): it reads
-        the partitions of ``topics`` (or matching ``pattern``) the group confirms it
-        owns, from their committed offsets (else ``auto_offset_reset``);
-        ``auto_commit`` commits after each chunk the application finished;
-        ``on_revoked`` runs before a partition is released (a final :meth:`commit`
-        fits there), ``on_assigned`` after partitions start. Do not call
-        :meth:`assign` or :meth:`seek` yourself then."""
-        self._group: GroupSession | None = None
-        super().__init__(
-            bootstrap,
-            key_deserializer=key_deserializer,
-            value_deserializer=value_deserializer,
-            auto_offset_reset=auto_offset_reset,
-            fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_s=fetch_wait_s,
-            prefetch_bytes_max=prefetch_bytes_max,
-            client_zone=client_zone,
-            attempt_timeout_s=attempt_timeout_s,
-            retry=retry,
-            rng=rng,
-        )
-        if group is None:
-            if topics or pattern is not None:
-                raise InvalidInputError("topics and pattern need a group")
-            return
-        try:
-            self._group = GroupSession(
-                self,  # type: ignore[arg-type]
-                group=group,
-                topics=topics,
-                pattern=pattern,
-                instance_id=instance_id,
-                weight=weight,
-                session_timeout_s=session_timeout_s,
-                rebalance_timeout_s=rebalance_timeout_s,
-                auto_commit=auto_commit,
-                on_assigned=on_assigned,
-                on_revoked=on_revoked,
-            )
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def group_session(self) -> GroupSession | None:
-        """The group membership (None without ``group``)."""
-        return self._group
+    def _abandon(self) -> None:
+        self.close()
 
     def commit(
         self, offsets: Mapping[tuple[str, int], int] | None = None, metadata: str = ""
@@ -1194,7 +1204,7 @@ class Consumer(_Reader[_K, _V]):
             if group is None:
                 item = self._next(timeout_s)
             else:
-                group.poll()  # auto-commit what was handed out, then rebalance
+                group.poll(self.assign)  # auto-commit what was handed out, then rebalance
                 item = self._next(group.slice_s(deadline_s))
                 if item is None and (deadline_s is None or time.monotonic() < deadline_s):
                     continue
@@ -1217,7 +1227,7 @@ class Consumer(_Reader[_K, _V]):
             if group is None:
                 chunk = self._next_chunk(timeout_s)
             else:
-                group.poll()
+                group.poll(self.assign)
                 chunk = self._next_chunk(group.slice_s(deadline_s))
                 if chunk is None and (deadline_s is None or time.monotonic() < deadline_s):
                     continue
@@ -1328,6 +1338,31 @@ class AsyncConsumer(_Reader[_K, _V]):
     def _start_core(self) -> None:
         self._loop = asyncio.get_running_loop()  # created inside a running loop
 
+    def _abandon(self) -> None:
+        self._closed = True
+        if self._owns_client:
+            self._client.close()
+
+    async def commit(
+        self, offsets: Mapping[tuple[str, int], int] | None = None, metadata: str = ""
+    ) -> None:
+        """See :meth:`Consumer.commit` (the call runs in a worker thread)."""
+        self._check_open()
+        if self._group is None:
+            raise InvalidInputError("commit needs a consumer created with group=")
+        await self._group.commit_async(offsets, metadata, changed_only=False)
+
+    async def committed_lag(self) -> dict[TopicPartition, int]:
+        """See :meth:`Consumer.committed_lag`."""
+        if self._group is None:
+            raise InvalidInputError("committed_lag needs a consumer created with group=")
+        committed = self._group.committed()
+        wanted = [tp for tp in committed if tp in self._epochs]
+        listed = await asyncio.to_thread(self._list, wanted, None)
+        return {
+            tp: max(0, offsets.high_watermark - committed[tp]) for tp, offsets in listed.items()
+        }
+
     async def assign(
         self, partitions: Iterable[tuple[str, int]] | Mapping[tuple[str, int], int]
     ) -> None:
@@ -1385,6 +1420,8 @@ class AsyncConsumer(_Reader[_K, _V]):
 
     async def lag(self) -> dict[TopicPartition, int]:
         """See :meth:`Consumer.lag`."""
+        if self._group is not None:
+            return await self.committed_lag()
         missing = self._missing_high_watermarks()
         listed = await asyncio.to_thread(self._list, missing, None) if missing else {}
         return self._lag_with(listed)
@@ -1396,12 +1433,22 @@ class AsyncConsumer(_Reader[_K, _V]):
         self, timeout_s: float | None = None
     ) -> AsyncIterator[ConsumerRecord[_K, _V]]:
         """See :meth:`Consumer.records`."""
+        group = self._group
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            item = await self._next(timeout_s)
+            if group is None:
+                item = await self._next(timeout_s)
+            else:
+                await group.poll_async(self.assign)  # auto-commit, then rebalance
+                item = await self._next(group.slice_s(deadline_s))
+                if item is None and (deadline_s is None or time.monotonic() < deadline_s):
+                    continue
             if item is None:
                 return
             for record in self._hand_out(item):
                 yield record
+            if timeout_s is not None:  # the timeout is of idleness: it starts again
+                deadline_s = time.monotonic() + timeout_s
 
     async def batches(
         self, max_records: int = 10_000, timeout_s: float | None = None
@@ -1409,10 +1456,20 @@ class AsyncConsumer(_Reader[_K, _V]):
         """See :meth:`Consumer.batches`."""
         if max_records < 1:
             raise InvalidInputError("max_records must be >= 1")
+        group = self._group
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            chunk = await self._next_chunk(timeout_s)
+            if group is None:
+                chunk = await self._next_chunk(timeout_s)
+            else:
+                await group.poll_async(self.assign)
+                chunk = await self._next_chunk(group.slice_s(deadline_s))
+                if chunk is None and (deadline_s is None or time.monotonic() < deadline_s):
+                    continue
             if chunk is None:
                 return
+            if timeout_s is not None:  # the timeout is of idleness: it starts again
+                deadline_s = time.monotonic() + timeout_s
             tp = chunk.tp
             marker = self._interrupts
             finished = False
@@ -1481,9 +1538,18 @@ class AsyncConsumer(_Reader[_K, _V]):
             self._after_seek(tp, offset)
 
     async def close(self) -> None:
-        """Stop fetching and close the connections. Idempotent."""
+        """Stop fetching and close the connections (in a group: final commit,
+        ``on_revoked``, leave). Idempotent."""
         if self._closed:
             return
+        group, self._group = self._group, None
+        try:
+            if group is not None:
+                await group.close_async()
+        finally:
+            await self._close_reader()
+
+    async def _close_reader(self) -> None:
         self._closed = True
         try:
             await self._core.close()

@@ -31,14 +31,16 @@ still read what it fetched, but its commits are refused (``FENCED``).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from laminar.errors import FencedMemberError, InvalidInputError, LaminarError
 from laminar.groups.coordinator import (
@@ -54,7 +56,8 @@ from laminar.partitioning import key_partition
 from laminar.v1 import laminar_pb2 as pb
 
 if TYPE_CHECKING:
-    from laminar_client.consumer import Consumer, TopicPartition
+    from laminar_client.client import Client
+    from laminar_client.consumer import TopicPartition
 
 __all__ = [
     "GROUPS_PARTITIONS",
@@ -258,7 +261,52 @@ def check_partition_count(count: int, what: str) -> None:
 # ----------------------------------------------------------------------------- session
 
 
-Hook = Callable[[list["TopicPartition"]], None]
+Hook = Callable[[list["TopicPartition"]], object]
+"""``on_assigned`` / ``on_revoked``: called with the partitions. With an
+:class:`~laminar_client.consumer.AsyncConsumer` a hook may also be a coroutine
+function (its result is awaited)."""
+
+Offsets = Mapping[tuple[str, int], int | None]
+"""What the session asks the consumer to read: partition -> start (None: the
+committed offset was absent, use ``auto_offset_reset``; or keep the position)."""
+
+
+class GroupReader(Protocol):
+    """What a session needs of its consumer besides ``assign`` (given to the drivers)."""
+
+    @property
+    def client(self) -> Client: ...
+
+    def assignment(self) -> frozenset[TopicPartition]: ...
+
+    def position(self, tp: tuple[str, int]) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Assign:
+    offsets: Offsets
+
+
+@dataclass(frozen=True, slots=True)
+class _CommitNow:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _RunHook:
+    hook: Hook
+    partitions: list[TopicPartition]
+
+
+_Step = _Assign | _CommitNow | _RunHook
+
+
+@dataclass(frozen=True, slots=True)
+class _PreparedCommit:
+    member_id: str
+    member_epoch: int
+    offsets: dict[tuple[str, int], int]
+    commits: list[tuple[str, int, int, int, str]]
 
 
 class GroupSession:
@@ -266,11 +314,17 @@ class GroupSession:
 
     Shared between two threads: the heartbeat thread (requests, answers) and the
     application's (commits, revocations); ``_lock`` guards the member and the queue.
+    What the application's side does is written once, as steps
+    (:meth:`_steps`, :meth:`_prepare_commit`), and carried out by a synchronous
+    driver (:meth:`poll`, :meth:`commit`, :meth:`close`) for
+    :class:`~laminar_client.consumer.Consumer` and an asyncio one (the ``_async``
+    methods: network calls in a worker thread, hooks awaited) for
+    :class:`~laminar_client.consumer.AsyncConsumer`.
     """
 
     def __init__(
         self,
-        consumer: Consumer[object, object],
+        consumer: GroupReader,
         *,
         group: str,
         topics: Sequence[str],
@@ -370,63 +424,53 @@ class GroupSession:
         """Stop heartbeating while keeping the partitions (tests: a stalled member)."""
         self._heartbeats_paused = True
 
-    # -- application's thread
+    # -- application's side: the steps
 
-    def poll(self) -> None:
-        """Carry out what the heartbeats decided, then auto-commit (app thread)."""
-        if self.auto_commit:
-            self._commit_quietly()
-        while True:
-            with self._lock:
-                if not self._actions:
-                    return
-                actions = self._actions.popleft()
-            self._apply(actions)
+    def _next_actions(self) -> MemberActions | None:
+        with self._lock:
+            return self._actions.popleft() if self._actions else None
 
-    def _apply(self, actions: MemberActions) -> None:
-        consumer = self._consumer
-        current = set(consumer.assignment())
+    def _steps(self, actions: MemberActions) -> Iterator[_Step]:
+        """What carrying out ``actions`` takes, in order (the drivers run each step)."""
+        current = set(self._consumer.assignment())
         if actions.stop:
             for tp in actions.stop:
                 self._committed.pop(tp, None)
             _LOG.info("group=%s stopping %s without commit", self.group, list(actions.stop))
             current -= {_tp(tp) for tp in actions.stop}
-            consumer.assign(sorted(current))
+            yield _Assign(dict.fromkeys(sorted(current)))
         if actions.revoke:
             revoked = [_tp(tp) for tp in actions.revoke]
             if self.auto_commit:
-                self._commit_quietly()
+                yield _CommitNow()
             if self._on_revoked is not None:
-                self._on_revoked(revoked)
-            consumer.assign(sorted(current - set(revoked)))
+                yield _RunHook(self._on_revoked, revoked)
             current -= set(revoked)
+            yield _Assign(dict.fromkeys(sorted(current)))
             with self._lock:
                 for tp in actions.revoke:
                     self._committed.pop(tp, None)
                     self.member.revoked(tp)
             self._wake.set()  # report the release now: the new owner is waiting
         if actions.start:
-            offsets: dict[tuple[str, int], int | None] = {tp: None for tp in current}
+            offsets: dict[tuple[str, int], int | None] = dict.fromkeys(current)
             for tp, _epoch, committed in actions.start:
                 offsets[tp] = committed
                 if committed is not None:
                     self._committed[tp] = committed
-            consumer.assign(offsets)  # None: auto_offset_reset
+            yield _Assign(offsets)  # None: the position, or auto_offset_reset
             if self._on_assigned is not None:
-                self._on_assigned([_tp(tp) for tp, _, _ in actions.start])
+                yield _RunHook(self._on_assigned, [_tp(tp) for tp, _, _ in actions.start])
 
     def owned(self) -> list[tuple[str, int]]:
         with self._lock:
             return sorted({*self.member.active, *self.member.revoking})
 
-    def commit(
+    def _prepare_commit(
         self, offsets: Mapping[tuple[str, int], int] | None, metadata: str, *, changed_only: bool
-    ) -> None:
-        """Commit ``offsets`` (default: the position of every owned partition).
-
-        Raises :class:`FencedMemberError` when the member no longer owns a
-        partition (and queues the drop-and-rejoin), or the refusal of a commit.
-        """
+    ) -> _PreparedCommit | None:
+        """The commit to send (None: nothing to commit). Raises
+        :class:`FencedMemberError` for a partition not owned (nothing is sent)."""
         if offsets is None:
             offsets = {}
             assigned = self._consumer.assignment()
@@ -438,39 +482,36 @@ class GroupSession:
         if changed_only:
             offsets = {tp: o for tp, o in offsets.items() if self._committed.get(tp) != o}
         if not offsets:
-            return
+            return None
         check_partition_count(len(offsets), "a commit")
         with self._lock:
             member_id, epoch = self.member.member_id, self.member.member_epoch
-            # FencedMemberError here: not owned (any more); nothing was sent.
             commits = [self.member.commit(tp, offset, metadata) for tp, offset in offsets.items()]
-        results = self._client.commit_offsets(
-            self.group,
+        return _PreparedCommit(
             member_id,
             epoch,
+            dict(offsets),
             [
                 (c.topic, c.partition, c.next_offset, c.assignment_epoch, c.metadata)
                 for c in commits
             ],
         )
+
+    def _send_commit(self, prepared: _PreparedCommit) -> None:
+        """Send a prepared commit (blocking: a worker thread runs it for asyncio)."""
+        results = self._client.commit_offsets(
+            self.group, prepared.member_id, prepared.member_epoch, prepared.commits
+        )
         first_error: LaminarError | None = None
         for tp, error in results.items():
             if error is None:
-                self._committed[tp] = offsets[tp]
+                self._committed[tp] = prepared.offsets[tp]
             elif first_error is None:
                 first_error = error
         if isinstance(first_error, FencedMemberError):
-            self._fenced(epoch)
+            self._fenced(prepared.member_epoch)
         if first_error is not None:
             raise first_error
-
-    def _commit_quietly(self) -> None:
-        try:
-            self.commit(None, "", changed_only=True)
-        except FencedMemberError as error:
-            _LOG.info("group=%s auto-commit refused: %s", self.group, error)
-        except LaminarError as error:
-            _LOG.warning("group=%s auto-commit failed: %s", self.group, error)
 
     def _fenced(self, epoch: int) -> None:
         with self._lock:
@@ -482,6 +523,59 @@ class GroupSession:
     def committed(self) -> dict[tuple[str, int], int]:
         return dict(self._committed)
 
+    def _stop_and_leave(self) -> None:
+        """Stop beating, then leave (blocking)."""
+        self._stopped.set()
+        self._wake.set()
+        self._thread.join(timeout=self.member.session_timeout_ms / 1000 + 5)
+        with self._lock:
+            member_id, epoch = self.member.member_id, self.member.member_epoch
+        if epoch > 0 and not self._heartbeats_paused:
+            try:
+                self._client.leave_group(self.group, member_id, epoch)
+            except LaminarError as error:
+                _LOG.info("group=%s leave failed (the session expires): %s", self.group, error)
+
+    def slice_s(self, deadline_s: float | None) -> float:
+        """How long the next wait for records may block."""
+        if deadline_s is None:
+            return POLL_SLICE_S
+        return max(0.0, min(POLL_SLICE_S, deadline_s - time.monotonic()))
+
+    # -- the synchronous driver (Consumer)
+
+    def poll(self, assign: Callable[[Offsets], None]) -> None:
+        """Carry out what the heartbeats decided, then auto-commit (app thread)."""
+        if self.auto_commit:
+            self._commit_quietly()
+        while (actions := self._next_actions()) is not None:
+            for step in self._steps(actions):
+                match step:
+                    case _Assign(offsets):
+                        assign(offsets)
+                    case _CommitNow():
+                        self._commit_quietly()
+                    case _RunHook(hook, partitions):
+                        hook(partitions)
+
+    def commit(
+        self, offsets: Mapping[tuple[str, int], int] | None, metadata: str, *, changed_only: bool
+    ) -> None:
+        """Commit ``offsets`` (default: the position of every owned partition).
+
+        Raises :class:`FencedMemberError` when the member no longer owns a
+        partition (and queues the drop-and-rejoin), or the refusal of a commit.
+        """
+        prepared = self._prepare_commit(offsets, metadata, changed_only=changed_only)
+        if prepared is not None:
+            self._send_commit(prepared)
+
+    def _commit_quietly(self) -> None:
+        try:
+            self.commit(None, "", changed_only=True)
+        except LaminarError as error:
+            _log_quiet_commit(self.group, error)
+
     def close(self) -> None:
         """Final commit, ``on_revoked`` for what is owned, stop beating, leave."""
         owned = [_tp(tp) for tp in self.owned()]
@@ -491,22 +585,60 @@ class GroupSession:
             if owned and self._on_revoked is not None:
                 self._on_revoked(owned)
         finally:
-            self._stopped.set()
-            self._wake.set()
-            self._thread.join(timeout=self.member.session_timeout_ms / 1000 + 5)
-            with self._lock:
-                member_id, epoch = self.member.member_id, self.member.member_epoch
-            if epoch > 0 and not self._heartbeats_paused:
-                try:
-                    self._client.leave_group(self.group, member_id, epoch)
-                except LaminarError as error:
-                    _LOG.info("group=%s leave failed (the session expires): %s", self.group, error)
+            self._stop_and_leave()
 
-    def slice_s(self, deadline_s: float | None) -> float:
-        """How long the next wait for records may block."""
-        if deadline_s is None:
-            return POLL_SLICE_S
-        return max(0.0, min(POLL_SLICE_S, deadline_s - time.monotonic()))
+    # -- the asyncio driver (AsyncConsumer)
+
+    async def poll_async(self, assign: Callable[[Offsets], Awaitable[None]]) -> None:
+        """:meth:`poll` on the event loop: commits in a worker thread, hooks awaited."""
+        if self.auto_commit:
+            await self._commit_quietly_async()
+        while (actions := self._next_actions()) is not None:
+            for step in self._steps(actions):
+                match step:
+                    case _Assign(offsets):
+                        await assign(offsets)
+                    case _CommitNow():
+                        await self._commit_quietly_async()
+                    case _RunHook(hook, partitions):
+                        await _maybe_await(hook(partitions))
+
+    async def commit_async(
+        self, offsets: Mapping[tuple[str, int], int] | None, metadata: str, *, changed_only: bool
+    ) -> None:
+        """:meth:`commit` without blocking the event loop."""
+        prepared = self._prepare_commit(offsets, metadata, changed_only=changed_only)
+        if prepared is not None:
+            await asyncio.to_thread(self._send_commit, prepared)
+
+    async def _commit_quietly_async(self) -> None:
+        try:
+            await self.commit_async(None, "", changed_only=True)
+        except LaminarError as error:
+            _log_quiet_commit(self.group, error)
+
+    async def close_async(self) -> None:
+        """:meth:`close` without blocking the event loop."""
+        owned = [_tp(tp) for tp in self.owned()]
+        try:
+            if self.auto_commit and not self._heartbeats_paused:
+                await self._commit_quietly_async()
+            if owned and self._on_revoked is not None:
+                await _maybe_await(self._on_revoked(owned))
+        finally:
+            await asyncio.to_thread(self._stop_and_leave)
+
+
+async def _maybe_await(result: object) -> None:
+    if inspect.isawaitable(result):
+        await result
+
+
+def _log_quiet_commit(group: str, error: LaminarError) -> None:
+    if isinstance(error, FencedMemberError):
+        _LOG.info("group=%s auto-commit refused: %s", group, error)
+    else:
+        _LOG.warning("group=%s auto-commit failed: %s", group, error)
 
 
 def _tp(tp: tuple[str, int]) -> TopicPartition:

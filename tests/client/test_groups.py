@@ -8,13 +8,15 @@ on conditions with deadlines, and every consumer and process is stopped in a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from laminar_client import Client, Consumer, Producer
+from laminar_client import AsyncConsumer, Client, Consumer, Producer
 from laminar_client.consumer import TopicPartition
 
 from laminar.errors import FencedMemberError, GroupNotEmptyError
@@ -416,3 +418,82 @@ def test_draining_the_coordinators_node_moves_the_group_without_losing_commits(
                 client.update_node(drained.grpc, weight=1.0)
                 for partition in range(PARTITIONS):
                     wait_leader(cluster, TOPIC, partition)
+
+
+def test_async_consumers_split_commit_and_resume(cluster: ProcessCluster) -> None:
+    """AsyncConsumer(group=...): async hooks, commit() and close() on the event loop."""
+    expected = produce(cluster, 100, "async")
+
+    async def until(condition: Callable[[], bool], what: str) -> None:
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while not condition():
+            assert asyncio.get_running_loop().time() < deadline, f"timed out: {what}"
+            await asyncio.sleep(0.02)
+
+    async def drain(
+        consumer: AsyncConsumer[bytes, bytes], sink: list[tuple[int, int, bytes]]
+    ) -> None:
+        while True:
+            async for record in consumer.records(timeout_s=0.2):
+                assert record.value is not None
+                sink.append((record.partition, record.offset, record.value))
+
+    def tagged(seen: list[tuple[int, int, bytes]], tag: str) -> set[bytes]:
+        return {value for _, _, value in seen if value.startswith(tag.encode())}
+
+    async def scenario() -> None:
+        revoked: list[list[TopicPartition]] = []
+
+        async def on_revoked(partitions: list[TopicPartition]) -> None:
+            await asyncio.sleep(0)  # a coroutine hook is awaited
+            revoked.append(partitions)
+
+        options: dict[str, Any] = {
+            "group": "async",
+            "topics": [TOPIC],
+            "session_timeout_s": SESSION_S,
+            "rebalance_timeout_s": SESSION_S * 2,
+            "fetch_wait_s": 0.2,
+        }
+        a_seen: list[tuple[int, int, bytes]] = []
+        b_seen: list[tuple[int, int, bytes]] = []
+        a: AsyncConsumer[bytes, bytes] = AsyncConsumer(
+            bootstrap(cluster),
+            on_revoked=on_revoked,
+            **options,
+        )
+        a_task = asyncio.create_task(drain(a, a_seen))
+        b: AsyncConsumer[bytes, bytes] | None = None
+        b_task: asyncio.Task[None] | None = None
+        try:
+            await until(lambda: expected <= tagged(a_seen, "async"), "a reads everything")
+            await a.commit()
+            b = AsyncConsumer(bootstrap(cluster), **options)
+            b_task = asyncio.create_task(drain(b, b_seen))
+            b_session = b.group_session
+            assert b_session is not None
+            await until(lambda: len(b_session.owned()) == 2, "b owns two partitions")
+            assert [len(partitions) for partitions in revoked] == [2]  # a gave two away
+            more = await asyncio.to_thread(produce, cluster, 40, "asyncmore")
+            await until(
+                lambda: more <= tagged(a_seen, "asyncmore") | tagged(b_seen, "asyncmore"),
+                "the two read the new records",
+            )
+            assert set(await a.lag()) <= {TopicPartition(TOPIC, p) for p in range(PARTITIONS)}
+        finally:
+            tasks = [task for task in (a_task, b_task) if task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await a.close()  # final commit, on_revoked, leave
+            if b is not None:
+                await b.close()
+        assert len(revoked) == 2  # the join's revocation, then close()
+        ends: dict[int, int] = {}
+        for partition, offset, _ in a_seen + b_seen:
+            ends[partition] = max(ends.get(partition, 0), offset + 1)
+        with Client(bootstrap(cluster)) as client:
+            committed = {o.partition: o.next_offset for o in client.fetch_offsets("async")}
+        assert committed == ends  # every record handed out was committed at close
+
+    asyncio.run(scenario())
