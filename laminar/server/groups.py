@@ -99,6 +99,11 @@ _WAIT_POLL_S = 0.05
 """How often a wait re-checks what no event announces (a lost leadership)."""
 
 
+_GROUP_KEYS = tuple((GROUPS_TOPIC, index) for index in range(GROUPS_PARTITIONS))
+"""Every ``__groups`` partition: the loops look these up rather than scanning (and
+sorting) every replica of the node, which costs ~1% CPU at 3,000 replicas."""
+
+
 def group_partition(group_id: str) -> TopicPartition:
     """The ``__groups`` partition that holds ``group_id``."""
     return (GROUPS_TOPIC, key_partition(group_id.encode(), GROUPS_PARTITIONS))
@@ -356,9 +361,7 @@ class GroupHost:
 
     def led_groups(self) -> Iterator[Group]:
         """Every group of the partitions this node leads with a complete state."""
-        for key in sorted(self._host.replica_keys()):
-            if key[0] != GROUPS_TOPIC:
-                continue
+        for key in _GROUP_KEYS:
             part = self.partition(key)
             if part is None or not part.core.term_committed:
                 continue
@@ -371,9 +374,7 @@ class GroupHost:
         A partition whose lock is held (a heartbeat in progress) is skipped this
         time; errors (a lost leadership, a timeout) wait for the next tick.
         """
-        for key in sorted(self._host.replica_keys()):
-            if key[0] != GROUPS_TOPIC:
-                continue
+        for key in _GROUP_KEYS:
             part = self.partition(key)
             if part is None or not part.core.term_committed or part.lock.locked():
                 continue

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import os
 import random
@@ -179,6 +180,9 @@ class PartitionOffsets:
     offset_for_timestamp: int | None
 
 
+_NO_WAKE = 2**62
+
+
 @dataclass(slots=True)
 class Replica:
     """One partition replica on this node."""
@@ -193,6 +197,8 @@ class Replica:
     calls: dict[int, asyncio.Future[ProduceReply]] = field(default_factory=dict)
     """Produce calls awaiting their answer, by request id."""
     closed: bool = False
+    wake_ms: int = _NO_WAKE
+    """When the host's wake-up heap next ticks this replica (see ``_schedule``)."""
     committed_saved: int | None = None
     """The offset in the replica's ``committed`` file (as last written or read), or
     None when its log is not a :class:`SegmentLog` (no file is kept then)."""
@@ -247,6 +253,11 @@ class ReplicaHost:
         self._flush_scheduled = False  # flush_now is queued on the loop
         self._produce_pass = False  # a produce call ran its round in this loop pass
         self._ticker: asyncio.Task[None] | None = None
+        self._wakes: list[tuple[int, int, PartitionKey]] = []
+        """Heap of (wake time, sequence, key): the tick loop looks only at due
+        replicas, so an idle (quiesced) replica costs nothing between its rare
+        wake-ups, however many there are."""
+        self._wake_sequence = 0
         self._pool = ThreadPoolExecutor(
             max_workers=self.config.fsync_threads, thread_name_prefix="fsync"
         )
@@ -431,7 +442,20 @@ class ReplicaHost:
         except (OSError, StorageError) as error:
             self._fence(replica, error)
 
+    def _schedule(self, replica: Replica) -> None:
+        """Make sure the heap holds the replica's next wake-up (after any input).
+
+        Only an earlier wake-up is pushed; a later one is found when the earlier
+        entry comes due and the core says it is not due yet (lazy deletion).
+        """
+        wake_ms = replica.core.next_wake_ms()
+        if wake_ms < replica.wake_ms:
+            replica.wake_ms = wake_ms
+            self._wake_sequence += 1
+            heapq.heappush(self._wakes, (wake_ms, self._wake_sequence, replica.key))
+
     def _mark(self, replica: Replica) -> None:
+        self._schedule(replica)
         self._dirty[replica.key] = replica
         if self._flush_scheduled or (self._flush_task is not None and not self._flush_task.done()):
             return  # a flush is already on its way; it takes this replica too
@@ -788,9 +812,7 @@ class ReplicaHost:
         while not self._closed:
             await asyncio.sleep(interval)
             now = self._now()
-            for replica in list(self._replicas.values()):
-                if replica.core.next_wake_ms() <= now:
-                    self._input(replica, partial(replica.core.tick, now))
+            self._tick_due(now)
             if self._fenced:
                 self._reopen_fenced(now)
             if now >= self._retention_due_ms:
@@ -799,6 +821,21 @@ class ReplicaHost:
             if now >= self._committed_due_ms:
                 self._committed_due_ms = now + self.config.committed_save_ms
                 self._save_committed()
+
+    def _tick_due(self, now: int) -> None:
+        """Tick the replicas whose wake-up time has come (popped from the heap)."""
+        wakes = self._wakes
+        while wakes and wakes[0][0] <= now:
+            wake_ms, _, key = heapq.heappop(wakes)
+            replica = self._replicas.get(key)
+            if replica is None or replica.wake_ms != wake_ms:
+                continue  # gone, or a stale entry (an earlier one was pushed since)
+            replica.wake_ms = _NO_WAKE
+            if replica.core.next_wake_ms() <= now:
+                self._input(replica, partial(replica.core.tick, now))
+                if replica.busy:  # queued: scheduled again once it is applied
+                    continue
+            self._schedule(replica)
 
     # ------------------------------------------------------------------ committed files
 
@@ -957,8 +994,11 @@ class ReplicaHost:
             replica.busy = False
             while replica.queued and not replica.closed:
                 self._apply(replica, replica.queued.popleft())
+            if replica.closed:
+                continue
+            self._schedule(replica)
             # advance() (a commit) or the queued inputs may have made more work.
-            if not replica.closed and replica.core.has_ready():
+            if replica.core.has_ready():
                 self._dirty[replica.key] = replica
         for replica in removed:
             if self._on_removed is not None:

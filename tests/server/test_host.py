@@ -22,7 +22,7 @@ from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
 from laminar.server import host as host_module
 from laminar.server.host import Replica, ReplicaHost
-from tests.server.aio import bounded
+from tests.server.aio import bounded, wait_until
 
 DEADLINE_S = 10.0
 KEY = ("events", 0)
@@ -182,4 +182,52 @@ async def test_concurrent_produce_calls_share_one_fsync(tmp_path: Path) -> None:
         )
         assert host.counters["fsyncs"] - before <= 2
     finally:
+        await host.close()
+
+
+@run
+async def test_the_tick_loop_looks_only_at_replicas_that_are_due(tmp_path: Path) -> None:
+    """Thousands of idle replicas must cost nothing per tick: the host keeps a heap
+    of wake-up times instead of asking every core at every tick (issue 17)."""
+    config = ReplicaConfig(
+        election_timeout_min_ms=60_000,
+        election_timeout_max_ms=120_000,
+        heartbeat_interval_ms=50,
+        replica_lag_max_ms=60_000,
+    )
+    host = ReplicaHost("n1", str(tmp_path), config, LogConfig(), send=lambda node, bundle: None)
+    await host.start()
+    core_class = host_module.ReplicaCore
+    original = core_class.next_wake_ms
+    asked = passes = 0
+
+    def counting(core: host_module.ReplicaCore) -> int:
+        nonlocal asked
+        asked += 1
+        return original(core)
+
+    tick_due = host._tick_due
+
+    def counting_pass(now: int) -> None:
+        nonlocal passes
+        passes += 1
+        tick_due(now)
+
+    try:
+        group = GroupConfig((NodeId("n1"), NodeId("n2"), NodeId("n3")))
+        for partition in range(200):  # followers waiting a minute for a leader
+            host.open_replica(("idle", partition), group)
+
+        def settled() -> bool:  # every follower has sent its pre-vote and synced
+            flushing = host._flush_task is not None and not host._flush_task.done()
+            roles = {replica.core.role for replica in host._replicas.values()}
+            return not host._dirty and not flushing and roles == {Role.PRE_CANDIDATE}
+
+        await wait_until(settled, "the opening rounds", timeout_s=DEADLINE_S)
+        core_class.next_wake_ms = counting  # type: ignore[method-assign]
+        host._tick_due = counting_pass  # type: ignore[method-assign]
+        await wait_until(lambda: passes >= 10, "ten passes of the loop", timeout_s=DEADLINE_S)
+        assert asked == 0  # the old loop asked all 200 cores at each of the 10 passes
+    finally:
+        core_class.next_wake_ms = original  # type: ignore[method-assign]
         await host.close()
