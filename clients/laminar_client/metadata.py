@@ -403,6 +403,8 @@ class PartitionHealth:
     in_sync: tuple[str, ...] = ()
     """The voters in sync with the leader (it included): answered it and held its
     whole log recently."""
+    term: int = 0
+    """The leader's term: how many elections the group has had (0: no leader)."""
 
     @classmethod
     def from_proto(cls, health: pb.PartitionHealth) -> PartitionHealth:
@@ -414,6 +416,7 @@ class PartitionHealth:
             voters=tuple(health.voters),
             under_replicated=health.under_replicated,
             in_sync=tuple(health.in_sync),
+            term=health.term,
         )
 
 

@@ -122,6 +122,37 @@ _EARLY = (AppendRequest, Heartbeat)  # a leader's; sendable before its own fsync
 _QUIESCED_WAKE_MS = 60_000  # a quiesced replica still ticks now and then (cheaply)
 
 
+def _state_bytes(
+    term: int,
+    vote: NodeId | None,
+    configs: Sequence[tuple[int, GroupConfig]],
+    start_epochs: Sequence[Sequence[int]],
+) -> bytes:
+    """The replica state file's content (msgpack, version :data:`_STATE_VERSION`)."""
+    packed: bytes = msgpack.packb(
+        {
+            "v": _STATE_VERSION,
+            "term": term,
+            "vote": vote,
+            "configs": [[o, list(c.voters), list(c.learners)] for o, c in configs],
+            "start": [list(pair) for pair in start_epochs],
+        }
+    )
+    return packed
+
+
+def founding_state(initial: GroupConfig) -> bytes:
+    """The state of a founding replica of a new group: term 1, voted for the first
+    voter, the founding configuration. Term 1 belongs to the first voter by
+    construction, so a new group needs no election; every later one is for term 2+.
+
+    A node may act on it only when it first creates the replica: a replica deleted
+    and created again must not lead term 1 a second time with a different log (the
+    node keeps a founded-offset marker for that; see ``laminar.server.node``).
+    """
+    return _state_bytes(1, initial.voters[0], [(_BOOTSTRAP_OFFSET, initial)], [])
+
+
 class _Mode(Enum):
     PROBE = "probe"
     REPLICATE = "replicate"
@@ -184,7 +215,13 @@ class ReplicaCore:
         rng: random.Random,
         initial: GroupConfig | None = None,
         limits: BatchLimits = DEFAULT_LIMITS,
+        founding: bool = False,
     ) -> None:
+        """``initial``: the group's configuration when this replica is one of its
+        founders; with a storage holding no state, the replica founds the group (its
+        first voter leads term 1, see :func:`founding_state`). ``founding``: the
+        storage already holds exactly :func:`founding_state` (written by the host for
+        many replicas at once); found the group from it."""
         self.node_id = node_id
         self._storage = storage
         self._config = config
@@ -199,9 +236,26 @@ class ReplicaCore:
         # log start, whose batches retention deleted (see advance_start).
         self._start_epochs: list[list[int]] = []
         saved = storage.load_state()
+        if founding:
+            # The host wrote the founding state itself (many replicas, one sync):
+            # act on it only if the log is still exactly as founded.
+            founding = (
+                initial is not None
+                and saved == founding_state(initial)
+                and storage.end_offset == storage.start_offset == 0
+            )
+        else:
+            founding = saved is None and initial is not None and bool(initial.voters)
         if saved is None:
             if initial is not None:
                 self._configs.append((_BOOTSTRAP_OFFSET, initial))
+            if founding:
+                assert initial is not None
+                # A new group needs no election: term 1 belongs to its first voter by
+                # construction (every founder saves that vote before anything else),
+                # so nobody else can win it, and every later election is for term 2+.
+                self.term = 1
+                self.voted_for = initial.voters[0]
             self._save_state(now=True)
         else:
             self._load_state(saved)
@@ -217,10 +271,6 @@ class ReplicaCore:
         self._durable_end = end
         self._leader_heard_ms = _NEVER
         self._election_deadline = now_ms + self._election_timeout()
-        if saved is None and initial is not None and initial.voters[:1] == (node_id,):
-            # A new group: its first founder campaigns at once, the others wait their
-            # timeouts, so that creating many partitions does not split votes.
-            self._election_deadline = now_ms
         self._votes: set[NodeId] = set()
 
         # leader state
@@ -247,6 +297,13 @@ class ReplicaCore:
         self._removed = False
         self._transfer_backoff_until = 0
         self._quiesced = False
+        if founding:
+            assert initial is not None
+            if initial.voters[0] == node_id:
+                self._become_leader()
+            else:
+                self.leader = initial.voters[0]
+                self._leader_heard_ms = now_ms  # its lease: as if it had just been heard
 
     # ------------------------------------------------------------------ state
 
@@ -259,15 +316,7 @@ class ReplicaCore:
         written at once (``now``): the log's pages may reach the disk before the
         next sync, and the state must never miss a configuration the log holds.
         """
-        state = msgpack.packb(
-            {
-                "v": _STATE_VERSION,
-                "term": self.term,
-                "vote": self.voted_for,
-                "configs": [[o, list(c.voters), list(c.learners)] for o, c in self._configs],
-                "start": self._start_epochs,
-            }
-        )
+        state = _state_bytes(self.term, self.voted_for, self._configs, self._start_epochs)
         if now:
             self._storage.save_state(state)
         else:

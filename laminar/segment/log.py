@@ -34,6 +34,7 @@ A read racing a truncation of the same range is retried under the lock.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
@@ -70,6 +71,39 @@ from laminar.segment.storage import Buffer
 _LOG = logging.getLogger(__name__)
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _STATE_FILE = "state"
+
+
+def has_state(directory: str) -> bool:
+    """Whether ``directory`` holds a log's state file. Every replica writes one when
+    it is created, so a log directory without one is a creation a crash interrupted
+    (:meth:`SegmentLog.create_unsynced` before its batch was synced)."""
+    return os.path.exists(os.path.join(directory, _STATE_FILE))
+
+
+def sync_filesystem(path: str) -> None:
+    """Make everything written to ``path``'s filesystem durable: ``syncfs(2)`` (one
+    call for a whole batch of new files and directories), ``sync(2)`` where the C
+    library lacks it. Raises :class:`OSError` when the kernel reports a failure."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        if _SYNCFS is None:
+            os.sync()
+        elif _SYNCFS(descriptor) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, os.strerror(number), path)
+    finally:
+        os.close(descriptor)
+
+
+def _find_syncfs() -> Callable[[int], int] | None:
+    try:
+        function: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
+_SYNCFS = _find_syncfs()
 _TIMESTAMP_MIN = -(2**63)
 _RECOVERY_CHUNK_BYTES = 1 << 20
 _RECENT_MAX = 256  # recent batch starts remembered per segment (halved when full)
@@ -170,6 +204,7 @@ class SegmentLog:
         self._last_sync_ms = clock_ms()
         self._directory_descriptor = os.open(directory, os.O_RDONLY)
         self._reserving = True  # until the filesystem refuses fallocate
+        self._sync_creation = True  # False only inside create_unsynced
 
     # ------------------------------------------------------------------ opening
 
@@ -190,6 +225,32 @@ class SegmentLog:
         except BaseException:
             log._close_files()
             raise
+        return log
+
+    @classmethod
+    def create_unsynced(
+        cls, directory: str, state: bytes, config: LogConfig | None = None
+    ) -> SegmentLog:
+        """Create a new, empty log in ``directory`` (which must not exist) with
+        ``state`` as its state file, without a single fsync.
+
+        For creating many partitions at once: the caller makes the whole batch
+        durable with one :func:`sync_filesystem` before acting on any of them, so a
+        topic of thousands of partitions costs one filesystem sync instead of three
+        fsyncs per partition (about 5 ms each here). Until then a crash may leave
+        the directory without its state file (see :func:`has_state`).
+        """
+        os.makedirs(directory)
+        log = cls(directory, config or LogConfig(), _wall_clock_ms)
+        log._sync_creation = False
+        try:
+            log._recover(0)
+            log._write_state(state)
+        except BaseException:
+            log._close_files()
+            raise
+        finally:
+            log._sync_creation = True
         return log
 
     def _recover(self, initial_offset: int) -> None:
@@ -327,8 +388,9 @@ class SegmentLog:
     def _create_segment(self, base_offset: int) -> _Segment:
         path = os.path.join(self._directory, f"{base_offset:020d}.log")
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.fsync(self._directory_descriptor)
-        _LOG.info("segment created path=%s", path)
+        if self._sync_creation:
+            os.fsync(self._directory_descriptor)
+        _LOG.debug("segment created path=%s", path)
         return _Segment(
             base_offset,
             self._directory,
@@ -900,11 +962,13 @@ class SegmentLog:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _pwrite_all(descriptor, [state], 0)
-            os.fsync(descriptor)
+            if self._sync_creation:
+                os.fsync(descriptor)
         finally:
             os.close(descriptor)
         os.replace(temporary, path)
-        os.fsync(self._directory_descriptor)
+        if self._sync_creation:
+            os.fsync(self._directory_descriptor)
 
     def load_state(self) -> bytes | None:
         with self._lock:

@@ -33,7 +33,7 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,38 @@ _CLUSTER_META = "cluster"
 _PEER_META = "peer"  # the member's peer (replication) address
 _JOIN_POLL_S = 0.05
 _EARLY_EVENTS_MAX = 10_000
+
+
+_FOUNDED_FILE = "founded"
+"""The node's founded offset: every topic creation below this metadata offset has
+had its founding replicas created here, so replaying it after a restart must not
+found them again (see :meth:`Node._apply_change`)."""
+
+
+def _read_founded(data_dir: str) -> int:
+    try:
+        with open(os.path.join(data_dir, _FOUNDED_FILE), encoding="ascii") as file:
+            return int(file.read().strip() or 0)
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read {_FOUNDED_FILE} in {data_dir}: {error}") from None
+
+
+def _write_founded(data_dir: str, offset: int) -> None:
+    """Replace the founded offset durably (after the replicas it covers are)."""
+    path = os.path.join(data_dir, _FOUNDED_FILE)
+    temporary = path + ".tmp"
+    with open(temporary, "w", encoding="ascii") as file:
+        file.write(str(offset))
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    descriptor = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 @dataclass
@@ -212,6 +244,8 @@ class Node:
         )
         self.groups = GroupHost(self.host, self._partition_counts, self.grpc_address_of)
         self._groups_task: asyncio.Task[None] | None = None
+        self._founded_offset = _read_founded(config.data_dir)
+        self._replica_changes: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
         self._health = health.aio.HealthServicer()
         self.server = self._build_server()
@@ -351,6 +385,11 @@ class Node:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.membership.leave(), remaining_s())
         await self.follower.stop()
+        changes, self._replica_changes = self._replica_changes, None
+        if changes is not None:
+            changes.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await changes
         groups_task, self._groups_task = self._groups_task, None
         if groups_task is not None:
             groups_task.cancel()
@@ -564,17 +603,51 @@ class Node:
         self._replan()
 
     def _apply_change(self, change: Change) -> None:
+        """Create or delete this node's replicas of a topic, in metadata order.
+
+        Founding replicas are created off the loop in batches
+        (:meth:`ReplicaHost.open_founding`); creations and deletions run one after
+        the other on one chain of tasks, so that a topic deleted right after its
+        creation is not created after its deletion. A creation the node applied
+        before a restart (below its founded offset) is not founded again: the
+        replicas that still exist were opened from disk, and one deleted since (moved
+        away) must not come back as the term-1 leader of a group that has moved on.
+        """
         topic = change.topic
         if change.kind == "created":
             _LOG.info("topic %s created (%d partitions)", topic.spec.name, topic.spec.partitions)
-            for partition, founders in enumerate(topic.founding_replicas):
-                if self.node_id in founders:
-                    group = GroupConfig(tuple(NodeId(n) for n in founders))
-                    self.host.open_replica((topic.spec.name, partition), group)
+            if change.offset < self._founded_offset:
+                return
+            groups = [
+                ((topic.spec.name, partition), GroupConfig(tuple(NodeId(n) for n in founders)))
+                for partition, founders in enumerate(topic.founding_replicas)
+                if self.node_id in founders
+            ]
+            self._chain_replica_change(self._found(groups, change.offset))
         else:
             _LOG.info("topic %s deleted", topic.spec.name)
-            for partition in range(topic.spec.partitions):
-                self.host.delete_replica((topic.spec.name, partition))
+            keys = [(topic.spec.name, partition) for partition in range(topic.spec.partitions)]
+            self._chain_replica_change(self._delete(keys))
+
+    def _chain_replica_change(self, step: Coroutine[Any, Any, None]) -> None:
+        previous = self._replica_changes
+
+        async def run() -> None:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            await step
+
+        self._replica_changes = asyncio.get_running_loop().create_task(run())
+
+    async def _found(self, groups: list[tuple[TopicPartition, GroupConfig]], offset: int) -> None:
+        await self.host.open_founding(groups)
+        self._founded_offset = max(self._founded_offset, offset + 1)
+        await asyncio.to_thread(_write_founded, self.config.data_dir, self._founded_offset)
+
+    async def _delete(self, keys: list[TopicPartition]) -> None:
+        for key in keys:
+            self.host.delete_replica(key)
 
     def _partition_counts(self) -> dict[str, int]:
         """Each topic's partition count, for the group coordinators."""

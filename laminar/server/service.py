@@ -480,6 +480,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                     voters=voters,
                     under_replicated=len(in_sync) < wanted,
                     in_sync=in_sync,
+                    term=core.term,
                 )
             )
         fenced = [

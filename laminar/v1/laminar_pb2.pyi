@@ -288,7 +288,7 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PartitionHealth(_message.Message):
-    __slots__ = ("topic", "partition", "leader", "replicas", "voters", "under_replicated", "in_sync")
+    __slots__ = ("topic", "partition", "leader", "replicas", "voters", "under_replicated", "in_sync", "term")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +296,7 @@ class PartitionHealth(_message.Message):
     VOTERS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     leader: str
@@ -303,7 +304,8 @@ class PartitionHealth(_message.Message):
     voters: _containers.RepeatedScalarFieldContainer[str]
     under_replicated: bool
     in_sync: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., under_replicated: _Optional[bool] = ..., in_sync: _Optional[_Iterable[str]] = ...) -> None: ...
+    term: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., under_replicated: _Optional[bool] = ..., in_sync: _Optional[_Iterable[str]] = ..., term: _Optional[int] = ...) -> None: ...
 
 class FencedReplica(_message.Message):
     __slots__ = ("topic", "partition", "reason", "fenced_for_ms")

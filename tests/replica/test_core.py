@@ -176,9 +176,10 @@ def test_term_and_vote_survive_a_restart_before_any_answer() -> None:
     ready = core.ready()
     assert [m.message for m in ready.messages] == [VoteResponse(3, B, True, False)]
     assert ready.sync  # the vote must be durable before the answer leaves
-    # Crash before the sync: the vote was never sent, and it is forgotten.
+    # Crash before the sync: the vote was never sent, and it is forgotten; what
+    # remains is the founding state (term 1 belongs to the first voter, A).
     forgot = ReplicaCore(B, storage.crash(), CONFIG, now_ms=0, rng=random.Random(1))
-    assert (forgot.term, forgot.voted_for) == (0, None)
+    assert (forgot.term, forgot.voted_for) == (1, A)
     storage.sync()
     restarted = ReplicaCore(
         B, storage.crash(), CONFIG, now_ms=0, rng=random.Random(1), initial=None
@@ -630,3 +631,32 @@ def test_a_removed_replica_reopened_on_its_log_catches_up_from_where_it_is() -> 
     assert follower.end_offset == leader.end_offset > held
     assert resets == []  # nothing it held was thrown away: it caught up from there
     assert _data_values(follower)[:6] == [b"v0", b"v1", b"v2", b"v3", b"v4", b"while away"]
+
+
+def test_a_new_group_has_its_first_voter_as_leader_of_term_1_without_an_election() -> None:
+    group = Group()
+    leader = group.cores[A]
+    assert (leader.role, leader.term, leader.leader) == (Role.LEADER, 1, A)
+    for follower in (B, C):
+        core = group.cores[follower]
+        assert (core.role, core.term, core.leader, core.voted_for) == (Role.FOLLOWER, 1, A, A)
+    group.deliver_all()
+    votes = [
+        m
+        for ready in group.readies
+        for m in ready.messages + ready.early_messages
+        if isinstance(m.message, VoteRequest)
+    ]
+    assert votes == []  # no pre-vote, no vote: the term-1 leader needs none
+    assert leader.high_watermark == 1  # its no-op is committed by B and C
+    leader.propose(1, _batch(b"x"), Acks.ALL, group.now)
+    group.deliver_all()
+    assert leader.high_watermark == 2
+
+
+def test_founders_elect_at_term_2_when_the_term_1_leader_never_shows_up() -> None:
+    group = Group()
+    group.advance_time(CONFIG.election_timeout_max_ms * 3, drop_to={A})
+    leaders = [n for n in (B, C) if group.cores[n].role is Role.LEADER]
+    assert len(leaders) == 1
+    assert group.cores[leaders[0]].term >= 2  # term 1 was A's: nobody else can win it

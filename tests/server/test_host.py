@@ -7,6 +7,7 @@ deadlines, never on fixed sleeps.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from laminar.replica.config import ReplicaConfig
 from laminar.replica.messages import AppendRequest, AppendResponse
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
+from laminar.segment.log import SegmentLog
 from laminar.server import host as host_module
 from laminar.server.host import Replica, ReplicaHost
 from tests.server.aio import bounded, wait_until
@@ -214,14 +216,14 @@ async def test_the_tick_loop_looks_only_at_replicas_that_are_due(tmp_path: Path)
         tick_due(now)
 
     try:
-        group = GroupConfig((NodeId("n1"), NodeId("n2"), NodeId("n3")))
-        for partition in range(200):  # followers waiting a minute for a leader
+        group = GroupConfig((NodeId("n2"), NodeId("n1"), NodeId("n3")))
+        for partition in range(200):  # followers of n2, which never speaks: a minute's wait
             host.open_replica(("idle", partition), group)
 
-        def settled() -> bool:  # every follower has sent its pre-vote and synced
+        def settled() -> bool:  # every replica opened, nothing left to flush
             flushing = host._flush_task is not None and not host._flush_task.done()
             roles = {replica.core.role for replica in host._replicas.values()}
-            return not host._dirty and not flushing and roles == {Role.PRE_CANDIDATE}
+            return not host._dirty and not flushing and roles == {Role.FOLLOWER}
 
         await wait_until(settled, "the opening rounds", timeout_s=DEADLINE_S)
         core_class.next_wake_ms = counting  # type: ignore[method-assign]
@@ -231,3 +233,73 @@ async def test_the_tick_loop_looks_only_at_replicas_that_are_due(tmp_path: Path)
     finally:
         core_class.next_wake_ms = original  # type: ignore[method-assign]
         await host.close()
+
+
+@run
+async def test_founding_replicas_are_created_in_batches_with_one_sync_and_no_election(
+    tmp_path: Path,
+) -> None:
+    """Creating many partitions must not block the loop on three fsyncs each: the
+    founding replicas are written without fsync and made durable by one filesystem
+    sync per chunk; the first voter leads term 1 at once (issue 17)."""
+    host = ReplicaHost("n1", str(tmp_path), ReplicaConfig.local(), LogConfig(), send=_ignore)
+    await host.start()
+    creating = threading.local()
+    fsyncs_while_creating = 0
+    filesystem_syncs = 0
+    original_fsync, original_create = os.fsync, SegmentLog.create_unsynced
+    original_sync = host_module.sync_filesystem
+
+    def counting_fsync(descriptor: int) -> None:
+        nonlocal fsyncs_while_creating
+        if getattr(creating, "active", False):
+            fsyncs_while_creating += 1
+        original_fsync(descriptor)
+
+    def marked_create(directory: str, state: bytes, config: LogConfig | None = None) -> SegmentLog:
+        creating.active = True
+        try:
+            return original_create(directory, state, config)
+        finally:
+            creating.active = False
+
+    def counting_sync(path: str) -> None:
+        nonlocal filesystem_syncs
+        filesystem_syncs += 1
+        original_sync(path)
+
+    lead = GroupConfig((NodeId("n1"), NodeId("n2"), NodeId("n3")))
+    follow = GroupConfig((NodeId("n2"), NodeId("n1"), NodeId("n3")))
+    groups = [(("many", p), lead if p % 2 == 0 else follow) for p in range(300)]
+    os.fsync = counting_fsync  # type: ignore[assignment]
+    SegmentLog.create_unsynced = marked_create  # type: ignore[method-assign,assignment]
+    host_module.sync_filesystem = counting_sync  # type: ignore[assignment]
+    try:
+        await host.open_founding(groups)
+    finally:
+        os.fsync = original_fsync  # type: ignore[assignment]
+        SegmentLog.create_unsynced = original_create  # type: ignore[method-assign]
+        host_module.sync_filesystem = original_sync  # type: ignore[assignment]
+    try:
+        assert len(host.replica_keys()) == 300
+        assert fsyncs_while_creating == 0  # made durable by one sync per chunk instead
+        assert filesystem_syncs == 2  # 256 + 44
+        for (key, group), index in zip(groups, range(300), strict=True):
+            core = host.get(key).core  # type: ignore[union-attr]
+            assert core.term == 1 and core.leader == group.voters[0], index
+            assert core.role is (Role.LEADER if group is lead else Role.FOLLOWER)
+    finally:
+        await host.close()
+    # Reopened from disk the replicas keep term 1 but found nothing again: a
+    # restarted term-1 leader is a follower until an election.
+    again = ReplicaHost("n1", str(tmp_path), ReplicaConfig.local(), LogConfig(), send=_ignore)
+    await again.start()
+    try:
+        cores = [again.get(key).core for key, _ in groups]  # type: ignore[union-attr]
+        assert all(core.term == 1 and core.role is not Role.LEADER for core in cores)
+    finally:
+        await again.close()
+
+
+def _ignore(node: str, bundle: object) -> None:
+    """Peers that never answer."""
