@@ -24,6 +24,13 @@ stop reading, then report the release), and stops fenced ones at once without
 committing. A heartbeat that answers ``FENCED`` makes the member drop everything
 and join again with epoch 0.
 
+Auto-commit hands the positions that moved to a committer thread each time the
+application asks for the next chunk, and reads on: the committer sends the latest
+positions, one call at a time (a synchronous commit per chunk would cap a member at
+one chunk per commit round trip). Before a partition is released, and at
+``close()``, the commit is synchronous: the committer is drained first, then what
+is still uncommitted is sent and awaited.
+
 Guarantee: at-least-once. A record is committed only after the application
 asked for the next one (it was processed); a member paused past its session can
 still read what it fetched, but its commits are refused (``FENCED``).
@@ -368,6 +375,21 @@ class GroupSession:
         self._stopped = threading.Event()
         self._heartbeats_paused = False
         self._interval_s = session_timeout_s / HEARTBEATS_PER_SESSION
+        # Auto-commit runs in the background: the application hands positions over
+        # after each chunk and reads on; a committer thread sends the latest ones,
+        # one call at a time. (A synchronous commit per chunk capped a member at
+        # one chunk per commit round trip: members fell behind a modest producer.)
+        self._commits = threading.Condition()
+        self._handed: dict[tuple[str, int], int] = {}
+        """Last position handed to the committer per partition (sent or pending)."""
+        self._pending: dict[tuple[str, int], int] = {}
+        self._sending = False
+        self._committer: threading.Thread | None = None
+        if auto_commit:
+            self._committer = threading.Thread(
+                target=self._commit_loop, name=f"laminar-commit-{group}", daemon=True
+            )
+            self._committer.start()
         self._thread = threading.Thread(
             target=self._run, name=f"laminar-group-{group}", daemon=True
         )
@@ -436,6 +458,7 @@ class GroupSession:
         if actions.stop:
             for tp in actions.stop:
                 self._committed.pop(tp, None)
+                self._handed.pop(tp, None)
             _LOG.info("group=%s stopping %s without commit", self.group, list(actions.stop))
             current -= {_tp(tp) for tp in actions.stop}
             yield _Assign(dict.fromkeys(sorted(current)))
@@ -450,6 +473,7 @@ class GroupSession:
             with self._lock:
                 for tp in actions.revoke:
                     self._committed.pop(tp, None)
+                    self._handed.pop(tp, None)
                     self.member.revoked(tp)
             self._wake.set()  # report the release now: the new owner is waiting
         if actions.start:
@@ -466,19 +490,24 @@ class GroupSession:
         with self._lock:
             return sorted({*self.member.active, *self.member.revoking})
 
+    def _positions(self) -> dict[tuple[str, int], int]:
+        """The position of every owned partition being read (app thread)."""
+        offsets: dict[tuple[str, int], int] = {}
+        assigned = self._consumer.assignment()
+        for tp in self.owned():
+            if _tp(tp) in assigned:
+                position = self._consumer.position(tp)
+                if position >= 0:
+                    offsets[tp] = position
+        return offsets
+
     def _prepare_commit(
         self, offsets: Mapping[tuple[str, int], int] | None, metadata: str, *, changed_only: bool
     ) -> _PreparedCommit | None:
         """The commit to send (None: nothing to commit). Raises
         :class:`FencedMemberError` for a partition not owned (nothing is sent)."""
         if offsets is None:
-            offsets = {}
-            assigned = self._consumer.assignment()
-            for tp in self.owned():
-                if _tp(tp) in assigned:
-                    position = self._consumer.position(tp)
-                    if position >= 0:
-                        offsets[tp] = position
+            offsets = self._positions()
         if changed_only:
             offsets = {tp: o for tp, o in offsets.items() if self._committed.get(tp) != o}
         if not offsets:
@@ -513,6 +542,60 @@ class GroupSession:
         if first_error is not None:
             raise first_error
 
+    # -- background auto-commit
+
+    def _commit_in_background(self) -> None:
+        """Hand the positions that moved to the committer thread (app thread; never
+        blocks on the network)."""
+        offsets = self._positions()
+        with self._commits:
+            changed = {
+                tp: offset
+                for tp, offset in offsets.items()
+                if self._handed.get(tp) != offset and self._committed.get(tp) != offset
+            }
+            if changed:
+                self._pending.update(changed)
+                self._handed.update(changed)
+                self._commits.notify_all()
+
+    def _commit_loop(self) -> None:
+        """The committer thread: send what is pending, the latest positions only."""
+        while True:
+            with self._commits:
+                while not self._pending and not self._stopped.is_set():
+                    self._commits.wait()
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, {}
+                self._sending = True
+            try:
+                with self._lock:
+                    owned = {*self.member.active, *self.member.revoking}
+                offsets = {tp: offset for tp, offset in batch.items() if tp in owned}
+                prepared = self._prepare_commit(offsets, "", changed_only=True)
+                if prepared is not None:
+                    self._send_commit(prepared)
+            except LaminarError as error:
+                _log_quiet_commit(self.group, error)
+                with self._commits:  # send these again at the next chance
+                    for tp, offset in batch.items():
+                        if self._handed.get(tp) == offset:
+                            self._handed.pop(tp, None)
+            finally:
+                with self._commits:
+                    self._sending = False
+                    self._commits.notify_all()
+
+    def _settle_background(self) -> None:
+        """Wait until the committer has nothing pending or in flight (blocking), so
+        that a synchronous commit is the last word."""
+        if self._committer is None:
+            return
+        timeout_s = self.member.session_timeout_ms / 1000
+        with self._commits:
+            self._commits.wait_for(lambda: not self._pending and not self._sending, timeout_s)
+
     def _fenced(self, epoch: int) -> None:
         with self._lock:
             if self.member.member_epoch != epoch:
@@ -524,9 +607,14 @@ class GroupSession:
         return dict(self._committed)
 
     def _stop_and_leave(self) -> None:
-        """Stop beating, then leave (blocking)."""
+        """Stop committing and beating, then leave (blocking)."""
         self._stopped.set()
         self._wake.set()
+        with self._commits:
+            self._pending.clear()
+            self._commits.notify_all()
+        if self._committer is not None:
+            self._committer.join(timeout=self.member.session_timeout_ms / 1000 + 5)
         self._thread.join(timeout=self.member.session_timeout_ms / 1000 + 5)
         with self._lock:
             member_id, epoch = self.member.member_id, self.member.member_epoch
@@ -545,9 +633,10 @@ class GroupSession:
     # -- the synchronous driver (Consumer)
 
     def poll(self, assign: Callable[[Offsets], None]) -> None:
-        """Carry out what the heartbeats decided, then auto-commit (app thread)."""
+        """Auto-commit (in the background), then carry out what the heartbeats
+        decided (app thread)."""
         if self.auto_commit:
-            self._commit_quietly()
+            self._commit_in_background()
         while (actions := self._next_actions()) is not None:
             for step in self._steps(actions):
                 match step:
@@ -566,6 +655,7 @@ class GroupSession:
         Raises :class:`FencedMemberError` when the member no longer owns a
         partition (and queues the drop-and-rejoin), or the refusal of a commit.
         """
+        self._settle_background()
         prepared = self._prepare_commit(offsets, metadata, changed_only=changed_only)
         if prepared is not None:
             self._send_commit(prepared)
@@ -590,9 +680,10 @@ class GroupSession:
     # -- the asyncio driver (AsyncConsumer)
 
     async def poll_async(self, assign: Callable[[Offsets], Awaitable[None]]) -> None:
-        """:meth:`poll` on the event loop: commits in a worker thread, hooks awaited."""
+        """:meth:`poll` on the event loop: synchronous commits in a worker thread,
+        hooks awaited."""
         if self.auto_commit:
-            await self._commit_quietly_async()
+            self._commit_in_background()
         while (actions := self._next_actions()) is not None:
             for step in self._steps(actions):
                 match step:
@@ -607,6 +698,7 @@ class GroupSession:
         self, offsets: Mapping[tuple[str, int], int] | None, metadata: str, *, changed_only: bool
     ) -> None:
         """:meth:`commit` without blocking the event loop."""
+        await asyncio.to_thread(self._settle_background)
         prepared = self._prepare_commit(offsets, metadata, changed_only=changed_only)
         if prepared is not None:
             await asyncio.to_thread(self._send_commit, prepared)

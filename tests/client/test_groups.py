@@ -497,3 +497,31 @@ def test_async_consumers_split_commit_and_resume(cluster: ProcessCluster) -> Non
         assert committed == ends  # every record handed out was committed at close
 
     asyncio.run(scenario())
+
+
+def test_auto_commit_runs_beside_the_reads_not_in_front_of_them(cluster: ProcessCluster) -> None:
+    """Auto-commit hands positions to a committer thread: the application's thread
+    never waits for a commit while it reads (a synchronous commit per chunk capped a
+    member at one chunk per commit round trip), yet everything read is committed."""
+    ledger = Ledger()
+    member = Member(cluster, "background", "reader", ledger)
+    calls: list[str] = []
+    client = member.consumer.client
+    original = client.commit_offsets
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        calls.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    client.commit_offsets = recording  # type: ignore[method-assign]
+    try:
+        wait_for(lambda: len(member.owned) == PARTITIONS, WAIT_S, "the member owns everything")
+        values = produce(cluster, 60, "background")
+        wait_for(lambda: values <= member.values(), WAIT_S, "the member reads everything")
+        session = member.consumer.group_session
+        assert session is not None
+        ends = {tp: position for tp, position in session._positions().items()}
+        wait_for(lambda: session.committed() == ends, WAIT_S, "the reads are committed")
+        assert calls and all(name.startswith("laminar-commit-") for name in calls), calls
+    finally:
+        member.close()
