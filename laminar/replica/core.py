@@ -153,6 +153,49 @@ def founding_state(initial: GroupConfig) -> bytes:
     return _state_bytes(1, initial.voters[0], [(_BOOTSTRAP_OFFSET, initial)], [])
 
 
+class NodeLiveness:
+    """What the node hosting a core knows beyond the core's own group (issue 17).
+
+    Thousands of groups on a few nodes must not each decide on its own, from its
+    own heartbeats, that a peer is gone or that it should step down: when the node
+    is busy every group's heartbeats are late at once, and thousands of elections
+    make it busier still (a metastable collapse). The shell passes this to every
+    core; the defaults (nothing heard, never slow) leave a core to its group alone.
+
+    - :meth:`peer_heard_ms`: when the node last received anything from ``peer``'s
+      node (any group). A follower whose election timeout passes does not campaign
+      while its leader's node is talking to it (up to
+      :data:`GROUP_SILENCE_MAX_TIMEOUTS` election timeouts of silence in the group
+      itself), and a leader's check-quorum counts a peer whose node talks to it.
+    - :meth:`slowness`: >= 1; how far behind the node's own event loop runs
+      (Lifeguard's local health). Above 1 the node's timers are not to be trusted:
+      elections wait and check-quorum's window stretches by that factor.
+    - :meth:`peer_alive`: membership (SWIM) says ``peer``'s node is alive. A
+      quiesced follower does not campaign while its leader's node is alive: it
+      learns of the leader's death from membership, and otherwise its periodic
+      wake-up would wake every idle group once a minute.
+
+    None of this touches safety: votes, leases and commits stay per group.
+    """
+
+    def peer_heard_ms(self, peer: NodeId) -> int:
+        return _NEVER
+
+    def peer_alive(self, peer: NodeId) -> bool:
+        return False
+
+    def slowness(self) -> float:
+        return 1.0
+
+
+_NO_LIVENESS = NodeLiveness()
+
+GROUP_SILENCE_MAX_TIMEOUTS = 10
+"""A follower waits at most this many maximum election timeouts for its group's
+leader while the leader's node keeps talking (a leader replica gone silently, e.g.
+fenced by a storage failure, is replaced after that)."""
+
+
 class _Mode(Enum):
     PROBE = "probe"
     REPLICATE = "replicate"
@@ -216,13 +259,16 @@ class ReplicaCore:
         initial: GroupConfig | None = None,
         limits: BatchLimits = DEFAULT_LIMITS,
         founding: bool = False,
+        liveness: NodeLiveness | None = None,
     ) -> None:
         """``initial``: the group's configuration when this replica is one of its
         founders; with a storage holding no state, the replica founds the group (its
         first voter leads term 1, see :func:`founding_state`). ``founding``: the
         storage already holds exactly :func:`founding_state` (written by the host for
-        many replicas at once); found the group from it."""
+        many replicas at once); found the group from it. ``liveness``: what the
+        node knows beyond this group (see :class:`NodeLiveness`)."""
         self.node_id = node_id
+        self._liveness = liveness or _NO_LIVENESS
         self._storage = storage
         self._config = config
         self._rng = rng
@@ -260,10 +306,13 @@ class ReplicaCore:
         else:
             self._load_state(saved)
         end = storage.end_offset
-        self._configs = [(o, c) for o, c in self._configs if o < end]
         self._epochs = Epochs.from_storage(storage, self._saved_term_at(storage.start_offset - 1))
         self._producers = ProducerTable(config.producer_window, config.producers_max)
-        self._rebuild_producers()
+        logged = self._rebuild_from_log()
+        # The log is the truth for the configurations it holds (their saves are
+        # staged like term and vote, so a crash may leave the state behind the log,
+        # or ahead of a truncation); the state only for those below the log start.
+        self._configs = [(o, c) for o, c in self._configs if o < storage.start_offset] + logged
 
         self.role = Role.FOLLOWER
         self.leader: NodeId | None = None
@@ -297,6 +346,7 @@ class ReplicaCore:
         self._removed = False
         self._transfer_backoff_until = 0
         self._quiesced = False
+        self._successor = False  # named to succeed a leader membership declared dead
         if founding:
             assert initial is not None
             if initial.voters[0] == node_id:
@@ -310,11 +360,14 @@ class ReplicaCore:
     def _save_state(self, *, now: bool = False) -> None:
         """Persist term, vote and configurations.
 
-        Term and vote changes are *staged*: the shell's next ``sync()`` (which the
-        ``Ready`` carrying any dependent message asks for) makes them durable, off
-        the event loop. Configuration changes and truncations that drop one are
-        written at once (``now``): the log's pages may reach the disk before the
-        next sync, and the state must never miss a configuration the log holds.
+        Term, vote and configuration changes are *staged*: the shell's next
+        ``sync()`` (which the ``Ready`` carrying any dependent message asks for)
+        makes them durable, off the event loop. The configurations at or above the
+        log start are read back from the log on restart (the log's pages may reach
+        the disk before the state, or a truncation before its save), so the state
+        only has to be right about those below the log start: changes to the log
+        start (retention, ``InstallStart``) and a group's founding are written at
+        once (``now``).
         """
         state = _state_bytes(self.term, self.voted_for, self._configs, self._start_epochs)
         if now:
@@ -336,13 +389,15 @@ class ReplicaCore:
         ]
         self._start_epochs = [[int(t), int(o)] for t, o in state.get("start", [])]
 
-    def _rebuild_producers(self) -> None:
-        """Apply every batch of the log to the producer table (state lives in the log)."""
+    def _rebuild_from_log(self) -> list[tuple[int, GroupConfig]]:
+        """Apply every batch of the log to the producer table (state lives in the
+        log), and return the configurations the log holds, in offset order."""
+        configs: list[tuple[int, GroupConfig]] = []
         offset = self._storage.start_offset
         end = self._storage.end_offset
         while offset < end:
             data = self._storage.read(offset, 1 << 20)
-            for _, header in iter_batches(data, verify=False, limits=self._limits):
+            for position, header in iter_batches(data, verify=False, limits=self._limits):
                 if not header.is_control:
                     self._producers.record(
                         header.producer_id,
@@ -350,7 +405,13 @@ class ReplicaCore:
                         header.record_count,
                         header.base_offset,
                     )
+                else:
+                    batch = memoryview(data)[position : position + header.length]
+                    config = self._config_in(header, batch)
+                    if config is not None:
+                        configs.append((header.base_offset, config))
                 offset = header.next_offset
+        return configs
 
     # ------------------------------------------------------------------ views
 
@@ -644,12 +705,30 @@ class ReplicaCore:
             self._leader_gone()
 
     def _leader_gone(self) -> None:
-        """The leader no longer leads: drop its lease (and quiescence) and campaign soon."""
+        """The leader no longer leads: drop its lease (and quiescence) and campaign
+        soon: the successor at once, the others only if it does not win.
+
+        The successor is the first voter after the dead leader in the placement
+        target's order (the config's without a target), which every survivor
+        computes alike; so survivors told at once do not split the vote (with
+        random head starts alone, thousands of groups losing their leader together
+        split hundreds of votes). It retries a refused pre-vote (a voter not told
+        yet keeps the lease) every quarter timeout or so; pre-votes raise no term.
+        The others wait one to two minimum election timeouts, time for the
+        successor to win.
+        """
+        gone = self.leader
         self._quiesced = False
         self._leader_heard_ms = _NEVER
-        # A random head start, so that survivors told at once do not split the vote.
-        spread = self._rng.randint(0, self._config.election_timeout_min_ms // 2)
-        self._election_deadline = min(self._election_deadline, self._now + spread)
+        voters = self._voters()
+        order = [v for v in (self._target or voters) if v in voters and v != gone]
+        base = self._config.election_timeout_min_ms
+        self._successor = order[:1] == [self.node_id]
+        if self._successor:
+            spread = self._rng.randint(0, base // 8)
+            self._election_deadline = min(self._election_deadline, self._now + spread)
+        else:
+            self._election_deadline = self._now + base + self._rng.randint(0, base)
 
     def transfer_leadership(self, target: NodeId, now_ms: int) -> bool:
         """Start handing leadership to ``target`` (a voter); False when not possible."""
@@ -678,8 +757,28 @@ class ReplicaCore:
             return
         if now_ms >= self._election_deadline:
             self._election_deadline = now_ms + self._election_timeout()
-            if self._is_voter():
+            if (
+                self._quiesced
+                and self.leader is not None
+                and self._liveness.peer_alive(self.leader)
+            ):
+                return  # idle, and its leader's node is alive: nothing to do
+            if self._is_voter() and not self._leader_presumed_alive(now_ms):
                 self._campaign(pre_vote=self._config.pre_vote)
+
+    def _leader_presumed_alive(self, now_ms: int) -> bool:
+        """The group's timeout passed, but the node knows better: its leader's node
+        talks to this one, or this node is too slow for its timers to mean anything
+        (see :class:`NodeLiveness`). Never after a hint that the leader died."""
+        leader = self.leader
+        if leader is None or self.role is not Role.FOLLOWER or self._leader_heard_ms == _NEVER:
+            return False
+        silence = now_ms - self._leader_heard_ms
+        if silence >= GROUP_SILENCE_MAX_TIMEOUTS * self._config.election_timeout_max_ms:
+            return False
+        if self._liveness.slowness() > 1.0:
+            return True
+        return now_ms - self._liveness.peer_heard_ms(leader) < self._config.election_timeout_min_ms
 
     def step(self, source: NodeId, message: Message, now_ms: int) -> None:
         """A message from peer ``source``."""
@@ -775,9 +874,14 @@ class ReplicaCore:
         return _decode_config(value)
 
     def _record_config(self, base_offset: int, config: GroupConfig) -> None:
-        """Save a configuration entry durably *before* its batch is appended."""
+        """Note a configuration entry before its batch is appended. Its save is
+        staged (made durable by the next sync, off the event loop) like term and
+        vote: on restart the configurations are read back from the log itself, so
+        a state file behind the log loses nothing. (Saving at once cost three
+        fsyncs on the loop per change: a node failure that reconfigures thousands
+        of groups blocked it for seconds.)"""
         self._configs.append((base_offset, config))
-        self._save_state(now=True)
+        self._save_state()
 
     # ------------------------------------------------------------------ log start
 
@@ -874,7 +978,7 @@ class ReplicaCore:
         kept = [(o, c) for o, c in self._configs if o < offset]
         if len(kept) != len(self._configs):
             self._configs = kept
-            self._save_state(now=True)
+            self._save_state()  # staged: a restart reads the configurations from the log
             config = self.group_config
             if config is not None:
                 self._events.append(ConfigChanged(config, self._configs[-1][0]))
@@ -946,6 +1050,9 @@ class ReplicaCore:
             self._set_role(Role.CANDIDATE, None)
             term = self.term
         self._election_deadline = self._now + self._election_timeout()
+        if pre_vote and self._successor:  # retry soon: see _leader_gone
+            quarter = self._config.election_timeout_min_ms // 4
+            self._election_deadline = self._now + quarter + self._rng.randint(0, quarter)
         request = VoteRequest(
             term=term,
             candidate=self.node_id,
@@ -971,6 +1078,7 @@ class ReplicaCore:
 
     def _become_leader(self) -> None:
         self._votes.clear()
+        self._successor = False
         self._set_role(Role.LEADER, self.node_id)
         self._leader_since_ms = self._now
         end = self._storage.end_offset
@@ -1058,21 +1166,25 @@ class ReplicaCore:
         return self._majority_heard_within(self._config.election_timeout_min_ms)
 
     def _has_recent_quorum(self) -> bool:
-        """Check-quorum: a majority answered within the maximum election timeout."""
+        """Check-quorum: a majority answered within the maximum election timeout
+        (stretched while the node is slow), or their nodes talked to this one."""
         if not self._config.check_quorum:
             return True
-        return self._majority_heard_within(self._config.election_timeout_max_ms)
+        window = self._config.election_timeout_max_ms * self._liveness.slowness()
+        return self._majority_heard_within(int(window), node_level=True)
 
-    def _majority_heard_within(self, window_ms: int) -> bool:
+    def _majority_heard_within(self, window_ms: int, *, node_level: bool = False) -> bool:
         voters = self._voters()
+        now = self._now
         heard = sum(
             1
             for voter in voters
             if voter == self.node_id
             or (
                 (progress := self._progress.get(voter)) is not None
-                and self._now - progress.heard_ms < window_ms
+                and now - progress.heard_ms < window_ms
             )
+            or (node_level and now - self._liveness.peer_heard_ms(voter) < window_ms)
         )
         return heard >= len(voters) // 2 + 1
 
@@ -1382,6 +1494,7 @@ class ReplicaCore:
         self._leader_heard_ms = self._now
         self._election_deadline = self._now + self._election_timeout()
         self._quiesced = quiesce and self._config.quiesce
+        self._successor = False
 
     def _on_append(self, request: AppendRequest) -> None:
         if request.term < self.term:

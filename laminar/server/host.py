@@ -72,7 +72,7 @@ from laminar.ids import TopicPartition
 from laminar.records import parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
-from laminar.replica.core import ReplicaCore, founding_state
+from laminar.replica.core import NodeLiveness, ReplicaCore, founding_state
 from laminar.replica.messages import ProduceReply, ProduceStatus, Ready, Removed
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.committed import read_committed, remove_committed, write_committed
@@ -213,6 +213,13 @@ class Replica:
     None when its log is not a :class:`SegmentLog` (no file is kept then)."""
 
 
+SYNCFS_BATCH_MIN = 4
+"""A flush round syncing at least this many logs makes them durable with one
+``syncfs`` of the data directory's filesystem instead of an fsync (or three, with a
+state change) per log: when thousands of groups change configuration or elect at
+once, per-log fsyncs queued on the pool for seconds and every round's messages
+waited for them."""
+
 FOUNDING_CHUNK = 256
 """Founding replicas created per job on the thread pool (one filesystem sync each):
 small enough that the first partitions start while the rest are being written."""
@@ -242,6 +249,7 @@ class ReplicaHost:
         log_factory: LogFactory = SegmentLog.open,
         clock: Callable[[], float] | None = None,
         retention_of: Callable[[PartitionKey], Retention] = lambda key: (None, None),
+        peer_alive: Callable[[str], bool] = lambda node_id: False,
     ) -> None:
         self.node_id = NodeId(node_id)
         self._data_dir = data_dir
@@ -280,6 +288,7 @@ class ReplicaHost:
         self._targets: dict[PartitionKey, tuple[str, ...]] = {}
         self._fenced: dict[PartitionKey, FencedReplica] = {}
         self._creating: set[PartitionKey] = set()
+        self._liveness = _HostLiveness(self, peer_alive)
         self._closed = False
         self.counters: dict[str, int] = {
             "fsyncs": 0,
@@ -389,6 +398,7 @@ class ReplicaHost:
             initial=initial,
             limits=self._log_config.limits,
             founding=founding,
+            liveness=self._liveness,
         )
         replica = Replica(key, directory, log, core)
         if isinstance(log, SegmentLog):
@@ -571,6 +581,7 @@ class ReplicaHost:
     def on_bundle(self, source: str, bundle: PeerBundle) -> None:
         """Peer messages arrived (called by the transport)."""
         now = self._now()
+        self._liveness.heard[NodeId(source)] = now
         for item, message in bundle.items():
             key = _partition_key(item)
             replica = self._replicas.get(key)
@@ -892,10 +903,13 @@ class ReplicaHost:
     # ------------------------------------------------------------------ the loop
 
     async def _tick_loop(self) -> None:
-        interval = max(self._config.heartbeat_interval_ms // 2, 5) / 1000
+        interval_ms = max(self._config.heartbeat_interval_ms // 2, 5)
+        due = self._now() + interval_ms
         while not self._closed:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(interval_ms / 1000)
             now = self._now()
+            self._liveness.note_lag(now - due, now)  # before any timer acts on it
+            due = now + interval_ms
             self._tick_due(now)
             if self._fenced:
                 self._reopen_fenced(now)
@@ -974,13 +988,21 @@ class ReplicaHost:
         return result
 
     async def _sync_pool(self, replicas: list[Replica]) -> list[object]:
-        """Fsync the logs of ``replicas`` in parallel in the thread pool."""
+        """Fsync the logs of ``replicas`` in parallel in the thread pool; from
+        :data:`SYNCFS_BATCH_MIN` segment logs on, one ``syncfs`` for all of them."""
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
-        results = await asyncio.gather(
-            *(loop.run_in_executor(self._pool, replica.log.sync) for replica in replicas),
-            return_exceptions=True,
-        )
+        logs = [replica.log for replica in replicas]
+        segment_logs = [log for log in logs if isinstance(log, SegmentLog)]
+        if len(segment_logs) == len(logs) and len(logs) >= SYNCFS_BATCH_MIN:
+            results = await loop.run_in_executor(
+                self._pool, _sync_together, self._data_dir, segment_logs
+            )
+        else:
+            results = await asyncio.gather(
+                *(loop.run_in_executor(self._pool, log.sync) for log in logs),
+                return_exceptions=True,
+            )
         self._note_fsync_time(started)
         return list(results)
 
@@ -1125,6 +1147,64 @@ def _write_committed_files(changes: list[tuple[str, int]]) -> None:
             write_committed(directory, offset)
         except OSError as error:
             _LOG.debug("committed file not written dir=%s error=%s", directory, error)
+
+
+class _HostLiveness(NodeLiveness):
+    """The node-level liveness every core of the host shares (see
+    :class:`~laminar.replica.core.NodeLiveness`): frames from each peer, the event
+    loop's lag, and membership."""
+
+    LAG_DECAY_MS = 2_000
+    """How long the loop's worst recent lag counts, fading linearly."""
+
+    def __init__(self, host: ReplicaHost, peer_alive: Callable[[str], bool]) -> None:
+        self.heard: dict[NodeId, int] = {}
+        self._peer_alive = peer_alive
+        self._lag_ms = 0.0
+        self._lag_at_ms = 0
+        # A lag this long makes the node's timers untrustworthy: a quarter of the
+        # shortest election timeout.
+        self._tolerated_ms = max(1.0, host._config.election_timeout_min_ms / 4)
+        self._clock = host.now_ms
+
+    def note_lag(self, lag_ms: int, now_ms: int) -> None:
+        if lag_ms >= self._current_lag(now_ms):
+            self._lag_ms, self._lag_at_ms = float(lag_ms), now_ms
+
+    def _current_lag(self, now_ms: int) -> float:
+        faded = self._lag_ms * (1 - (now_ms - self._lag_at_ms) / self.LAG_DECAY_MS)
+        return max(0.0, faded)
+
+    def peer_heard_ms(self, peer: NodeId) -> int:
+        return self.heard.get(peer, -(2**62))
+
+    def slowness(self) -> float:
+        lag = self._current_lag(self._clock())
+        return 1.0 if lag <= self._tolerated_ms else lag / self._tolerated_ms
+
+    def peer_alive(self, peer: NodeId) -> bool:
+        return self._peer_alive(str(peer))
+
+
+def _sync_together(data_dir: str, logs: Sequence[SegmentLog]) -> list[object]:
+    """(Thread pool.) Sync many logs with one filesystem sync; per log None or the
+    error that makes it fail (a failed ``syncfs`` fails them all: nothing of the
+    round can be trusted, as with a failed fsync)."""
+    results: list[object] = []
+    tickets: list[tuple[SegmentLog, int]] = []
+    for log in logs:
+        try:
+            tickets.append((log, log.begin_sync()))
+            results.append(None)
+        except Exception as error:
+            results.append(error)
+    try:
+        sync_filesystem(data_dir)
+    except OSError as error:
+        return [error if result is None else result for result in results]
+    for log, ticket in tickets:
+        log.end_sync(ticket)
+    return results
 
 
 def _create_founding_logs(

@@ -215,6 +215,8 @@ class Node:
         self.cluster_id: str = identity.cluster_id
         self.membership = membership
         self.metadata = MetadataState()
+        self._alive_peers: set[str] = set()
+        """Members alive or suspect by gossip: the cores' node-level liveness."""
         self.host = ReplicaHost(
             self.node_id,
             config.data_dir,
@@ -229,6 +231,7 @@ class Node:
             log_factory=log_factory,
             clock=clock,
             retention_of=self._retention_of,
+            peer_alive=self._alive_peers.__contains__,
         )
         self.transport = PeerTransport(
             self.node_id,
@@ -456,7 +459,10 @@ class Node:
             self.host.hint_leader_dead(node_id)
         if event.kind is EventKind.LEFT:
             self.transport.forget(node_id)
-        current = {member.node_id for member in self.membership.view()}
+        view = self.membership.view()
+        self._alive_peers.clear()
+        self._alive_peers.update(m.node_id for m in view if not m.state.is_gone)
+        current = {member.node_id for member in view}
         for gone in self._known_members - current:  # reaped: its link goes too
             self.transport.forget(gone)
             self._dead_since_ms.pop(gone, None)

@@ -320,6 +320,39 @@ def test_configuration_history_is_restored_and_cut_at_the_log_end() -> None:
     assert again.group_config == GROUP
 
 
+def test_configurations_are_read_back_from_the_log_whatever_the_state_says() -> None:
+    """Configuration saves are staged (no fsync on the loop per change), so on
+    restart the log is the truth for the configurations it holds."""
+    storage = MemoryLog(fsync=False)
+    follower = ReplicaCore(B, storage, CONFIG, now_ms=0, rng=random.Random(2), initial=GROUP)
+    change = GroupConfig((A, B, C), (NodeId("d"),))
+    stamped = with_leader_fields(encode_config(change, 0), 0, 1)
+    follower.step(A, AppendRequest(1, A, 0, -1, stamped, 1, 0), 0)
+    # The batch's page reached the disk, the staged state did not.
+    storage._synced_count = len(storage._batches)
+    survivor = storage.crash()
+    assert msgpack.unpackb(survivor.load_state())["configs"] == [[-1, ["a", "b", "c"], []]]
+    again = ReplicaCore(B, survivor, CONFIG, now_ms=0, rng=random.Random(2), initial=None)
+    assert again.group_config == change
+    # A state that names a configuration the log no longer holds (truncated and
+    # overwritten before the state was saved) loses it on restart.
+    stale = MemoryLog(fsync=False)
+    stale.save_state(
+        msgpack.packb(
+            {
+                "v": 1,
+                "term": 1,
+                "vote": None,
+                "configs": [[-1, ["a", "b", "c"], []], [0, ["a", "b", "c"], ["d"]]],
+                "start": [],
+            }
+        )
+    )
+    stale.append(with_leader_fields(_batch(b"data"), 0, 1), term=1)
+    restarted = ReplicaCore(B, stale, CONFIG, now_ms=0, rng=random.Random(2), initial=None)
+    assert restarted.group_config == GROUP
+
+
 # ---------------------------------------------------------------------- small parts
 
 
