@@ -9,12 +9,16 @@ the high watermark has moved, at most once per ``HostConfig.committed_save_ms``
 per partition (only the changed ones, in one batch for the whole node) and on a
 clean close.
 
-It is written to ``committed.tmp`` and renamed over ``committed``, so a reader
-sees the old value or the new one, never a mix; there is no fsync: after a crash
-the file may hold an older value (or be missing), and an older value is still a
-lower bound. The value may exceed the log's end after a crash that lost unsynced
-appends (only with fsync off); readers cut it to the data they find, and the
-node removes such a file when it opens the log (see ``ReplicaHost.open_replica``).
+It is created as ``committed.tmp`` renamed over ``committed``, then overwritten
+in place (24 bytes at offset 0, within one disk sector): a rename per save cost
+about 0.45 ms of journal work, and a failover that moves thousands of watermarks
+at once spent seconds of a thread on it and slowed the node's filesystem syncs. A
+reader that catches a write half done sees a checksum mismatch and reads again.
+There is no fsync: after a crash the file may hold an older value (or be missing,
+or damaged, which counts as missing), and an older value is still a lower bound.
+The value may exceed the log's end after a crash that lost unsynced appends (only
+with fsync off); readers cut it to the data they find, and the node removes such a
+file when it opens the log (see ``ReplicaHost.open_replica``).
 
 Layout (24 bytes, little-endian)::
 
@@ -92,14 +96,31 @@ def decode_committed(data: bytes, path: str) -> int:
 
 
 def write_committed(directory: str, offset: int) -> None:
-    """Atomically replace ``directory``'s committed file with ``offset`` (no fsync:
-    see the module docstring). Raises ``OSError`` (e.g. the directory is gone)."""
+    """Set ``directory``'s committed file to ``offset``: in place when it exists,
+    else created whole by rename (no fsync: see the module docstring). Raises
+    ``OSError`` (e.g. the directory is gone)."""
     path = os.path.join(directory, COMMITTED_FILE)
-    temporary = path + _TEMPORARY_SUFFIX
     data = encode_committed(offset)
+    try:
+        descriptor = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        _create(path, data)
+        return
+    try:
+        in_place = os.fstat(descriptor).st_size == FILE_BYTES  # else: replaced whole
+        if in_place and os.pwrite(descriptor, data, 0) != len(data):  # never split in practice
+            raise OSError(f"short write to {path}")
+    finally:
+        os.close(descriptor)
+    if not in_place:
+        _create(path, data)
+
+
+def _create(path: str, data: bytes) -> None:
+    temporary = path + _TEMPORARY_SUFFIX
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        if os.write(descriptor, data) != len(data):  # 24 bytes: never split in practice
+        if os.write(descriptor, data) != len(data):
             raise OSError(f"short write to {temporary}")
     finally:
         os.close(descriptor)
@@ -113,12 +134,27 @@ def read_committed(directory: str) -> int | None:
     :class:`CommittedFileError` for a damaged file, ``OSError`` when it cannot be read.
     """
     path = os.path.join(directory, COMMITTED_FILE)
+    for _ in range(_READ_ATTEMPTS - 1):
+        data = _read_bytes(path)
+        if data is None:
+            return None
+        with contextlib.suppress(CommittedFileError):  # maybe a write under way
+            return decode_committed(data, path)
+    data = _read_bytes(path)
+    return None if data is None else decode_committed(data, path)
+
+
+def _read_bytes(path: str) -> bytes | None:
     try:
         with open(path, "rb") as file:
-            data = file.read(FILE_BYTES + 1)
+            return file.read(FILE_BYTES + 1)
     except FileNotFoundError:
         return None
-    return decode_committed(data, path)
+
+
+_READ_ATTEMPTS = 3
+"""Reads of a file whose checksum fails (a node may be overwriting it) before it
+counts as damaged."""
 
 
 def remove_committed(directory: str) -> None:

@@ -66,18 +66,18 @@ from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.fallocate import reserve
 from laminar.segment.index import SparseIndex
 from laminar.segment.offsets import check_read_range, check_term
+from laminar.segment.statefile import STATE_FILE, StateFile, fsync_directory
 from laminar.segment.storage import Buffer
 
 _LOG = logging.getLogger(__name__)
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
-_STATE_FILE = "state"
 
 
 def has_state(directory: str) -> bool:
     """Whether ``directory`` holds a log's state file. Every replica writes one when
     it is created, so a log directory without one is a creation a crash interrupted
     (:meth:`SegmentLog.create_unsynced` before its batch was synced)."""
-    return os.path.exists(os.path.join(directory, _STATE_FILE))
+    return os.path.exists(os.path.join(directory, STATE_FILE))
 
 
 def sync_filesystem(path: str) -> None:
@@ -113,6 +113,15 @@ _UNRESERVED = 2**63 - 1  # _Segment.allocated when blocks are not reserved
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SyncTicket:
+    """What :meth:`SegmentLog.begin_sync` wrote: the appends and the state save
+    that the caller's filesystem sync makes durable."""
+
+    appends: int
+    state: int | None
 
 
 @dataclass(slots=True, eq=False)
@@ -202,9 +211,10 @@ class SegmentLog:
         self._synced = 0
         self._syncing = False
         self._last_sync_ms = clock_ms()
-        self._directory_descriptor = os.open(directory, os.O_RDONLY)
         self._reserving = True  # until the filesystem refuses fallocate
         self._sync_creation = True  # False only inside create_unsynced
+        self._state_file = StateFile(directory)
+        self._created_state: int | None = None  # create_unsynced's state ticket
 
     # ------------------------------------------------------------------ opening
 
@@ -245,13 +255,19 @@ class SegmentLog:
         log._sync_creation = False
         try:
             log._recover(0)
-            log._write_state(state)
+            log._created_state = log._write_state(state, sync=False)
         except BaseException:
             log._close_files()
             raise
         finally:
             log._sync_creation = True
         return log
+
+    def created(self) -> None:
+        """(After :meth:`create_unsynced`.) The filesystem was synced since."""
+        if self._created_state is not None:
+            self._state_file.durable(self._created_state)
+            self._created_state = None
 
     def _recover(self, initial_offset: int) -> None:
         bases = self._discover()
@@ -389,7 +405,7 @@ class SegmentLog:
         path = os.path.join(self._directory, f"{base_offset:020d}.log")
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         if self._sync_creation:
-            os.fsync(self._directory_descriptor)
+            fsync_directory(self._directory)
         _LOG.debug("segment created path=%s", path)
         return _Segment(
             base_offset,
@@ -611,7 +627,7 @@ class SegmentLog:
             self._write_state(staged)
         self._sync_through(ticket)
 
-    def begin_sync(self) -> int:
+    def begin_sync(self) -> SyncTicket:
         """The first half of a sync shared by many logs: write the staged state
         without fsync and return a ticket; once the caller has made the filesystem
         durable (:func:`sync_filesystem`), :meth:`end_sync` with it marks every
@@ -621,18 +637,17 @@ class SegmentLog:
             self._check_open()
             ticket = self._written
             staged, self._staged_state = self._staged_state, None
+        state_ticket = None
         if staged is not None:
-            self._sync_creation = False
-            try:
-                self._write_state(staged)
-            finally:
-                self._sync_creation = True
-        return ticket
+            state_ticket = self._write_state(staged, sync=False)
+        return SyncTicket(ticket, state_ticket)
 
-    def end_sync(self, ticket: int) -> None:
+    def end_sync(self, ticket: SyncTicket) -> None:
         """The filesystem was synced after :meth:`begin_sync` returned ``ticket``."""
+        if ticket.state is not None:
+            self._state_file.durable(ticket.state)
         with self._sync_condition:
-            self._synced = max(self._synced, ticket)
+            self._synced = max(self._synced, ticket.appends)
             self._last_sync_ms = self._clock_ms()
             self._sync_condition.notify_all()
 
@@ -709,7 +724,7 @@ class SegmentLog:
             path = segment.path(suffix)
             if os.path.exists(path):
                 os.unlink(path)
-        os.fsync(self._directory_descriptor)
+        fsync_directory(self._directory)
         if self._readers:
             self._graveyard.append(segment.descriptor)
         else:
@@ -981,30 +996,17 @@ class SegmentLog:
             self._check_open()
             self._staged_state = bytes(state)
 
-    def _write_state(self, state: bytes) -> None:
-        path = os.path.join(self._directory, _STATE_FILE)
-        temporary = path + ".tmp"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _pwrite_all(descriptor, [state], 0)
-            if self._sync_creation:
-                os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.replace(temporary, path)
-        if self._sync_creation:
-            os.fsync(self._directory_descriptor)
+    def _write_state(self, state: bytes, *, sync: bool = True) -> int:
+        """Write ``state`` (in place: see :mod:`laminar.segment.statefile`);
+        durable on return when ``sync``. Returns the state file's write ticket."""
+        return self._state_file.write(state, sync=sync)
 
     def load_state(self) -> bytes | None:
         with self._lock:
             self._check_open()
             if self._staged_state is not None:
                 return self._staged_state
-        try:
-            with open(os.path.join(self._directory, _STATE_FILE), "rb") as file:
-                return file.read()
-        except FileNotFoundError:
-            return None
+        return self._state_file.load()
 
     # ------------------------------------------------------------------ closing
 
@@ -1028,7 +1030,6 @@ class SegmentLog:
         for descriptor in self._graveyard:
             os.close(descriptor)
         self._graveyard.clear()
-        os.close(self._directory_descriptor)
 
     def _bury_locked(self) -> None:
         if not self._readers and self._graveyard:
@@ -1106,13 +1107,6 @@ def _advance_verified(segment: _Segment, start: int, end: int) -> None:
     """
     if start <= segment.verified_bytes < end:
         segment.verified_bytes = end
-
-
-def _pwrite_all(descriptor: int, buffers: list[Buffer], position: int) -> None:
-    """``pwritev`` until every byte is written (it may write less than asked)."""
-    written = os.pwritev(descriptor, buffers, position)
-    if written != sum(map(len, buffers)):
-        _pwrite_rest(descriptor, buffers, position, written)
 
 
 def _pwrite_rest(descriptor: int, buffers: list[Buffer], position: int, written: int) -> None:

@@ -10,6 +10,7 @@ import pytest
 from laminar.records import encode_batch
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.segment import committed as committed_module
 from laminar.segment.committed import (
     COMMITTED_FILE,
     FILE_BYTES,
@@ -35,6 +36,34 @@ def test_round_trip_and_replace(tmp_path: Path) -> None:
     assert read_committed(str(tmp_path)) == 2**63 - 1
     assert sorted(os.listdir(tmp_path)) == [COMMITTED_FILE]  # no temporary left behind
     assert os.path.getsize(tmp_path / COMMITTED_FILE) == FILE_BYTES
+
+
+def test_later_saves_overwrite_the_file_in_place_and_a_misshapen_one_is_replaced(
+    tmp_path: Path,
+) -> None:
+    write_committed(str(tmp_path), 5)
+    inode = os.stat(tmp_path / COMMITTED_FILE).st_ino
+    write_committed(str(tmp_path), 6)  # no rename: about 0.45 ms of journal work each
+    assert os.stat(tmp_path / COMMITTED_FILE).st_ino == inode
+    assert read_committed(str(tmp_path)) == 6
+    (tmp_path / COMMITTED_FILE).write_bytes(b"short")
+    write_committed(str(tmp_path), 7)
+    assert read_committed(str(tmp_path)) == 7
+    assert os.path.getsize(tmp_path / COMMITTED_FILE) == FILE_BYTES
+
+
+def test_a_reader_that_catches_a_write_half_done_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_committed(str(tmp_path), 41)
+    good = (tmp_path / COMMITTED_FILE).read_bytes()
+    torn = good[:8] + encode_committed(42)[8:12] + good[12:]  # half the new offset
+    reads = iter([torn, good])
+    monkeypatch.setattr(committed_module, "_read_bytes", lambda path: next(reads))
+    assert read_committed(str(tmp_path)) == 41
+    monkeypatch.setattr(committed_module, "_read_bytes", lambda path: torn)
+    with pytest.raises(CommittedFileError, match="checksum"):
+        read_committed(str(tmp_path))  # torn every time: damaged
 
 
 @pytest.mark.parametrize(

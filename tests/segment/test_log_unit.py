@@ -34,6 +34,7 @@ from laminar.errors import (
 )
 from laminar.records import HEADER_BYTES, BatchLimits, parse_header, with_leader_fields
 from laminar.segment import FsyncPolicy, LogConfig, MemoryLog, SegmentLog
+from laminar.segment.statefile import StateFile, decode_slot
 from tests.segment.support import (
     FakeClock,
     RecordSpec,
@@ -939,12 +940,13 @@ def test_save_state_is_synced_then_renamed_then_directory_synced(
     assert "state.tmp" not in spy.directory_listings[-1]
 
 
-@pytest.mark.parametrize("failing", ["fsync", "replace"])
-def test_failed_save_state_keeps_the_previous_state(
+@pytest.mark.parametrize("failing", ["fdatasync", "pwrite"])
+def test_a_failed_save_state_never_touches_the_durable_state(
     open_log: Callable[..., SegmentLog], monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
     log = open_log()
     log.save_state(b"old")
+    log.save_state(b"older than new")
 
     def fail(*_: object) -> None:
         raise OSError("disk on fire")
@@ -953,12 +955,17 @@ def test_failed_save_state_keeps_the_previous_state(
         patch.setattr(os, failing, fail)
         with pytest.raises(OSError, match="disk on fire"):
             log.save_state(b"new")
-    assert log.load_state() == b"old"
-    assert "state.tmp" in os.listdir(log.directory)
+    # Written in place over the slot that was not the durable one: the durable
+    # state is intact whatever the failed write left (a later save reuses the slot).
+    data = (Path(log.directory) / "state").read_bytes()
+    size = len(data) // 2
+    held = [decode_slot(data[i * size : (i + 1) * size], size) for i in (0, 1)]
+    assert (2, b"older than new") in held
+    assert StateFile(log.directory).load() in (b"older than new", b"new")
+    log.save_state(b"next")
     log.close()
     reopened = open_log()
-    assert reopened.load_state() == b"old"
-    assert "state.tmp" not in os.listdir(reopened.directory)  # stray temporary removed
+    assert reopened.load_state() == b"next"
 
 
 # ---------------------------------------------------------------------------- MemoryLog
