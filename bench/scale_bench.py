@@ -91,7 +91,7 @@ def settled(client: Client, partitions: int) -> tuple[bool, list[int]]:
 def role_change_lines(node: NodeProcess, since_bytes: int) -> int:
     with open(node.log_path, "rb") as file:
         file.seek(since_bytes)
-        return sum(1 for line in file if b"RoleChanged" in line or b"role change" in line)
+        return sum(1 for line in file if b"RoleChanged" in line or b"replica events:" in line)
 
 
 def failover(
@@ -124,10 +124,19 @@ def failover(
         for partition in range(partitions):
             producer.send(TOPIC, b"after-kill", partition=partition, callback=done)
         producer.flush()
+    times = sorted(at - killed for at in acked.values())
+    if times:
+        quantiles = {q: times[min(len(times) - 1, int(q * len(times)))] for q in (0.5, 0.9, 0.99)}
+        print(
+            "failover: acknowledged after "
+            + ", ".join(f"p{int(q * 100)} {at:.2f} s" for q, at in quantiles.items())
+            + f", last {times[-1]:.2f} s",
+            flush=True,
+        )
     if errors or len(acked) != partitions:
         print(f"failover: {len(acked)} of {partitions} acknowledged; errors: {errors[:2]}")
         return math.inf, len(acked)
-    return max(acked.values()) - killed, len(acked)
+    return times[-1], len(acked)
 
 
 def run(args: argparse.Namespace) -> dict[str, float]:

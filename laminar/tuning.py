@@ -50,7 +50,8 @@ import importlib.metadata
 import logging
 import os
 import platform
-from collections.abc import MutableMapping
+import resource
+from collections.abc import Callable, MutableMapping
 
 from laminar import libc
 
@@ -139,3 +140,38 @@ def tune_numpy(environ: MutableMapping[str, str] = os.environ) -> None:
     """One BLAS thread for this process (see the module docstring), unless set."""
     for name in NUMPY_THREAD_VARIABLES:
         environ.setdefault(name, "1")
+
+
+OPEN_FILES_LOW = 65_536
+"""Below this hard limit a node says so at start: each replica holds one file open
+per segment (the active one, plus sealed ones while readers use them), and clients,
+peers and sockets need theirs."""
+
+
+def raise_open_files_limit(
+    getrlimit: Callable[[int], tuple[int, int]] | None = None,
+    setrlimit: Callable[[int, tuple[int, int]], None] | None = None,
+) -> tuple[int, str | None]:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit (a node with thousands of
+    partitions needs thousands of descriptors; the usual soft default is 1,024).
+
+    Returns the soft limit now in force and a warning to print when the limit is
+    low (None otherwise). The functions are parameters for tests.
+    """
+    get = getrlimit or resource.getrlimit
+    put = setrlimit or resource.setrlimit
+    soft, hard = get(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            put(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as error:
+            return soft, f"could not raise the open files limit from {soft} to {wanted}: {error}"
+    if soft != resource.RLIM_INFINITY and soft < OPEN_FILES_LOW:
+        return soft, (
+            f"the open files limit is {soft} (hard limit {hard}); a node holds about one "
+            f"per partition replica plus connections: raise it (ulimit -n, or LimitNOFILE= "
+            f"in a systemd unit) to at least {OPEN_FILES_LOW} for thousands of partitions"
+        )
+    return soft, None

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import platform
+import resource
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from laminar.tuning import GRPC_EXPERIMENTS, tune_allocator, tune_grpc, tune_numpy
+from laminar.tuning import (
+    GRPC_EXPERIMENTS,
+    raise_open_files_limit,
+    tune_allocator,
+    tune_grpc,
+    tune_numpy,
+)
 
 # Megabyte-sized blocks of varying size, two alive at a time, above a heap of
 # smaller blocks: the allocation pattern of a node serving fetches. Prints the
@@ -89,3 +96,27 @@ def test_tune_numpy_keeps_one_blas_thread_unless_the_operator_chose() -> None:
     environ: dict[str, str] = {"OMP_NUM_THREADS": "4"}
     tune_numpy(environ)
     assert environ == {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit_and_a_low_one_is_reported() -> None:
+    limits = {resource.RLIMIT_NOFILE: (1024, 1_048_576)}
+
+    def get(which: int) -> tuple[int, int]:
+        return limits[which]
+
+    def put(which: int, value: tuple[int, int]) -> None:
+        limits[which] = value
+
+    assert raise_open_files_limit(get, put) == (1_048_576, None)
+    assert limits[resource.RLIMIT_NOFILE] == (1_048_576, 1_048_576)
+    limits[resource.RLIMIT_NOFILE] = (1024, 4096)
+    soft, warning = raise_open_files_limit(get, put)
+    assert soft == 4096
+    assert warning is not None and "4096" in warning and "ulimit -n" in warning
+
+    def refuse(which: int, value: tuple[int, int]) -> None:
+        raise ValueError("not allowed")
+
+    limits[resource.RLIMIT_NOFILE] = (1024, 1_048_576)
+    soft, warning = raise_open_files_limit(get, refuse)
+    assert soft == 1024 and warning is not None and "not allowed" in warning

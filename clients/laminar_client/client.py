@@ -251,6 +251,8 @@ class MetadataCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
+        self._refreshes_started = 0  # refreshes begun (a count, under _lock)
+        self._latest_refresh_started = 0  # the number of the last one that completed
         self._snapshot: ClusterMetadata | None = None
         self._generation = 0
         self._fetched_at_s = 0.0
@@ -280,6 +282,12 @@ class MetadataCache:
                 and self._clock() - self._fetched_at_s < self._max_age_s
             )
 
+    def refreshed_within(self, age_s: float) -> bool:
+        """Whether a refresh completed in the last ``age_s`` seconds (stale since or
+        not): a caller that can live with that answer need not ask again."""
+        with self._lock:
+            return self._snapshot is not None and self._clock() - self._fetched_at_s < age_s
+
     def get(self, timeout_s: float, focus: tuple[str, int] | None = None) -> ClusterMetadata:
         """The current snapshot, refreshed first (about ``focus``) if missing or stale."""
         with self._lock:
@@ -294,17 +302,27 @@ class MetadataCache:
         deadline = _Deadline(timeout_s, self._clock)
         with self._lock:
             generation = self._generation
+            asked = self._refreshes_started
         if not self._refresh_lock.acquire(timeout=max(0.0, deadline.remaining_s())):
             raise UnavailableError("timed out waiting for another metadata refresh")
         try:
             with self._lock:
-                if (
-                    self._generation != generation
-                    and not self._stale
-                    and self._snapshot is not None
+                snapshot = self._snapshot
+                if snapshot is not None and (
+                    self._latest_refresh_started > asked
+                    or (self._generation != generation and not self._stale)
                 ):
-                    return self._snapshot  # another caller refreshed while this one waited
-            return self._refresh(deadline, focus)
+                    # Another caller refreshed while this one waited: its answer is as
+                    # new as the one this call asked for, even if an error marked it
+                    # stale since (during a failover hundreds of callers would
+                    # otherwise refresh one after another).
+                    return snapshot
+                self._refreshes_started += 1
+                started = self._refreshes_started
+            snapshot = self._refresh(deadline, focus)
+            with self._lock:
+                self._latest_refresh_started = started
+            return snapshot
         finally:
             self._refresh_lock.release()
 

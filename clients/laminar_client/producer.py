@@ -96,6 +96,13 @@ _RECORD_OVERHEAD_BYTES = 16
 two lengths), counted against ``batch_bytes_max`` and ``buffer_bytes_max``."""
 _PRODUCER_ID_MAX = 2**63 - 1
 _RESPONSE_MARGIN_S = 0.5
+ELECTION_RETRY_S = 0.05
+"""The wait before asking again for a partition whose leader is unknown or gone
+(the first backoff of the retry policy if shorter)."""
+REFRESH_INTERVAL_MIN_S = 0.1
+"""The producer refreshes metadata (when an error made it stale) at most this often:
+during a failover every failed batch marks it stale, and refreshing for each one
+in turn let through ~60 batches a second."""
 _EVENT_LOCK = threading.Lock()
 
 
@@ -595,6 +602,8 @@ class _Core:
         self._senders: dict[tuple[str, int], PartitionSender[_Batch]] = {}
         self._active: dict[tuple[str, int], PartitionSender[_Batch]] = {}
         self._attempts: set[asyncio.Task[None]] = set()
+        self._deferred: list[tuple[PartitionSender[_Batch], _Batch]] = []
+        """Batches waiting for one metadata refresh before they are sent (in order)."""
         self._waker: asyncio.Future[None] | None = None
         self._woken = False
         self._task: asyncio.Task[None] | None = None
@@ -681,11 +690,42 @@ class _Core:
         at most one batch per partition in a request; a partition's later batches go
         in later requests, started after, so that they arrive in order. The others
         go alone, each routing itself."""
-        cache = self._client.cache
-        if not (self._many and len(outgoing) > 1 and cache.fresh()):
+        if self._deferred:  # behind batches waiting for a refresh: keep the order
+            self._deferred.extend(outgoing)
+            return
+        if not (self._many and len(outgoing) > 1):
             for item in outgoing:
                 self._spawn(*item)
             return
+        cache = self._client.cache
+        if not cache.fresh() and not cache.refreshed_within(REFRESH_INTERVAL_MIN_S):
+            # One refresh for all of them, then grouped by leader (each routing
+            # itself would refresh once per batch and send one request each: a
+            # failover of thousands of partitions was throttled by refreshes).
+            self._deferred.extend(outgoing)
+            task = asyncio.get_running_loop().create_task(self._dispatch_after_refresh())
+            self._attempts.add(task)
+            task.add_done_callback(self._attempts.discard)
+            return
+        self._dispatch_grouped(outgoing)
+
+    async def _dispatch_after_refresh(self) -> None:
+        """Refresh the metadata once, then send what was deferred meanwhile."""
+        try:
+            deadline_s = min(batch.deadline_s for _, batch in self._deferred)
+            with contextlib.suppress(LaminarError):  # each batch then routes itself
+                timeout_s = max(0.001, deadline_s - time.monotonic())
+                await asyncio.to_thread(self._client.cache.refresh, timeout_s)
+        except asyncio.CancelledError:
+            outgoing, self._deferred = self._deferred, []
+            for sender, batch in outgoing:
+                if batch.state is State.SENDING:
+                    sender.failed(batch, ClientClosedError("producer closed before sending"))
+            raise
+        outgoing, self._deferred = self._deferred, []
+        self._dispatch_grouped(outgoing)
+
+    def _dispatch_grouped(self, outgoing: list[tuple[PartitionSender[_Batch], _Batch]]) -> None:
         by_partition: dict[tuple[str, int], list[tuple[PartitionSender[_Batch], _Batch]]] = {}
         for item in outgoing:
             by_partition.setdefault((item[1].topic, item[1].partition), []).append(item)
@@ -826,7 +866,7 @@ class _Core:
     async def _target(self, batch: _Batch) -> str:
         cache = self._client.cache
         focus = (batch.topic, batch.partition)
-        if not cache.fresh():
+        if not cache.fresh() and not cache.refreshed_within(REFRESH_INTERVAL_MIN_S):
             timeout_s = max(0.001, batch.deadline_s - time.monotonic())
             await asyncio.to_thread(cache.refresh, timeout_s, focus)
         targets = cache.write_targets(batch.topic, batch.partition, 0.0, refresh=False)
@@ -839,6 +879,7 @@ class _Core:
         cache = self._client.cache
         now_s = time.monotonic()
         redirect = False
+        electing = False
         if isinstance(error, UnknownTopicOrPartitionError):
             if batch.unknown_since_s is None:
                 batch.unknown_since_s = now_s
@@ -854,6 +895,11 @@ class _Core:
             else:
                 cache.drop_hints_to(address)
                 cache.invalidate()
+                # No leader to go to: an election. A node holds a write while its
+                # group elects (it answers with the winner), so asking again soon
+                # costs little; an exponential backoff made the batches of a
+                # failed node's partitions wait up to a second after the election.
+                electing = True
         elif isinstance(error, NoAnswerError) and address is not None:
             cache.node_failed(address)
             redirect = batch.retries == 0
@@ -866,9 +912,12 @@ class _Core:
             cache.invalidate()
         kind = sender.failed(batch, error)
         if kind is not Verdict.FATAL:
-            batch.backoff_s = (
-                0.0 if redirect else self._retry.backoff_ms(batch.retries, self._rng) / 1000
-            )
+            if redirect:
+                batch.backoff_s = 0.0
+            elif electing:
+                batch.backoff_s = min(ELECTION_RETRY_S, self._retry.backoff_ms(0, self._rng) / 1000)
+            else:
+                batch.backoff_s = self._retry.backoff_ms(batch.retries, self._rng) / 1000
             batch.retries += 1
 
     async def close(self, timeout_s: float | None) -> None:

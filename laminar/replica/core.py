@@ -174,6 +174,10 @@ class NodeLiveness:
       quiesced follower does not campaign while its leader's node is alive: it
       learns of the leader's death from membership, and otherwise its periodic
       wake-up would wake every idle group once a minute.
+    - :meth:`peer_dead`: membership declared ``peer``'s node dead. A leader may
+      quiesce without it (its other voters caught up, a majority with itself)
+      instead of heartbeating it until placement moves the replica away;
+      :meth:`ReplicaCore.peer_returned` wakes the group when it is back.
 
     None of this touches safety: votes, leases and commits stay per group.
     """
@@ -184,11 +188,17 @@ class NodeLiveness:
     def peer_alive(self, peer: NodeId) -> bool:
         return False
 
+    def peer_dead(self, peer: NodeId) -> bool:
+        return False
+
     def slowness(self) -> float:
         return 1.0
 
 
 _NO_LIVENESS = NodeLiveness()
+
+SLOWNESS_STRETCH_MAX = 8.0
+"""Election timeouts stretch with the node's slowness up to this factor."""
 
 GROUP_SILENCE_MAX_TIMEOUTS = 10
 """A follower waits at most this many maximum election timeouts for its group's
@@ -347,12 +357,15 @@ class ReplicaCore:
         self._transfer_backoff_until = 0
         self._quiesced = False
         self._successor = False  # named to succeed a leader membership declared dead
+        self.last_leader: NodeId | None = self.leader
+        """The leader this replica last heard from (kept while it campaigns: its
+        timeout may fire before membership declares that leader dead)."""
         if founding:
             assert initial is not None
             if initial.voters[0] == node_id:
                 self._become_leader()
             else:
-                self.leader = initial.voters[0]
+                self.leader = self.last_leader = initial.voters[0]
                 self._leader_heard_ms = now_ms  # its lease: as if it had just been heard
 
     # ------------------------------------------------------------------ state
@@ -698,6 +711,18 @@ class ReplicaCore:
             self._target_since_ms = now_ms
             self._wake()
 
+    def peer_returned(self, peer: NodeId, now_ms: int) -> None:
+        """Membership says ``peer``'s node is alive again: a leader that quiesced
+        while it was dead wakes up to bring it up to date."""
+        self._now = now_ms
+        if self.role is Role.LEADER and peer in self._progress:
+            self._wake()
+
+    def led_by(self, node: NodeId | str) -> bool:
+        """Whether ``node`` is this replica's leader, or the last one it heard from
+        while it knows of none (campaigning): a death hint about ``node`` concerns it."""
+        return self.leader == node or (self.leader is None and self.last_leader == node)
+
     def hint_leader_dead(self, now_ms: int) -> None:
         """Membership says the leader is dead: forget its lease and campaign soon."""
         self._now = now_ms
@@ -714,10 +739,12 @@ class ReplicaCore:
         random head starts alone, thousands of groups losing their leader together
         split hundreds of votes). It retries a refused pre-vote (a voter not told
         yet keeps the lease) every quarter timeout or so; pre-votes raise no term.
-        The others wait one to two minimum election timeouts, time for the
-        successor to win.
+        The others wait two election timeouts (stretched while the node is slow),
+        time for the successor to win even on a busy node: one that starts early
+        grants the successor's pre-vote and campaigns itself, and two candidates of
+        a two-node majority split the vote.
         """
-        gone = self.leader
+        gone = self.leader if self.leader is not None else self.last_leader
         self._quiesced = False
         self._leader_heard_ms = _NEVER
         voters = self._voters()
@@ -728,7 +755,7 @@ class ReplicaCore:
             spread = self._rng.randint(0, base // 8)
             self._election_deadline = min(self._election_deadline, self._now + spread)
         else:
-            self._election_deadline = self._now + base + self._rng.randint(0, base)
+            self._election_deadline = self._now + 2 * self._election_timeout()
 
     def transfer_leadership(self, target: NodeId, now_ms: int) -> bool:
         """Start handing leadership to ``target`` (a voter); False when not possible."""
@@ -1000,9 +1027,13 @@ class ReplicaCore:
     # ------------------------------------------------------------------ roles
 
     def _election_timeout(self) -> int:
-        return self._rng.randint(
+        """A random election timeout, stretched while the node is slow (its timers
+        fire late and its peers' messages wait in its queue: campaigning then only
+        adds load, see :class:`NodeLiveness`)."""
+        timeout = self._rng.randint(
             self._config.election_timeout_min_ms, self._config.election_timeout_max_ms
         )
+        return int(timeout * min(self._liveness.slowness(), SLOWNESS_STRETCH_MAX))
 
     def _set_role(self, role: Role, leader: NodeId | None) -> None:
         if role is not self.role or leader != self.leader:
@@ -1326,14 +1357,26 @@ class ReplicaCore:
         target = self._target
         if config is None or config.learners:
             return False
-        if target is not None and (set(target) != set(config.voters) or target[0] != self.node_id):
-            return False  # reconfiguration or a preferred-leader transfer is due
-        return all(
-            progress.match_offset == end
-            and progress.reported_watermark == end
-            and not progress.inflight
-            for progress in self._progress.values()
-        )
+        if target is not None:
+            # During the move grace a dead node stays in the target, maybe first.
+            preferred = next((n for n in target if not self._liveness.peer_dead(n)), None)
+            if set(target) != set(config.voters) or preferred != self.node_id:
+                return False  # reconfiguration or a preferred-leader transfer is due
+        settled = 1  # this leader
+        for peer, progress in self._progress.items():
+            if (
+                progress.match_offset == end
+                and progress.reported_watermark == end
+                and not progress.inflight
+            ):
+                settled += peer in config.voters
+            elif not self._liveness.peer_dead(peer) or peer not in config.voters:
+                return False
+            # else: a voter on a node membership declared dead. Heartbeating it until
+            # placement moves its replica away (the move grace) kept thousands of
+            # groups awake after a node failure; :meth:`peer_returned` wakes the
+            # group when it is back.
+        return settled >= len(config.voters) // 2 + 1
 
     def _wake(self) -> None:
         """Leave quiescence: the leader heartbeats again, followers expect it."""
@@ -1495,6 +1538,7 @@ class ReplicaCore:
         self._election_deadline = self._now + self._election_timeout()
         self._quiesced = quiesce and self._config.quiesce
         self._successor = False
+        self.last_leader = leader
 
     def _on_append(self, request: AppendRequest) -> None:
         if request.term < self.term:

@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 
 from laminar.errors import LaminarError
 from laminar.server.config import PRESETS, build_config, load_toml
-from laminar.tuning import tune_allocator, tune_grpc, tune_numpy
+from laminar.tuning import raise_open_files_limit, tune_allocator, tune_grpc, tune_numpy
 
 _T = TypeVar("_T")
+_LOG = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
@@ -112,6 +113,11 @@ def _start(args: argparse.Namespace) -> int:
         tune_allocator()
         tune_grpc()
         tune_numpy()
+        open_files, warning = raise_open_files_limit()
+        if warning is not None:
+            _LOG.warning("%s", warning)
+        else:
+            _LOG.info("open files limit %d", open_files)
         return run_loop(_run(config))
     except LaminarError as error:
         print(f"laminar node: {error}", file=sys.stderr)

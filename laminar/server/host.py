@@ -73,11 +73,18 @@ from laminar.records import parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import NodeLiveness, ReplicaCore, founding_state
-from laminar.replica.messages import ProduceReply, ProduceStatus, Ready, Removed
+from laminar.replica.messages import (
+    ConfigChanged,
+    ProduceReply,
+    ProduceStatus,
+    Ready,
+    Removed,
+    RoleChanged,
+)
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.committed import read_committed, remove_committed, write_committed
 from laminar.segment.config import FsyncPolicy, LogConfig
-from laminar.segment.log import SegmentLog, has_state, sync_filesystem
+from laminar.segment.log import SegmentLog, SyncTicket, has_state, sync_filesystem
 from laminar.segment.storage import LogStorage
 
 _LOG = logging.getLogger(__name__)
@@ -190,6 +197,9 @@ class PartitionOffsets:
 
 
 _NO_WAKE = 2**62
+_NEVER_MS = -(2**62)
+_KEEPALIVE = PeerBundle((), ())
+"""An empty bundle: tells the peer this node is alive and its loop turns."""
 
 
 @dataclass(slots=True)
@@ -205,6 +215,9 @@ class Replica:
     watermark_waiters: set[asyncio.Future[None]] = field(default_factory=set)
     calls: dict[int, asyncio.Future[ProduceReply]] = field(default_factory=dict)
     """Produce calls awaiting their answer, by request id."""
+    leader_waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    """Produce calls refused while the group had no usable leader, waiting for one
+    (see :meth:`ReplicaHost._await_leader`)."""
     closed: bool = False
     wake_ms: int = _NO_WAKE
     """When the host's wake-up heap next ticks this replica (see ``_schedule``)."""
@@ -250,6 +263,7 @@ class ReplicaHost:
         clock: Callable[[], float] | None = None,
         retention_of: Callable[[PartitionKey], Retention] = lambda key: (None, None),
         peer_alive: Callable[[str], bool] = lambda node_id: False,
+        peer_dead: Callable[[str], bool] = lambda node_id: False,
     ) -> None:
         self.node_id = NodeId(node_id)
         self._data_dir = data_dir
@@ -261,6 +275,10 @@ class ReplicaHost:
         self._retention_due_ms = 0
         self._committed_due_ms = 0
         self._committed_saving: asyncio.Future[None] | None = None
+        self._event_log = _EventLog()
+        self._watermark_moved: set[PartitionKey] = set()
+        """Replicas whose high watermark moved since the last committed-file pass
+        (a pass looks at these only, not at every replica)."""
         # The core decides when to fsync (Ready.sync); the log itself never does.
         self._log_config = _without_fsync(log_config)
         self._send = send
@@ -280,19 +298,26 @@ class ReplicaHost:
         replicas, so an idle (quiesced) replica costs nothing between its rare
         wake-ups, however many there are."""
         self._wake_sequence = 0
+        self._tick_interval_ms = max(self._config.heartbeat_interval_ms // 2, 5)
+        self._tick_waiter: asyncio.Future[None] | None = None
+        self._sleep_until_ms = _NO_WAKE  # when the tick loop's current sleep ends
         self._pool = ThreadPoolExecutor(
             max_workers=self.config.fsync_threads, thread_name_prefix="fsync"
         )
+        # Committed files are written by a thread of their own: thousands at once
+        # (a failover moves every watermark) must never delay a flush round's sync.
+        self._files_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="committed")
         self._request_ids = 0
         self._fsync_recent_ms = 0.0  # moving average of fsync rounds' duration
         self._targets: dict[PartitionKey, tuple[str, ...]] = {}
         self._fenced: dict[PartitionKey, FencedReplica] = {}
         self._creating: set[PartitionKey] = set()
-        self._liveness = _HostLiveness(self, peer_alive)
+        self._liveness = _HostLiveness(self, peer_alive, peer_dead)
         self._closed = False
         self.counters: dict[str, int] = {
             "fsyncs": 0,
             "bundles_sent": 0,
+            "keepalives_sent": 0,
             "flush_rounds": 0,
             "storage_failures": 0,
             "produce_refused": 0,
@@ -341,6 +366,7 @@ class ReplicaHost:
         for replica in list(self._replicas.values()):
             _fail_calls(replica, UnavailableError("node shutting down"))
             self._close_replica(replica)
+        self._files_pool.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
         with contextlib.suppress(TimeoutError):
             remaining_s = max(0.0, deadline - loop.time())
@@ -403,6 +429,7 @@ class ReplicaHost:
         replica = Replica(key, directory, log, core)
         if isinstance(log, SegmentLog):
             replica.committed_saved = _load_committed(directory, log.end_offset)
+            self._watermark_moved.add(key)  # the first pass writes it if it is missing
         self._replicas[key] = replica
         target = self._targets.get(key)
         if target is not None:
@@ -415,18 +442,22 @@ class ReplicaHost:
         """Whether :meth:`open_founding` is still creating ``key``'s replica."""
         return key in self._creating
 
+    def reserve_founding(self, keys: Sequence[PartitionKey]) -> None:
+        """Keys that :meth:`open_founding` will create: until then, messages for
+        them are ignored instead of opening a plain replica. (A leader founded
+        elsewhere may replicate before this node's creation runs, behind earlier
+        creations; a plain replica would lack the founding configuration, which is
+        in the founding state and not in the log, and could never campaign.)"""
+        self._creating.update(keys)
+
     async def open_founding(self, groups: Sequence[tuple[PartitionKey, GroupConfig]]) -> None:
         """Create the founding replicas of new partitions (see the module docstring).
 
-        Keys already open (or being created) are skipped. Returns once every
-        replica is open; a chunk whose creation fails is logged and its replicas
-        left to be opened the plain way when their leader first replicates.
+        Keys already open are skipped. Returns once every replica is open; a chunk
+        whose creation fails is logged and its replicas left to be opened the plain
+        way when their leader first replicates.
         """
-        fresh = [
-            (key, group)
-            for key, group in groups
-            if key not in self._replicas and key not in self._creating
-        ]
+        fresh = [(key, group) for key, group in groups if key not in self._replicas]
         if self._log_factory != SegmentLog.open:  # memory logs: nothing to batch
             for key, group in fresh:
                 self.open_replica(key, group)
@@ -458,7 +489,7 @@ class ReplicaHost:
                     self.open_replica(key, group, log=log, founding=True)
                 _LOG.info("created %d founding replicas (%s ...)", len(chunk), chunk[0][0])
         finally:
-            self._creating.difference_update(key for key, _ in fresh)
+            self._creating.difference_update(key for key, _ in groups)  # reserved ones too
 
     def delete_replica(self, key: PartitionKey) -> None:
         """Close the replica and delete its data (topic deleted, or moved away)."""
@@ -542,6 +573,10 @@ class ReplicaHost:
             replica.wake_ms = wake_ms
             self._wake_sequence += 1
             heapq.heappush(self._wakes, (wake_ms, self._wake_sequence, replica.key))
+            if wake_ms < self._sleep_until_ms - self._tick_interval_ms:
+                waiter = self._tick_waiter  # in a long sleep: end it
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
     def _mark(self, replica: Replica) -> None:
         self._schedule(replica)
@@ -610,11 +645,22 @@ class ReplicaHost:
             now = self._now()
             self._input(replica, lambda: replica.core.set_target(nodes, now))
 
+    def peer_returned(self, node_id: str) -> None:
+        """Membership says ``node_id`` is alive again: wake the quiesced groups
+        this node leads that count it as a peer (see ``ReplicaCore.peer_returned``)."""
+        now = self._now()
+        peer = NodeId(node_id)
+        for replica in list(self._replicas.values()):
+            core = replica.core
+            if core.role is Role.LEADER and core.quiesced:
+                self._input(replica, partial(core.peer_returned, peer, now))
+
     def hint_leader_dead(self, node_id: str) -> None:
         now = self._now()
         for replica in list(self._replicas.values()):
-            if replica.core.leader == node_id:
-                self._input(replica, partial(replica.core.hint_leader_dead, now))
+            core = replica.core
+            if core.led_by(node_id):
+                self._input(replica, partial(core.hint_leader_dead, now))
 
     def transfer_leadership(self, key: PartitionKey, target: NodeId) -> None:
         """Ask the replica of ``key``, if it leads, to hand leadership to ``target``."""
@@ -653,7 +699,22 @@ class ReplicaHost:
 
         :meth:`produce_batches` for one batch, written out: it is every write's path.
         """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         replica = self._admit(key, 1)
+        reply = await self._propose_one(replica, batch, acks, timeout_s)
+        if reply.status is ProduceStatus.NOT_LEADER and self._leader_unusable(replica):
+            # An election is under way: answer with its outcome, not a refusal the
+            # client would retry blindly (with backoff) until it learns of it.
+            remaining = timeout_s - (loop.time() - started)
+            if await self._await_leader(replica, remaining):
+                replica = self._admit(key, 1)
+                reply = await self._propose_one(replica, batch, acks, remaining)
+        return _result(reply, batch)
+
+    async def _propose_one(
+        self, replica: Replica, batch: bytes, acks: Acks, timeout_s: float
+    ) -> ProduceReply:
         self._request_ids += 1
         request_id = self._request_ids
         loop = asyncio.get_running_loop()
@@ -665,11 +726,40 @@ class ReplicaHost:
         # A bare timer: a third of asyncio.timeout's cost (7 µs less per write here).
         timer = loop.call_later(timeout_s, _time_out, future, timeout_s)
         try:
-            reply = await future
+            return await future
         finally:
             timer.cancel()
             replica.calls.pop(request_id, None)
-        return _result(reply, batch)
+
+    def _leader_unusable(self, replica: Replica) -> bool:
+        """The group has no leader a client could be sent to: none known, or one on
+        a node membership declared dead or this node has not heard from for the
+        minimum election timeout (keepalives come four times as often): an
+        election is due or under way."""
+        leader = replica.core.leader
+        if replica.closed or leader == self.node_id:
+            return False
+        if leader is None or self._liveness.peer_dead(leader):
+            return True
+        silence = self._now() - self._liveness.peer_heard_ms(leader)
+        return silence > self._config.election_timeout_min_ms
+
+    async def _await_leader(self, replica: Replica, timeout_s: float) -> bool:
+        """Wait (at most three quarters of ``timeout_s``, and four maximum election
+        timeouts) until the group has a usable leader; whether it has one now."""
+        wait_s = min(0.75 * timeout_s, 4 * self._config.election_timeout_max_ms / 1000)
+        if wait_s <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        replica.leader_waiters.add(waiter)
+        timer = loop.call_later(wait_s, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            replica.leader_waiters.discard(waiter)
+        return not self._leader_unusable(replica)
 
     async def produce_batches(
         self, key: PartitionKey, batches: Sequence[bytes], acks: Acks, timeout_s: float
@@ -698,16 +788,50 @@ class ReplicaHost:
                 begun.append(self._begin_produce(key, batches, acks))
             except LaminarError as error:
                 begun.append(error)
-        self._produce_round(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self._produce_round(loop)
+        # One deadline for the whole request: waiting for each partition in turn with
+        # a timeout of its own made a request with many stuck partitions wait many
+        # timeouts, past the client's deadline, losing the answers of the others.
+        deadline = loop.time() + timeout_s
         outcomes: list[list[ProduceResult] | LaminarError] = []
         for item in begun:
             if isinstance(item, LaminarError):
                 outcomes.append(item)
                 continue
             try:
-                outcomes.append(await self._await_produce(item, timeout_s))
+                remaining = max(0.0, deadline - loop.time())
+                outcomes.append(await self._await_produce(item, remaining, timeout_s))
             except LaminarError as error:
                 outcomes.append(error)
+        # Partitions refused for want of a usable leader (an election under way):
+        # wait for its outcome, then propose again (see produce()).
+        electing = [
+            index
+            for index, outcome in enumerate(outcomes)
+            if isinstance(outcome, NotLeaderError)
+            and (replica := self._replicas.get(requests[index][0])) is not None
+            and self._leader_unusable(replica)
+        ]
+        if electing:
+            remaining = max(0.0, deadline - loop.time())
+            await asyncio.gather(
+                *(self._await_leader(self._replicas[requests[i][0]], remaining) for i in electing)
+            )
+            again: list[tuple[int, _PendingProduce]] = []
+            for index in electing:
+                key, batches = requests[index]
+                try:
+                    again.append((index, self._begin_produce(key, batches, acks)))
+                except LaminarError as error:
+                    outcomes[index] = error
+            self._produce_round(loop)
+            for index, pending in again:
+                try:
+                    remaining = max(0.0, deadline - loop.time())
+                    outcomes[index] = await self._await_produce(pending, remaining, timeout_s)
+                except LaminarError as error:
+                    outcomes[index] = error
         return outcomes
 
     def _begin_produce(
@@ -729,10 +853,13 @@ class ReplicaHost:
         return _PendingProduce(replica, request_ids, futures, batches)
 
     async def _await_produce(
-        self, pending: _PendingProduce, timeout_s: float
+        self, pending: _PendingProduce, timeout_s: float, request_timeout_s: float | None = None
     ) -> list[ProduceResult]:
+        """Wait up to ``timeout_s`` for ``pending``'s replies (``request_timeout_s``:
+        the whole request's timeout, for the error message)."""
         loop = asyncio.get_running_loop()
-        timers = [loop.call_later(timeout_s, _time_out, f, timeout_s) for f in pending.futures]
+        said = timeout_s if request_timeout_s is None else request_timeout_s
+        timers = [loop.call_later(timeout_s, _time_out, f, said) for f in pending.futures]
         try:
             answers = await asyncio.gather(*pending.futures, return_exceptions=True)
             for answer in answers:
@@ -903,14 +1030,34 @@ class ReplicaHost:
     # ------------------------------------------------------------------ the loop
 
     async def _tick_loop(self) -> None:
-        interval_ms = max(self._config.heartbeat_interval_ms // 2, 5)
-        due = self._now() + interval_ms
+        """Tick due replicas, send keepalives, run the periodic jobs.
+
+        The loop sleeps until the next thing is due (at least ``interval_ms``, half
+        a heartbeat interval, between passes): an idle node whose groups are all
+        quiesced wakes only for keepalives and the periodic jobs, not 20–40 times a
+        second. An input that makes a replica due sooner ends a long sleep
+        (:meth:`_schedule`). Every pass that ends on its timer measures how late it
+        ran: the event loop's lag (see :class:`_HostLiveness`).
+        """
+        interval_ms = self._tick_interval_ms
+        loop = asyncio.get_running_loop()
         while not self._closed:
-            await asyncio.sleep(interval_ms / 1000)
             now = self._now()
-            self._liveness.note_lag(now - due, now)  # before any timer acts on it
-            due = now + interval_ms
+            until = max(now + interval_ms, self._next_due_ms())
+            waiter = loop.create_future()
+            self._tick_waiter, self._sleep_until_ms = waiter, until
+            timer = loop.call_later((until - now) / 1000, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._tick_waiter, self._sleep_until_ms = None, _NO_WAKE
+            now = self._now()
+            if now >= until:
+                self._liveness.note_lag(now - until, now)  # before any timer acts on it
             self._tick_due(now)
+            self._event_log.note_time(now)
+            self._send_keepalives(now)
             if self._fenced:
                 self._reopen_fenced(now)
             if now >= self._retention_due_ms:
@@ -919,6 +1066,15 @@ class ReplicaHost:
             if now >= self._committed_due_ms:
                 self._committed_due_ms = now + self.config.committed_save_ms
                 self._save_committed()
+
+    def _next_due_ms(self) -> int:
+        """When the tick loop next has something to do."""
+        due = min(self._retention_due_ms, self._committed_due_ms, self._liveness.keepalive_due_ms)
+        if self._wakes:
+            due = min(due, self._wakes[0][0])
+        if self._fenced:
+            due = min(due, *(fenced.retry_at_ms for fenced in self._fenced.values()))
+        return due
 
     def _tick_due(self, now: int) -> None:
         """Tick the replicas whose wake-up time has come (popped from the heap)."""
@@ -941,7 +1097,11 @@ class ReplicaHost:
         """``(directory, high watermark)`` of the replicas whose watermark moved past
         their ``committed`` file's value; notes the new values as written."""
         changes: list[tuple[str, int]] = []
-        for replica in self._replicas.values():
+        moved, self._watermark_moved = self._watermark_moved, set()
+        for key in moved:
+            replica = self._replicas.get(key)
+            if replica is None:
+                continue
             saved = replica.committed_saved
             if saved is None or replica.closed:
                 continue
@@ -961,7 +1121,7 @@ class ReplicaHost:
         if changes:
             loop = asyncio.get_running_loop()
             self._committed_saving = loop.run_in_executor(
-                self._pool, _write_committed_files, changes
+                self._files_pool, _write_committed_files, changes
             )
 
     async def _flush(self, pending: Coroutine[Any, Any, None]) -> None:
@@ -1011,9 +1171,26 @@ class ReplicaHost:
         self._fsync_recent_ms += (elapsed_ms - self._fsync_recent_ms) / 4
 
     def _send_all(self, coalescer: Coalescer) -> None:
+        sent = self._liveness.sent
+        now = self._now()
         for destination, bundle in coalescer.drain().items():
             self.counters["bundles_sent"] += 1
+            sent[destination] = now
             self._send(destination, bundle)
+
+    def _send_keepalives(self, now: int) -> None:
+        """An empty bundle to every live peer this node exchanges with and sent
+        nothing to for a keepalive interval: node-level liveness (see
+        :class:`_HostLiveness`) must not depend on some group being busy. A few
+        frames a second per peer, however many groups are quiesced."""
+        liveness = self._liveness
+        interval = liveness.keepalive_ms
+        liveness.keepalive_due_ms = now + interval
+        for peer in set(liveness.heard) | set(liveness.sent):
+            if now - liveness.sent.get(peer, _NEVER_MS) >= interval and liveness.peer_alive(peer):
+                liveness.sent[peer] = now
+                self.counters["keepalives_sent"] += 1
+                self._send(peer, _KEEPALIVE)
 
     def _start_round(self) -> Coroutine[Any, Any, None] | None:
         """One flush round: take every dirty replica's ``Ready`` and carry it out.
@@ -1081,6 +1258,7 @@ class ReplicaHost:
                 if future is not None and not future.done():
                     future.set_result(reply)
             if ready.high_watermark > ready.committed_from:
+                self._watermark_moved.add(replica.key)
                 for waiter in replica.watermark_waiters:
                     if not waiter.done():
                         waiter.set_result(None)
@@ -1088,7 +1266,14 @@ class ReplicaHost:
                 if self._on_committed is not None:
                     self._on_committed(replica.key, ready.committed_from, ready.high_watermark)
             for event in ready.events:
-                _LOG.info("replica %s/%d: %s", *replica.key, event)
+                self._event_log.note(replica.key, event, self._now())
+                if (
+                    replica.leader_waiters
+                    and isinstance(event, RoleChanged)
+                    and not self._leader_unusable(replica)
+                ):
+                    for waiter in replica.leader_waiters:
+                        _resolve(waiter)
                 if isinstance(event, Removed):
                     removed.append(replica)
         self._send_all(coalescer)
@@ -1149,6 +1334,66 @@ def _write_committed_files(changes: list[tuple[str, int]]) -> None:
             _LOG.debug("committed file not written dir=%s error=%s", directory, error)
 
 
+class _EventLog:
+    """Logs the replicas' events (role and configuration changes, removals)
+    readably at any scale: each one at INFO while there are few, and beyond
+    ``lines_max`` in an interval of ``interval_ms`` one summary line per interval
+    (how many of each kind, and of how many partitions) with the rest at DEBUG. A
+    node failure changes the roles of thousands of groups at once; one line each
+    buried everything else in the log."""
+
+    def __init__(self, interval_ms: int = 1_000, lines_max: int = 20) -> None:
+        self._interval_ms = interval_ms
+        self._lines_max = lines_max
+        self._started_ms = 0
+        self._shown = 0
+        self._hidden: dict[str, int] = {}
+        self._hidden_keys: set[PartitionKey] = set()
+
+    def note(self, key: PartitionKey, event: object, now_ms: int) -> None:
+        if now_ms - self._started_ms >= self._interval_ms:
+            self.flush(now_ms)
+        if self._shown < self._lines_max:
+            self._shown += 1
+            _LOG.info("replica %s/%d: %s", *key, event)
+            return
+        _LOG.debug("replica %s/%d: %s", *key, event)
+        kind = _event_kind(event)
+        self._hidden[kind] = self._hidden.get(kind, 0) + 1
+        self._hidden_keys.add(key)
+
+    def note_time(self, now_ms: int) -> None:
+        """(Every tick.) End the interval when its time is up."""
+        if self._hidden and now_ms - self._started_ms >= self._interval_ms:
+            self.flush(now_ms)
+
+    def flush(self, now_ms: int) -> None:
+        """Summarise the interval that ends (if anything was left unshown)."""
+        if self._hidden:
+            total = sum(self._hidden.values())
+            kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self._hidden.items()))
+            _LOG.info(
+                "replica events: %d more in %d partitions in the last %.1f s (%s); "
+                "one line each at DEBUG",
+                total,
+                len(self._hidden_keys),
+                (now_ms - self._started_ms) / 1000,
+                kinds,
+            )
+        self._started_ms = now_ms
+        self._shown = 0
+        self._hidden = {}
+        self._hidden_keys = set()
+
+
+def _event_kind(event: object) -> str:
+    if isinstance(event, RoleChanged):
+        return f"became {event.role.value}"
+    if isinstance(event, ConfigChanged):
+        return "configuration changed"
+    return type(event).__name__
+
+
 class _HostLiveness(NodeLiveness):
     """The node-level liveness every core of the host shares (see
     :class:`~laminar.replica.core.NodeLiveness`): frames from each peer, the event
@@ -1157,9 +1402,20 @@ class _HostLiveness(NodeLiveness):
     LAG_DECAY_MS = 2_000
     """How long the loop's worst recent lag counts, fading linearly."""
 
-    def __init__(self, host: ReplicaHost, peer_alive: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        host: ReplicaHost,
+        peer_alive: Callable[[str], bool],
+        peer_dead: Callable[[str], bool],
+    ) -> None:
         self.heard: dict[NodeId, int] = {}
+        self.sent: dict[NodeId, int] = {}
+        # An idle peer link carries an empty bundle this often, so that a peer hears
+        # the node well within the shortest election timeout.
+        self.keepalive_ms = max(1, host._config.election_timeout_min_ms // 4)
+        self.keepalive_due_ms = 0  # the next pass of _send_keepalives
         self._peer_alive = peer_alive
+        self._peer_dead = peer_dead
         self._lag_ms = 0.0
         self._lag_at_ms = 0
         # A lag this long makes the node's timers untrustworthy: a quarter of the
@@ -1176,7 +1432,7 @@ class _HostLiveness(NodeLiveness):
         return max(0.0, faded)
 
     def peer_heard_ms(self, peer: NodeId) -> int:
-        return self.heard.get(peer, -(2**62))
+        return self.heard.get(peer, _NEVER_MS)
 
     def slowness(self) -> float:
         lag = self._current_lag(self._clock())
@@ -1185,13 +1441,21 @@ class _HostLiveness(NodeLiveness):
     def peer_alive(self, peer: NodeId) -> bool:
         return self._peer_alive(str(peer))
 
+    def peer_dead(self, peer: NodeId) -> bool:
+        return self._peer_dead(str(peer))
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
 
 def _sync_together(data_dir: str, logs: Sequence[SegmentLog]) -> list[object]:
     """(Thread pool.) Sync many logs with one filesystem sync; per log None or the
     error that makes it fail (a failed ``syncfs`` fails them all: nothing of the
     round can be trusted, as with a failed fsync)."""
     results: list[object] = []
-    tickets: list[tuple[SegmentLog, int]] = []
+    tickets: list[tuple[SegmentLog, SyncTicket]] = []
     for log in logs:
         try:
             tickets.append((log, log.begin_sync()))
@@ -1221,6 +1485,9 @@ def _create_founding_logs(
                 continue
             logs.append(SegmentLog.create_unsynced(directory, state, config))
         sync_filesystem(data_dir)
+        for log in logs:
+            if log is not None:
+                log.created()
     except BaseException:
         for log in logs:
             if log is not None:

@@ -232,6 +232,7 @@ class Node:
             clock=clock,
             retention_of=self._retention_of,
             peer_alive=self._alive_peers.__contains__,
+            peer_dead=lambda node_id: node_id in self._dead_since_ms,
         )
         self.transport = PeerTransport(
             self.node_id,
@@ -446,6 +447,7 @@ class Node:
         _LOG.info("member %s %s", node_id, event.kind.value)
         self._peer_addresses.pop(node_id, None)  # it may have moved
         loop = asyncio.get_running_loop()
+        was_dead = False
         if event.kind is EventKind.DEAD:
             self._dead_since_ms.setdefault(node_id, self.host.now_ms())
             # Placement keeps a dead member's replicas through the move grace (a
@@ -454,7 +456,7 @@ class Node:
             grace_s = self.config.replica_move_grace_ms / 1000
             loop.call_later(grace_s + 0.05, self._replan)
         elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.LEFT):
-            self._dead_since_ms.pop(node_id, None)
+            was_dead = self._dead_since_ms.pop(node_id, None) is not None
         if event.kind in (EventKind.DEAD, EventKind.LEFT):
             self.host.hint_leader_dead(node_id)
         if event.kind is EventKind.LEFT:
@@ -462,6 +464,8 @@ class Node:
         view = self.membership.view()
         self._alive_peers.clear()
         self._alive_peers.update(m.node_id for m in view if not m.state.is_gone)
+        if event.kind in (EventKind.JOINED, EventKind.ALIVE) and was_dead:
+            self.host.peer_returned(node_id)  # after _alive_peers says so
         current = {member.node_id for member in view}
         for gone in self._known_members - current:  # reaped: its link goes too
             self.transport.forget(gone)
@@ -629,6 +633,7 @@ class Node:
                 for partition, founders in enumerate(topic.founding_replicas)
                 if self.node_id in founders
             ]
+            self.host.reserve_founding([key for key, _ in groups])  # before the replan
             self._chain_replica_change(self._found(groups, change.offset))
         else:
             _LOG.info("topic %s deleted", topic.spec.name)

@@ -253,7 +253,7 @@ class ReplicaSimNode:
 
     def hint_leader_dead(self, dead: str, now_ms: int) -> Step:
         for core in self.cores.values():
-            if core.leader == dead:
+            if core.led_by(dead):
                 core.hint_leader_dead(now_ms)
         return self._drain(now_ms)
 

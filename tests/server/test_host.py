@@ -7,6 +7,7 @@ deadlines, never on fixed sleeps.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -15,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from laminar.errors import RequestTimeoutError
+from laminar.errors import NotLeaderError, RequestTimeoutError
 from laminar.records import encode_batch, next_offset, with_leader_fields
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
-from laminar.replica.messages import AppendRequest, AppendResponse
+from laminar.replica.messages import AppendRequest, AppendResponse, Heartbeat, RoleChanged
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
 from laminar.segment.log import SegmentLog
@@ -120,6 +121,83 @@ async def test_a_produce_that_outlives_its_timeout_fails_and_may_still_commit(
         finally:
             release.set()
             await host.close()
+
+
+@run
+async def test_a_produce_to_many_stuck_partitions_times_out_once_not_once_per_partition(
+    tmp_path: Path,
+) -> None:
+    host, first = await leading_host(tmp_path)
+    keys = [KEY, ("events", 1), ("events", 2)]
+    replicas = [first] + [host.open_replica(key, GroupConfig((NodeId("n1"),))) for key in keys[1:]]
+    await wait_until(
+        lambda: all(r.core.role is Role.LEADER for r in replicas), "leaders", timeout_s=DEADLINE_S
+    )
+    release = threading.Event()
+    for replica in replicas:
+        real_sync = replica.log.sync
+
+        def stuck_sync(real_sync: Any = real_sync) -> None:
+            release.wait(DEADLINE_S)
+            real_sync()
+
+        replica.log.sync = stuck_sync  # type: ignore[method-assign]
+    timeout_s = 0.4
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host_module, "INLINE_FSYNC_MS_MAX", 0.0)  # keep the loop free
+        try:
+            started = time.monotonic()
+            outcomes = await host.produce_many(
+                [(key, [batch(b"stuck")]) for key in keys], Acks.ALL, timeout_s
+            )
+            elapsed = time.monotonic() - started
+            assert all(isinstance(outcome, RequestTimeoutError) for outcome in outcomes)
+            assert "0.4 s" in str(outcomes[-1])
+            # One deadline for the request: waiting for each partition with its own
+            # timeout took 3 x 0.4 s, past the client's deadline for the answer.
+            assert elapsed < 2 * timeout_s
+        finally:
+            release.set()
+            await host.close()
+
+
+@run
+async def test_a_produce_during_an_election_waits_for_its_outcome_and_names_the_winner(
+    tmp_path: Path,
+) -> None:
+    dead: set[str] = set()
+    host = ReplicaHost(
+        "n1",
+        str(tmp_path),
+        ReplicaConfig.local(),
+        LogConfig(),
+        send=lambda node, bundle: None,
+        peer_dead=dead.__contains__,
+    )
+    await host.start()
+    try:
+        group = GroupConfig((NodeId("n0"), NodeId("n1"), NodeId("n2")))
+        replica = host.open_replica(KEY, group)
+        await wait_until(lambda: replica.core.leader == "n0", "n0 known", timeout_s=DEADLINE_S)
+        host.on_bundle("n0", host_module._KEEPALIVE)  # n0's node is heard from
+        with pytest.raises(NotLeaderError) as refused:  # a live leader: refused at once
+            await host.produce(KEY, batch(b"a"), Acks.ALL, 5)
+        assert refused.value.leader_id == "n0"
+        dead.add("n0")  # membership declares the leader dead: an election follows
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        produce = asyncio.ensure_future(host.produce(KEY, batch(b"b"), Acks.ALL, 5))
+        await asyncio.sleep(0.05)
+        assert not produce.done()  # no blind refusal: it waits for the outcome
+        winner = Heartbeat(term=2, leader=NodeId("n2"), commit_offset=0)
+        host.on_bundle("n2", PeerBundle(((KEY, winner),), ()))
+        host.flush_now()
+        with pytest.raises(NotLeaderError) as redirected:
+            await produce
+        assert redirected.value.leader_id == "n2"  # the client goes there at once
+        assert loop.time() - started < 1.0
+    finally:
+        await host.close()
 
 
 @run
@@ -314,3 +392,22 @@ async def test_founding_replicas_are_created_in_batches_with_one_sync_and_no_ele
 
 def _ignore(node: str, bundle: object) -> None:
     """Peers that never answer."""
+
+
+def test_role_changes_of_many_groups_are_summarised_not_logged_one_line_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = host_module._EventLog(interval_ms=1_000, lines_max=20)
+    caplog.set_level(logging.INFO, logger=host_module.__name__)
+    for partition in range(3_000):  # a node failure: every group changes role at once
+        role = Role.LEADER if partition % 3 else Role.FOLLOWER
+        log.note(("events", partition), RoleChanged(role, 2, NodeId("n1")), now_ms=10_000)
+    log.note_time(10_500)  # the interval is not over: nothing more yet
+    assert len(caplog.records) == 20
+    log.note_time(11_000)
+    assert len(caplog.records) == 21
+    summary = caplog.records[-1].getMessage()
+    assert "2980 more in 2980 partitions" in summary
+    assert "became leader 1987" in summary and "became follower 993" in summary
+    log.note(("events", 0), RoleChanged(Role.LEADER, 3, NodeId("n1")), now_ms=11_100)
+    assert "events/0" in caplog.records[-1].getMessage()  # a quiet time: one line again
