@@ -197,6 +197,32 @@ class NodeLiveness:
 
 _NO_LIVENESS = NodeLiveness()
 
+
+class LoopLag:
+    """A node's event-loop lag as :meth:`NodeLiveness.slowness` wants it: the worst
+    recent lag (how late a timer ran), fading linearly over :attr:`DECAY_MS`;
+    slowness is lag / ``tolerated_ms`` when above it, else 1. The host feeds it from
+    its tick loop, the scale simulator from its simulated loop."""
+
+    DECAY_MS = 2_000
+
+    def __init__(self, tolerated_ms: float) -> None:
+        self.tolerated_ms = max(1.0, tolerated_ms)
+        self._lag_ms = 0.0
+        self._at_ms = 0
+
+    def note(self, lag_ms: int, now_ms: int) -> None:
+        if lag_ms >= self.current(now_ms):
+            self._lag_ms, self._at_ms = float(lag_ms), now_ms
+
+    def current(self, now_ms: int) -> float:
+        return max(0.0, self._lag_ms * (1 - (now_ms - self._at_ms) / self.DECAY_MS))
+
+    def slowness(self, now_ms: int) -> float:
+        lag = self.current(now_ms)
+        return 1.0 if lag <= self.tolerated_ms else lag / self.tolerated_ms
+
+
 SLOWNESS_STRETCH_MAX = 8.0
 """Election timeouts stretch with the node's slowness up to this factor."""
 

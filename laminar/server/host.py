@@ -72,7 +72,7 @@ from laminar.ids import TopicPartition
 from laminar.records import parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
-from laminar.replica.core import NodeLiveness, ReplicaCore, founding_state
+from laminar.replica.core import LoopLag, NodeLiveness, ReplicaCore, founding_state
 from laminar.replica.messages import (
     ConfigChanged,
     ProduceReply,
@@ -1399,9 +1399,6 @@ class _HostLiveness(NodeLiveness):
     :class:`~laminar.replica.core.NodeLiveness`): frames from each peer, the event
     loop's lag, and membership."""
 
-    LAG_DECAY_MS = 2_000
-    """How long the loop's worst recent lag counts, fading linearly."""
-
     def __init__(
         self,
         host: ReplicaHost,
@@ -1416,27 +1413,19 @@ class _HostLiveness(NodeLiveness):
         self.keepalive_due_ms = 0  # the next pass of _send_keepalives
         self._peer_alive = peer_alive
         self._peer_dead = peer_dead
-        self._lag_ms = 0.0
-        self._lag_at_ms = 0
         # A lag this long makes the node's timers untrustworthy: a quarter of the
         # shortest election timeout.
-        self._tolerated_ms = max(1.0, host._config.election_timeout_min_ms / 4)
+        self.lag = LoopLag(host._config.election_timeout_min_ms / 4)
         self._clock = host.now_ms
 
     def note_lag(self, lag_ms: int, now_ms: int) -> None:
-        if lag_ms >= self._current_lag(now_ms):
-            self._lag_ms, self._lag_at_ms = float(lag_ms), now_ms
-
-    def _current_lag(self, now_ms: int) -> float:
-        faded = self._lag_ms * (1 - (now_ms - self._lag_at_ms) / self.LAG_DECAY_MS)
-        return max(0.0, faded)
+        self.lag.note(lag_ms, now_ms)
 
     def peer_heard_ms(self, peer: NodeId) -> int:
         return self.heard.get(peer, _NEVER_MS)
 
     def slowness(self) -> float:
-        lag = self._current_lag(self._clock())
-        return 1.0 if lag <= self._tolerated_ms else lag / self._tolerated_ms
+        return self.lag.slowness(self._clock())
 
     def peer_alive(self, peer: NodeId) -> bool:
         return self._peer_alive(str(peer))

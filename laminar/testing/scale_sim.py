@@ -57,7 +57,7 @@ from laminar.placement import PlacementMember, partition_key, replicas
 from laminar.records import decode_records, encode_batch, iter_batches, parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
-from laminar.replica.core import NodeLiveness, ReplicaCore
+from laminar.replica.core import LoopLag, NodeLiveness, ReplicaCore
 from laminar.replica.messages import (
     ConfigChanged,
     ProduceReply,
@@ -251,11 +251,9 @@ class Placement:
 class SimLiveness(NodeLiveness):
     """The node-level liveness of a :class:`ScaleSimNode`, computed like the host's
     ``_HostLiveness``: frames heard per peer, the tick loop's lag fading over
-    :attr:`LAG_DECAY_MS`, slowness = lag / (a quarter of the minimum election
+    :attr:`LoopLag.DECAY_MS`, slowness = lag / (a quarter of the minimum election
     timeout) when above 1, membership for ``peer_alive`` and ``peer_dead``. With
     ``enabled`` False only membership is kept (the comparison baseline)."""
-
-    LAG_DECAY_MS = 2_000
 
     def __init__(self, config: ReplicaConfig, *, enabled: bool) -> None:
         self.enabled = enabled
@@ -264,25 +262,17 @@ class SimLiveness(NodeLiveness):
         self.alive: dict[NodeId, bool] = {}
         self.dead_since: dict[str, int] = {}  # membership declared these dead (and when)
         self.keepalive_ms = max(1, config.election_timeout_min_ms // 4)
-        self.tolerated_ms = max(1.0, config.election_timeout_min_ms / 4)
+        self.lag = LoopLag(config.election_timeout_min_ms / 4)
         self.now_ms = 0  # the loop's clock: the running callback's start
-        self._lag_ms = 0.0
-        self._lag_at_ms = 0
 
     def note_lag(self, lag_ms: int, now_ms: int) -> None:
-        if lag_ms >= self._current_lag(now_ms):
-            self._lag_ms, self._lag_at_ms = float(lag_ms), now_ms
-
-    def _current_lag(self, now_ms: int) -> float:
-        faded = self._lag_ms * (1 - (now_ms - self._lag_at_ms) / self.LAG_DECAY_MS)
-        return max(0.0, faded)
+        self.lag.note(lag_ms, now_ms)
 
     def peer_heard_ms(self, peer: NodeId) -> int:
         return self.heard.get(peer, _NEVER_MS) if self.enabled else _NEVER_MS
 
     def measured_slowness(self) -> float:
-        lag = self._current_lag(self.now_ms)
-        return 1.0 if lag <= self.tolerated_ms else lag / self.tolerated_ms
+        return self.lag.slowness(self.now_ms)
 
     def slowness(self) -> float:
         return self.measured_slowness() if self.enabled else 1.0
