@@ -411,3 +411,31 @@ def test_role_changes_of_many_groups_are_summarised_not_logged_one_line_each(
     assert "became leader 1987" in summary and "became follower 993" in summary
     log.note(("events", 0), RoleChanged(Role.LEADER, 3, NodeId("n1")), now_ms=11_100)
     assert "events/0" in caplog.records[-1].getMessage()  # a quiet time: one line again
+
+
+@run
+async def test_a_reserved_founding_replica_is_not_opened_plain_by_an_early_append(
+    tmp_path: Path,
+) -> None:
+    # A leader founded on another node may replicate before this node's creation of
+    # the partition runs (behind earlier creations). A replica opened from that
+    # append would lack the founding configuration (it is in the founding state,
+    # not in the log) and could never campaign.
+    host = ReplicaHost(
+        "n1", str(tmp_path), ReplicaConfig.local(), LogConfig(), send=lambda n, b: None
+    )
+    await host.start()
+    try:
+        group = GroupConfig((NodeId("n0"), NodeId("n1"), NodeId("n2")))
+        host.reserve_founding([KEY])
+        early = Heartbeat(term=1, leader=NodeId("n0"), commit_offset=0)
+        host.on_bundle("n0", PeerBundle(((KEY, early),), ()))
+        assert host.get(KEY) is None  # ignored: the leader sends again
+        await host.open_founding([(KEY, group)])
+        replica = host.get(KEY)
+        assert replica is not None
+        assert replica.core.group_config == group  # it can campaign when n0 dies
+        host.on_bundle("n0", PeerBundle(((("events", 1), early),), ()))
+        assert host.get(("events", 1)) is not None  # not reserved: opened as before
+    finally:
+        await host.close()
