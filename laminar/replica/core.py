@@ -383,6 +383,7 @@ class ReplicaCore:
         self._transfer_backoff_until = 0
         self._quiesced = False
         self._successor = False  # named to succeed a leader membership declared dead
+        self._deferred = False  # let the successor campaign first (once per leader)
         self.last_leader: NodeId | None = self.leader
         """The leader this replica last heard from (kept while it campaigns: its
         timeout may fire before membership declares that leader dead)."""
@@ -773,10 +774,9 @@ class ReplicaCore:
         gone = self.leader if self.leader is not None else self.last_leader
         self._quiesced = False
         self._leader_heard_ms = _NEVER
-        voters = self._voters()
-        order = [v for v in (self._target or voters) if v in voters and v != gone]
         base = self._config.election_timeout_min_ms
-        self._successor = order[:1] == [self.node_id]
+        self._successor = gone is not None and self._successor_of(gone) == self.node_id
+        self._deferred = True  # its own wait follows
         if self._successor:
             spread = self._rng.randint(0, base // 8)
             self._election_deadline = min(self._election_deadline, self._now + spread)
@@ -817,7 +817,32 @@ class ReplicaCore:
             ):
                 return  # idle, and its leader's node is alive: nothing to do
             if self._is_voter() and not self._leader_presumed_alive(now_ms):
+                if self._defer_to_successor():
+                    return
                 self._campaign(pre_vote=self._config.pre_vote)
+
+    def _successor_of(self, leader: NodeId) -> NodeId | None:
+        """The voter that succeeds ``leader``: the first after it in the placement
+        target's order (the configuration's without a target); every replica
+        computes the same."""
+        voters = self._voters()
+        order = [v for v in (self._target or voters) if v in voters and v != leader]
+        return order[0] if order else None
+
+    def _defer_to_successor(self) -> bool:
+        """A follower whose leader went silent lets the successor campaign first:
+        it waits one more election timeout, once per leader (reset when a leader is
+        heard). Timeouts fire before membership declares the leader dead when
+        clients keep the groups busy; without this, both survivors of a group
+        campaigned at once and split the vote in hundreds of groups."""
+        if self.role is not Role.FOLLOWER or self._deferred:
+            return False
+        leader = self.leader if self.leader is not None else self.last_leader
+        if leader is None or self._successor_of(leader) in (None, self.node_id):
+            return False
+        self._deferred = True
+        self._election_deadline = self._now + self._election_timeout()
+        return True
 
     def _leader_presumed_alive(self, now_ms: int) -> bool:
         """The group's timeout passed, but the node knows better: its leader's node
@@ -1564,6 +1589,7 @@ class ReplicaCore:
         self._election_deadline = self._now + self._election_timeout()
         self._quiesced = quiesce and self._config.quiesce
         self._successor = False
+        self._deferred = False
         self.last_leader = leader
 
     def _on_append(self, request: AppendRequest) -> None:
