@@ -74,6 +74,7 @@ from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread, Unimplemented
 from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State, Verdict
 from laminar_client.client import ACKS, UNKNOWN_TOPIC_WAIT_S, AcksMode, Client
+from laminar_client.metadata import ClusterMetadata
 from laminar_client.partitioner import StickyPartitioner, key_partition
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Serializer
@@ -96,9 +97,10 @@ _RECORD_OVERHEAD_BYTES = 16
 two lengths), counted against ``batch_bytes_max`` and ``buffer_bytes_max``."""
 _PRODUCER_ID_MAX = 2**63 - 1
 _RESPONSE_MARGIN_S = 0.5
-ELECTION_RETRY_S = 0.05
-"""The wait before asking again for a partition whose leader is unknown or gone
-(the first backoff of the retry policy if shorter)."""
+ELECTION_RETRY_MAX_S = 0.25
+"""The longest wait before asking again for a partition whose leader is unknown or
+gone (the retry policy's exponential backoff, capped lower than for other errors:
+a node holds such a write until the election ends)."""
 REFRESH_INTERVAL_MIN_S = 0.1
 """The producer refreshes metadata (when an error made it stale) at most this often:
 during a failover every failed batch marks it stale, and refreshing for each one
@@ -602,6 +604,7 @@ class _Core:
         self._senders: dict[tuple[str, int], PartitionSender[_Batch]] = {}
         self._active: dict[tuple[str, int], PartitionSender[_Batch]] = {}
         self._attempts: set[asyncio.Task[None]] = set()
+        self._refreshing: asyncio.Future[ClusterMetadata] | None = None  # the one under way
         self._deferred: list[tuple[PartitionSender[_Batch], _Batch]] = []
         """Batches waiting for one metadata refresh before they are sent (in order)."""
         self._waker: asyncio.Future[None] | None = None
@@ -714,8 +717,7 @@ class _Core:
         try:
             deadline_s = min(batch.deadline_s for _, batch in self._deferred)
             with contextlib.suppress(LaminarError):  # each batch then routes itself
-                timeout_s = max(0.001, deadline_s - time.monotonic())
-                await asyncio.to_thread(self._client.cache.refresh, timeout_s)
+                await self._refresh(max(0.001, deadline_s - time.monotonic()))
         except asyncio.CancelledError:
             outgoing, self._deferred = self._deferred, []
             for sender, batch in outgoing:
@@ -724,6 +726,20 @@ class _Core:
             raise
         outgoing, self._deferred = self._deferred, []
         self._dispatch_grouped(outgoing)
+
+    async def _refresh(self, timeout_s: float) -> None:
+        """Refresh the metadata in a thread, one refresh at a time for the whole
+        producer: every caller meanwhile waits for the one under way. (Each in a
+        thread of its own, the callers queued for the executor's few threads and
+        each refreshed again when its turn came: about 60 batches a second went out
+        during a failover.)"""
+        refreshing = self._refreshing
+        if refreshing is None or refreshing.done():
+            refreshing = asyncio.ensure_future(
+                asyncio.to_thread(self._client.cache.refresh, timeout_s)
+            )
+            self._refreshing = refreshing
+        await asyncio.shield(refreshing)
 
     def _dispatch_grouped(self, outgoing: list[tuple[PartitionSender[_Batch], _Batch]]) -> None:
         by_partition: dict[tuple[str, int], list[tuple[PartitionSender[_Batch], _Batch]]] = {}
@@ -865,10 +881,8 @@ class _Core:
 
     async def _target(self, batch: _Batch) -> str:
         cache = self._client.cache
-        focus = (batch.topic, batch.partition)
         if not cache.fresh() and not cache.refreshed_within(REFRESH_INTERVAL_MIN_S):
-            timeout_s = max(0.001, batch.deadline_s - time.monotonic())
-            await asyncio.to_thread(cache.refresh, timeout_s, focus)
+            await self._refresh(max(0.001, batch.deadline_s - time.monotonic()))
         targets = cache.write_targets(batch.topic, batch.partition, 0.0, refresh=False)
         return targets[batch.retries % len(targets)]
 
@@ -897,8 +911,8 @@ class _Core:
                 cache.invalidate()
                 # No leader to go to: an election. A node holds a write while its
                 # group elects (it answers with the winner), so asking again soon
-                # costs little; an exponential backoff made the batches of a
-                # failed node's partitions wait up to a second after the election.
+                # costs little; backing off up to a second made the batches of a
+                # failed node's partitions wait that long after the election.
                 electing = True
         elif isinstance(error, NoAnswerError) and address is not None:
             cache.node_failed(address)
@@ -915,7 +929,8 @@ class _Core:
             if redirect:
                 batch.backoff_s = 0.0
             elif electing:
-                batch.backoff_s = min(ELECTION_RETRY_S, self._retry.backoff_ms(0, self._rng) / 1000)
+                backoff_s = self._retry.backoff_ms(batch.retries, self._rng) / 1000
+                batch.backoff_s = min(ELECTION_RETRY_MAX_S, backoff_s)
             else:
                 batch.backoff_s = self._retry.backoff_ms(batch.retries, self._rng) / 1000
             batch.retries += 1
