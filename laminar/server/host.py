@@ -736,9 +736,10 @@ class ReplicaHost:
         a node membership declared dead or this node has not heard from for the
         minimum election timeout (keepalives come four times as often): an
         election is due or under way."""
-        leader = replica.core.leader
-        if replica.closed or leader == self.node_id:
-            return False
+        core = replica.core
+        leader = core.leader
+        if replica.closed or core.removed or leader == self.node_id:
+            return False  # a removed replica has no election to wait for
         if leader is None or self._liveness.peer_dead(leader):
             return True
         silence = self._now() - self._liveness.peer_heard_ms(leader)
