@@ -143,9 +143,9 @@ def tune_numpy(environ: MutableMapping[str, str] = os.environ) -> None:
 
 
 OPEN_FILES_LOW = 65_536
-"""Below this hard limit a node says so at start: each replica holds one file open
-per segment (the active one, plus sealed ones while readers use them), and clients,
-peers and sockets need theirs."""
+"""Below this hard limit a node says so at start: each replica holds its active
+segment's file open, sealed segments' files are cached up to ``[host]
+segment_files_max`` for the whole node, and clients, peers and sockets need theirs."""
 
 
 def raise_open_files_limit(

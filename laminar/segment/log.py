@@ -26,14 +26,21 @@ the first read of a range verifies the checksums of the batches it returns, and 
 corrupt batch raises :class:`CorruptSegmentError` naming the file and offset
 instead of being served. Batches written by this process are known good.
 
+Files: a log keeps its active segment's file open; sealed segments' files are
+opened when read and kept in a bounded cache shared by the node's logs
+(:mod:`laminar.segment.files`), so a node's descriptors do not grow with the
+number of segments.
+
 Concurrency: one lock guards the segment list and appends; reads take it only to
-look up positions and then read with ``pread`` outside it, so readers do not block
-appenders. Files of deleted segments are closed only once no read is under way.
-A read racing a truncation of the same range is retried under the lock.
+look up positions and pin the file, then read with ``pread`` outside it, so readers
+do not block appenders. A file is closed (evicted, or its segment deleted) only
+once no read has it pinned. A read racing a truncation of the same range is
+retried under the lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -41,7 +48,7 @@ import re
 import threading
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from mmap import ACCESS_READ, mmap
 
@@ -64,6 +71,7 @@ from laminar.records import (
 )
 from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.fallocate import reserve
+from laminar.segment.files import SegmentFile, SegmentFiles
 from laminar.segment.index import SparseIndex
 from laminar.segment.offsets import check_read_range, check_term
 from laminar.segment.statefile import STATE_FILE, StateFile, fsync_directory
@@ -130,7 +138,7 @@ class _Segment:
 
     base_offset: int
     directory: str
-    descriptor: int
+    file: SegmentFile
     size: int = 0
     next_offset: int = 0
     max_timestamp_ms: int = _TIMESTAMP_MIN
@@ -193,17 +201,22 @@ class _Segment:
 class SegmentLog:
     """A partition replica's log on disk; implements :class:`LogStorage`. Thread-safe."""
 
-    def __init__(self, directory: str, config: LogConfig, clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        directory: str,
+        config: LogConfig,
+        clock_ms: Callable[[], int],
+        files: SegmentFiles | None = None,
+    ) -> None:
         """Use :meth:`open`."""
         self._directory = directory
         self._config = config
         self._clock_ms = clock_ms
+        self._files = files if files is not None else SegmentFiles()
         self._lock = threading.Lock()
         self._segments: list[_Segment] = []
         self._closed = False
         self._truncations = 0
-        self._readers = 0
-        self._graveyard: list[int] = []
         # Group commit: _written counts appends; _synced the appends known durable.
         self._sync_condition = threading.Condition(threading.Lock())
         self._written = 0
@@ -226,10 +239,15 @@ class SegmentLog:
         *,
         initial_offset: int = 0,
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        files: SegmentFiles | None = None,
     ) -> SegmentLog:
-        """Open (creating if needed) and recover the log in ``directory``."""
+        """Open (creating if needed) and recover the log in ``directory``.
+
+        ``files``: the cache of sealed segments' descriptors, shared by a node's
+        logs; by default the log gets one of its own.
+        """
         os.makedirs(directory, exist_ok=True)
-        log = cls(directory, config or LogConfig(), clock_ms)
+        log = cls(directory, config or LogConfig(), clock_ms, files)
         try:
             log._recover(initial_offset)
         except BaseException:
@@ -239,7 +257,12 @@ class SegmentLog:
 
     @classmethod
     def create_unsynced(
-        cls, directory: str, state: bytes, config: LogConfig | None = None
+        cls,
+        directory: str,
+        state: bytes,
+        config: LogConfig | None = None,
+        *,
+        files: SegmentFiles | None = None,
     ) -> SegmentLog:
         """Create a new, empty log in ``directory`` (which must not exist) with
         ``state`` as its state file, without a single fsync.
@@ -251,7 +274,7 @@ class SegmentLog:
         the directory without its state file (see :func:`has_state`).
         """
         os.makedirs(directory)
-        log = cls(directory, config or LogConfig(), _wall_clock_ms)
+        log = cls(directory, config or LogConfig(), _wall_clock_ms, files)
         log._sync_creation = False
         try:
             log._recover(0)
@@ -275,13 +298,18 @@ class SegmentLog:
             self._segments.append(self._create_segment(initial_offset))
             return
         for base in bases:
-            descriptor = os.open(os.path.join(self._directory, f"{base:020d}.log"), os.O_RDWR)
+            file = SegmentFile(os.path.join(self._directory, f"{base:020d}.log"))
             self._segments.append(
-                _Segment(base, self._directory, descriptor, next_offset=base, created_ms=0)
+                _Segment(base, self._directory, file, next_offset=base, created_ms=0)
             )
         for segment, following in zip(self._segments, self._segments[1:], strict=False):
-            self._load_sealed(segment, following.base_offset)
-        self._recover_active(self._segments[-1])
+            descriptor = self._files.pin(segment.file)
+            try:
+                self._load_sealed(segment, descriptor, following.base_offset)
+            finally:
+                self._files.unpin(segment.file)
+        active = self._segments[-1]
+        self._recover_active(active, self._files.hold(active.file))
 
     def _discover(self) -> list[int]:
         """Base offsets of the segments present, after removing stray files."""
@@ -304,39 +332,39 @@ class SegmentLog:
                 os.unlink(os.path.join(self._directory, name))
         return sorted(logs)
 
-    def _load_sealed(self, segment: _Segment, next_base_offset: int) -> None:
-        segment.size = os.fstat(segment.descriptor).st_size
+    def _load_sealed(self, segment: _Segment, descriptor: int, next_base_offset: int) -> None:
+        segment.size = os.fstat(descriptor).st_size
         segment.next_offset = next_base_offset
         index = SparseIndex.read(segment.path("index"), segment.path("timeindex"))
         if index is not None and index.entries_are_sane(segment.size):
             last_relative, last_position = index.floor(2**32)
             try:
                 expected = segment.base_offset + last_relative
-                header = self._read_header(segment, last_position, expected)
+                header = self._read_header(segment, descriptor, last_position, expected)
                 sane = header.base_offset == segment.base_offset + last_relative
             except (RecordFormatError, CorruptSegmentError):
                 sane = False
             if sane:
                 segment.index = index
                 segment.max_timestamp_ms = _indexed_max_timestamp_ms(index)
-                self._scan_tail_timestamps(segment, last_position)
+                self._scan_tail_timestamps(segment, descriptor, last_position)
                 return
         _LOG.warning("rebuilding index segment=%s", segment.path("log"))
-        self._rebuild_index_from_headers(segment)
+        self._rebuild_index_from_headers(segment, descriptor)
 
-    def _scan_tail_timestamps(self, segment: _Segment, position: int) -> None:
+    def _scan_tail_timestamps(self, segment: _Segment, descriptor: int, position: int) -> None:
         """Fold the timestamps and term of batches after the last index entry in."""
         expected = -1  # only used in errors, which are swallowed here
         while position < segment.size:
             try:
-                header = self._read_header(segment, position, expected)
+                header = self._read_header(segment, descriptor, position, expected)
             except (RecordFormatError, CorruptSegmentError):
                 return
             segment.max_timestamp_ms = max(segment.max_timestamp_ms, header.max_timestamp_ms)
             segment.last_term = header.term
             position += header.length
 
-    def _rebuild_index_from_headers(self, segment: _Segment) -> None:
+    def _rebuild_index_from_headers(self, segment: _Segment, descriptor: int) -> None:
         """Rebuild a sealed segment's index by walking batch headers (not payloads)."""
         size = segment.size
         segment.index = SparseIndex()
@@ -346,7 +374,7 @@ class SegmentLog:
         expected = segment.base_offset
         while position < size:
             try:
-                header = self._read_header(segment, position, expected)
+                header = self._read_header(segment, descriptor, position, expected)
             except (RecordFormatError, CorruptSegmentError):
                 break  # reads reaching this point will report the corruption
             segment.note_batch(position, header, self._config.index_interval_bytes)
@@ -355,15 +383,15 @@ class SegmentLog:
         segment.size = size
         segment.index.write(segment.path("index"), segment.path("timeindex"))
 
-    def _recover_active(self, segment: _Segment) -> None:
+    def _recover_active(self, segment: _Segment, descriptor: int) -> None:
         """Validate every batch; cut the file after the longest valid prefix."""
-        size = os.fstat(segment.descriptor).st_size
+        size = os.fstat(descriptor).st_size
         position = 0
         expected_offset = segment.base_offset
         last_term = self._segments[-2].last_term if len(self._segments) > 1 else -1
         limits = self._config.limits
         if size:
-            with mmap(segment.descriptor, 0, access=ACCESS_READ) as mapped:
+            with mmap(descriptor, 0, access=ACCESS_READ) as mapped:
                 view = memoryview(mapped)
                 try:
                     while position < size:
@@ -386,8 +414,8 @@ class SegmentLog:
                 position,
                 size - position,
             )
-            os.ftruncate(segment.descriptor, position)
-            os.fsync(segment.descriptor)
+            os.ftruncate(descriptor, position)
+            os.fsync(descriptor)
         segment.size = position
         segment.allocated = position
         segment.next_offset = expected_offset
@@ -403,14 +431,14 @@ class SegmentLog:
 
     def _create_segment(self, base_offset: int) -> _Segment:
         path = os.path.join(self._directory, f"{base_offset:020d}.log")
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        file = self._files.create(path)
         if self._sync_creation:
             fsync_directory(self._directory)
         _LOG.debug("segment created path=%s", path)
         return _Segment(
             base_offset,
             self._directory,
-            descriptor,
+            file,
             next_offset=base_offset,
             created_ms=self._clock_ms(),
         )
@@ -512,9 +540,10 @@ class SegmentLog:
         if end > segment.allocated:
             self._reserve_locked(segment, end)
         buffers = [head, payload]
-        written = os.pwritev(segment.descriptor, buffers, position)
+        descriptor = segment.file.descriptor  # the active segment's: held open
+        written = os.pwritev(descriptor, buffers, position)
         if written != length:
-            _pwrite_rest(segment.descriptor, buffers, position, written)
+            _pwrite_rest(descriptor, buffers, position, written)
         # _Segment.note_write, inlined: this runs on every append.
         if position == 0 or segment.bytes_since_index_entry >= config.index_interval_bytes:
             segment.index.add(base_offset - segment.base_offset, position, segment.max_timestamp_ms)
@@ -550,7 +579,7 @@ class SegmentLog:
         start = max(segment.allocated, segment.size)
         target = needed + min(step_max, max(needed, _RESERVE_MIN))
         try:
-            supported = reserve(segment.descriptor, start, target - start)
+            supported = reserve(segment.file.descriptor, start, target - start)
         except OSError as error:
             _LOG.warning(
                 "cannot reserve segment blocks path=%s bytes=%d error=%s",
@@ -577,7 +606,7 @@ class SegmentLog:
         """
         if segment.size < segment.allocated < _UNRESERVED:
             try:
-                os.ftruncate(segment.descriptor, segment.size)
+                os.ftruncate(segment.file.descriptor, segment.size)
             except OSError as error:
                 _LOG.warning(
                     "cannot release reserved blocks path=%s error=%s", segment.path("log"), error
@@ -606,7 +635,7 @@ class SegmentLog:
                     with self._lock:
                         self._check_open()
                         target = self._written
-                        descriptor = os.dup(self._segments[-1].descriptor)
+                        descriptor = os.dup(self._segments[-1].file.descriptor)
                     try:
                         os.fdatasync(descriptor)
                     finally:
@@ -655,11 +684,12 @@ class SegmentLog:
         """Seal the active segment (fsync log and indexes) and start a new one."""
         sealed = self._segments[-1]
         self._release_reserve(sealed)
-        os.fsync(sealed.descriptor)
+        os.fsync(sealed.file.descriptor)
         sealed.index.write(sealed.path("index"), sealed.path("timeindex"))
         segment = self._create_segment(sealed.next_offset)
         segment.last_term = sealed.last_term
         self._segments.append(segment)
+        self._files.let_go(sealed.file)
         _LOG.info("segment rolled sealed=%s next_base_offset=%d", sealed.name, segment.base_offset)
         self._apply_retention_locked(self._clock_ms())
         return segment
@@ -725,10 +755,7 @@ class SegmentLog:
             if os.path.exists(path):
                 os.unlink(path)
         fsync_directory(self._directory)
-        if self._readers:
-            self._graveyard.append(segment.descriptor)
-        else:
-            os.close(segment.descriptor)
+        self._files.discard(segment.file)
 
     # ------------------------------------------------------------------ truncation
 
@@ -741,16 +768,17 @@ class SegmentLog:
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 self._delete_segment_files(self._segments.pop())
             segment = self._segments[-1]
-            position, header = self._locate_locked(segment, offset)
+            descriptor = self._files.hold(segment.file)  # active again, if it was sealed
+            position, header = self._locate_locked(segment, descriptor, offset)
             new_end = header.base_offset if header is not None else segment.next_offset
-            self._cut_segment(segment, position, new_end)
+            self._cut_segment(segment, descriptor, position, new_end)
             self._truncations += 1
             _LOG.info("log truncated requested_offset=%d end_offset=%d", offset, new_end)
             return new_end
 
-    def _cut_segment(self, segment: _Segment, position: int, new_end: int) -> None:
-        os.ftruncate(segment.descriptor, position)  # also frees reserved blocks
-        os.fsync(segment.descriptor)
+    def _cut_segment(self, segment: _Segment, descriptor: int, position: int, new_end: int) -> None:
+        os.ftruncate(descriptor, position)  # also frees reserved blocks
+        os.fsync(descriptor)
         segment.allocated = position
         for suffix in ("index", "timeindex"):
             path = segment.path(suffix)
@@ -769,7 +797,7 @@ class SegmentLog:
         segment.max_timestamp_ms = _indexed_max_timestamp_ms(segment.index)
         segment.bytes_since_index_entry = 0
         if position:
-            self._scan_tail_timestamps(segment, last_position)
+            self._scan_tail_timestamps(segment, descriptor, last_position)
             segment.bytes_since_index_entry = position - last_position
 
     def reset(self, start_offset: int) -> None:
@@ -795,18 +823,18 @@ class SegmentLog:
             if segment is None:
                 return b""
             truncations = self._truncations
-            self._readers += 1
+            file = segment.file
+            descriptor = self._files.pin(file)
         error: CorruptSegmentError | None = None
         data = b""
         start = 0
         try:
-            data, start = self._read_from(segment, offset, max_bytes, upper_offset)
+            data, start = self._read_from(segment, descriptor, offset, max_bytes, upper_offset)
         except CorruptSegmentError as caught:
             error = caught
         finally:
+            self._files.unpin(file)
             with self._lock:
-                self._readers -= 1
-                self._bury_locked()
                 raced = truncations != self._truncations
                 if not raced:
                     _advance_verified(segment, start, start + len(data))
@@ -815,7 +843,10 @@ class SegmentLog:
                 segment = self._segment_to_read_locked(offset)
                 if segment is None:
                     return b""
-                data, start = self._read_from(segment, offset, max_bytes, upper_offset)
+                with self._pinned(segment) as descriptor:
+                    data, start = self._read_from(
+                        segment, descriptor, offset, max_bytes, upper_offset
+                    )
                 _advance_verified(segment, start, start + len(data))
                 return data
         if error is not None:
@@ -834,8 +865,23 @@ class SegmentLog:
             return None  # offset == end: nothing to read yet
         return active if offset >= active.base_offset else self._segment_for(offset)
 
+    @contextlib.contextmanager
+    def _pinned(self, segment: _Segment) -> Iterator[int]:
+        """(Log lock held.) ``segment``'s descriptor, open for the ``with`` block."""
+        file = segment.file
+        descriptor = self._files.pin(file)
+        try:
+            yield descriptor
+        finally:
+            self._files.unpin(file)
+
     def _read_from(
-        self, segment: _Segment, offset: int, max_bytes: int, upper_offset: int | None
+        self,
+        segment: _Segment,
+        descriptor: int,
+        offset: int,
+        max_bytes: int,
+        upper_offset: int | None,
     ) -> tuple[bytes, int]:
         """Whole batches from ``offset``, and the file position where they start.
 
@@ -849,10 +895,10 @@ class SegmentLog:
             window_end = min(indexed + max_bytes, segment.size)
             boundary = _batch_boundary(segment, segment.size, indexed, window_end, upper_offset)
             if indexed < boundary <= segment.verified_bytes:
-                data = os.pread(segment.descriptor, boundary - indexed, indexed)
+                data = os.pread(descriptor, boundary - indexed, indexed)
                 if len(data) == boundary - indexed:
                     return data, indexed
-        position, first = self._locate_locked(segment, offset)
+        position, first = self._locate_locked(segment, descriptor, offset)
         if first is None:
             return b"", position
         size = segment.size
@@ -861,11 +907,11 @@ class SegmentLog:
         if boundary > position:
             # Whole batches by construction: read exactly them, and when they are
             # already verified, return the bytes without looking at them.
-            data = os.pread(segment.descriptor, boundary - position, position)
+            data = os.pread(descriptor, boundary - position, position)
             if boundary <= segment.verified_bytes and len(data) == boundary - position:
                 return data, position
         else:
-            data = os.pread(segment.descriptor, window_end - position, position)
+            data = os.pread(descriptor, window_end - position, position)
         limits = self._config.limits
         verified_end = segment.verified_bytes - position
         end = 0
@@ -892,7 +938,9 @@ class SegmentLog:
         index = bisect_right(self._segments, offset, key=_base_offset_of) - 1
         return self._segments[max(index, 0)]
 
-    def _locate_locked(self, segment: _Segment, offset: int) -> tuple[int, BatchHeader | None]:
+    def _locate_locked(
+        self, segment: _Segment, descriptor: int, offset: int
+    ) -> tuple[int, BatchHeader | None]:
         """Position and header of the batch containing ``offset`` in ``segment``.
 
         Returns ``(segment.size, None)`` when ``offset`` is at the segment's end.
@@ -911,7 +959,7 @@ class SegmentLog:
         # pread of that window serves them all, instead of one pread per header.
         window_start = position
         window = os.pread(
-            segment.descriptor,
+            descriptor,
             min(size - position, self._config.index_interval_bytes + HEADER_BYTES),
             position,
         )
@@ -920,16 +968,18 @@ class SegmentLog:
                 at = position - window_start
                 header = self._parse_header(segment, window, at, position, expected)
             else:
-                header = self._read_header(segment, position, expected)
+                header = self._read_header(segment, descriptor, position, expected)
             if header.next_offset > offset:
                 return position, header
             position += header.length
             expected = header.next_offset
         return size, None
 
-    def _read_header(self, segment: _Segment, position: int, expected: int) -> BatchHeader:
+    def _read_header(
+        self, segment: _Segment, descriptor: int, position: int, expected: int
+    ) -> BatchHeader:
         """The header at ``position``; ``expected`` is the base offset it should have."""
-        data = os.pread(segment.descriptor, HEADER_BYTES, position)
+        data = os.pread(descriptor, HEADER_BYTES, position)
         return self._parse_header(segment, data, 0, position, expected)
 
     def _parse_header(
@@ -954,7 +1004,8 @@ class SegmentLog:
             if not self.start_offset <= offset < self.end_offset:
                 raise OffsetOutOfRangeError(offset, self.start_offset, self.end_offset)
             segment = self._segment_for(offset)
-            _, header = self._locate_locked(segment, offset)
+            with self._pinned(segment) as descriptor:
+                _, header = self._locate_locked(segment, descriptor, offset)
             assert header is not None, "offset below end_offset has a batch"
             return header.term
 
@@ -964,24 +1015,33 @@ class SegmentLog:
             for segment in self._segments:
                 if segment.max_timestamp_ms < timestamp_ms:
                     continue
-                relative = segment.index.time_floor(timestamp_ms)
-                position, header = self._locate_locked(segment, segment.base_offset + relative)
-                while header is not None:
-                    # Control batches carry the leader's monotonic clock, not wall time.
-                    if not header.is_control and header.max_timestamp_ms >= timestamp_ms:
-                        data = os.pread(segment.descriptor, header.length, position)
-                        decoded = decode_batch(data, limits=self._config.limits)
-                        for index, record_ms in enumerate(decoded.timestamps_ms):
-                            if record_ms >= timestamp_ms:
-                                return header.base_offset + index
-                    position += header.length
-                    expected = header.next_offset
-                    header = (
-                        self._read_header(segment, position, expected)
-                        if position < segment.size
-                        else None
-                    )
+                with self._pinned(segment) as descriptor:
+                    found = self._offset_for_timestamp_in(segment, descriptor, timestamp_ms)
+                if found is not None:
+                    return found
             return None
+
+    def _offset_for_timestamp_in(
+        self, segment: _Segment, descriptor: int, timestamp_ms: int
+    ) -> int | None:
+        relative = segment.index.time_floor(timestamp_ms)
+        position, header = self._locate_locked(segment, descriptor, segment.base_offset + relative)
+        while header is not None:
+            # Control batches carry the leader's monotonic clock, not wall time.
+            if not header.is_control and header.max_timestamp_ms >= timestamp_ms:
+                data = os.pread(descriptor, header.length, position)
+                decoded = decode_batch(data, limits=self._config.limits)
+                for index, record_ms in enumerate(decoded.timestamps_ms):
+                    if record_ms >= timestamp_ms:
+                        return header.base_offset + index
+            position += header.length
+            expected = header.next_offset
+            header = (
+                self._read_header(segment, descriptor, position, expected)
+                if position < segment.size
+                else None
+            )
+        return None
 
     # ------------------------------------------------------------------ state file
 
@@ -1017,7 +1077,7 @@ class SegmentLog:
                 return
             active = self._segments[-1]
             self._release_reserve(active)
-            os.fsync(active.descriptor)
+            os.fsync(active.file.descriptor)
             active.index.write(active.path("index"), active.path("timeindex"))
             self._closed = True
             self._close_files()
@@ -1025,17 +1085,9 @@ class SegmentLog:
             self._sync_condition.notify_all()
 
     def _close_files(self) -> None:
+        """Release every file (each closed once no read has it pinned)."""
         for segment in self._segments:
-            os.close(segment.descriptor)
-        for descriptor in self._graveyard:
-            os.close(descriptor)
-        self._graveyard.clear()
-
-    def _bury_locked(self) -> None:
-        if not self._readers and self._graveyard:
-            for descriptor in self._graveyard:
-                os.close(descriptor)
-            self._graveyard.clear()
+            self._files.discard(segment.file)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -84,6 +84,7 @@ from laminar.replica.messages import (
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.committed import read_committed, remove_committed, write_committed
 from laminar.segment.config import FsyncPolicy, LogConfig
+from laminar.segment.files import SEGMENT_FILES_DEFAULT, SegmentFiles
 from laminar.segment.log import SegmentLog, SyncTicket, has_state, sync_filesystem
 from laminar.segment.storage import LogStorage
 
@@ -125,6 +126,12 @@ class HostConfig:
     in one job on the fsync threads; a clean close writes it too. It bounds how far
     offline readers of the files trail the commit point. Cost: one 24-byte write
     and a rename per changed replica per period, no fsync.
+    ``segment_files_max``: sealed segment files the node keeps open while idle, for
+    all its replicas together (:mod:`laminar.segment.files`). Each replica holds
+    its active segment's file open; a sealed one is opened by the read that needs
+    it and then cached, the least recently used being closed beyond this bound. So
+    a node needs about one descriptor per replica plus this many plus its
+    connections, however many segments its logs hold.
     """
 
     produce_calls_max: int = 10_000
@@ -135,6 +142,7 @@ class HostConfig:
     fsync_threads: int = 4
     retention_check_ms: int = 5_000
     committed_save_ms: int = 1_000
+    segment_files_max: int = SEGMENT_FILES_DEFAULT
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -148,6 +156,8 @@ class HostConfig:
             raise ConfigError("retention_check_ms must be > 0")
         if self.committed_save_ms <= 0:
             raise ConfigError("committed_save_ms must be > 0")
+        if self.segment_files_max < 0:
+            raise ConfigError("segment_files_max must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +279,14 @@ class ReplicaHost:
         self._data_dir = data_dir
         self._config = config
         self.config = host_config if host_config is not None else HostConfig()
-        self._log_factory = log_factory
+        self._segment_logs = log_factory == SegmentLog.open
+        self._segment_files = SegmentFiles(self.config.segment_files_max)
+        """The node's cache of sealed segments' descriptors, shared by its logs."""
+        self._log_factory: LogFactory = (
+            partial(SegmentLog.open, files=self._segment_files)
+            if self._segment_logs
+            else log_factory
+        )
         self._clock = clock  # seconds, monotonic; None: the event loop's
         self._retention_of = retention_of
         self._retention_due_ms = 0
@@ -337,7 +354,7 @@ class ReplicaHost:
                     if not name.isdigit():
                         continue
                     directory = os.path.join(topic_dir, name)
-                    if self._log_factory == SegmentLog.open and not has_state(directory):
+                    if self._segment_logs and not has_state(directory):
                         # A batch creation a crash interrupted before its sync: the
                         # replica never acted; its founding is applied again later.
                         _LOG.warning("removing replica %s/%s left half-created", topic, name)
@@ -458,7 +475,7 @@ class ReplicaHost:
         way when their leader first replicates.
         """
         fresh = [(key, group) for key, group in groups if key not in self._replicas]
-        if self._log_factory != SegmentLog.open:  # memory logs: nothing to batch
+        if not self._segment_logs:  # memory logs: nothing to batch
             for key, group in fresh:
                 self.open_replica(key, group)
             return
@@ -473,7 +490,12 @@ class ReplicaHost:
                 ]
                 try:
                     logs = await loop.run_in_executor(
-                        self._pool, _create_founding_logs, self._data_dir, items, self._log_config
+                        self._pool,
+                        _create_founding_logs,
+                        self._data_dir,
+                        items,
+                        self._log_config,
+                        self._segment_files,
                     )
                 except Exception as error:
                     _LOG.error("creating %d replicas failed: %s", len(chunk), error)
@@ -1462,7 +1484,7 @@ def _sync_together(data_dir: str, logs: Sequence[SegmentLog]) -> list[object]:
 
 
 def _create_founding_logs(
-    data_dir: str, items: Sequence[tuple[str, bytes]], config: LogConfig
+    data_dir: str, items: Sequence[tuple[str, bytes]], config: LogConfig, files: SegmentFiles
 ) -> list[SegmentLog | None]:
     """(Thread pool.) Create logs with their founding state, then one filesystem
     sync for all of them. None for a directory that already exists (a replica
@@ -1473,7 +1495,7 @@ def _create_founding_logs(
             if os.path.exists(directory):
                 logs.append(None)
                 continue
-            logs.append(SegmentLog.create_unsynced(directory, state, config))
+            logs.append(SegmentLog.create_unsynced(directory, state, config, files=files))
         sync_filesystem(data_dir)
         for log in logs:
             if log is not None:

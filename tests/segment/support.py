@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from laminar.records import Record, decode_records, encode_batch, iter_batches
 
@@ -48,3 +50,17 @@ class FakeClock:
 
     def advance(self, delta_ms: int) -> None:
         self.now_ms += delta_ms
+
+
+def open_files_under(directory: Path | str) -> list[str]:
+    """Paths under ``directory`` that this process holds open (Linux ``/proc``)."""
+    root = os.path.realpath(directory) + os.sep
+    paths = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        if target.startswith(root):
+            paths.append(target)
+    return sorted(paths)

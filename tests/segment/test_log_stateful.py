@@ -29,7 +29,14 @@ from hypothesis.stateful import (
 from laminar.errors import NonMonotonicOffsetError, OffsetOutOfRangeError
 from laminar.records import decode_records, with_leader_fields
 from laminar.segment import FsyncPolicy, LogConfig, MemoryLog, SegmentLog
-from tests.segment.support import FakeClock, RecordSpec, make_batch, split_batches
+from laminar.segment.files import SegmentFiles
+from tests.segment.support import (
+    FakeClock,
+    RecordSpec,
+    make_batch,
+    open_files_under,
+    split_batches,
+)
 
 SEGMENT_BYTES_MAX = 2048
 INDEX_INTERVAL_BYTES = 256
@@ -74,6 +81,9 @@ class LogMachine(RuleBasedStateMachine):
         self.batches: list[ModelBatch] = []
         self.segment_bases = [0]
         self.state: bytes | None = None
+        # One idle descriptor at most: sealed segments are evicted and reopened
+        # all the time, so every rule runs through the file cache's paths.
+        self.files = SegmentFiles(capacity=1)
         self.log: SegmentLog | MemoryLog = self._open_fresh()
 
     # ------------------------------------------------------------------ helpers
@@ -105,7 +115,9 @@ class LogMachine(RuleBasedStateMachine):
     def _open_fresh(self) -> SegmentLog | MemoryLog:
         if not self.is_disk:
             return MemoryLog()
-        return SegmentLog.open(str(self._directory()), self._config(), clock_ms=self.clock)
+        return SegmentLog.open(
+            str(self._directory()), self._config(), clock_ms=self.clock, files=self.files
+        )
 
     def _segment_bytes(self, base: int, following: int | None) -> int:
         return sum(
@@ -286,7 +298,9 @@ class LogMachine(RuleBasedStateMachine):
             return
         self.log.close()
         self.retention_bytes = retention_bytes
-        self.log = SegmentLog.open(str(self._directory()), self._config(), clock_ms=self.clock)
+        self.log = SegmentLog.open(
+            str(self._directory()), self._config(), clock_ms=self.clock, files=self.files
+        )
         self._check_files()
 
     @precondition(lambda self: self.is_disk)
@@ -297,7 +311,9 @@ class LogMachine(RuleBasedStateMachine):
         self.generation += 1
         shutil.copytree(source, self._directory())
         self.log.close()
-        self.log = SegmentLog.open(str(self._directory()), self._config(), clock_ms=self.clock)
+        self.log = SegmentLog.open(
+            str(self._directory()), self._config(), clock_ms=self.clock, files=self.files
+        )
         self._check_files()
 
     def _check_files(self) -> None:
@@ -314,6 +330,13 @@ class LogMachine(RuleBasedStateMachine):
         if isinstance(self.log, SegmentLog):
             assert self.log.segment_count == len(self.segment_bases)
             assert self.log.size_bytes == sum(len(batch.data) for batch in self.batches)
+
+    @invariant()
+    def descriptors_bounded(self) -> None:
+        """The active segment's file, plus at most the cache's one idle file."""
+        if self.is_disk:
+            assert self.files.idle <= 1
+            assert len(open_files_under(self.root)) <= 2
 
     def teardown(self) -> None:
         self.log.close()

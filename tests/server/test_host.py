@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from laminar.errors import NotLeaderError, RequestTimeoutError
-from laminar.records import encode_batch, next_offset, with_leader_fields
+from laminar.records import (
+    decode_records,
+    encode_batch,
+    iter_batches,
+    next_offset,
+    with_leader_fields,
+)
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.messages import AppendRequest, AppendResponse, Heartbeat, RoleChanged
@@ -26,6 +32,7 @@ from laminar.segment.config import LogConfig
 from laminar.segment.log import SegmentLog
 from laminar.server import host as host_module
 from laminar.server.host import Replica, ReplicaHost
+from tests.segment.support import open_files_under
 from tests.server.aio import bounded, wait_until
 
 DEADLINE_S = 10.0
@@ -335,10 +342,12 @@ async def test_founding_replicas_are_created_in_batches_with_one_sync_and_no_ele
             fsyncs_while_creating += 1
         original_fsync(descriptor)
 
-    def marked_create(directory: str, state: bytes, config: LogConfig | None = None) -> SegmentLog:
+    def marked_create(
+        directory: str, state: bytes, config: LogConfig | None = None, **options: Any
+    ) -> SegmentLog:
         creating.active = True
         try:
-            return original_create(directory, state, config)
+            return original_create(directory, state, config, **options)
         finally:
             creating.active = False
 
@@ -439,3 +448,51 @@ async def test_a_reserved_founding_replica_is_not_opened_plain_by_an_early_appen
         assert host.get(("events", 1)) is not None  # not reserved: opened as before
     finally:
         await host.close()
+
+
+@run
+async def test_sealed_segment_files_of_all_replicas_share_one_bounded_cache(
+    tmp_path: Path,
+) -> None:
+    """A node holds one descriptor per replica (its active segment) plus at most
+    ``segment_files_max`` idle sealed-segment files, however many segments its logs
+    hold and reads touch (issue 17: file descriptors bounded)."""
+    log_config = LogConfig(segment_bytes_max=1024, preallocate_bytes_max=0)
+    host = ReplicaHost(
+        "n1",
+        str(tmp_path),
+        ReplicaConfig.local(),
+        log_config,
+        send=_no_peers,
+        host_config=host_module.HostConfig(segment_files_max=1),
+    )
+    await host.start()
+    keys = [("events", partition) for partition in range(3)]
+    try:
+        replicas = [host.open_replica(key, GroupConfig((NodeId("n1"),))) for key in keys]
+        await wait_until(
+            lambda: all(replica.core.role is Role.LEADER for replica in replicas),
+            "every single voter leads",
+            timeout_s=DEADLINE_S,
+        )
+        for key in keys:
+            for index in range(30):
+                await host.produce(key, batch(bytes([index]) * 200), Acks.ALL, 5)
+        for replica in replicas:
+            assert isinstance(replica.log, SegmentLog) and replica.log.segment_count >= 5
+        for _ in range(2):
+            for key in keys:
+                offset, values = 0, []
+                while len(values) < 30:
+                    fetched = await host.fetch(key, offset, 600, 0)
+                    assert fetched.batches, (key, offset)
+                    for position, header in iter_batches(fetched.batches):
+                        if not header.is_control:  # the leader's first entry
+                            data = fetched.batches[position : position + header.length]
+                            values.extend(record.value[0] for record in decode_records(data))
+                    offset = next_offset(fetched.batches)
+                assert values == list(range(30))
+                assert len(open_files_under(tmp_path)) <= len(keys) + 1
+    finally:
+        await host.close()
+    assert open_files_under(tmp_path) == []

@@ -1,0 +1,179 @@
+"""Open segment files on demand, with a bounded cache shared by a node's logs.
+
+A node holds thousands of partition replicas, each with an active segment and any
+number of sealed ones. Keeping every segment file open would need one descriptor
+per segment (Kafka's way: operators raise ``ulimit -n`` into the hundreds of
+thousands). Here a log keeps exactly one descriptor of its own, its active
+segment's (appends and fsyncs go there). A sealed segment's file is opened when a
+read needs it and then stays open in a least-recently-used cache of *idle*
+descriptors, shared by every log of the node, that holds at most ``capacity`` of
+them; the oldest is closed when one more would exceed it.
+
+Pins make closing safe. Reads ``pread`` outside the log's lock, so a descriptor
+must not be closed (and its number reused by another file) while a read holds it:
+whoever uses a descriptor pins its file first, and only an unpinned descriptor is
+ever closed. The active segment holds a pin of its own for as long as it is
+active (:meth:`SegmentFiles.hold` / :meth:`SegmentFiles.let_go`). A deleted
+segment's file is :meth:`SegmentFiles.discard`\\ ed: closed at once if unpinned,
+else by its last unpin.
+
+The cache's lock guards every field of every :class:`SegmentFile`; a log calls it
+with its own lock held (log lock, then cache lock) and the cache never calls back.
+Open descriptors in use are therefore one per replica (active segments), plus
+one per read under way, plus at most ``capacity`` idle ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from laminar.errors import ConfigError, StorageError
+
+SEGMENT_FILES_DEFAULT = 1024
+"""Idle sealed-segment descriptors a cache keeps open by default."""
+
+_CLOSED = -1
+
+
+@dataclass(slots=True, eq=False)
+class SegmentFile:
+    """One segment file: its path and, while open, its descriptor. Every field is
+    guarded by the :class:`SegmentFiles` cache that manages it."""
+
+    path: str
+    descriptor: int = _CLOSED
+    pins: int = 0
+    held: bool = False
+    """The log's own pin: this is the active segment's file."""
+    dead: bool = False
+    """Deleted: never opened again; closed by its last unpin."""
+
+
+class SegmentFiles:
+    """A bounded LRU cache of idle segment descriptors (see the module docstring).
+
+    Thread-safe. ``opens`` and ``evictions`` count files opened and idle descriptors
+    closed to stay within ``capacity``.
+    """
+
+    def __init__(self, capacity: int = SEGMENT_FILES_DEFAULT) -> None:
+        if capacity < 0:
+            raise ConfigError(f"segment files capacity must be >= 0, got {capacity}")
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._idle: OrderedDict[SegmentFile, None] = OrderedDict()
+        self.opens = 0
+        self.evictions = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def idle(self) -> int:
+        """Descriptors open but not in use (closable)."""
+        with self._lock:
+            return len(self._idle)
+
+    def create(self, path: str) -> SegmentFile:
+        """Create (or empty) the file at ``path`` and hold it: a new active segment."""
+        with self._lock:
+            descriptor = self._open_locked(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            return SegmentFile(path, descriptor, pins=1, held=True)
+
+    def hold(self, file: SegmentFile) -> int:
+        """Make ``file`` the active segment's (opening it if closed); returns its
+        descriptor, valid until :meth:`let_go` or :meth:`discard`."""
+        with self._lock:
+            if file.held:
+                return file.descriptor
+            descriptor = self._pin_locked(file)
+            file.held = True
+            return descriptor
+
+    def let_go(self, file: SegmentFile) -> None:
+        """``file`` is sealed: drop the log's own pin (it may be closed when idle)."""
+        with self._lock:
+            if file.held:
+                file.held = False
+                self._unpin_locked(file)
+
+    def pin(self, file: SegmentFile) -> int:
+        """``file``'s descriptor, opening the file if needed; it stays open until the
+        matching :meth:`unpin`. Call with the owning log's lock held (so the file
+        cannot have been deleted). Raises :class:`StorageError` if it cannot be opened."""
+        with self._lock:
+            return self._pin_locked(file)
+
+    def unpin(self, file: SegmentFile) -> None:
+        with self._lock:
+            self._unpin_locked(file)
+
+    def discard(self, file: SegmentFile) -> None:
+        """``file`` was deleted (or its log closed): close it once no read uses it."""
+        with self._lock:
+            if file.dead:
+                return
+            file.dead = True
+            if file.held:
+                file.held = False
+                file.pins -= 1
+            self._idle.pop(file, None)
+            if file.pins == 0:
+                self._close_locked(file)
+
+    def _pin_locked(self, file: SegmentFile) -> int:
+        assert not file.dead, f"{file.path} is deleted"
+        if file.descriptor == _CLOSED:
+            try:
+                file.descriptor = self._open_locked(file.path, os.O_RDWR)
+            except OSError as error:
+                raise StorageError(
+                    f"cannot open segment file {file.path}: {error.strerror}"
+                ) from error
+        elif file.pins == 0:
+            del self._idle[file]
+        file.pins += 1
+        return file.descriptor
+
+    def _unpin_locked(self, file: SegmentFile) -> None:
+        assert file.pins > 0, f"{file.path} is not pinned"
+        file.pins -= 1
+        if file.pins:
+            return
+        if file.dead:
+            self._close_locked(file)
+            return
+        self._idle[file] = None
+        while len(self._idle) > self._capacity:
+            oldest, _ = self._idle.popitem(last=False)
+            self._close_locked(oldest)
+            self.evictions += 1
+
+    def _open_locked(self, path: str, flags: int) -> int:
+        try:
+            descriptor = os.open(path, flags, 0o644)
+        except OSError as error:
+            if error.errno not in (errno.EMFILE, errno.ENFILE) or not self._idle:
+                raise
+            # Out of descriptors: give back every idle one and try once more.
+            while self._idle:
+                oldest, _ = self._idle.popitem(last=False)
+                self._close_locked(oldest)
+                self.evictions += 1
+            descriptor = os.open(path, flags, 0o644)
+        self.opens += 1
+        return descriptor
+
+    def _close_locked(self, file: SegmentFile) -> None:
+        if file.descriptor != _CLOSED:
+            descriptor, file.descriptor = file.descriptor, _CLOSED
+            # Linux releases the descriptor even when close reports an error, and
+            # nothing written is at stake (logs fsync before letting go of a file).
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
