@@ -121,6 +121,8 @@ _RECORD_BYTES_MIN = 12
 
 _NATIVE_IS_LITTLE = sys.byteorder == "little"
 _INT64_MAX = 2**63 - 1
+_SEQUENCE_LIMIT = 2**31
+"""Sequence numbers are int32: a batch's last sequence is at most 2**31 - 1."""
 _INT64_STRUCT = struct.Struct("<q")
 
 
@@ -271,6 +273,10 @@ def encode_batch(
         raise RecordFormatError("producer_id and base_sequence are set together or not at all")
     if not (NO_PRODUCER <= producer_id <= _INT64_MAX and NO_SEQUENCE <= base_sequence < 2**31):
         raise RecordFormatError("producer_id or base_sequence out of range")
+    if base_sequence > _SEQUENCE_LIMIT - count:
+        raise RecordFormatError(
+            f"sequences {base_sequence} + {count} records pass the last one, {_SEQUENCE_LIMIT - 1}"
+        )
 
     # struct.pack with "<" writes little-endian columns in one C call; it is faster
     # than building an array.array from the sequence (23 vs 33 us for 1,000 ints).
@@ -529,8 +535,8 @@ def parse_header(
         term,
         first_timestamp_ms,
         max_timestamp_ms,
-        _,
-        _,
+        producer_id,
+        base_sequence,
         _,
         stored,
     ) = fields
@@ -553,6 +559,10 @@ def parse_header(
         and first_timestamp_ms <= max_timestamp_ms
         and NO_OFFSET <= base_offset <= _INT64_MAX - count
         and term >= NO_TERM
+        and (
+            producer_id == base_sequence == NO_PRODUCER
+            or (producer_id >= 0 and 0 <= base_sequence <= _SEQUENCE_LIMIT - count)
+        )
     ):
         _check_header_fields(header, limits)
     return header
@@ -570,19 +580,26 @@ def _check_header_fields(header: BatchHeader, limits: BatchLimits) -> None:
     uncompressed_bytes = header.payload_uncompressed_bytes
     if attributes & ~_ATTRIBUTES_KNOWN or attributes & ATTRIBUTE_CODEC_MASK > Compression.ZSTD:
         raise RecordFormatError(f"unknown attribute bits {attributes:#04x}")
-    if not HEADER_BYTES < length <= limits.batch_bytes_max:
+    # A limit passed is a BatchLimitError; an impossible field a plain RecordFormatError.
+    if length <= HEADER_BYTES:
+        raise RecordFormatError(f"batch length {length} leaves no payload")
+    if length > limits.batch_bytes_max:
         raise BatchLimitError(
-            f"batch length {length} outside ({HEADER_BYTES}, {limits.batch_bytes_max}]"
+            f"batch length {length} exceeds batch_bytes_max {limits.batch_bytes_max}"
         )
-    if not 0 < count <= limits.record_count_max:
-        raise BatchLimitError(f"record count {count} outside (0, {limits.record_count_max}]")
+    if count < 1:
+        raise RecordFormatError(f"record count {count}: a batch holds at least one record")
+    if count > limits.record_count_max:
+        raise BatchLimitError(
+            f"record count {count} exceeds record_count_max {limits.record_count_max}"
+        )
     if uncompressed_bytes > limits.payload_uncompressed_bytes_max:
         raise BatchLimitError(
             f"uncompressed payload of {uncompressed_bytes} bytes exceeds "
             f"{limits.payload_uncompressed_bytes_max}"
         )
     if count * _RECORD_BYTES_MIN + 1 > uncompressed_bytes:
-        raise BatchLimitError(f"{count} records cannot fit in {uncompressed_bytes} payload bytes")
+        raise RecordFormatError(f"{count} records cannot fit in {uncompressed_bytes} payload bytes")
     if not attributes & ATTRIBUTE_CODEC_MASK and uncompressed_bytes != length - HEADER_BYTES:
         raise RecordFormatError("uncompressed payload size disagrees with batch length")
     if attributes & ATTRIBUTE_CONTROL and count != 1:
@@ -594,6 +611,15 @@ def _check_header_fields(header: BatchHeader, limits: BatchLimits) -> None:
         raise RecordFormatError("negative base offset or term")
     if base_offset > _INT64_MAX - count:
         raise RecordFormatError("base offset overflows")
+    producer_id, base_sequence = header.producer_id, header.base_sequence
+    if (producer_id == NO_PRODUCER) != (base_sequence == NO_SEQUENCE):
+        raise RecordFormatError("producer_id and base_sequence are set together or not at all")
+    if producer_id < NO_PRODUCER or base_sequence < NO_SEQUENCE:
+        raise RecordFormatError("negative producer_id or base_sequence")
+    if base_sequence > _SEQUENCE_LIMIT - count:
+        raise RecordFormatError(
+            f"sequences {base_sequence} + {count} records pass the last one, {_SEQUENCE_LIMIT - 1}"
+        )
 
 
 def peek_length(buffer: bytes | bytearray | memoryview, position: int = 0) -> int:

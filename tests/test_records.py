@@ -212,8 +212,46 @@ def test_forged_header_with_absurd_record_count_is_rejected() -> None:
     batch = bytearray(encode_batch([b"x"]))
     struct.pack_into("<i", batch, 8, 5_000)
     struct.pack_into("<Q", batch, 72, xxhash.xxh3_64_intdigest(bytes(batch[:72])))
-    with pytest.raises(BatchLimitError):
+    with pytest.raises(RecordFormatError, match="cannot fit") as refused:
         parse_header(batch)
+    assert not isinstance(refused.value, BatchLimitError)  # impossible, not too large
+    struct.pack_into("<i", batch, 8, 2_000_000)
+    struct.pack_into("<Q", batch, 72, xxhash.xxh3_64_intdigest(bytes(batch[:72])))
+    with pytest.raises(BatchLimitError, match="record_count_max"):
+        parse_header(batch)
+
+
+def _with_producer(batch: bytes, producer_id: int, base_sequence: int) -> bytearray:
+    """``batch`` with any producer fields, its header checksum made right again."""
+    forged = bytearray(batch)
+    struct.pack_into("<qi", forged, 48, producer_id, base_sequence)
+    struct.pack_into("<Q", forged, 72, xxhash.xxh3_64_intdigest(bytes(forged[:72])))
+    return forged
+
+
+@pytest.mark.parametrize(
+    ("producer_id", "base_sequence", "reason"),
+    [
+        (7, -1, "set together"),
+        (-1, 0, "set together"),
+        (-2, -1, "set together"),
+        (-5, 3, "negative producer_id"),
+        (7, -3, "negative"),
+        (7, 2**31 - 2, "pass the last one"),
+    ],
+)
+def test_producer_fields_out_of_rule_are_refused(
+    producer_id: int, base_sequence: int, reason: str
+) -> None:
+    """docs/format.md: producer_id and base_sequence are both -1 or both >= 0, and a
+    batch's last sequence is at most 2**31 - 1."""
+    batch = _with_producer(encode_batch([b"a", b"b", b"c"]), producer_id, base_sequence)
+    with pytest.raises(RecordFormatError, match=reason):
+        parse_header(batch)
+    with pytest.raises(RecordFormatError, match="pass the last one"):
+        encode_batch([b"a", b"b"], producer_id=1, base_sequence=2**31 - 1)
+    last = encode_batch([b"a", b"b", b"c"], producer_id=1, base_sequence=2**31 - 3)
+    assert parse_header(last).base_sequence == 2**31 - 3
 
 
 def test_bad_record_types_get_a_clear_error() -> None:
