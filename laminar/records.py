@@ -980,6 +980,10 @@ def _decompress(header: BatchHeader, stored: memoryview) -> memoryview:
         declared_bytes = zstandard.frame_content_size(stored)
         if declared_bytes not in (expected_bytes, _ZSTD_CONTENT_SIZE_UNKNOWN):
             raise RecordFormatError("compressed frame size disagrees with the header")
+        # One frame and nothing after it: zstandard would ignore what follows, while
+        # other decoders read on into further frames (docs/format.md).
+        if _zstd_frame_bytes(stored) != len(stored):
+            raise RecordFormatError("bytes after the zstd frame")
         data = zstandard.ZstdDecompressor().decompress(stored, max_output_size=expected_bytes)
     except zstandard.ZstdError as error:
         raise RecordFormatError(f"cannot decompress payload: {error}") from None
@@ -989,6 +993,35 @@ def _decompress(header: BatchHeader, stored: memoryview) -> memoryview:
 
 
 _ZSTD_CONTENT_SIZE_UNKNOWN = -1
+_ZSTD_BLOCK_HEADER_BYTES = 3
+_ZSTD_BLOCK_RLE = 1
+_ZSTD_BLOCK_RESERVED = 3
+_ZSTD_CHECKSUM_BYTES = 4
+
+
+def _zstd_frame_bytes(stored: memoryview) -> int:
+    """The length of the zstd frame at the start of ``stored``, from its block headers
+    (RFC 8878, section 3.1.1); a ZstdError when it is not a whole frame.
+
+    A walk over 3-byte block headers (at least one per 128 KiB of content): cheap
+    beside the decompression it precedes.
+    """
+    position = zstandard.frame_header_size(stored)  # checks the magic number
+    checksum = stored[4] & 0x04  # Frame_Header_Descriptor: Content_Checksum_flag
+    while True:
+        if position + _ZSTD_BLOCK_HEADER_BYTES > len(stored):
+            raise zstandard.ZstdError("truncated zstd frame")
+        block = int.from_bytes(stored[position : position + _ZSTD_BLOCK_HEADER_BYTES], "little")
+        kind = (block >> 1) & 0x03
+        if kind == _ZSTD_BLOCK_RESERVED:
+            raise zstandard.ZstdError("reserved zstd block type")
+        position += _ZSTD_BLOCK_HEADER_BYTES + (1 if kind == _ZSTD_BLOCK_RLE else block >> 3)
+        if block & 0x01:  # Last_Block
+            break
+    position += _ZSTD_CHECKSUM_BYTES if checksum else 0
+    if position > len(stored):
+        raise zstandard.ZstdError("truncated zstd frame")
+    return position
 
 
 class _Columns(NamedTuple):

@@ -520,6 +520,26 @@ def test_zstd_frame_declaring_more_than_the_header_is_refused_unallocated() -> N
     assert peak_bytes < 1024 * 1024
 
 
+@pytest.mark.parametrize(
+    "extra", [b"xx", zstandard.ZstdCompressor().compress(b"more"), b"\x50\x2a\x4d\x18\0\0\0\0"]
+)
+def test_a_zstd_payload_is_one_frame_and_nothing_after_it(extra: bytes) -> None:
+    """zstandard decodes the first frame and ignores what follows; other decoders
+    read on into further frames, so Laminar refuses anything after the frame
+    (garbage, a second frame, a skippable frame) to keep every decoder in step."""
+    template = encode_batch([b"a" * 1000], compression=Compression.ZSTD)
+    frame = template[HEADER_BYTES:]
+    assert decode_batch(with_stored(template, frame)).values == [b"a" * 1000]
+    damaged = with_stored(template, frame + extra)
+    with pytest.raises(RecordFormatError, match="after the zstd frame"):
+        check_payload(damaged, verify_batch(damaged))
+    with pytest.raises(RecordFormatError, match="after the zstd frame"):
+        decode_batch(damaged)
+    cut = with_stored(template, frame[:-3])
+    with pytest.raises(RecordFormatError):
+        decode_batch(cut)
+
+
 @settings(max_examples=400, deadline=None)
 @given(batch_strategy, st.data())
 def test_check_payload_fails_exactly_when_decode_fails(batch: bytes, data: st.DataObject) -> None:
