@@ -16,45 +16,11 @@ reads the timestamp and length columns with a few C-level passes each and never 
 keys or values; only header blobs (when a batch has any) are unpacked one by one,
 and a compressed payload is decompressed, into at most the size its header declares.
 
-Header layout (little-endian, 80 bytes, ``magic`` 1)::
-
-    offset size  field
-         0    4  length                      u32  whole batch in bytes, header included
-         4    1  magic                       u8   format version, 1
-         5    1  attributes                  u8   bits 0-2 codec (0 none, 1 zstd);
-                                                  bit 4 control batch; other bits 0
-         6    2  reserved                    u16  0
-         8    4  record_count                i32  >= 1
-        12    4  payload_uncompressed_bytes  u32  payload size before compression
-        16    8  base_offset                 i64  set by the leader (-1 until then)
-        24    8  term                        i64  set by the leader (-1 until then)
-        32    8  first_timestamp_ms          i64  timestamp of the first record
-        40    8  max_timestamp_ms            i64  largest record timestamp
-        48    8  producer_id                 i64  -1 = not idempotent
-        56    4  base_sequence               i32  -1 = not idempotent
-        60    4  reserved                    u32  0
-        64    8  payload_checksum            u64  xxh3-64 of the stored payload bytes
-        72    8  header_checksum             u64  xxh3-64 of header bytes [0, 72)
-        80       payload                          payload_stored_bytes = length - 80
-
-The payload checksum covers the payload *as stored* (compressed, when it is), so it
-is verified without decompressing. The header checksum covers every other header
-field, including the ones the leader sets, and is recomputed when they are stamped.
-
-Payload layout (before compression) is columnar, so that encoding and decoding cost
-a few C-level passes per column instead of Python work per field::
-
-    u8             flags          bit 0: keys column present; bit 1: headers present
-    i64 × count    record timestamps in milliseconds
-    i32 × count    value lengths  (-1 = null value)
-    i32 × count    key lengths    (-1 = null key)         only with flag bit 0
-    u32 × count    header lengths (msgpack of [[k, v], …]) only with flag bit 1
-    bytes          every non-null key, concatenated        only with flag bit 0
-    bytes          every non-null value, concatenated
-    bytes          every record's headers, concatenated    only with flag bit 1
-
-A record at index ``i`` has offset ``base_offset + i``. A control batch (leader no-op,
-configuration change) holds exactly one record; consumers skip control batches.
+The format -- the 80-byte header, the columnar payload, zstd, both XXH3-64
+checksums, control batches, every validity rule and limit, the canonical choices
+and idempotent sequencing -- is specified in ``docs/format.md``, with conformance
+vectors in ``docs/conformance/batches-v1.json``; this module implements it and
+does not repeat it. Where the two disagree, one of them has a bug.
 
 Errors: every malformed input raises a :class:`laminar.errors.RecordFormatError`
 subclass; no ``IndexError`` or ``struct.error`` reaches the caller.

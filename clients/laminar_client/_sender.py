@@ -6,7 +6,8 @@ no I/O and keeps no time of its own: the producer's event loop sends what
 :meth:`PartitionSender.to_send` returns and reports each attempt's outcome with
 :meth:`~PartitionSender.acked` or :meth:`~PartitionSender.failed`.
 
-The rules (they rely on the broker's producer table, ``laminar/replica/producers.py``:
+The rules (specified for every client in ``docs/format.md``, section 2; they rely
+on the broker's producer table, ``laminar/replica/producers.py``:
 it remembers each producer's last 5 batches per partition, answers a retry of one
 of them with its original offset, refuses a batch whose sequence leaves a gap after
 the last one written — ``OUT_OF_ORDER_SEQUENCE``, so that batch was certainly not
