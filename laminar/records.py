@@ -918,7 +918,8 @@ _MALFORMED_PAYLOAD_ERRORS = (ValueError, IndexError, TypeError, msgpack.UnpackEx
 
 
 def _malformed(error: Exception) -> RecordFormatError:
-    return RecordFormatError(f"malformed payload: {error}")
+    # Some msgpack errors carry no text (a reserved byte such as 0xc1): name the class.
+    return RecordFormatError(f"malformed payload: {error or type(error).__name__}")
 
 
 def _payload(

@@ -1,23 +1,29 @@
-"""Fail when the committed generated gRPC code in laminar/v1/ is stale.
+"""Fail when committed generated files are stale: the gRPC code in laminar/v1/ and
+the record-batch conformance vectors in docs/conformance/.
 
 Regenerates every ``proto/laminar/v1/*.proto`` into a temporary directory with
-grpc_tools.protoc and compares the result byte for byte with ``laminar/v1/``.
-Run ``python scripts/check_generated.py --write`` to refresh the committed code.
+grpc_tools.protoc and compares the result byte for byte with ``laminar/v1/``; builds
+the conformance vectors with ``scripts/conformance_vectors.py`` and compares them
+byte for byte with ``docs/conformance/batches-v1.json``.
+Run ``python scripts/check_generated.py --write`` to refresh all of them.
 """
 
 from __future__ import annotations
 
 import filecmp
+import importlib.util
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 PROTO_DIR = PROTO_ROOT / "laminar" / "v1"
 GENERATED_DIR = ROOT / "laminar" / "v1"
+VECTORS_SCRIPT = ROOT / "scripts" / "conformance_vectors.py"
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -38,8 +44,17 @@ def generate(out_dir: Path) -> list[Path]:
     return sorted((out_dir / "laminar" / "v1").glob("*.py*"))
 
 
-def main() -> int:
-    write = "--write" in sys.argv[1:]
+def conformance_vectors() -> ModuleType:
+    """``scripts/conformance_vectors.py``, imported from its path."""
+    spec = importlib.util.spec_from_file_location("conformance_vectors", VECTORS_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_protos(write: bool) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         generated = generate(Path(tmp))
         if not generated:
@@ -63,6 +78,26 @@ def main() -> int:
         return 1
     print(f"generated-check: {len(generated)} generated files are fresh")
     return 0
+
+
+def check_vectors(write: bool) -> int:
+    vectors = conformance_vectors()
+    name = vectors.OUTPUT_NAME
+    if write:
+        vectors.write()
+        print(f"generated-check: wrote {name}")
+        return 0
+    if not vectors.is_fresh():
+        print(f"generated-check: stale generated file: {name}")
+        print(f"run: {vectors.COMMAND}")
+        return 1
+    print(f"generated-check: {name} is fresh")
+    return 0
+
+
+def main() -> int:
+    write = "--write" in sys.argv[1:]
+    return max(check_protos(write), check_vectors(write))
 
 
 if __name__ == "__main__":
