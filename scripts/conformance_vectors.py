@@ -174,16 +174,30 @@ FROZEN_FRAMES = {
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_BLOCK_BYTES_MAX = 128 * 1024
+_SKIPPABLE_FRAME = b"\x50\x2a\x4d\x18" + struct.pack("<I", 0)
+"""An empty skippable frame (magic 0x184D2A50, size 0)."""
 
 
-def zstd_frame(data: bytes, *, content_size: bool = True) -> bytes:
+def zstd_frame(
+    data: bytes,
+    *,
+    content_size: bool = True,
+    checksum: int | None = None,
+    dictionary_id: int | None = None,
+) -> bytes:
     """A zstd frame (RFC 8878) of ``data`` in raw (stored) blocks: valid for every
-    decoder, and the same bytes whatever zstd library is installed."""
+    decoder, and the same bytes whatever zstd library is installed. ``checksum``: a
+    Content_Checksum to write (4 bytes); ``dictionary_id``: a 1-byte Dictionary_ID."""
     # With the size: Single_Segment_flag and an 8-byte Frame_Content_Size (FCS_Field_Size
     # 3). Without: no Frame_Content_Size, and a Window_Descriptor of 128 KiB (exponent 7).
-    header = (
-        bytes((0xE0,)) + struct.pack("<Q", len(data)) if content_size else bytes((0x00, 7 << 3))
-    )
+    descriptor = (0xE0 if content_size else 0x00) | (0x04 if checksum is not None else 0)
+    header = bytes((descriptor | (0x01 if dictionary_id is not None else 0),))
+    if not content_size:
+        header += bytes((7 << 3,))
+    if dictionary_id is not None:
+        header += bytes((dictionary_id,))
+    if content_size:
+        header += struct.pack("<Q", len(data))
     blocks = []
     chunks = [
         data[at : at + _ZSTD_BLOCK_BYTES_MAX] for at in range(0, len(data), _ZSTD_BLOCK_BYTES_MAX)
@@ -191,7 +205,8 @@ def zstd_frame(data: bytes, *, content_size: bool = True) -> bytes:
     for index, chunk in enumerate(chunks or [b""]):
         last = index == max(len(chunks), 1) - 1
         blocks.append(int(last | (len(chunk) << 3)).to_bytes(3, "little") + chunk)
-    return _ZSTD_MAGIC + header + b"".join(blocks)
+    trailer = b"" if checksum is None else struct.pack("<I", checksum)
+    return _ZSTD_MAGIC + header + b"".join(blocks) + trailer
 
 
 def frozen_zstd(name: str, batch: bytes) -> bytes:
@@ -485,6 +500,26 @@ def decode_batches(cases: list[EncodeCase]) -> list[tuple[str, str, bytes]]:
     )
     found.append(
         (
+            "header_msgpack_not_shortest",
+            "A header blob in longer msgpack types than needed (array16, str16, bin16): "
+            "encoders write the shortest, decoders accept any.",
+            seal(
+                build_payload(
+                    [T0], [b"a"], header_blobs=[b"\xdc\x00\x01\x92\xda\x00\x01h\xc5\x00\x01v"]
+                ),
+                [T0],
+            ),
+        )
+    )
+    found.append(
+        (
+            "empty_header_array16",
+            "A record whose header blob is an empty array16 (0xdc 0x00 0x00): no headers.",
+            seal(build_payload([T0], [b"a"], header_blobs=[b"\xdc\x00\x00"]), [T0]),
+        )
+    )
+    found.append(
+        (
             "empty_header_array",
             "A record whose header blob is an empty msgpack array (0x90) next to one with "
             "headers: decodes to no headers, like header length 0.",
@@ -571,6 +606,7 @@ def invalid_batches() -> list[tuple[str, str, bytes]]:
     length_minus_two = forge(base, bytes(payload))
 
     zstd = int(Compression.ZSTD)
+    wrong_checksum = ~xxhash.xxh64_intdigest(base_payload) & 0xFFFFFFFF
     framed = zstd_frame(base_payload)
     unframed = zstd_frame(base_payload, content_size=False)
     return [
@@ -756,6 +792,38 @@ def invalid_batches() -> list[tuple[str, str, bytes]]:
             forge(base, base_offset=-2),
         ),
         ("term_minus_5", "term -5: it is -1 (unset) or >= 0.", forge(base, term=-5)),
+        (
+            "control_with_two_records",
+            "A client's control batch of two records: the header rule (a control batch holds "
+            "one record) is checked before the control bit is refused as input.",
+            forge(pair, attributes=ATTRIBUTE_CONTROL),
+        ),
+        (
+            "uncompressed_size_over_limit_uncompressed",
+            "An uncompressed batch whose payload_uncompressed_bytes is 65 MiB: the limit is "
+            "checked before the size is compared with the length.",
+            forge(base, payload_uncompressed_bytes=65 * MIB),
+        ),
+        (
+            "zstd_checksum_wrong",
+            "A zstd frame whose Content_Checksum is present and wrong.",
+            forge(base, zstd_frame(base_payload, checksum=wrong_checksum), attributes=zstd),
+        ),
+        (
+            "zstd_dictionary",
+            "A zstd frame that names a dictionary (Dictionary_ID 7): not supported.",
+            forge(base, zstd_frame(base_payload, dictionary_id=7), attributes=zstd),
+        ),
+        (
+            "zstd_skippable_frame_first",
+            "A skippable frame before the zstd frame: the payload is exactly one frame.",
+            forge(base, _SKIPPABLE_FRAME + zstd_frame(base_payload), attributes=zstd),
+        ),
+        (
+            "header_key_invalid_utf8",
+            "A header key that is a msgpack str holding bytes that are not UTF-8.",
+            headers_batch(b"\x91\x92\xa2\xff\xfe\xc4\x01v"),
+        ),
     ]
 
 
