@@ -3,6 +3,7 @@ under SegmentLog: bounds, LRU order, pins, deletion while read, exhaustion."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import threading
@@ -225,14 +226,7 @@ def test_reads_racing_retention_and_eviction_never_see_another_file(tmp_path: Pa
     file, and the read would return its bytes. Every read must return this log's
     batches (checked by offset and checksum) or say the offset is gone."""
     cache = SegmentFiles(capacity=1)
-    config = LogConfig(
-        segment_bytes_max=1024,
-        index_interval_bytes=256,
-        fsync_policy=FsyncPolicy.NEVER,
-        retention_ms=None,
-        retention_bytes=4096,
-        preallocate_bytes_max=0,
-    )
+    config = dataclasses.replace(CONFIG, retention_bytes=4096)
     logs = [
         SegmentLog.open(str(tmp_path / f"log-{index}"), config, files=cache) for index in range(2)
     ]
