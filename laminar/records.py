@@ -46,6 +46,7 @@ import zstandard
 from laminar.errors import (
     BatchLimitError,
     ChecksumMismatchError,
+    InvalidInputError,
     RecordFormatError,
     TruncatedBatchError,
     UnsupportedMagicError,
@@ -531,6 +532,21 @@ def parse_header(
         )
     ):
         _check_header_fields(header, limits)
+    return header
+
+
+def check_produced_header(
+    batch: bytes | bytearray | memoryview, *, limits: BatchLimits = DEFAULT_LIMITS
+) -> BatchHeader:
+    """The header of ``batch`` as a client sent it in a produce request, checked as
+    the node receiving the request checks it (``docs/format.md``, section 1.6, step
+    1): every header rule, then the length against the bytes sent and no control
+    batch (both :class:`InvalidInputError`). The payload is checked by the leader."""
+    header = parse_header(batch, limits=limits)
+    if header.length != len(batch):
+        raise InvalidInputError(f"batch announces {header.length} bytes but {len(batch)} were sent")
+    if header.is_control:
+        raise InvalidInputError("control batches are internal")
     return header
 
 

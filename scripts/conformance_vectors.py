@@ -36,7 +36,7 @@ import msgpack
 import xxhash
 import zstandard
 
-from laminar.errors import InvalidInputError, LaminarError, RecordFormatError
+from laminar.errors import LaminarError, RecordFormatError
 from laminar.grpc_errors import error_to_status
 from laminar.ids import NodeId
 from laminar.records import (
@@ -48,6 +48,7 @@ from laminar.records import (
     Compression,
     Header,
     check_payload,
+    check_produced_header,
     decode_batch,
     encode_batch,
     encode_control_batch,
@@ -91,9 +92,9 @@ def broker_error(batch: bytes) -> LaminarError | None:
 
     Mirrors, in the broker's order:
 
-    1. ``laminar/server/service.py`` ``LaminarService._check_produce``, per batch: the
-       header parsed with the default limits, its length against the bytes sent, and
-       no control batch from a client; its errors reach the client as raised.
+    1. ``laminar/server/service.py`` ``LaminarService._check_produce``, per batch:
+       :func:`laminar.records.check_produced_header` (the very function it calls);
+       its errors reach the client as raised.
     2. ``laminar/replica/core.py`` ``ReplicaCore._check_batch``: ``verify_batch`` and
        ``check_payload`` with the node's limits (``DEFAULT_LIMITS``). The core answers
        a refusal as ``ProduceStatus.INVALID`` with the error's message, which
@@ -101,13 +102,7 @@ def broker_error(batch: bytes) -> LaminarError | None:
        (Its own length and control checks repeat step 1's, which refused first.)
     """
     try:
-        header = parse_header(batch)
-        if header.length != len(batch):
-            return InvalidInputError(
-                f"batch announces {header.length} bytes but {len(batch)} were sent"
-            )
-        if header.is_control:
-            return InvalidInputError("control batches are internal")
+        check_produced_header(batch)
     except LaminarError as error:
         return error
     try:

@@ -44,7 +44,7 @@ from laminar.grpc_errors import abort_with, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
 from laminar.placement import PlacementMember
-from laminar.records import parse_header
+from laminar.records import check_produced_header
 from laminar.replica.types import Acks, Role
 from laminar.server import rules
 from laminar.server.config import ServiceConfig
@@ -331,13 +331,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if not batches:
             raise InvalidInputError("a produce request needs at least one batch")
         for batch in batches:
-            header = parse_header(batch)
-            if header.length != len(batch):
-                raise InvalidInputError(
-                    f"batch announces {header.length} bytes but {len(batch)} were sent"
-                )
-            if header.is_control:
-                raise InvalidInputError("control batches are internal")
+            check_produced_header(batch)
         host = self._node.host
         if host.get(key) is None and not host.is_fenced(key):
             raise self._not_leader(key)
