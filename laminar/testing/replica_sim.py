@@ -88,6 +88,32 @@ class History:
             self.violation(f"p{partition}: {node} high watermark went back {previous}->{value}")
         self.watermarks[key] = value
 
+    def check_acknowledged(
+        self, label: str, partition: int, data: bytes, start_offset: int
+    ) -> None:
+        """Every value acknowledged in ``partition`` sits once, at its offset, in
+        ``data`` (its leader's log from ``start_offset``; values below it went by
+        retention). ``label`` names the partition in violations."""
+        positions: dict[bytes, list[int]] = {}
+        if data:
+            for position, header in iter_batches(data):
+                if header.is_control:
+                    continue
+                for record in decode_records(data[position : position + header.length]):
+                    assert record.value is not None
+                    positions.setdefault(record.value, []).append(record.offset)
+        for value, offsets in positions.items():
+            if len(offsets) > 1:
+                self.violation(f"{label}: {value!r} written at offsets {offsets}")
+        for value, offset in self.acked.get(partition, {}).items():
+            found = positions.get(value)
+            if found is None and offset < start_offset:
+                continue  # retention deleted it
+            if found is None:
+                self.violation(f"{label}: acknowledged {value!r}@{offset} lost")
+            elif offset not in found:
+                self.violation(f"{label}: {value!r} acked at {offset}, is at {found}")
+
     def check_committed(self, node: str, partition: int, data: bytes) -> None:
         """Batches a replica holds below its high watermark: all replicas must agree.
 
@@ -616,25 +642,7 @@ class Cluster:
                 history.violation(f"p{partition}: no leader at the end")
                 continue
             data = leader.read(leader.start_offset, 1 << 30) if leader.high_watermark else b""
-            positions: dict[bytes, list[int]] = {}
-            if data:
-                for position, header in iter_batches(data):
-                    if header.is_control:
-                        continue
-                    for record in decode_records(data[position : position + header.length]):
-                        assert record.value is not None
-                        positions.setdefault(record.value, []).append(record.offset)
-            for value, offsets in positions.items():
-                if len(offsets) > 1:
-                    history.violation(f"p{partition}: {value!r} written at offsets {offsets}")
-            for value, offset in history.acked.get(partition, {}).items():
-                found = positions.get(value)
-                if found is None and offset < leader.start_offset:
-                    continue  # retention deleted it
-                if found is None:
-                    history.violation(f"p{partition}: acknowledged {value!r}@{offset} lost")
-                elif offset not in found:
-                    history.violation(f"p{partition}: {value!r} acked at {offset}, is at {found}")
+            history.check_acknowledged(f"p{partition}", partition, data, leader.start_offset)
             # Every member of the final configuration holds the committed log.
             config = leader.group_config
             assert config is not None
