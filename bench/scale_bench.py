@@ -46,14 +46,18 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from laminar_client import Client, Producer, RecordMetadata
+from laminar_client import Client
 
 from bench.client_bench import start_cluster
-from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
+from laminar.testing.processes import (
+    NodeProcess,
+    ProcessCluster,
+    wait_for,
+    write_every_partition_after_kill,
+)
 
 TOPIC = "scale"
 _TICKS_S = os.sysconf("SC_CLK_TCK")
@@ -122,28 +126,12 @@ def failover(
 ) -> tuple[float, int]:
     """Seconds from SIGKILL of ``victim`` until every partition acknowledged a write
     (inf when some were not within ``timeout_s``), and how many were."""
-    acked: dict[int, float] = {}
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def done(metadata: RecordMetadata, error: BaseException | None) -> None:
-        with lock:
-            if error is not None:
-                errors.append(error)
-            else:
-                acked[metadata.partition] = time.monotonic()
-
     survivors = [address for address in bootstrap if address != victim.grpc]
-    with Producer(survivors, acks="all", linger_s=0.0, delivery_timeout_s=timeout_s) as producer:
-        for partition in range(partitions):  # warm the metadata and the connections
-            producer.send(TOPIC, b"warm", partition=partition)
-        producer.flush()
-        cluster.kill(victim)
-        killed = time.monotonic()
-        for partition in range(partitions):
-            producer.send(TOPIC, b"after-kill", partition=partition, callback=done)
-        producer.flush()
-    times = sorted(at - killed for at in acked.values())
+    writes = write_every_partition_after_kill(
+        cluster, survivors, TOPIC, partitions, victim, delivery_timeout_s=timeout_s
+    )
+    acked, errors = writes.acked, writes.errors
+    times = sorted(at - writes.killed_at for at in acked.values())
     if times:
         quantiles = {q: times[min(len(times) - 1, int(q * len(times)))] for q in (0.5, 0.9, 0.99)}
         print(

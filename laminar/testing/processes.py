@@ -16,12 +16,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from laminar_client import Producer, RecordMetadata
 
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
@@ -205,6 +207,53 @@ class ProcessCluster:
         with contextlib.suppress(OSError):
             return "\n".join(node.log_path.read_text(errors="replace").splitlines()[-lines:])
         return ""
+
+
+@dataclass
+class KillWrites:
+    """What :func:`write_every_partition_after_kill` saw."""
+
+    killed_at: float
+    """``time.monotonic()`` right after the SIGKILL."""
+    acked: dict[int, float] = field(default_factory=dict)
+    """Partition -> ``time.monotonic()`` when its record was acknowledged."""
+    errors: list[BaseException] = field(default_factory=list)
+
+
+def write_every_partition_after_kill(
+    cluster: ProcessCluster,
+    addresses: list[str],
+    topic: str,
+    partitions: int,
+    victim: NodeProcess,
+    delivery_timeout_s: float,
+) -> KillWrites:
+    """Failover as a client sees it: a :class:`~laminar_client.Producer` on
+    ``addresses`` writes to every partition of ``topic`` (warming its metadata and
+    connections), ``victim`` is SIGKILLed, and one record goes to each partition
+    (``acks=all``); returns when each was acknowledged, or the errors."""
+    lock = threading.Lock()
+    result = KillWrites(killed_at=0.0)
+
+    def done(metadata: RecordMetadata, error: BaseException | None) -> None:
+        with lock:
+            if error is not None:
+                result.errors.append(error)
+            else:
+                result.acked[metadata.partition] = time.monotonic()
+
+    with Producer(
+        addresses, acks="all", linger_s=0.0, delivery_timeout_s=delivery_timeout_s
+    ) as producer:
+        for partition in range(partitions):
+            producer.send(topic, b"warm", partition=partition)
+        producer.flush()
+        cluster.kill(victim)
+        result.killed_at = time.monotonic()
+        for partition in range(partitions):
+            producer.send(topic, b"after the kill", partition=partition, callback=done)
+        producer.flush()
+    return result
 
 
 def _free_host_base() -> int:

@@ -10,14 +10,16 @@ survivors' logs summarise the role changes instead of logging one line each.
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from laminar_client import Client, Producer, RecordMetadata
+from laminar_client import Client
 
-from laminar.testing.processes import ProcessCluster, wait_for
+from laminar.testing.processes import (
+    ProcessCluster,
+    wait_for,
+    write_every_partition_after_kill,
+)
 from tests.server.test_cluster import CLIENT_TIMEOUT_S, SETTLE_S, node_id, start_cluster
 
 TOPIC = "wide"
@@ -51,30 +53,13 @@ def test_every_partition_is_writable_within_5_s_of_a_node_kill(tmp_path: Path) -
         survivors = [node for node in cluster.nodes if node is not victim]
         log_sizes = {node_id(node): node.log_path.stat().st_size for node in survivors}
 
-        acked: dict[int, float] = {}
-        errors: list[BaseException] = []
-        lock = threading.Lock()
-
-        def done(metadata: RecordMetadata, error: BaseException | None) -> None:
-            with lock:
-                if error is not None:
-                    errors.append(error)
-                else:
-                    acked[metadata.partition] = time.monotonic()
-
         addresses = [node.grpc for node in survivors]
-        with Producer(addresses, acks="all", linger_s=0.0, delivery_timeout_s=30) as producer:
-            for partition in range(PARTITIONS):  # warm metadata and connections
-                producer.send(TOPIC, b"warm", partition=partition)
-            producer.flush()
-            cluster.kill(victim)
-            killed = time.monotonic()
-            for partition in range(PARTITIONS):
-                producer.send(TOPIC, b"after the kill", partition=partition, callback=done)
-            producer.flush()
-        assert not errors, errors[:3]
-        assert len(acked) == PARTITIONS
-        slowest_s = max(acked.values()) - killed
+        writes = write_every_partition_after_kill(
+            cluster, addresses, TOPIC, PARTITIONS, victim, delivery_timeout_s=30
+        )
+        assert not writes.errors, writes.errors[:3]
+        assert len(writes.acked) == PARTITIONS
+        slowest_s = max(writes.acked.values()) - writes.killed_at
         assert slowest_s <= FAILOVER_S_MAX, f"the last partition took {slowest_s:.2f} s"
 
         with Client(addresses, timeout_s=CLIENT_TIMEOUT_S) as client:
