@@ -1345,13 +1345,20 @@ def _victim(cluster: ScaleCluster) -> str:
     return cluster.rng.choice(cluster.node_ids)
 
 
-def _run_crash(cluster: ScaleCluster, result: ScaleResult) -> None:
-    options = cluster.options
-    sim = cluster.sim
-    _settle_and_load(cluster, result, options.groups)
+def _settle_and_pick_victim(cluster: ScaleCluster, result: ScaleResult) -> str:
+    """Settle every group under load, pick the node to fail and count the groups it
+    leads; the load metrics start afresh from here."""
+    _settle_and_load(cluster, result, cluster.options.groups)
     victim = _victim(cluster)
     result.affected = len(_leaders_on(cluster, victim))
     cluster.metrics.reset_load()
+    return victim
+
+
+def _run_crash(cluster: ScaleCluster, result: ScaleResult) -> None:
+    options = cluster.options
+    sim = cluster.sim
+    victim = _settle_and_pick_victim(cluster, result)
     fault = sim.now_ms
     sim.crash(victim)
     cluster.probe(range(cluster.group_count))
@@ -1377,10 +1384,7 @@ def _run_crash(cluster: ScaleCluster, result: ScaleResult) -> None:
 def _run_pause(cluster: ScaleCluster, result: ScaleResult) -> None:
     options = cluster.options
     sim = cluster.sim
-    _settle_and_load(cluster, result, options.groups)
-    victim = _victim(cluster)
-    result.affected = len(_leaders_on(cluster, victim))
-    cluster.metrics.reset_load()
+    victim = _settle_and_pick_victim(cluster, result)
     fault = sim.now_ms
     sim.pause(victim)
     sim.at(fault + options.pause_ms, lambda: sim.resume(victim))
