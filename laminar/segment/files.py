@@ -81,10 +81,23 @@ class SegmentFiles:
             return len(self._idle)
 
     def create(self, path: str) -> SegmentFile:
-        """Create (or empty) the file at ``path`` and hold it: a new active segment."""
-        with self._lock:
-            descriptor = self._open_locked(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-            return SegmentFile(path, descriptor, pins=1, held=True)
+        """Create (or empty) the file at ``path`` and hold it: a new active segment.
+
+        The file is created outside the cache's lock (the node's reads need it, and
+        founding creates thousands of files from several threads); the lock is taken
+        only to count it, or to give back idle descriptors when none are left."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC
+        try:
+            descriptor = os.open(path, flags, 0o644)
+        except OSError as error:
+            if error.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            with self._lock:
+                descriptor = self._open_locked(path, flags)
+        else:
+            with self._lock:
+                self.opens += 1
+        return SegmentFile(path, descriptor, pins=1, held=True)
 
     def hold(self, file: SegmentFile) -> int:
         """Make ``file`` the active segment's (opening it if closed); returns its

@@ -105,24 +105,30 @@ def test_the_active_file_is_held_until_let_go(tmp_path: Path) -> None:
     assert not _is_open(descriptor)
 
 
+@pytest.mark.parametrize("use", ["pin", "create"])
 def test_running_out_of_descriptors_gives_back_the_idle_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use: str
 ) -> None:
     cache = SegmentFiles(capacity=8)
     segment_files = _files(tmp_path, 4)
-    for file in segment_files[:3]:
+    idle = segment_files[:3]
+    for file in idle:
         cache.pin(file)
         cache.unpin(file)
     real_open = os.open
-    refusals = iter([True])
 
     def exhausted(path: str, flags: int, mode: int = 0o777) -> int:
-        if next(refusals, False):
+        # No descriptor left until the idle ones are given back.
+        if any(file.descriptor >= 0 for file in idle):
             raise OSError(errno.EMFILE, "Too many open files")
         return real_open(path, flags, mode)
 
     monkeypatch.setattr(files_module.os, "open", exhausted)
-    assert _is_open(cache.pin(segment_files[3]))
+    if use == "pin":
+        descriptor = cache.pin(segment_files[3])
+    else:
+        descriptor = cache.create(str(tmp_path / "new.log")).descriptor
+    assert _is_open(descriptor)
     assert cache.idle == 0 and cache.evictions == 3
 
 
