@@ -34,6 +34,7 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     ├── FencedMemberError                a consumer-group member's epoch or ownership is stale
     ├── GroupNotEmptyError               an admin change to a group that still has members
     ├── ClusterIdMismatchError           a node or peer belongs to another cluster
+    ├── RecordDeserializationError       (client) a deserializer refused a record's key or value
     └── ClientClosedError                (client) the producer or consumer was closed
 
 Inside the sans-IO cores an *expected* rejection (a duplicate sequence, a write to a
@@ -269,6 +270,24 @@ class ClusterIdMismatchError(LaminarError):
         super().__init__(f"cluster id mismatch: this cluster is {expected}, peer says {actual}")
         self.expected = expected
         self.actual = actual
+
+
+class RecordDeserializationError(LaminarError):
+    """Client side: the consumer's key or value deserializer raised on a record.
+    ``topic``, ``partition`` and ``offset`` name the record; the consumer's position
+    stays on it (iterating raises again) until the application seeks past it
+    (``seek(tp, error.offset + 1)``), as Kafka's ``RecordDeserializationException``.
+    The deserializer's exception is the ``__cause__``."""
+
+    def __init__(self, topic: str, partition: int, offset: int, field: str, cause: BaseException):
+        super().__init__(
+            f"cannot deserialize the {field} of the record at {topic}/{partition} offset "
+            f"{offset}: {type(cause).__name__}: {cause}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.field = field
 
 
 class ClientClosedError(LaminarError):

@@ -59,10 +59,12 @@ from laminar.errors import (
     LaminarError,
     NoAnswerError,
     OffsetOutOfRangeError,
+    RecordDeserializationError,
     RetriableError,
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
+from laminar.groups.entries import Subscription
 from laminar.records import (
     ColumnView,
     Header,
@@ -74,7 +76,7 @@ from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread
 from laminar_client.arrow import columns_to_arrow
 from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, UNKNOWN_TOPIC_WAIT_S, Client
-from laminar_client.groups import GroupSession
+from laminar_client.groups import GroupOptions, GroupSession, Hook
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Deserializer
 
@@ -672,6 +674,8 @@ class _ConsumerBase(Generic[_K, _V]):
             rng=rng if rng is not None else random.Random(),
         )
         self._positions: dict[TopicPartition, int] = {}
+        self._poison: dict[TopicPartition, RecordDeserializationError] = {}
+        """Partitions whose next record fails to deserialize: raised at the next read."""
         self._paused: set[TopicPartition] = set()
         self._epochs: dict[TopicPartition, int] = {}
         self._closed = False
@@ -696,7 +700,8 @@ class _ConsumerBase(Generic[_K, _V]):
         return dict(self._core.counters)
 
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions assigned."""
+        """The partitions assigned (in a group: what the hooks announced)."""
+        self._check_open()
         return frozenset(self._epochs)
 
     def paused(self) -> frozenset[TopicPartition]:
@@ -730,6 +735,9 @@ class _ConsumerBase(Generic[_K, _V]):
         return result
 
     def _after_assign(self, offsets: Mapping[TopicPartition, int | None]) -> None:
+        self._poison = {
+            tp: e for tp, e in self._poison.items() if tp in offsets and offsets[tp] is None
+        }
         for tp in list(self._epochs):
             if tp not in offsets:
                 del self._epochs[tp]
@@ -743,6 +751,7 @@ class _ConsumerBase(Generic[_K, _V]):
                 self._positions[tp] = -1
 
     def _after_seek(self, tp: TopicPartition, offset: int | None) -> None:
+        self._poison.pop(tp, None)
         self._epochs[tp] = self._core.partitions[tp].epoch
         self._positions[tp] = -1 if offset is None else offset
 
@@ -761,9 +770,13 @@ class _ConsumerBase(Generic[_K, _V]):
         values: Sequence[Any] = decoded.values if whole else decoded.values[start:stop]
         keys: Sequence[Any] = decoded.keys if whole else decoded.keys[start:stop]
         if self._value_deserializer is not None:
-            values = _deserialize_all(self._value_deserializer, values)
+            values = _deserialize_all(
+                self._value_deserializer, values, "value", topic, partition, base + start
+            )
         if self._key_deserializer is not None:
-            keys = _deserialize_all(self._key_deserializer, keys)
+            keys = _deserialize_all(
+                self._key_deserializer, keys, "key", topic, partition, base + start
+            )
         return list(
             map(
                 _make_record,
@@ -780,18 +793,25 @@ class _ConsumerBase(Generic[_K, _V]):
             )
         )
 
-    def _chunk_records(self, chunk: _Chunk) -> list[ConsumerRecord[_K, _V]]:
-        """Every data record of a fetch answer at or after the offset asked for
-        (checksums verified)."""
+    def _chunk_records(
+        self, chunk: _Chunk, stop_offset: int | None = None
+    ) -> list[ConsumerRecord[_K, _V]]:
+        """Every data record of a fetch answer at or after the offset asked for (and
+        before ``stop_offset``), checksums verified."""
         topic, partition = chunk.tp
         records: list[ConsumerRecord[_K, _V]] = []
         view = memoryview(chunk.data)
         for position, header in iter_batches(view):
             if header.is_control or header.next_offset <= chunk.offset_min:
                 continue
+            if stop_offset is not None and header.base_offset >= stop_offset:
+                break
             start = max(0, chunk.offset_min - header.base_offset)
+            stop = None
+            if stop_offset is not None and header.next_offset > stop_offset:
+                stop = stop_offset - header.base_offset
             batch = view[position : position + header.length]
-            records.extend(self._records_of(topic, partition, batch, start, None))
+            records.extend(self._records_of(topic, partition, batch, start, stop))
         return records
 
     def _chunk_batches(self, chunk: _Chunk, max_records: int) -> list[ConsumerBatch[_K, _V]]:
@@ -819,8 +839,34 @@ class _ConsumerBase(Generic[_K, _V]):
             raise chunk.error
 
 
-def _deserialize_all(function: Deserializer[Any], items: Sequence[bytes | None]) -> list[Any]:
-    return [None if item is None else function(item) for item in items]
+def _subscription(topics: Sequence[str], pattern: str | None) -> Subscription:
+    if isinstance(topics, str):
+        topics = [topics]
+    return Subscription(tuple(topics), pattern)
+
+
+def _deserialize_all(
+    function: Deserializer[Any],
+    items: Sequence[bytes | None],
+    field: str,
+    topic: str,
+    partition: int,
+    first_offset: int,
+) -> list[Any]:
+    """``items`` deserialized; a failure raises :class:`RecordDeserializationError`
+    naming the record (found again item by item: failures are rare)."""
+    try:
+        return [None if item is None else function(item) for item in items]
+    except Exception:
+        for index, item in enumerate(items):
+            try:
+                if item is not None:
+                    function(item)
+            except Exception as error:
+                raise RecordDeserializationError(
+                    topic, partition, first_offset + index, field, error
+                ) from error
+        raise
 
 
 class _Reader(_ConsumerBase[_K, _V]):
@@ -838,8 +884,9 @@ class _Reader(_ConsumerBase[_K, _V]):
         session_timeout_s: float = 45.0,
         rebalance_timeout_s: float = 60.0,
         auto_commit: bool = True,
-        on_assigned: Callable[[list[TopicPartition]], None] | None = None,
-        on_revoked: Callable[[list[TopicPartition]], None] | None = None,
+        on_assigned: Hook | None = None,
+        on_revoked: Hook | None = None,
+        on_lost: Hook | None = None,
         key_deserializer: Deserializer[_K] | None = None,
         value_deserializer: Deserializer[_V] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
@@ -851,17 +898,44 @@ class _Reader(_ConsumerBase[_K, _V]):
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        """The reading options are :class:`_ConsumerBase`'s. With ``group``, the consumer is a
-        member of that consumer group (see :mod:`laminar_client.groups`): it reads
-        the partitions of ``topics`` (or matching ``pattern``) the group confirms it
-        owns, from their committed offsets (else ``auto_offset_reset``);
+        """The reading options are :class:`_ConsumerBase`'s. With ``group``, the
+        consumer can be a member of that consumer group (see
+        :mod:`laminar_client.groups`): given ``topics`` (or ``pattern``), or after
+        :meth:`subscribe`, it reads the partitions of those topics that the group
+        confirms it owns, from their committed offsets (else ``auto_offset_reset``).
         ``instance_id`` makes it a static member (a restart within the session keeps
         its partitions); ``weight`` is its relative share; ``auto_commit`` commits
-        after each chunk the application finished; ``on_revoked`` runs before a
-        partition is released (a final ``commit`` fits there), ``on_assigned`` after
-        partitions start (for :class:`AsyncConsumer` either may be a coroutine
-        function). Do not call ``assign`` or ``seek`` yourself then."""
+        the positions handed out after each chunk, before a revocation and at
+        ``close``. Hooks (for :class:`AsyncConsumer` they may be coroutine
+        functions) announce every change of what it reads, each change exactly
+        once: ``on_assigned`` once partitions are read; ``on_revoked`` before they
+        are given up, while they are still owned (a final ``commit`` fits there);
+        ``on_lost`` after they were taken away without a chance to commit (the
+        member was fenced or its lease lapsed; default: ``on_revoked``).
+        ``assign`` is refused while subscribed; ``seek`` moves the position of an
+        owned partition (the next commit commits it)."""
         self._group: GroupSession | None = None
+        self._group_options: GroupOptions | None = None
+        if group is None:
+            if topics or pattern is not None:
+                raise InvalidInputError("topics and pattern need a group")
+            if on_assigned or on_revoked or on_lost:
+                raise InvalidInputError("on_assigned, on_revoked and on_lost need a group")
+        else:
+            self._group_options = GroupOptions(
+                group=group,
+                instance_id=instance_id,
+                weight=weight,
+                session_timeout_s=session_timeout_s,
+                rebalance_timeout_s=rebalance_timeout_s,
+                auto_commit=auto_commit,
+                on_assigned=on_assigned,
+                on_revoked=on_revoked,
+                on_lost=on_lost,
+            )
+        subscription = None
+        if topics or pattern is not None:
+            subscription = _subscription(topics, pattern)
         super().__init__(
             bootstrap,
             key_deserializer=key_deserializer,
@@ -875,27 +949,53 @@ class _Reader(_ConsumerBase[_K, _V]):
             retry=retry,
             rng=rng,
         )
-        if group is None:
-            if topics or pattern is not None:
-                raise InvalidInputError("topics and pattern need a group")
+        if subscription is None:
             return
         try:
-            self._group = GroupSession(
-                self,
-                group=group,
-                topics=topics,
-                pattern=pattern,
-                instance_id=instance_id,
-                weight=weight,
-                session_timeout_s=session_timeout_s,
-                rebalance_timeout_s=rebalance_timeout_s,
-                auto_commit=auto_commit,
-                on_assigned=on_assigned,
-                on_revoked=on_revoked,
-            )
+            self._join(subscription)
         except BaseException:
             self._abandon()
             raise
+
+    def _join(self, subscription: Subscription) -> None:
+        assert self._group_options is not None
+        self._group = GroupSession(self, self._group_options, subscription)
+
+    def _subscribing(
+        self, topics: str | Sequence[str], pattern: str | None
+    ) -> tuple[Subscription, bool]:
+        """The subscription asked for, and whether it is the one in force (raises
+        when this consumer cannot subscribe)."""
+        self._check_open()
+        if self._group_options is None:
+            raise InvalidInputError(
+                "subscribe needs a consumer created with group= "
+                "(without a group, a consumer reads the partitions given to assign())"
+            )
+        if self._group is None and self._epochs:
+            raise InvalidInputError(
+                "this consumer reads partitions given to assign(); call unsubscribe() first "
+                "(assign and subscribe are exclusive, as in Kafka)"
+            )
+        subscription = _subscription([topics] if isinstance(topics, str) else topics, pattern)
+        current = self._group is not None and self._group.member.subscription == subscription
+        return subscription, current
+
+    def _member(self, what: str) -> GroupSession:
+        """The group session, for ``what`` (raises when the consumer is not subscribed)."""
+        self._check_open()
+        if self._group is None:
+            raise InvalidInputError(
+                f"{what} needs a group member: a consumer created with group= and topics "
+                "or pattern, or subscribe()"
+            )
+        return self._group
+
+    def _group_id(self, what: str) -> str:
+        self._check_open()
+        if self._group_options is None:
+            raise InvalidInputError(f"{what} needs a consumer created with group=")
+        return self._group_options.group
 
     def _abandon(self) -> None:
         """Release what ``__init__`` acquired when it fails half-way."""
@@ -907,6 +1007,7 @@ class _Reader(_ConsumerBase[_K, _V]):
         return self._group
 
     def _prepare(self) -> None:
+        self._closing = False  # close() is revoking the group's partitions
         # Records taken from the inbox and not handed out yet (a paused partition's,
         # or the rest of a chunk whose iteration stopped early), served first.
         self._stash: dict[TopicPartition, tuple[list[ConsumerRecord[_K, _V]], int]] = {}
@@ -959,11 +1060,37 @@ class _Reader(_ConsumerBase[_K, _V]):
             return None
         if chunk.error is not None:
             raise chunk.error
-        records = self._chunk_records(chunk)
+        try:
+            records = self._chunk_records(chunk)
+        except RecordDeserializationError as error:
+            return self._poisoned(chunk, error)
         if not records:
             self._positions[chunk.tp] = chunk.next_offset
             return None
         return chunk.tp, records, chunk.next_offset
+
+    def _poisoned(
+        self, chunk: _Chunk, error: RecordDeserializationError
+    ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
+        """A record of ``chunk`` failed to deserialize: hand out the records before
+        it, then raise ``error`` (and again at every read) until the application
+        seeks past it. Reading resumes at the failed record."""
+        tp = chunk.tp
+        good = self._chunk_records(chunk, error.offset)
+        self._seek_core_to(tp, error.offset)
+        if not good:
+            raise error
+        self._poison[tp] = error
+        return tp, good, error.offset
+
+    def _raise_poison(self) -> None:
+        for tp in list(self._poison):
+            if tp not in self._paused:
+                raise self._poison.pop(tp)
+
+    def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
+        """Make the core fetch ``tp`` from ``offset`` again (the facade's loop)."""
+        raise NotImplementedError
 
     def _cut(self, tp: TopicPartition | None, *, keep: bool) -> None:
         """Stop handing out the current chunk of ``tp`` (None: whatever partition it
@@ -1014,8 +1141,18 @@ class _Reader(_ConsumerBase[_K, _V]):
         iterator = iter(records)
         cursor = (tp, records, iterator, next_offset)
         self._cursor = cursor
+        group = self._group
         try:
-            yield from iterator
+            if group is None:
+                yield from iterator
+            else:
+                # The lease is checked before each record: a member resumed after a
+                # stop past its session hands out nothing more (~40 ns a record).
+                monotonic = time.monotonic
+                for record in iterator:
+                    if monotonic() >= group.lease_until_s and group.lapse_if_due():
+                        break  # the next poll drops the partitions and calls on_lost
+                    yield record
         finally:
             if self._cursor is cursor:
                 if _remaining(iterator):
@@ -1026,6 +1163,24 @@ class _Reader(_ConsumerBase[_K, _V]):
 
     def _take_locked(self) -> _Chunk | None:
         return self._inbox.take_locked(self._paused.__contains__)
+
+    def _check_assign(self) -> None:
+        self._check_open()
+        if self._group is not None:
+            raise InvalidInputError(
+                f"this consumer is a member of group {self._group.group}: the group assigns "
+                "its partitions (call unsubscribe() before assign(), as in Kafka)"
+            )
+
+    def _stop_handing_out(self, chunk: _Chunk, marker: int) -> bool:
+        """Whether ``batches()`` must stop handing out ``chunk``: its partition was
+        paused, seeked or unassigned, or the member's lease lapsed."""
+        if self._interrupts != marker and not self._usable(chunk):
+            return True
+        group = self._group
+        return (
+            group is not None and time.monotonic() >= group.lease_until_s and group.lapse_if_due()
+        )
 
     def _targets(self, partitions: Sequence[tuple[str, int]]) -> list[TopicPartition]:
         targets = [TopicPartition(*tp) for tp in partitions] or list(self._epochs)
@@ -1045,8 +1200,29 @@ class _Reader(_ConsumerBase[_K, _V]):
     def _list(
         self, partitions: Sequence[tuple[str, int]], timestamp_ms: int | None
     ) -> dict[TopicPartition, Any]:
+        """ListOffsets of assigned ``partitions`` (default: every assigned one)."""
+        return self._list_offsets(self._targets(partitions), timestamp_ms)
+
+    def _offsets_of(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, Any]:
+        """ListOffsets of any ``partitions`` (assigned or not)."""
+        return self._list_offsets(list(self._normalize(partitions)), None)
+
+    def _committed_of(
+        self, group: str, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, int | None]:
+        wanted = list(self._normalize(partitions))
+        if not wanted:
+            return {}
+        found = {
+            (o.topic, o.partition): o.next_offset for o in self._client.fetch_offsets(group, wanted)
+        }
+        return {tp: found.get(tp) for tp in wanted}
+
+    def _list_offsets(
+        self, partitions: Sequence[TopicPartition], timestamp_ms: int | None
+    ) -> dict[TopicPartition, Any]:
         by_topic: dict[str, list[int]] = {}
-        for tp in self._targets(partitions):
+        for tp in partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         result: dict[TopicPartition, Any] = {}
         for topic, numbers in by_topic.items():
@@ -1095,23 +1271,55 @@ class Consumer(_Reader[_K, _V]):
     def _abandon(self) -> None:
         self.close()
 
+    # -- the group (Kafka's names: subscribe, unsubscribe, commit, committed)
+
+    def subscribe(self, topics: str | Sequence[str] = (), *, pattern: str | None = None) -> None:
+        """Join the consumer's group (``group=``) reading ``topics`` (a name or a list),
+        or every topic whose whole name matches ``pattern`` (a Python regex; topics
+        created later are picked up). Subscribing anew with another subscription
+        leaves the group first (:meth:`unsubscribe`), as Kafka's ``subscribe`` does.
+        Refused while partitions given to :meth:`assign` are read."""
+        subscription, current = self._subscribing(topics, pattern)
+        if current:
+            return
+        if self._group is not None:
+            self.unsubscribe()
+        self._join(subscription)
+
+    def unsubscribe(self) -> None:
+        """Leave the group: what is read is revoked as at :meth:`close` (auto-commit,
+        ``on_revoked``), then nothing is read. Without a subscription, it drops the
+        partitions given to :meth:`assign`."""
+        self._check_open()
+        group = self._group
+        if group is None:
+            self._assign_now({})
+            return
+        try:
+            group.close(self._assign_now)  # the hooks may still commit: _group is set
+        finally:
+            self._group = None
+            self._assign_now({})
+
     def commit(
         self, offsets: Mapping[tuple[str, int], int] | None = None, metadata: str = ""
     ) -> None:
         """Commit ``offsets`` (the next offset to read per partition; default: the
         position of every owned partition) with ``metadata``. Raises
         :class:`~laminar.errors.FencedMemberError` when the member lost a partition
-        (it then drops them all and rejoins)."""
-        self._check_open()
-        if self._group is None:
-            raise InvalidInputError("commit needs a consumer created with group=")
-        self._group.commit(offsets, metadata, changed_only=False)
+        or its lease lapsed (the next read then calls ``on_lost`` and the member
+        rejoins)."""
+        self._member("commit").commit(offsets, metadata, changed_only=False)
+
+    def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int | None]:
+        """The group's committed position (the next offset to read) of each of
+        ``partitions``, as its coordinator holds it (None: nothing committed)."""
+        group = self._group_id("committed")
+        return self._committed_of(group, partitions)
 
     def committed_lag(self) -> dict[TopicPartition, int]:
         """Per owned partition with a commit: high watermark - committed offset."""
-        if self._group is None:
-            raise InvalidInputError("committed_lag needs a consumer created with group=")
-        committed = self._group.committed()
+        committed = self._member("committed_lag").committed()
         listed = self._list([tp for tp in committed if tp in self._epochs], None)
         return {
             tp: max(0, offsets.high_watermark - committed[tp]) for tp, offsets in listed.items()
@@ -1130,7 +1338,12 @@ class Consumer(_Reader[_K, _V]):
 
     def assign(self, partitions: Iterable[tuple[str, int]] | Mapping[tuple[str, int], int]) -> None:
         """Read these partitions (and stop reading the others): an iterable of
-        ``(topic, partition)``, or a mapping to the offset to start at."""
+        ``(topic, partition)``, or a mapping to the offset to start at. Refused
+        while the consumer is subscribed to a group (the group assigns then)."""
+        self._check_assign()
+        self._assign_now(partitions)
+
+    def _assign_now(self, partitions: Iterable[tuple[str, int]] | Mapping[Any, Any]) -> None:
         self._check_open()
         offsets = self._normalize(partitions)
         self._cut_for(offsets)
@@ -1185,10 +1398,21 @@ class Consumer(_Reader[_K, _V]):
         The high watermark is the latest a fetch saw; partitions not fetched yet
         ask :meth:`~laminar_client.Client.list_offsets`. In a group: high
         watermark - committed offset (:meth:`committed_lag`)."""
+        self._check_open()
         if self._group is not None:
             return self.committed_lag()
         missing = self._missing_high_watermarks()
         return self._lag_with(self._list(missing, None) if missing else {})
+
+    def beginning_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
+        """Each partition's log start offset (the first offset still stored)."""
+        self._check_open()
+        return {tp: o.log_start_offset for tp, o in self._offsets_of(partitions).items()}
+
+    def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
+        """Each partition's high watermark (the offset the next record gets)."""
+        self._check_open()
+        return {tp: o.high_watermark for tp, o in self._offsets_of(partitions).items()}
 
     # -- reading
 
@@ -1198,13 +1422,13 @@ class Consumer(_Reader[_K, _V]):
     def records(self, timeout_s: float | None = None) -> Iterator[ConsumerRecord[_K, _V]]:
         """Yield records as they arrive; end after ``timeout_s`` without any (None:
         never)."""
-        group = self._group
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            group = self._group
             if group is None:
                 item = self._next(timeout_s)
             else:
-                group.poll(self.assign)  # auto-commit what was handed out, then rebalance
+                group.poll(self._assign_now)  # the lease, auto-commit, then rebalance
                 item = self._next(group.slice_s(deadline_s))
                 if item is None and (deadline_s is None or time.monotonic() < deadline_s):
                     continue
@@ -1221,13 +1445,13 @@ class Consumer(_Reader[_K, _V]):
         ``max_records`` records each; end after ``timeout_s`` without any."""
         if max_records < 1:
             raise InvalidInputError("max_records must be >= 1")
-        group = self._group
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            group = self._group
             if group is None:
                 chunk = self._next_chunk(timeout_s)
             else:
-                group.poll(self.assign)
+                group.poll(self._assign_now)
                 chunk = self._next_chunk(group.slice_s(deadline_s))
                 if chunk is None and (deadline_s is None or time.monotonic() < deadline_s):
                     continue
@@ -1240,8 +1464,8 @@ class Consumer(_Reader[_K, _V]):
             finished = False
             try:
                 for batch in self._chunk_batches(chunk, max_records):
-                    if self._interrupts != marker and not self._usable(chunk):
-                        break  # this partition was paused, seeked or unassigned
+                    if self._stop_handing_out(chunk, marker):
+                        break
                     self._positions[tp] = batch.next_offset
                     yield batch
                 else:
@@ -1255,6 +1479,7 @@ class Consumer(_Reader[_K, _V]):
         self, timeout_s: float | None
     ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
         while True:
+            self._raise_poison()
             stashed = self._stashed()
             if stashed is not None:
                 return stashed
@@ -1294,6 +1519,10 @@ class Consumer(_Reader[_K, _V]):
         if not self._closed and tp in self._epochs:
             self._seek_core(tp)
 
+    def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
+        self._on_loop(self._core.seek, tp, offset)
+        self._after_seek(tp, offset)
+
     def _seek_core(self, tp: TopicPartition) -> None:
         position = self._positions.get(tp, -1)
         offset = position if position >= 0 else None
@@ -1301,14 +1530,18 @@ class Consumer(_Reader[_K, _V]):
         self._after_seek(tp, offset)
 
     def close(self) -> None:
-        """Stop fetching and close the connections. Idempotent."""
+        """Stop fetching and close the connections (in a group: what is read is
+        revoked, with auto-commit and ``on_revoked``, then the member leaves).
+        Idempotent."""
         if self._closed:
             return
-        group, self._group = getattr(self, "_group", None), None
+        group = getattr(self, "_group", None)
         try:
-            if group is not None:
-                group.close()  # final commit and on_revoked while still open, then leave
+            if group is not None and not self._closing:
+                self._closing = True
+                group.close(self._assign_now)  # the hooks may still commit: _group is set
         finally:
+            self._group = None
             self._close_reader()
 
     def _close_reader(self) -> None:
@@ -1343,20 +1576,46 @@ class AsyncConsumer(_Reader[_K, _V]):
         if self._owns_client:
             self._client.close()
 
+    async def subscribe(
+        self, topics: str | Sequence[str] = (), *, pattern: str | None = None
+    ) -> None:
+        """See :meth:`Consumer.subscribe`."""
+        subscription, current = self._subscribing(topics, pattern)
+        if current:
+            return
+        if self._group is not None:
+            await self.unsubscribe()
+        self._join(subscription)
+
+    async def unsubscribe(self) -> None:
+        """See :meth:`Consumer.unsubscribe`."""
+        self._check_open()
+        group = self._group
+        if group is None:
+            await self._assign_now({})
+            return
+        try:
+            await group.close_async(self._assign_now)
+        finally:
+            self._group = None
+            await self._assign_now({})
+
     async def commit(
         self, offsets: Mapping[tuple[str, int], int] | None = None, metadata: str = ""
     ) -> None:
         """See :meth:`Consumer.commit` (the call runs in a worker thread)."""
-        self._check_open()
-        if self._group is None:
-            raise InvalidInputError("commit needs a consumer created with group=")
-        await self._group.commit_async(offsets, metadata, changed_only=False)
+        await self._member("commit").commit_async(offsets, metadata, changed_only=False)
+
+    async def committed(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, int | None]:
+        """See :meth:`Consumer.committed`."""
+        group = self._group_id("committed")
+        return await asyncio.to_thread(self._committed_of, group, list(partitions))
 
     async def committed_lag(self) -> dict[TopicPartition, int]:
         """See :meth:`Consumer.committed_lag`."""
-        if self._group is None:
-            raise InvalidInputError("committed_lag needs a consumer created with group=")
-        committed = self._group.committed()
+        committed = self._member("committed_lag").committed()
         wanted = [tp for tp in committed if tp in self._epochs]
         listed = await asyncio.to_thread(self._list, wanted, None)
         return {
@@ -1367,6 +1626,10 @@ class AsyncConsumer(_Reader[_K, _V]):
         self, partitions: Iterable[tuple[str, int]] | Mapping[tuple[str, int], int]
     ) -> None:
         """See :meth:`Consumer.assign`."""
+        self._check_assign()
+        await self._assign_now(partitions)
+
+    async def _assign_now(self, partitions: Iterable[tuple[str, int]] | Mapping[Any, Any]) -> None:
         self._check_open()
         offsets = self._normalize(partitions)
         self._cut_for(offsets)
@@ -1420,11 +1683,26 @@ class AsyncConsumer(_Reader[_K, _V]):
 
     async def lag(self) -> dict[TopicPartition, int]:
         """See :meth:`Consumer.lag`."""
+        self._check_open()
         if self._group is not None:
             return await self.committed_lag()
         missing = self._missing_high_watermarks()
         listed = await asyncio.to_thread(self._list, missing, None) if missing else {}
         return self._lag_with(listed)
+
+    async def beginning_offsets(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, int]:
+        """See :meth:`Consumer.beginning_offsets`."""
+        self._check_open()
+        listed = await asyncio.to_thread(self._offsets_of, list(partitions))
+        return {tp: o.log_start_offset for tp, o in listed.items()}
+
+    async def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
+        """See :meth:`Consumer.end_offsets`."""
+        self._check_open()
+        listed = await asyncio.to_thread(self._offsets_of, list(partitions))
+        return {tp: o.high_watermark for tp, o in listed.items()}
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord[_K, _V]]:
         return self.records()
@@ -1433,13 +1711,13 @@ class AsyncConsumer(_Reader[_K, _V]):
         self, timeout_s: float | None = None
     ) -> AsyncIterator[ConsumerRecord[_K, _V]]:
         """See :meth:`Consumer.records`."""
-        group = self._group
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            group = self._group
             if group is None:
                 item = await self._next(timeout_s)
             else:
-                await group.poll_async(self.assign)  # auto-commit, then rebalance
+                await group.poll_async(self._assign_now)  # the lease, auto-commit, rebalance
                 item = await self._next(group.slice_s(deadline_s))
                 if item is None and (deadline_s is None or time.monotonic() < deadline_s):
                     continue
@@ -1456,13 +1734,13 @@ class AsyncConsumer(_Reader[_K, _V]):
         """See :meth:`Consumer.batches`."""
         if max_records < 1:
             raise InvalidInputError("max_records must be >= 1")
-        group = self._group
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            group = self._group
             if group is None:
                 chunk = await self._next_chunk(timeout_s)
             else:
-                await group.poll_async(self.assign)
+                await group.poll_async(self._assign_now)
                 chunk = await self._next_chunk(group.slice_s(deadline_s))
                 if chunk is None and (deadline_s is None or time.monotonic() < deadline_s):
                     continue
@@ -1475,8 +1753,8 @@ class AsyncConsumer(_Reader[_K, _V]):
             finished = False
             try:
                 for batch in self._chunk_batches(chunk, max_records):
-                    if self._interrupts != marker and not self._usable(chunk):
-                        break  # this partition was paused, seeked or unassigned
+                    if self._stop_handing_out(chunk, marker):
+                        break
                     self._positions[tp] = batch.next_offset
                     yield batch
                 else:
@@ -1490,6 +1768,7 @@ class AsyncConsumer(_Reader[_K, _V]):
         self, timeout_s: float | None
     ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
         while True:
+            self._raise_poison()
             stashed = self._stashed()
             if stashed is not None:
                 return stashed
@@ -1530,6 +1809,10 @@ class AsyncConsumer(_Reader[_K, _V]):
                     raise chunk.error
                 return chunk
 
+    def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
+        self._core.seek(tp, offset)
+        self._after_seek(tp, offset)
+
     def _refetch_soon(self, tp: TopicPartition) -> None:
         if not self._closed and tp in self._epochs:
             position = self._positions.get(tp, -1)
@@ -1542,11 +1825,13 @@ class AsyncConsumer(_Reader[_K, _V]):
         ``on_revoked``, leave). Idempotent."""
         if self._closed:
             return
-        group, self._group = self._group, None
+        group = self._group
         try:
-            if group is not None:
-                await group.close_async()
+            if group is not None and not self._closing:
+                self._closing = True
+                await group.close_async(self._assign_now)  # the hooks may still commit
         finally:
+            self._group = None
             await self._close_reader()
 
     async def _close_reader(self) -> None:

@@ -41,15 +41,22 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, assert_never
 
-from laminar.errors import FencedMemberError, InvalidInputError, LaminarError
+from laminar.errors import (
+    FencedMemberError,
+    InvalidInputError,
+    LaminarError,
+    UnknownTopicOrPartitionError,
+)
+from laminar.groups.assignment import check_group_id, check_member_key, check_weight
 from laminar.groups.coordinator import (
     HEARTBEATS_PER_SESSION,
     AnswerMember,
@@ -57,7 +64,16 @@ from laminar.groups.coordinator import (
     HeartbeatRequest,
 )
 from laminar.groups.entries import Subscription
-from laminar.groups.member import GroupMember, MemberActions
+from laminar.groups.member import (
+    CommitNow,
+    GroupMember,
+    HandoverStep,
+    MemberActions,
+    Notify,
+    Read,
+    Released,
+    handover_steps,
+)
 from laminar.grpc_errors import error_from_detail
 from laminar.partitioning import key_partition
 from laminar.v1 import laminar_pb2 as pb
@@ -72,6 +88,7 @@ __all__ = [
     "CommittedOffset",
     "GroupDescription",
     "GroupMemberInfo",
+    "GroupOptions",
     "GroupPartitionInfo",
     "GroupSession",
     "GroupSummary",
@@ -269,8 +286,8 @@ def check_partition_count(count: int, what: str) -> None:
 
 
 Hook = Callable[[list["TopicPartition"]], object]
-"""``on_assigned`` / ``on_revoked``: called with the partitions. With an
-:class:`~laminar_client.consumer.AsyncConsumer` a hook may also be a coroutine
+"""``on_assigned`` / ``on_revoked`` / ``on_lost``: called with the partitions. With
+an :class:`~laminar_client.consumer.AsyncConsumer` a hook may also be a coroutine
 function (its result is awaited)."""
 
 Offsets = Mapping[tuple[str, int], int | None]
@@ -290,22 +307,29 @@ class GroupReader(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class _Assign:
-    offsets: Offsets
+class GroupOptions:
+    """A group consumer's membership settings (the consumer's ``group=`` arguments),
+    checked when the consumer is made, before it subscribes."""
 
+    group: str
+    instance_id: str | None = None
+    weight: float = 1.0
+    session_timeout_s: float = 45.0
+    rebalance_timeout_s: float = 60.0
+    auto_commit: bool = True
+    on_assigned: Hook | None = None
+    on_revoked: Hook | None = None
+    on_lost: Hook | None = None
 
-@dataclass(frozen=True, slots=True)
-class _CommitNow:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _RunHook:
-    hook: Hook
-    partitions: list[TopicPartition]
-
-
-_Step = _Assign | _CommitNow | _RunHook
+    def __post_init__(self) -> None:
+        check_group_id(self.group)
+        if self.instance_id is not None:
+            check_member_key(self.instance_id)
+        if not 0.1 <= self.session_timeout_s <= 3600:
+            raise InvalidInputError("session_timeout_s must be in [0.1, 3600]")
+        if not 0.1 <= self.rebalance_timeout_s <= 3600:
+            raise InvalidInputError("rebalance_timeout_s must be in [0.1, 3600]")
+        check_weight(self.weight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,65 +340,71 @@ class _PreparedCommit:
     commits: list[tuple[str, int, int, int, str]]
 
 
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
 class GroupSession:
     """A consumer's membership: the heartbeat thread and the actions it queues.
 
     Shared between two threads: the heartbeat thread (requests, answers) and the
-    application's (commits, revocations); ``_lock`` guards the member and the queue.
-    What the application's side does is written once, as steps
-    (:meth:`_steps`, :meth:`_prepare_commit`), and carried out by a synchronous
-    driver (:meth:`poll`, :meth:`commit`, :meth:`close`) for
+    application's (commits, revocations, the lease); ``_lock`` guards the member and
+    the queue. What the application's side does is written once, as
+    :func:`~laminar.groups.member.handover_steps` (:meth:`_due_steps`,
+    :meth:`_closing_steps`, :meth:`_prepare_commit`), and carried out by a
+    synchronous driver (:meth:`poll`, :meth:`commit`, :meth:`close`) for
     :class:`~laminar_client.consumer.Consumer` and an asyncio one (the ``_async``
     methods: network calls in a worker thread, hooks awaited) for
     :class:`~laminar_client.consumer.AsyncConsumer`.
+
+    :attr:`lease_until_s` is read by the consumer before it hands out each record:
+    past it (``time.monotonic()``), the member stops and calls
+    :meth:`lapse_if_due` (see :mod:`laminar.groups.member`, "The lease").
     """
 
     def __init__(
-        self,
-        consumer: GroupReader,
-        *,
-        group: str,
-        topics: Sequence[str],
-        pattern: str | None,
-        instance_id: str | None,
-        weight: float,
-        session_timeout_s: float,
-        rebalance_timeout_s: float,
-        auto_commit: bool,
-        on_assigned: Hook | None,
-        on_revoked: Hook | None,
+        self, consumer: GroupReader, options: GroupOptions, subscription: Subscription
     ) -> None:
-        if not 0.1 <= session_timeout_s <= 3600:
-            raise InvalidInputError("session_timeout_s must be in [0.1, 3600]")
-        if not 0.1 <= rebalance_timeout_s <= 3600:
-            raise InvalidInputError("rebalance_timeout_s must be in [0.1, 3600]")
-        if not weight > 0:
-            raise InvalidInputError("weight must be > 0")
         self._consumer = consumer
         self._client = consumer.client
+        self.options = options
         self.member = GroupMember(
-            group_id=group,
+            group_id=options.group,
             # Chosen here, not by the coordinator, so a retried join is idempotent and
             # the id survives a fence (the member rejoins under the same name).
             member_id=uuid.uuid4().hex,
-            subscription=Subscription(tuple(topics), pattern),
-            instance_id=instance_id,
-            weight=weight,
-            session_timeout_ms=round(session_timeout_s * 1000),
-            rebalance_timeout_ms=round(rebalance_timeout_s * 1000),
+            subscription=subscription,
+            instance_id=options.instance_id,
+            weight=options.weight,
+            session_timeout_ms=round(options.session_timeout_s * 1000),
+            rebalance_timeout_ms=round(options.rebalance_timeout_s * 1000),
         )
-        self.auto_commit = auto_commit
-        self._on_assigned = on_assigned
-        self._on_revoked = on_revoked
+        self.member.request().join_entry()  # every field checked now, not by the heartbeat
+        self.auto_commit = options.auto_commit
+        self._hooks: dict[str, Hook | None] = {
+            "assigned": options.on_assigned,
+            "revoked": options.on_revoked,
+            # KIP-429's default: onPartitionsLost calls onPartitionsRevoked.
+            "lost": options.on_lost if options.on_lost is not None else options.on_revoked,
+        }
         self._lock = threading.Lock()
         self._actions: deque[MemberActions] = deque()
+        self._refusal: InvalidInputError | None = None
+        """A refusal of the heartbeat itself, raised to the application once."""
+        self._missing_since_s: dict[str, float] = {}
+        """Subscribed topics the coordinator's answers do not list (none such in the
+        catalogue), since when (monotonic)."""
+        self._missing_reported: set[str] = set()
+        self.lease_until_s = -math.inf
+        """The member's lease on the monotonic clock (seconds): the consumer hands out
+        no record past it (see :meth:`lapse_if_due`)."""
         self._committed: dict[tuple[str, int], int] = {}
         """Last committed next offset per owned partition (for lag and to skip
         commits that would change nothing)."""
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._heartbeats_paused = False
-        self._interval_s = session_timeout_s / HEARTBEATS_PER_SESSION
+        self._interval_s = options.session_timeout_s / HEARTBEATS_PER_SESSION
         # Auto-commit runs in the background: the application hands positions over
         # after each chunk and reads on; a committer thread sends the latest ones,
         # one call at a time. (A synchronous commit per chunk capped a member at
@@ -385,13 +415,13 @@ class GroupSession:
         self._pending: dict[tuple[str, int], int] = {}
         self._sending = False
         self._committer: threading.Thread | None = None
-        if auto_commit:
+        if self.auto_commit:
             self._committer = threading.Thread(
-                target=self._commit_loop, name=f"laminar-commit-{group}", daemon=True
+                target=self._commit_loop, name=f"laminar-commit-{self.group}", daemon=True
             )
             self._committer.start()
         self._thread = threading.Thread(
-            target=self._run, name=f"laminar-group-{group}", daemon=True
+            target=self._run, name=f"laminar-group-{self.group}", daemon=True
         )
         self._thread.start()
 
@@ -407,6 +437,10 @@ class GroupSession:
             if not self._heartbeats_paused:
                 try:
                     self._beat()
+                except InvalidInputError as error:
+                    # The coordinator refused the request itself (not a passing
+                    # state): the application hears of it from its next read.
+                    self._refused(error)
                 except LaminarError as error:
                     _LOG.info("group=%s heartbeat failed: %s", self.group, error)
                     wait_s = min(wait_s, _RETRY_WAIT_S)
@@ -417,6 +451,7 @@ class GroupSession:
         with self._lock:
             request = self.member.request()
         timeout_s = max(0.1, self.member.session_timeout_ms / 1000 / 3)
+        sent_ms = _now_ms()  # before the first attempt: the lease is never overstated
         try:
             answer = self._client.group_heartbeat(request, timeout_s=timeout_s)
         except FencedMemberError:
@@ -424,9 +459,12 @@ class GroupSession:
             _LOG.info("group=%s member=%s fenced: rejoining", self.group, request.member_id)
         with self._lock:
             if request.member_epoch != self.member.member_epoch:
-                return  # fenced by a commit meanwhile: this answer is stale
-            actions = self.member.on_answer(answer)
+                return  # fenced, or the lease lapsed, meanwhile: this answer is stale
+            actions = self.member.on_answer(answer, sent_ms=sent_ms)
+            if not answer.fenced:
+                self._note_topics(answer)
             self._queue(actions)
+            self._sync_lease()
             if answer.heartbeat_interval_ms > 0:
                 self._interval_s = answer.heartbeat_interval_ms / 1000
         if actions.rejoin:
@@ -434,17 +472,91 @@ class GroupSession:
 
     def _queue(self, actions: MemberActions) -> None:
         """Queue ``actions`` for the application's thread (holding the lock)."""
-        if not (actions.start or actions.revoke or actions.stop or actions.rejoin):
+        if not (actions.start or actions.revoke or actions.lost or actions.rejoin):
             return
         if len(self._actions) >= ACTIONS_QUEUED_MAX:
-            # The application stopped polling: drop everything and start over.
+            # The application stopped polling: drop everything and start over (a
+            # rejoin loses whatever the reader reads when it is carried out).
             self._actions.clear()
-            actions = self.member.on_answer(HeartbeatAnswer(self.group, "", fenced=True))
+            actions = self.member.fence()
+            self._sync_lease()
         self._actions.append(actions)
+
+    def _note_topics(self, answer: HeartbeatAnswer) -> None:
+        """Note which explicitly subscribed topics do not exist (lock held)."""
+        present = {topic for topic, _count in answer.partition_counts}
+        now_s = time.monotonic()
+        for topic in self.member.subscription.topics:
+            if topic in present:
+                self._missing_since_s.pop(topic, None)
+                self._missing_reported.discard(topic)
+            else:
+                self._missing_since_s.setdefault(topic, now_s)
+
+    def _raise_unknown_topics(self) -> None:
+        """Raise :class:`UnknownTopicOrPartitionError` once for subscribed topics that
+        have not existed for ``UNKNOWN_TOPIC_WAIT_S`` (a topic created a moment ago
+        may still be spreading); the subscription stays, and a topic created later
+        is read (app thread)."""
+        from laminar_client.client import UNKNOWN_TOPIC_WAIT_S
+
+        now_s = time.monotonic()
+        with self._lock:
+            due = sorted(
+                topic
+                for topic, since_s in self._missing_since_s.items()
+                if now_s - since_s >= UNKNOWN_TOPIC_WAIT_S and topic not in self._missing_reported
+            )
+            self._missing_reported.update(due)
+        if due:
+            raise UnknownTopicOrPartitionError(
+                f"group {self.group} subscribes to {', '.join(map(repr, due))}, which does not "
+                "exist; the member stays subscribed and reads the topic once it is created"
+            )
+
+    def _sync_lease(self) -> None:
+        deadline_ms = self.member.lease_deadline_ms
+        self.lease_until_s = -math.inf if deadline_ms is None else deadline_ms / 1000
+
+    def _refused(self, error: InvalidInputError) -> None:
+        with self._lock:
+            self._refusal = error
+        _LOG.warning("group=%s heartbeat refused: %s", self.group, error)
 
     def pause_heartbeats(self) -> None:
         """Stop heartbeating while keeping the partitions (tests: a stalled member)."""
         self._heartbeats_paused = True
+
+    # -- the lease (application's thread)
+
+    def lapse_if_due(self) -> bool:
+        """Whether the lease has lapsed; if so the member gives up everything it holds
+        and rejoins, and the next :meth:`poll` tells the application (``on_lost``)."""
+        if time.monotonic() < self.lease_until_s:
+            return False
+        with self._lock:
+            if not (self.member.holds() or self._consumer.assignment()):
+                return False
+            if self.member.member_epoch == 0 and any(a.rejoin for a in self._actions):
+                return True  # fenced already: the queued rejoin loses everything read
+            waited_ms = None
+            if self.member.lease_deadline_ms is not None:
+                waited_ms = (
+                    self.member.session_timeout_ms + _now_ms() - self.member.lease_deadline_ms
+                )
+            self._actions.clear()
+            self._actions.append(self.member.fence())
+            self._sync_lease()
+        _LOG.warning(
+            "group=%s member=%s lease lapsed (no heartbeat acknowledged for %s ms, session "
+            "%d ms): its partitions are lost; rejoining",
+            self.group,
+            self.member.member_id,
+            waited_ms,
+            self.member.session_timeout_ms,
+        )
+        self._wake.set()
+        return True
 
     # -- application's side: the steps
 
@@ -452,43 +564,55 @@ class GroupSession:
         with self._lock:
             return self._actions.popleft() if self._actions else None
 
-    def _steps(self, actions: MemberActions) -> Iterator[_Step]:
-        """What carrying out ``actions`` takes, in order (the drivers run each step)."""
-        current = set(self._consumer.assignment())
-        if actions.stop:
-            for tp in actions.stop:
+    def _due_steps(self) -> Iterator[HandoverStep]:
+        """The steps of every queued outcome, in order (each computed against what the
+        reader reads when its turn comes)."""
+        self._raise_refusal()
+        self._raise_unknown_topics()
+        self.lapse_if_due()
+        while (actions := self._next_actions()) is not None:
+            yield from handover_steps(
+                actions, self._consumer.assignment(), auto_commit=self.auto_commit
+            )
+
+    def _closing_steps(self) -> Iterator[HandoverStep]:
+        """Queued outcomes, then the revocation of everything still read (while the
+        member owns it: the hooks can commit), or its loss after a lapsed lease."""
+        self.lapse_if_due()
+        while (actions := self._next_actions()) is not None:
+            yield from handover_steps(
+                actions, self._consumer.assignment(), auto_commit=self.auto_commit
+            )
+        with self._lock:
+            actions = self.member.revoke_all()
+        yield from handover_steps(
+            actions, self._consumer.assignment(), auto_commit=self.auto_commit
+        )
+
+    def _raise_refusal(self) -> None:
+        with self._lock:
+            error, self._refusal = self._refusal, None
+        if error is not None:
+            raise error
+
+    def _hook(self, step: Notify) -> Hook | None:
+        if step.hook != "assigned":
+            for tp in step.partitions:
                 self._committed.pop(tp, None)
-                self._handed.pop(tp, None)
-            _LOG.info("group=%s stopping %s without commit", self.group, list(actions.stop))
-            current -= {_tp(tp) for tp in actions.stop}
-            yield _Assign(dict.fromkeys(sorted(current)))
-        if actions.revoke:
-            revoked = [_tp(tp) for tp in actions.revoke]
-            if self.auto_commit:
-                yield _CommitNow()
-            if self._on_revoked is not None:
-                yield _RunHook(self._on_revoked, revoked)
-            current -= set(revoked)
-            yield _Assign(dict.fromkeys(sorted(current)))
-            with self._lock:
-                for tp in actions.revoke:
-                    self._committed.pop(tp, None)
+                with self._commits:
                     self._handed.pop(tp, None)
-                    self.member.revoked(tp)
-            self._wake.set()  # report the release now: the new owner is waiting
-        if actions.start:
-            offsets: dict[tuple[str, int], int | None] = dict.fromkeys(current)
-            for tp, _epoch, committed in actions.start:
-                offsets[tp] = committed
-                if committed is not None:
-                    self._committed[tp] = committed
-            yield _Assign(offsets)  # None: the position, or auto_offset_reset
-            if self._on_assigned is not None:
-                yield _RunHook(self._on_assigned, [_tp(tp) for tp, _, _ in actions.start])
+                    self._pending.pop(tp, None)
+        return self._hooks[step.hook]
+
+    def _released(self, step: Released) -> None:
+        with self._lock:
+            for tp in step.partitions:
+                self.member.revoked(tp)
+        self._wake.set()  # report the release now: the new owner is waiting
 
     def owned(self) -> list[tuple[str, int]]:
         with self._lock:
-            return sorted({*self.member.active, *self.member.revoking})
+            return sorted(self.member.holds())
 
     def _positions(self) -> dict[tuple[str, int], int]:
         """The position of every owned partition being read (app thread)."""
@@ -542,6 +666,16 @@ class GroupSession:
         if first_error is not None:
             raise first_error
 
+    def _check_lease_for_commit(self) -> None:
+        """A member whose lease lapsed commits nothing (app thread)."""
+        if self.lapse_if_due():
+            raise FencedMemberError(
+                self.group,
+                self.member.member_id,
+                "its lease lapsed (no heartbeat acknowledged within the session timeout): "
+                "its partitions are lost and go to on_lost",
+            )
+
     # -- background auto-commit
 
     def _commit_in_background(self) -> None:
@@ -571,7 +705,7 @@ class GroupSession:
                 self._sending = True
             try:
                 with self._lock:
-                    owned = {*self.member.active, *self.member.revoking}
+                    owned = self.member.holds()
                 offsets = {tp: offset for tp, offset in batch.items() if tp in owned}
                 prepared = self._prepare_commit(offsets, "", changed_only=True)
                 if prepared is not None:
@@ -600,7 +734,8 @@ class GroupSession:
         with self._lock:
             if self.member.member_epoch != epoch:
                 return  # already handled
-            self._queue(self.member.on_answer(HeartbeatAnswer(self.group, "", fenced=True)))
+            self._queue(self.member.fence())
+            self._sync_lease()
         self._wake.set()
 
     def committed(self) -> dict[tuple[str, int], int]:
@@ -633,19 +768,36 @@ class GroupSession:
     # -- the synchronous driver (Consumer)
 
     def poll(self, assign: Callable[[Offsets], None]) -> None:
-        """Auto-commit (in the background), then carry out what the heartbeats
-        decided (app thread)."""
-        if self.auto_commit:
+        """Check the lease, auto-commit (in the background), then carry out what the
+        heartbeats decided (app thread). A hook's exception is raised once every
+        step ran, so what the reader reads still equals what the hooks said."""
+        if self.lapse_if_due():
+            pass  # the queued rejoin loses everything; commit nothing
+        elif self.auto_commit:
             self._commit_in_background()
-        while (actions := self._next_actions()) is not None:
-            for step in self._steps(actions):
-                match step:
-                    case _Assign(offsets):
-                        assign(offsets)
-                    case _CommitNow():
-                        self._commit_quietly()
-                    case _RunHook(hook, partitions):
-                        hook(partitions)
+        self._run_steps(self._due_steps(), assign)
+
+    def _run_steps(self, steps: Iterator[HandoverStep], assign: Callable[[Offsets], None]) -> None:
+        failure: BaseException | None = None
+        for step in steps:
+            match step:
+                case Read(offsets):
+                    assign(offsets)
+                case CommitNow():
+                    self._commit_quietly()
+                case Notify(_, partitions):
+                    hook = self._hook(step)
+                    if hook is not None:
+                        try:
+                            hook([_tp(tp) for tp in partitions])
+                        except Exception as error:
+                            failure = failure or error
+                case Released():
+                    self._released(step)
+                case _:
+                    assert_never(step)
+        if failure is not None:
+            raise failure
 
     def commit(
         self, offsets: Mapping[tuple[str, int], int] | None, metadata: str, *, changed_only: bool
@@ -653,8 +805,10 @@ class GroupSession:
         """Commit ``offsets`` (default: the position of every owned partition).
 
         Raises :class:`FencedMemberError` when the member no longer owns a
-        partition (and queues the drop-and-rejoin), or the refusal of a commit.
+        partition or its lease lapsed (and queues the drop-and-rejoin), or the
+        refusal of a commit.
         """
+        self._check_lease_for_commit()
         self._settle_background()
         prepared = self._prepare_commit(offsets, metadata, changed_only=changed_only)
         if prepared is not None:
@@ -666,14 +820,12 @@ class GroupSession:
         except LaminarError as error:
             _log_quiet_commit(self.group, error)
 
-    def close(self) -> None:
-        """Final commit, ``on_revoked`` for what is owned, stop beating, leave."""
-        owned = [_tp(tp) for tp in self.owned()]
+    def close(self, assign: Callable[[Offsets], None]) -> None:
+        """Carry out what is queued, then revoke everything still read (auto-commit,
+        then ``on_revoked``, while the member still owns it), stop beating, leave.
+        After a lapsed lease the partitions go to ``on_lost`` instead."""
         try:
-            if self.auto_commit and not self._heartbeats_paused:
-                self._commit_quietly()
-            if owned and self._on_revoked is not None:
-                self._on_revoked(owned)
+            self._run_steps(self._closing_steps(), assign)
         finally:
             self._stop_and_leave()
 
@@ -682,22 +834,41 @@ class GroupSession:
     async def poll_async(self, assign: Callable[[Offsets], Awaitable[None]]) -> None:
         """:meth:`poll` on the event loop: synchronous commits in a worker thread,
         hooks awaited."""
-        if self.auto_commit:
+        if self.lapse_if_due():
+            pass
+        elif self.auto_commit:
             self._commit_in_background()
-        while (actions := self._next_actions()) is not None:
-            for step in self._steps(actions):
-                match step:
-                    case _Assign(offsets):
-                        await assign(offsets)
-                    case _CommitNow():
-                        await self._commit_quietly_async()
-                    case _RunHook(hook, partitions):
-                        await _maybe_await(hook(partitions))
+        await self._run_steps_async(self._due_steps(), assign)
+
+    async def _run_steps_async(
+        self, steps: Iterator[HandoverStep], assign: Callable[[Offsets], Awaitable[None]]
+    ) -> None:
+        failure: BaseException | None = None
+        for step in steps:
+            match step:
+                case Read(offsets):
+                    await assign(offsets)
+                case CommitNow():
+                    await self._commit_quietly_async()
+                case Notify(_, partitions):
+                    hook = self._hook(step)
+                    if hook is not None:
+                        try:
+                            await _maybe_await(hook([_tp(tp) for tp in partitions]))
+                        except Exception as error:
+                            failure = failure or error
+                case Released():
+                    self._released(step)
+                case _:
+                    assert_never(step)
+        if failure is not None:
+            raise failure
 
     async def commit_async(
         self, offsets: Mapping[tuple[str, int], int] | None, metadata: str, *, changed_only: bool
     ) -> None:
         """:meth:`commit` without blocking the event loop."""
+        self._check_lease_for_commit()
         await asyncio.to_thread(self._settle_background)
         prepared = self._prepare_commit(offsets, metadata, changed_only=changed_only)
         if prepared is not None:
@@ -709,14 +880,10 @@ class GroupSession:
         except LaminarError as error:
             _log_quiet_commit(self.group, error)
 
-    async def close_async(self) -> None:
+    async def close_async(self, assign: Callable[[Offsets], Awaitable[None]]) -> None:
         """:meth:`close` without blocking the event loop."""
-        owned = [_tp(tp) for tp in self.owned()]
         try:
-            if self.auto_commit and not self._heartbeats_paused:
-                await self._commit_quietly_async()
-            if owned and self._on_revoked is not None:
-                await _maybe_await(self._on_revoked(owned))
+            await self._run_steps_async(self._closing_steps(), assign)
         finally:
             await asyncio.to_thread(self._stop_and_leave)
 

@@ -394,8 +394,9 @@ def _set_waiter(waiter: asyncio.Future[None]) -> None:
 class DeliveryFuture:
     """The outcome of one ``send``: a :class:`RecordMetadata`, or the error.
 
-    ``result(timeout_s)`` blocks (Ctrl-C interrupts it); ``await future`` waits
-    without blocking; ``add_callback`` runs a function on completion. It is a handle
+    ``result(timeout)`` blocks (seconds, as ``concurrent.futures.Future.result``;
+    Ctrl-C interrupts it); ``await future`` waits without blocking; ``add_callback``
+    runs a function on completion. It is a handle
     on the record's batch, not a future per record: creating it costs two fields.
     """
 
@@ -409,21 +410,23 @@ class DeliveryFuture:
         """Whether the record was acknowledged or failed (and its callbacks ran)."""
         return self._batch.settled
 
-    def result(self, timeout_s: float | None = None) -> RecordMetadata:
+    def result(self, timeout: float | None = None) -> RecordMetadata:
         """The record's metadata once acknowledged; raises its error if it failed, or
-        ``TimeoutError`` if neither happened within ``timeout_s``."""
+        ``TimeoutError`` if neither happened within ``timeout`` seconds (None: wait
+        for ever), as ``concurrent.futures.Future.result``."""
         batch = self._batch
-        if not batch.settled and not batch.wait(timeout_s):
-            raise TimeoutError(f"record not delivered within {timeout_s} s")
+        if not batch.settled and not batch.wait(timeout):
+            raise TimeoutError(f"record not delivered within {timeout} s")
         if batch.error is not None:
             raise batch.error
         return batch.metadata(self._index)
 
-    def exception(self, timeout_s: float | None = None) -> BaseException | None:
-        """The error the record failed with, or None once acknowledged."""
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error the record failed with, or None once acknowledged (``timeout``
+        as :meth:`result`)."""
         batch = self._batch
-        if not batch.settled and not batch.wait(timeout_s):
-            raise TimeoutError(f"record not delivered within {timeout_s} s")
+        if not batch.settled and not batch.wait(timeout):
+            raise TimeoutError(f"record not delivered within {timeout} s")
         return batch.error
 
     def add_callback(self, callback: Callback) -> None:

@@ -130,7 +130,9 @@ class Subscription:
     pattern: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.pattern is None) == (not self.topics):
+        if self.pattern is None and not self.topics:
+            raise InvalidInputError("a subscription needs topics or a pattern")
+        if self.pattern is not None and self.topics:
             raise InvalidInputError("a subscription has either topics or a pattern, not both")
         if len(self.topics) > SUBSCRIPTION_TOPICS_MAX:
             raise InvalidInputError(

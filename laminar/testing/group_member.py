@@ -32,9 +32,8 @@ started        ``pid``, ``member_id`` (once the consumer exists)
 assigned       ``partitions`` (the ``on_assigned`` hook: reading starts)
 revoked        ``partitions`` (the ``on_revoked`` hook, just before the release; with
                auto-commit, after the partition's commit)
-lost           ``partitions``: assigned ones the consumer stopped reading without
-               ``on_revoked`` (the member was fenced); noticed between batches, so
-               one lost and given back within a single poll shows no ``lost``
+lost           ``partitions`` (the ``on_lost`` hook: taken away without a chance
+               to commit, because the member was fenced or its lease lapsed)
 batch          ``topic``, ``partition``, ``first`` (first offset), ``next`` (offset
                after the last record), ``count``; ``values`` (each value as UTF-8,
                hex when it is not UTF-8, null for none) with ``--log-values`` only
@@ -43,7 +42,8 @@ committed      ``offsets``: ``[topic, partition, next_offset]`` triples, after a
 commit_error   ``error`` (``"ClassName: message"``, e.g. ``FencedMemberError: ...``),
                ``offsets`` (what it tried to commit); the member reads on
 closed         after a clean close; the process exits 0 next
-error          ``error`` (``repr`` of the exception); the process exits 1 next
+error          ``error`` (``repr`` of the exception); the process exits 1 next (also
+               when ``assignment()`` ever differs from what the hooks said)
 =============  ==================================================================
 
 :class:`GroupMemberProcess` starts one such process and reads its events back.
@@ -240,8 +240,7 @@ class _Member:
         self.log = log
         self.stop = stop
         self.owned: set[TopicPartition] = set()
-        """What the hooks say this member reads (to notice partitions lost without
-        ``on_revoked``)."""
+        """What the hooks say this member reads (checked against ``assignment()``)."""
         self.uncommitted_batches = 0
         self.consumer: Consumer[bytes, bytes] = Consumer(
             list(options.bootstrap),
@@ -253,6 +252,7 @@ class _Member:
             auto_commit=options.auto_commit,
             on_assigned=self._assigned,
             on_revoked=self._revoked,
+            on_lost=self._lost,
         )
 
     def _assigned(self, partitions: list[TopicPartition]) -> None:
@@ -263,6 +263,10 @@ class _Member:
         self.owned.difference_update(partitions)
         self.log.write("revoked", partitions=_pairs(partitions))
 
+    def _lost(self, partitions: list[TopicPartition]) -> None:
+        self.owned.difference_update(partitions)
+        self.log.write("lost", partitions=_pairs(partitions))
+
     def run(self) -> None:
         """Read until the stop flag is set, then close (commit, leave)."""
         session = self.consumer.group_session
@@ -270,11 +274,11 @@ class _Member:
         self.log.write("started", pid=os.getpid(), member_id=session.member.member_id)
         while not self.stop.requested():
             for batch in self.consumer.batches(timeout_s=IDLE_TIMEOUT_S):
+                self._check_hooks()
                 self._handle(batch)
-                self._note_lost()
                 if self.stop.requested():
                     break
-            self._note_lost()
+            self._check_hooks()
         if self.options.commit_every_batches and self.uncommitted_batches:
             self._commit()
         self.consumer.close()
@@ -320,11 +324,12 @@ class _Member:
             return
         self.log.write("committed", offsets=triples)
 
-    def _note_lost(self) -> None:
-        lost = self.owned - self.consumer.assignment()
-        if lost:
-            self.owned -= lost
-            self.log.write("lost", partitions=_pairs(lost))
+    def _check_hooks(self) -> None:
+        if self.consumer.assignment() != self.owned:
+            raise AssertionError(
+                f"assignment {sorted(self.consumer.assignment())} differs from what the hooks "
+                f"said: {sorted(self.owned)}"
+            )
 
     def abandon(self) -> None:
         """Close after an error, keeping the original exception."""

@@ -13,6 +13,12 @@ member id), pause past their session timeout and then commit, the coordinator
 fails over (the state is rebuilt from the log and must equal the old one), and
 topics gain partitions. Then faults stop and the group must settle.
 
+Each member's application side runs the client's own
+:func:`~laminar.groups.member.handover_steps` (hooks, reads, auto-commits before
+revocations) and checks its lease before every read and commit, as the real
+consumer does; a few members are *lease-unaware* (an older client) so that the
+coordinator's fencing of a resumed zombie's commits stays exercised.
+
 Invariants, checked after every step (and per entry where they concern one):
 
 - at most one confirmed owner per partition: an ``own`` applies only to a free
@@ -20,6 +26,14 @@ Invariants, checked after every step (and per entry where they concern one):
 - committed offsets change only through an applied commit of the partition's
   owner at its member and assignment epochs, and never move backwards;
 - a member that was expired while paused has its commits ``FENCED``;
+- from the application's side: every change of what a member reads is announced
+  by exactly one hook (``assigned`` for a partition not read, ``revoked`` while it
+  is still read, ``lost`` after it was dropped), and after every heartbeat what
+  the reader reads equals what the hooks said and what the member holds;
+- a lease-aware member never reads or commits a partition after the coordinator
+  expired it (it stops when its own lease lapses, which is never later), nor one
+  the coordinator does not confirm it owns, unless it was fenced for keeping a
+  partition past the rebalance timeout (which it learns at its next heartbeat);
 - delayed proposals (tick output applied steps later) and retried old entries are
   refused or harmless when applied (they must not break any invariant here);
 - a new owner resumes at the committed offset;
@@ -34,11 +48,27 @@ import argparse
 import random
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from laminar.groups.coordinator import PREPARE_ROUNDS_MAX, Coordinator
-from laminar.groups.entries import Commit, GroupEntry, Subscription, decode_entry, encode_entry
-from laminar.groups.member import GroupMember
+from laminar.groups.entries import (
+    Commit,
+    GroupEntry,
+    Leave,
+    Subscription,
+    decode_entry,
+    encode_entry,
+)
+from laminar.groups.member import (
+    CommitNow,
+    GroupMember,
+    MemberActions,
+    Notify,
+    Read,
+    Released,
+    handover_steps,
+)
 from laminar.groups.state import ApplyResult, Group, GroupState, Outcome
 from laminar.ids import TopicPartition
 
@@ -50,6 +80,10 @@ FAULT_STEPS = 120
 MEMBERS_MAX = 6
 PARTITIONS_MAX = 24
 GROUP_ID = "sim-group"
+LEARNT_AT_HEARTBEAT = frozenset({"fenced", "replaced", "stale"})
+"""Ownerships the coordinator ends that a member learns of at its next heartbeat
+(its lease cannot tell): fenced past the rebalance timeout, replaced by a static
+member's new incarnation, or a stale proposal (this simulator's own fault)."""
 SUBSCRIPTION = Subscription(("a", "b"))
 
 
@@ -60,6 +94,15 @@ class SimMember:
     paused_until_ms: int = 0
     next_heartbeat_ms: int = 0
     positions: dict[TopicPartition, int] = field(default_factory=dict)
+    """What the reader reads (its assignment) and the position of each."""
+    lease_aware: bool = True
+    """False: an older client that neither checks its lease nor stops at once."""
+    announced: set[TopicPartition] = field(default_factory=set)
+    """What the hooks told the application it reads."""
+    hooks: list[tuple[str, tuple[TopicPartition, ...]]] = field(default_factory=list)
+    queue: list[MemberActions] = field(default_factory=list)
+    """Heartbeat outcomes the application has not carried out yet (the client's
+    queue between its heartbeat thread and the application's thread)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +113,7 @@ class SeedResult:
     commits: int
     fenced_zombie_commits: int
     failovers: int
+    lapsed_leases: int = 0
 
 
 class GroupSim:
@@ -92,6 +136,9 @@ class GroupSim:
         self.committed_this_step: set[TopicPartition] = set()
         self.last_commits: dict[TopicPartition, int] = {}
         self.delayed: list[tuple[int, list[GroupEntry]]] = []
+        self.removed: dict[tuple[str, int, TopicPartition], str] = {}
+        """(member id, member epoch, partition) ownerships that ended, and why."""
+        self.lapsed_leases = 0
 
     # -- plumbing -------------------------------------------------------------
 
@@ -101,17 +148,18 @@ class GroupSim:
     def group(self) -> Group | None:
         return self.state.group(GROUP_ID)
 
-    def append(self, entries: list[GroupEntry]) -> list[ApplyResult]:
+    def append(self, entries: list[GroupEntry], *, stale: bool = False) -> list[ApplyResult]:
+        """Append and apply ``entries``; ``stale``: a delayed or retried proposal."""
         results = []
         for entry in entries:
             data = encode_entry(entry)
             if decode_entry(data) != entry:
                 self.violation(f"entry does not survive encoding: {entry}")
             self.log.append(data)
-            results.append(self._apply_checked(entry))
+            results.append(self._apply_checked(entry, stale))
         return results
 
-    def _apply_checked(self, entry: GroupEntry) -> ApplyResult:
+    def _apply_checked(self, entry: GroupEntry, stale: bool) -> ApplyResult:
         group = self.group()
         owner = None
         committed = None
@@ -126,12 +174,46 @@ class GroupSim:
             and hasattr(entry, "topic")
             and (entry.topic, entry.partition) in group.owners  # type: ignore[union-attr]
         )
+        owners_before = {} if group is None else dict(group.owners)
+        epochs_before = (
+            {} if group is None else {m: i.member_epoch for m, i in group.members.items()}
+        )
         result = self.state.apply(entry)
+        self._note_removals(entry, result, owners_before, epochs_before, stale)
         if type(entry).__name__ == "Own" and result.applied and was_owned:
             self.violation(f"own applied to an owned partition: {entry}")
         if isinstance(entry, Commit):
             self._check_commit(entry, result, owner, committed, member)
         return result
+
+    def _note_removals(
+        self,
+        entry: GroupEntry,
+        result: ApplyResult,
+        owners_before: Mapping[TopicPartition, object],
+        epochs_before: Mapping[str, int],
+        stale: bool,
+    ) -> None:
+        """Record why each ownership the entry ended ended (for the zombie check)."""
+        group = self.group()
+        owners_after = {} if group is None else group.owners
+        for tp, owner in owners_before.items():
+            member_id = owner.member_id  # type: ignore[attr-defined]
+            after = owners_after.get(tp)
+            if after is not None and after.member_id == member_id:
+                continue
+            if stale:
+                # Only this simulator delays or retries proposals so (the real
+                # coordinator appends under the partition's lock, in order): the
+                # member learns at its next heartbeat.
+                reason = "stale"
+            elif isinstance(entry, Leave):
+                reason = str(entry.reason)
+            elif result.replaced == member_id:
+                reason = "replaced"  # a static member's new incarnation took over
+            else:
+                reason = type(entry).__name__.lower()
+            self.removed[(member_id, epochs_before.get(member_id, -1), tp)] = reason
 
     def _check_commit(self, entry, result, owner, committed, member) -> None:  # type: ignore[no-untyped-def]
         tp = (entry.topic, entry.partition)
@@ -157,6 +239,7 @@ class GroupSim:
 
     def new_member(self, instance_id: str | None = None) -> SimMember:
         self.member_counter += 1
+        lease_aware = self.rng.random() < 0.8
         core = GroupMember(
             group_id=GROUP_ID,
             member_id=f"m{self.member_counter}",
@@ -165,7 +248,7 @@ class GroupSim:
             session_timeout_ms=SESSION_TIMEOUT_MS,
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
         )
-        member = SimMember(core, next_heartbeat_ms=self.now_ms)
+        member = SimMember(core, next_heartbeat_ms=self.now_ms, lease_aware=lease_aware)
         self.members.append(member)
         return member
 
@@ -182,20 +265,81 @@ class GroupSim:
         member.next_heartbeat_ms = self.now_ms + HEARTBEAT_INTERVAL_MS
         if leave:
             return
-        actions = member.core.on_answer(answer)
-        for tp in actions.stop:
-            member.positions.pop(tp, None)
-        for tp in actions.revoke:
-            self.commit(member, tp)  # the on_revoked hook's final commit
-            member.positions.pop(tp, None)
-            member.core.revoked(tp)
+        actions = member.core.on_answer(answer, sent_ms=self.now_ms)
+        if actions.start or actions.revoke or actions.lost or actions.rejoin:
+            member.queue.append(actions)  # for the application's next poll
+        if actions.rejoin:
+            member.next_heartbeat_ms = self.now_ms + STEP_MS  # join again at once
+
+    def poll(self, member: SimMember) -> bool:
+        """The application's poll before it reads: check the lease, then carry out
+        what the heartbeats queued. False when the lease lapsed (nothing to read)."""
+        lapsed = member.lease_aware and member.core.lease_lapsed(self.now_ms)
+        if lapsed:
+            # The client drops the queue: the rejoin loses whatever is read.
+            self.lapsed_leases += 1
+            member.queue = [member.core.lose()]
+            member.next_heartbeat_ms = self.now_ms
+        while member.queue:
+            self.carry_out(member, member.queue.pop(0))
+        reading = set(member.positions)
+        if reading != set(member.core.holds()):
+            self.violation(
+                f"{member.core.member_id} reads {sorted(reading)}, holds {member.core.holds()}"
+            )
+        return not lapsed
+
+    def carry_out(self, member: SimMember, actions: MemberActions) -> None:
+        """The application's side of ``actions``, as the client runs it, checked."""
+        name = member.core.member_id
+        for step in handover_steps(actions, set(member.positions), auto_commit=True):
+            match step:
+                case Read(offsets):
+                    self.read(member, offsets)
+                case CommitNow():
+                    # Auto-commit before a revocation: what is read and still held
+                    # (a fence queued behind may have taken some already).
+                    for tp in sorted(member.positions.keys() & member.core.holds()):
+                        self.commit(member, tp)
+                case Notify(hook, partitions):
+                    self.announce(member, hook, partitions)
+                case Released(partitions):
+                    for tp in partitions:
+                        member.core.revoked(tp)
+        reading = set(member.positions)
+        if member.announced != reading:
+            self.violation(f"{name} reads {sorted(reading)}, hooks said {member.announced}")
+
+    def read(self, member: SimMember, offsets: Mapping[TopicPartition, int | None]) -> None:
         group = self.group()
-        for tp, _epoch, committed in actions.start:
+        for tp in [tp for tp in member.positions if tp not in offsets]:
+            del member.positions[tp]
+        for tp, committed in offsets.items():
+            if tp in member.positions:
+                continue
             stored = None if group is None else group.commits.get(tp)
             expected = None if stored is None else stored.next_offset
             if committed != expected:
                 self.violation(f"{member.core.member_id} starts {tp} at {committed} != {expected}")
             member.positions[tp] = committed or 0
+
+    def announce(
+        self, member: SimMember, hook: str, partitions: tuple[TopicPartition, ...]
+    ) -> None:
+        name = member.core.member_id
+        member.hooks.append((hook, partitions))
+        reading = set(member.positions)
+        for tp in partitions:
+            if hook == "assigned":
+                if tp in member.announced or tp not in reading:
+                    self.violation(f"{name}: assigned {tp} twice or before it is read")
+                member.announced.add(tp)
+            else:
+                if tp not in member.announced:
+                    self.violation(f"{name}: {hook} {tp} never announced (or twice)")
+                if (hook == "revoked") != (tp in reading):
+                    self.violation(f"{name}: {hook} {tp} while read={tp in reading}")
+                member.announced.discard(tp)
 
     def commit(self, member: SimMember, tp: TopicPartition) -> ApplyResult | None:
         if tp not in member.positions:
@@ -204,7 +348,17 @@ class GroupSim:
         return self.append([entry])[0]
 
     def work(self, member: SimMember) -> None:
+        """The application polls, then reads (and sometimes commits) what it reads."""
+        if not self.poll(member):
+            return
+        group = self.group()
+        name, epoch = member.core.member_id, member.core.member_epoch
         for tp in sorted(member.positions):
+            owner = None if group is None else group.owners.get(tp)
+            confirmed = owner is not None and owner.member_id == name
+            reason = self.removed.get((name, epoch, tp))
+            if member.lease_aware and not confirmed and reason not in LEARNT_AT_HEARTBEAT:
+                self.violation(f"zombie: {name} reads {tp}, owner {owner}, removed: {reason}")
             member.positions[tp] += self.rng.randint(0, 3)
             if self.rng.random() < 0.3:
                 result = self.commit(member, tp)
@@ -212,8 +366,15 @@ class GroupSim:
                     pass  # learns at its next heartbeat
 
     def resume(self, member: SimMember) -> None:
-        """A paused member wakes up and commits before it heartbeats (a zombie)."""
+        """A paused member wakes up and reads and commits before it heartbeats (its
+        application thread runs first): a lease-aware one finds its lease lapsed if
+        it was paused past its session, and gives everything up (``on_lost``); an
+        unaware one is a zombie whose commits must be refused."""
         member.status = "alive"
+        member.next_heartbeat_ms = self.now_ms + STEP_MS
+        if member.lease_aware:
+            self.work(member)
+            return
         group = self.group()
         present = group is not None and (
             (info := group.members.get(member.core.member_id)) is not None
@@ -226,7 +387,6 @@ class GroupSim:
                     self.violation(f"zombie commit of expired {member.core.member_id}: {result}")
                 else:
                     self.fenced_zombie_commits += 1
-        member.next_heartbeat_ms = self.now_ms
 
     # -- faults ---------------------------------------------------------------
 
@@ -243,10 +403,8 @@ class GroupSim:
             self.new_member(instance_id=f"static-{self.member_counter + 1}" if static else None)
         elif roll < 0.045 and alive:
             member = rng.choice(alive)
-            for tp in sorted(member.positions):
-                self.commit(member, tp)
-            member.core.released.update(member.core.active)
-            member.core.released.update(member.core.revoking)
+            if self.poll(member):  # close(): what is queued, then revoke everything
+                self.carry_out(member, member.core.revoke_all())
             self.heartbeat(member, leave=True)
             member.status = "left"
         elif roll < 0.06 and alive:
@@ -290,8 +448,8 @@ class GroupSim:
         for member in self.alive():
             if self.now_ms >= member.next_heartbeat_ms:
                 self.heartbeat(member)
-            if member.status == "alive":
-                self.work(member)
+            if not faults or self.rng.random() < 0.7:
+                self.work(member)  # else its application is busy with a chunk
         ticked = self.coordinator.tick(self.now_ms, self.catalogue)
         if faults and ticked and self.rng.random() < 0.05:
             # A proposal delayed in the log pipeline: applied later, on a newer state.
@@ -300,11 +458,11 @@ class GroupSim:
             self.append(ticked)
         if faults and self.log and self.rng.random() < 0.03:
             # A retried request: an old entry appended again.
-            self.append([decode_entry(self.rng.choice(self.log))])
+            self.append([decode_entry(self.rng.choice(self.log))], stale=True)
         due = [entries for at_ms, entries in self.delayed if at_ms <= self.now_ms or not faults]
         self.delayed = [item for item in self.delayed if item[0] > self.now_ms and faults]
         for entries in due:
-            self.append(entries)
+            self.append(entries, stale=True)
         self.check_step()
 
     def check_step(self) -> None:
@@ -377,6 +535,7 @@ class GroupSim:
             self.commits_applied,
             self.fenced_zombie_commits,
             self.failovers,
+            self.lapsed_leases,
         )
 
 

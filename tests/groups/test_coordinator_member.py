@@ -46,7 +46,7 @@ class Harness:
                 self.log.append(entry)
                 self.state.apply(entry)
         answer = self.coordinator.answer(request)
-        return answer, member.on_answer(answer)
+        return answer, member.on_answer(answer, sent_ms=now_ms)
 
     def tick(self, now_ms: int) -> list[object]:
         entries = self.coordinator.tick(now_ms, CATALOGUE)
@@ -111,7 +111,7 @@ def test_expiry_then_zombie_commit_is_fenced_and_rejoins() -> None:
     harness.heartbeat(other, SESSION_MS + 400)
     assert harness.state.groups["g"].commits[tp].next_offset == 10
     answer, actions = harness.heartbeat(zombie, SESSION_MS + 500)
-    assert answer.fenced and actions.rejoin and tp in actions.stop
+    assert answer.fenced and actions.rejoin and tp in actions.lost
     assert zombie.member_epoch == 0 and not zombie.active
     with pytest.raises(FencedMemberError):
         zombie.commit(tp, 100)

@@ -20,6 +20,7 @@ def test_group_simulation_invariants(block: int) -> None:
 def test_simulation_exercises_the_faults() -> None:
     results = [run_seed(seed) for seed in range(20)]
     assert sum(r.fenced_zombie_commits for r in results) > 0
+    assert sum(r.lapsed_leases for r in results) > 0  # resumed members that gave up
     assert sum(r.failovers for r in results) > 0
     assert sum(r.commits for r in results) > 500
 

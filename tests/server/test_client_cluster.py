@@ -99,7 +99,7 @@ def test_producer_survives_a_leader_kill_without_loss_duplicate_or_reorder(
     assert not writer.is_alive()
     assert counters["attempts_failed"] > 0, "the kill should have failed some attempts"
     for key, _, future in futures:
-        metadata = future.result(timeout_s=0)
+        metadata = future.result(timeout=0)
         assert metadata.partition == key_partition(key, PARTITIONS)
     stored = read_all(cluster, len(futures))
     assert sum(map(len, stored.values())) == len(futures)
@@ -167,7 +167,7 @@ def test_keyed_records_over_many_partitions_share_requests(cluster: ProcessClust
     assert counters["multi_partition_requests"] > 0  # (a redirect or two is routing)
     by_key: dict[bytes, list[int]] = {}
     for key, future in futures:
-        metadata = future.result(timeout_s=0)
+        metadata = future.result(timeout=0)
         assert metadata.partition == key_partition(key, 12)
         by_key.setdefault(key, []).append(metadata.offset)
     for offsets in by_key.values():
