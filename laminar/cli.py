@@ -330,7 +330,7 @@ def _add_group_commands(commands: Any) -> None:
         "describe",
         help="a group's state, coordinator, members and total lag and, per partition, "
         "committed offset, log range, lag, owner, its instance id and host, and "
-        "assignment epoch",
+        "assignment epoch (exit status 1 when no such group exists)",
     )
     describe.add_argument("group", help="group name")
     describe.add_argument(
@@ -682,6 +682,13 @@ def _group_list(args: argparse.Namespace) -> int:
 def _group_describe(args: argparse.Namespace) -> int:
     with _client(args) as client:
         described = client.describe_group(args.group)
+        if described.state == "dead":
+            print(
+                f"laminar: error: group {args.group!r} does not exist "
+                "(`laminar group list` shows the groups)",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
         ranges = _log_ranges(client, sorted({p.topic for p in described.partitions}))
     members = {m.member_id: m for m in described.members}
     rows: list[dict[str, Any]] = []

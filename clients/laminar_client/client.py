@@ -782,6 +782,7 @@ class Client:
         *,
         timestamp_ms: int | None = None,
         timeout_s: float | None = None,
+        leader: bool = False,
     ) -> dict[int, PartitionOffsets]:
         """Per partition (in the order given, a repeat answered once): its log start
         offset, high watermark and, with ``timestamp_ms``, the first offset below the
@@ -790,7 +791,10 @@ class Client:
         Routed like reads: each partition goes to one of its live replicas (they take
         turns, as for :meth:`fetch`), and partitions sent to the same node share one
         ``ListOffsets`` request. A replica answers from its own high watermark, which
-        may trail the leader's by a heartbeat. A partition that a node could not
+        may trail the leader's by a heartbeat; ``leader=True`` asks each partition's
+        leader first (what Kafka's ListOffsets answers: a record acknowledged before
+        the call is below the high watermark it returns), its followers only when the
+        leader does not answer. A partition that a node could not
         answer for a retriable reason (no replica there, or one out of service), or
         whose node did not answer, goes to its next replica at once; once every
         replica of every partition left was tried, the call backs off and starts a
@@ -814,7 +818,7 @@ class Client:
         while pending := call.pending():
             if deadline.remaining_s() <= 0:
                 raise call.error()
-            plan = self._offsets_plan(topic, pending, call, deadline)
+            plan = self._offsets_plan(topic, pending, call, deadline, leader)
             for address, group in plan.items():
                 if deadline.remaining_s() <= 0:
                     break  # an attempt with no time left would blame a healthy node
@@ -836,7 +840,12 @@ class Client:
         return {partition: call.answers[partition] for partition in wanted}
 
     def _offsets_plan(
-        self, topic: str, pending: list[int], call: _OffsetsCall, deadline: _Deadline
+        self,
+        topic: str,
+        pending: list[int],
+        call: _OffsetsCall,
+        deadline: _Deadline,
+        leader: bool,
     ) -> dict[str, list[int]]:
         """Per node, the pending partitions to ask it for: each partition's next
         replica not tried in this round (none left: it waits for the next round)."""
@@ -849,7 +858,10 @@ class Client:
         no_replica = False
         for partition in pending:
             try:
-                addresses = self._read_addresses(topic, partition, deadline.remaining_s())
+                if leader:
+                    addresses = self.cache.write_targets(topic, partition, deadline.remaining_s())
+                else:
+                    addresses = self._read_addresses(topic, partition, deadline.remaining_s())
             except (RetriableError, UnknownTopicOrPartitionError) as error:
                 call.failed([partition], None, error)
                 no_replica = True

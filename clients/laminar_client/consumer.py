@@ -1008,6 +1008,8 @@ class _Reader(_ConsumerBase[_K, _V]):
 
     def _prepare(self) -> None:
         self._closing = False  # close() is revoking the group's partitions
+        self._open_chunk: _Chunk | None = None
+        """The chunk a ``batches()`` iteration is handing out (None: none, or done)."""
         # Records taken from the inbox and not handed out yet (a paused partition's,
         # or the rest of a chunk whose iteration stopped early), served first.
         self._stash: dict[TopicPartition, tuple[list[ConsumerRecord[_K, _V]], int]] = {}
@@ -1172,6 +1174,50 @@ class _Reader(_ConsumerBase[_K, _V]):
                 "its partitions (call unsubscribe() before assign(), as in Kafka)"
             )
 
+    def _batches_of(self, chunk: _Chunk, max_records: int) -> Iterator[ConsumerBatch[_K, _V]]:
+        """Hand out one chunk as batches (``batches()`` iterates this). Left early, the
+        rest is read again from the position: when this generator is closed, or when
+        the next iteration starts (:meth:`_settle_abandoned`), whichever is first."""
+        tp = chunk.tp
+        marker = self._interrupts
+        self._open_chunk = chunk
+        try:
+            for batch in self._chunk_batches(chunk, max_records):
+                if self._stop_handing_out(chunk, marker):
+                    break
+                self._positions[tp] = batch.next_offset
+                yield batch
+            else:
+                self._positions[tp] = chunk.next_offset
+                self._open_chunk = None
+        finally:
+            if self._open_chunk is chunk:
+                self._open_chunk = None
+                if self._usable(chunk):
+                    self._refetch(tp)
+
+    def _settle_abandoned(self, *, batches: bool) -> None:
+        """Before an iteration takes anything. An earlier ``records()`` /
+        ``batches()`` iteration left in the middle of a chunk and not closed yet (an
+        async generator is closed only when the event loop gets round to it, a kept
+        generator never): do now what its closing would. For ``batches()``, records
+        a ``records()`` iteration left for the next one are read again from their
+        position (a batch is cut from the stored bytes, not from records). So no
+        record is skipped, whichever way the application iterates."""
+        if self._cursor is not None:
+            self._cut(None, keep=True)
+        chunk, self._open_chunk = self._open_chunk, None
+        if chunk is not None and self._usable(chunk):
+            self._refetch(chunk.tp)
+        if batches:
+            stashed, self._stash = list(self._stash), {}
+            for tp in stashed:
+                self._refetch(tp)
+
+    def _refetch(self, tp: TopicPartition) -> None:
+        """Read ``tp`` again from its position (the facade's loop)."""
+        raise NotImplementedError
+
     def _stop_handing_out(self, chunk: _Chunk, marker: int) -> bool:
         """Whether ``batches()`` must stop handing out ``chunk``: its partition was
         paused, seeked or unassigned, or the member's lease lapsed."""
@@ -1204,8 +1250,8 @@ class _Reader(_ConsumerBase[_K, _V]):
         return self._list_offsets(self._targets(partitions), timestamp_ms)
 
     def _offsets_of(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, Any]:
-        """ListOffsets of any ``partitions`` (assigned or not)."""
-        return self._list_offsets(list(self._normalize(partitions)), None)
+        """ListOffsets of any ``partitions`` (assigned or not), from their leaders."""
+        return self._list_offsets(list(self._normalize(partitions)), None, leader=True)
 
     def _committed_of(
         self, group: str, partitions: Iterable[tuple[str, int]]
@@ -1219,14 +1265,20 @@ class _Reader(_ConsumerBase[_K, _V]):
         return {tp: found.get(tp) for tp in wanted}
 
     def _list_offsets(
-        self, partitions: Sequence[TopicPartition], timestamp_ms: int | None
+        self,
+        partitions: Sequence[TopicPartition],
+        timestamp_ms: int | None,
+        *,
+        leader: bool = False,
     ) -> dict[TopicPartition, Any]:
         by_topic: dict[str, list[int]] = {}
         for tp in partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         result: dict[TopicPartition, Any] = {}
         for topic, numbers in by_topic.items():
-            offsets = self._client.list_offsets(topic, numbers, timestamp_ms=timestamp_ms)
+            offsets = self._client.list_offsets(
+                topic, numbers, timestamp_ms=timestamp_ms, leader=leader
+            )
             for number, found in offsets.items():
                 result[TopicPartition(topic, number)] = found
         return result
@@ -1422,6 +1474,7 @@ class Consumer(_Reader[_K, _V]):
     def records(self, timeout_s: float | None = None) -> Iterator[ConsumerRecord[_K, _V]]:
         """Yield records as they arrive; end after ``timeout_s`` without any (None:
         never)."""
+        self._settle_abandoned(batches=False)
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             group = self._group
@@ -1445,6 +1498,7 @@ class Consumer(_Reader[_K, _V]):
         ``max_records`` records each; end after ``timeout_s`` without any."""
         if max_records < 1:
             raise InvalidInputError("max_records must be >= 1")
+        self._settle_abandoned(batches=True)
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             group = self._group
@@ -1459,21 +1513,7 @@ class Consumer(_Reader[_K, _V]):
                 return
             if timeout_s is not None:  # the timeout is of idleness: it starts again
                 deadline_s = time.monotonic() + timeout_s
-            tp = chunk.tp
-            marker = self._interrupts
-            finished = False
-            try:
-                for batch in self._chunk_batches(chunk, max_records):
-                    if self._stop_handing_out(chunk, marker):
-                        break
-                    self._positions[tp] = batch.next_offset
-                    yield batch
-                else:
-                    self._positions[tp] = chunk.next_offset
-                    finished = True
-            finally:
-                if not finished and self._usable(chunk):
-                    self._refetch(tp)  # left early: read the rest again from the position
+            yield from self._batches_of(chunk, max_records)
 
     def _next(
         self, timeout_s: float | None
@@ -1711,6 +1751,7 @@ class AsyncConsumer(_Reader[_K, _V]):
         self, timeout_s: float | None = None
     ) -> AsyncIterator[ConsumerRecord[_K, _V]]:
         """See :meth:`Consumer.records`."""
+        self._settle_abandoned(batches=False)
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             group = self._group
@@ -1734,6 +1775,7 @@ class AsyncConsumer(_Reader[_K, _V]):
         """See :meth:`Consumer.batches`."""
         if max_records < 1:
             raise InvalidInputError("max_records must be >= 1")
+        self._settle_abandoned(batches=True)
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             group = self._group
@@ -1748,21 +1790,8 @@ class AsyncConsumer(_Reader[_K, _V]):
                 return
             if timeout_s is not None:  # the timeout is of idleness: it starts again
                 deadline_s = time.monotonic() + timeout_s
-            tp = chunk.tp
-            marker = self._interrupts
-            finished = False
-            try:
-                for batch in self._chunk_batches(chunk, max_records):
-                    if self._stop_handing_out(chunk, marker):
-                        break
-                    self._positions[tp] = batch.next_offset
-                    yield batch
-                else:
-                    self._positions[tp] = chunk.next_offset
-                    finished = True
-            finally:
-                if not finished and self._usable(chunk):
-                    self._refetch_soon(tp)  # left early: read the rest again from the position
+            for batch in self._batches_of(chunk, max_records):
+                yield batch
 
     async def _next(
         self, timeout_s: float | None
@@ -1813,7 +1842,7 @@ class AsyncConsumer(_Reader[_K, _V]):
         self._core.seek(tp, offset)
         self._after_seek(tp, offset)
 
-    def _refetch_soon(self, tp: TopicPartition) -> None:
+    def _refetch(self, tp: TopicPartition) -> None:
         if not self._closed and tp in self._epochs:
             position = self._positions.get(tp, -1)
             offset = position if position >= 0 else None

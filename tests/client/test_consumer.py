@@ -788,6 +788,34 @@ def test_reading_after_leaving_an_iteration_early_loses_nothing(
     assert reader.batches(1, timeout_s=QUIET_S) == []  # nothing left
 
 
+def test_an_iteration_left_open_loses_nothing(
+    cluster: FakeCluster, consumer: Callable[..., Facade]
+) -> None:
+    """An iteration the application leaves without closing it (breaking out of an
+    ``async for``, whose generator Python closes only later, or keeping a
+    generator) skips and stalls nothing: the next iteration starts where it left,
+    and closing the old one late changes nothing."""
+    cluster.add_topic(TOPIC)
+    append_values(cluster, TP0, 10)
+    reader = consumer()
+    reader.assign([TP0])
+    got: list[Any] = []
+    left_open = []
+    for count in (3, 2):
+        stream = reader.stream()
+        got += stream.take(count)
+        left_open.append(stream)
+        assert offsets(got, TP0) == list(range(len(got)))
+    stream = reader.stream(max_records=2)
+    got += [record for batch in stream.take(1) for record in batch.records()]
+    left_open.append(stream)
+    got += reader.read(3)
+    assert offsets(got, TP0) == list(range(10))
+    for stream in left_open:
+        stream.close()
+    assert reader.quiet() == []
+
+
 def test_seek_while_paused_takes_effect_on_resume(
     cluster: FakeCluster, consumer: Callable[..., Facade]
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,17 @@ from typing import Any
 import pytest
 from laminar_client import AsyncConsumer, Client, Consumer, Producer
 from laminar_client.consumer import TopicPartition
+from laminar_client.serializers import json_deserializer
 
-from laminar.errors import FencedMemberError, GroupNotEmptyError
+from laminar.errors import (
+    ClientClosedError,
+    FencedMemberError,
+    GroupNotEmptyError,
+    InvalidInputError,
+    RecordDeserializationError,
+    UnavailableError,
+    UnknownTopicOrPartitionError,
+)
 from laminar.testing.processes import ProcessCluster, wait_for
 from tests.server.test_cluster import CLIENT_TIMEOUT_S, start_cluster, wait_leader
 
@@ -371,6 +381,8 @@ def test_cli_lists_describes_and_refuses_to_reset_an_active_group(
     assert {row["committed"] for row in described["partitions"]} == {1}
     assert cli.main([*address, "group", "delete", "cli"]) == 0
     assert "deleted group cli" in capsys.readouterr().out
+    assert cli.main([*address, "group", "describe", "cli"]) == 1  # it is gone
+    assert "group 'cli' does not exist" in capsys.readouterr().err
 
 
 def test_draining_the_coordinators_node_moves_the_group_without_losing_commits(
@@ -532,3 +544,390 @@ def test_auto_commit_runs_beside_the_reads_not_in_front_of_them(cluster: Process
         assert calls and all(name.startswith("laminar-commit-") for name in calls), calls
     finally:
         member.close()
+
+
+# ----------------------------------------------------------------------------- issue 27
+
+
+def test_a_member_whose_lease_lapses_hands_out_nothing_more_and_is_told(
+    cluster: ProcessCluster,
+) -> None:
+    """The coordinator stops answering one member (its heartbeats fail) while
+    records keep arriving: from the moment its lease lapses (its own clock, from
+    the send time of the last acknowledged heartbeat) the member hands out no
+    record, ``on_lost`` names everything it read, ``assignment()`` follows the
+    hooks, and once heartbeats get through again it rejoins (``on_assigned``)."""
+    events: list[tuple[str, float, Any]] = []
+    lock = threading.Lock()
+
+    def note(kind: str, value: Any) -> None:
+        with lock:
+            events.append((kind, time.monotonic(), value))
+
+    consumer: Consumer[bytes, bytes] = Consumer(
+        bootstrap(cluster),
+        group="lease",
+        topics=[TOPIC],
+        session_timeout_s=1.0,
+        fetch_wait_s=0.1,
+        on_assigned=lambda tps: note("assigned", sorted(tps)),
+        on_revoked=lambda tps: note("revoked", sorted(tps)),
+        on_lost=lambda tps: note("lost", (sorted(tps), consumer.assignment())),
+    )
+    session = consumer.group_session
+    assert session is not None
+    real_heartbeat = session._client.group_heartbeat
+    blocked = threading.Event()
+
+    def heartbeat(*args: Any, **kwargs: Any) -> Any:
+        if blocked.is_set():
+            raise UnavailableError("test: the coordinator is unreachable")
+        return real_heartbeat(*args, **kwargs)
+
+    session._client.group_heartbeat = heartbeat  # type: ignore[method-assign]
+    stop = threading.Event()
+    try:
+        with Producer(bootstrap(cluster), linger_s=0.0) as producer:
+
+            def produce_steadily() -> None:
+                n = 0
+                while not stop.wait(0.01):
+                    producer.send(TOPIC, f"lease-{n}".encode(), partition=n % PARTITIONS)
+                    n += 1
+
+            writer = threading.Thread(target=produce_steadily, daemon=True)
+            writer.start()
+            records = consumer.records(timeout_s=0.05)
+            deadline = time.monotonic() + WAIT_S
+
+            def read_until(condition: Callable[[], bool], what: str) -> None:
+                nonlocal records
+                while not condition():
+                    assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                    for record in records:
+                        note("record", (record.partition, session.lease_until_s))
+                        break
+                    else:
+                        records = consumer.records(timeout_s=0.05)
+
+            def seen(kind: str) -> bool:
+                with lock:
+                    return any(e[0] == kind for e in events)
+
+            read_until(lambda: seen("assigned") and seen("record"), "the first records")
+            blocked.set()
+            read_until(lambda: seen("lost"), "on_lost")
+            lapsed_at = time.monotonic()
+            read_until(lambda: time.monotonic() > lapsed_at + 0.5, "records after the lapse")
+            assert consumer.assignment() == frozenset()
+            blocked.clear()
+            read_until(lambda: [e[0] for e in events].count("assigned") >= 2, "the rejoin")
+            stop.set()
+            writer.join(timeout=WAIT_S)
+    finally:
+        stop.set()
+        consumer.close()
+    with lock:
+        kinds = [e[0] for e in events]
+        lost_index = kinds.index("lost")
+        rejoined_index = kinds.index("assigned", lost_index)
+        zombie = [e for e in events[lost_index:rejoined_index] if e[0] == "record"]
+        late = [e for e in events[:lost_index] if e[0] == "record" and e[1] > e[2][1] + 0.05]
+        first = events[kinds.index("assigned")][2]
+        lost_partitions, assignment_in_hook = events[lost_index][2]
+    assert zombie == []  # nothing handed out between the lapse and the rejoin
+    assert late == []  # nothing handed out past its lease (50 ms for the bookkeeping)
+    assert lost_partitions == first and assignment_in_hook == frozenset()
+    assert "revoked" not in kinds[: rejoined_index + 1]  # lost, not revoked
+    assert kinds.index("assigned") < lost_index < rejoined_index
+
+
+@pytest.mark.parametrize("auto_commit", [False, True])
+def test_close_commits_from_on_revoked_and_auto_commit_leaves_no_lag(
+    cluster: ProcessCluster, auto_commit: bool
+) -> None:
+    """``close()`` revokes while the member still owns its partitions: an explicit
+    commit inside ``on_revoked`` is applied, and an auto-committing member commits
+    what it handed out, so a group whose members all read everything and closed
+    has no lag."""
+    ends = produce_acknowledged(cluster, 40, f"close-{auto_commit}")
+    group = f"close-{auto_commit}"
+    revoked: list[list[TopicPartition]] = []
+
+    def on_revoked(partitions: list[TopicPartition]) -> None:
+        revoked.append(partitions)
+        if not auto_commit:
+            consumer.commit()  # the final commit, as Kafka users write it
+
+    consumer: Consumer[bytes, bytes] = Consumer(
+        bootstrap(cluster),
+        group=group,
+        topics=[TOPIC],
+        auto_commit=auto_commit,
+        session_timeout_s=SESSION_S,
+        on_revoked=on_revoked,
+    )
+    try:
+        read_to = read_everything(consumer, ends)
+    finally:
+        consumer.close()
+    assert sorted(revoked[-1]) == sorted(ends)
+    with Client(bootstrap(cluster), timeout_s=CLIENT_TIMEOUT_S) as client:
+        committed = {(o.topic, o.partition): o.next_offset for o in client.fetch_offsets(group)}
+    assert committed == read_to, "lag after close"
+
+
+def read_everything(
+    consumer: Consumer[Any, Any], ends: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Read until every partition's position reaches ``ends``; the positions."""
+
+    def positions() -> dict[TopicPartition, int]:
+        return {tp: consumer.position(tp) for tp in consumer.assignment()}
+
+    deadline = time.monotonic() + WAIT_S
+    while not (
+        positions().keys() == ends.keys()
+        and all(positions()[tp] >= end for tp, end in ends.items())
+    ):
+        assert time.monotonic() < deadline, f"reading everything: {positions()}"
+        for _ in consumer.records(timeout_s=0.2):
+            pass
+    return positions()
+
+
+def produce_acknowledged(
+    cluster: ProcessCluster, count: int, tag: str
+) -> dict[TopicPartition, int]:
+    """Produce ``count`` records; the offset after the last one per partition."""
+    ends: dict[TopicPartition, int] = {}
+    with Producer(bootstrap(cluster)) as producer:
+        futures = [
+            producer.send(TOPIC, f"{tag}-{n}".encode(), partition=n % PARTITIONS)
+            for n in range(count)
+        ]
+        producer.flush()
+        for future in futures:
+            metadata = future.result(timeout=0)
+            tp = TopicPartition(metadata.topic, metadata.partition)
+            ends[tp] = max(ends.get(tp, 0), metadata.offset + 1)
+    return ends
+
+
+@pytest.mark.parametrize("group", ["", "g" * 300, "a\x00b"])
+def test_a_bad_group_name_is_refused_when_the_consumer_is_made(group: str) -> None:
+    with pytest.raises(InvalidInputError, match="group id"):
+        Consumer("127.0.0.1:1", group=group, topics=[TOPIC])
+
+
+def test_a_subscription_needs_topics_or_a_pattern(cluster: ProcessCluster) -> None:
+    with Consumer(bootstrap(cluster), group="no-topics") as consumer:
+        with pytest.raises(InvalidInputError, match="needs topics or a pattern"):
+            consumer.subscribe([])
+        with pytest.raises(InvalidInputError, match="not both"):
+            consumer.subscribe([TOPIC], pattern="e.*")
+    with pytest.raises(InvalidInputError, match="need a group"):
+        Consumer(bootstrap(cluster), topics=[TOPIC])
+
+
+def test_an_unknown_topic_is_raised_from_the_iteration(cluster: ProcessCluster) -> None:
+    """A group subscribed to a topic that does not exist, and a consumer assigned a
+    partition of one, both raise UnknownTopicOrPartitionError from the iteration
+    (after the couple of seconds a new topic may take to spread), not 0 records."""
+    with Consumer(bootstrap(cluster), group="unknown", topics=["no-such-topic"]) as member:
+        started = time.monotonic()
+        with pytest.raises(UnknownTopicOrPartitionError, match="no-such-topic"):
+            for _ in member.records(timeout_s=WAIT_S):
+                pass
+        assert time.monotonic() - started < 10
+    with Consumer(bootstrap(cluster)) as consumer:
+        consumer.assign([("no-such-topic", 0)])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            for _ in consumer.records(timeout_s=WAIT_S):
+                pass
+
+
+def test_a_closed_consumer_refuses_every_call(cluster: ProcessCluster) -> None:
+    consumer: Consumer[bytes, bytes] = Consumer(bootstrap(cluster), group="closed", topics=[TOPIC])
+    consumer.close()
+    for call in (consumer.assignment, consumer.lag, consumer.commit, consumer.committed_lag):
+        with pytest.raises(ClientClosedError):
+            call()
+    with pytest.raises(ClientClosedError):
+        consumer.assign([(TOPIC, 0)])
+
+
+def test_a_subscribed_member_refuses_assign_but_seeks_what_it_owns(
+    cluster: ProcessCluster,
+) -> None:
+    """As in Kafka: ``assign`` and ``subscribe`` are exclusive; ``seek`` moves the
+    position of an owned partition and the next commit commits it."""
+    ends = produce_acknowledged(cluster, 8, "seek")
+    with Consumer(bootstrap(cluster), group="seeker", topics=[TOPIC], auto_commit=False) as c:
+        wait_for_assignment(c, PARTITIONS)
+        with pytest.raises(InvalidInputError, match="unsubscribe"):
+            c.assign([(TOPIC, 0)])
+        tp = TopicPartition(TOPIC, 0)
+        for other in c.assignment() - {tp}:
+            c.pause(other)
+        c.seek(tp, ends[tp] - 1)
+        record = next(iter(c.records(timeout_s=WAIT_S)))
+        assert (record.partition, record.offset) == (0, ends[tp] - 1)
+        c.commit()
+        assert c.committed([tp]) == {tp: ends[tp]}
+        c.unsubscribe()
+        assert c.assignment() == frozenset()
+        c.assign([tp])  # allowed again once unsubscribed
+        assert c.assignment() == {tp}
+        with pytest.raises(InvalidInputError, match="assign"):
+            c.subscribe(TOPIC)
+
+
+def test_subscribe_unsubscribe_and_the_offsets_calls(cluster: ProcessCluster) -> None:
+    """Kafka's names: ``subscribe`` (topics or a pattern) joins, ``unsubscribe``
+    leaves (revoking with the hooks), ``committed``, ``beginning_offsets`` and
+    ``end_offsets`` answer for any partition."""
+    ends = produce_acknowledged(cluster, 8, "subscribe")
+    hooks: list[str] = []
+    with Consumer(
+        bootstrap(cluster),
+        group="subscriber",
+        on_assigned=lambda tps: hooks.append("assigned"),
+        on_revoked=lambda tps: hooks.append("revoked"),
+    ) as consumer:
+        assert consumer.assignment() == frozenset() and consumer.group_session is None
+        consumer.subscribe(pattern="even.*")  # nothing to read yet
+        consumer.subscribe(TOPIC)  # another subscription: leave, then join
+        wait_for_assignment(consumer, PARTITIONS)
+        assert consumer.end_offsets(ends) == ends
+        assert set(consumer.beginning_offsets(ends).values()) == {0}
+        assert consumer.committed(ends) == dict.fromkeys(ends)  # nothing committed yet
+        read_to = read_everything(consumer, ends)
+        consumer.unsubscribe()  # revokes: auto-commit, on_revoked
+        assert consumer.assignment() == frozenset() and hooks == ["assigned", "revoked"]
+        assert consumer.committed(ends) == read_to
+
+
+def test_a_deserializer_error_names_the_record_and_holds_the_position(
+    cluster: ProcessCluster,
+) -> None:
+    """A value the deserializer refuses raises RecordDeserializationError with its
+    topic, partition and offset once the records before it were handed out; it is
+    raised again until the application seeks past it, as in Kafka."""
+    topic = "poison"
+    with Client(bootstrap(cluster), timeout_s=CLIENT_TIMEOUT_S) as client:
+        client.create_topic(topic, 1, 3)
+    wait_leader(cluster, topic, 0)
+    values = [b'{"n": 1}', b'{"n": 2}', b"not json", b'{"n": 4}']
+    with Producer(bootstrap(cluster)) as producer:
+        for value in values:
+            producer.send(topic, value, partition=0)
+    with Consumer(bootstrap(cluster), value_deserializer=json_deserializer) as consumer:
+        consumer.assign([(topic, 0)])
+        got = []
+        with pytest.raises(RecordDeserializationError) as raised:
+            for record in consumer.records(timeout_s=WAIT_S):
+                got.append(record.value)
+        error = raised.value
+        assert got == [{"n": 1}, {"n": 2}]
+        assert (error.topic, error.partition, error.field) == (topic, 0, "value")
+        assert f"offset {error.offset}" in str(error) and isinstance(error.__cause__, ValueError)
+        assert consumer.position((topic, 0)) == error.offset
+        with pytest.raises(RecordDeserializationError):
+            next(iter(consumer.records(timeout_s=WAIT_S)))
+        consumer.seek((topic, 0), error.offset + 1)
+        assert next(iter(consumer.records(timeout_s=WAIT_S))).value == {"n": 4}
+
+
+def test_every_error_is_exported_from_laminar_client() -> None:
+    import laminar_client
+
+    from laminar import errors
+
+    public = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.LaminarError)
+    }
+    assert public <= set(laminar_client.__all__)
+    assert all(getattr(laminar_client, name) is getattr(errors, name) for name in public)
+
+
+def wait_for_assignment(consumer: Consumer[Any, Any], count: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while len(consumer.assignment()) < count:
+        assert time.monotonic() < deadline, "the group did not assign the partitions"
+        for _ in consumer.records(timeout_s=0.1):
+            break
+
+
+def test_the_async_consumer_keeps_the_lease_and_commits_at_close(cluster: ProcessCluster) -> None:
+    """:class:`AsyncConsumer` runs the same steps: after ``subscribe`` it reads, a
+    lapsed lease stops it at once and awaits the ``on_lost`` coroutine, and
+    ``close`` awaits ``on_revoked``, which can still commit."""
+    ends = produce_acknowledged(cluster, 8, "async-lease")
+    hooks: list[tuple[str, float]] = []
+    handed: list[float] = []
+
+    async def main() -> dict[TopicPartition, int]:
+        async def on_lost(partitions: list[TopicPartition]) -> None:
+            hooks.append(("lost", time.monotonic()))
+
+        async def on_revoked(partitions: list[TopicPartition]) -> None:
+            hooks.append(("revoked", time.monotonic()))
+            await consumer.commit()
+
+        consumer: AsyncConsumer[bytes, bytes] = AsyncConsumer(
+            bootstrap(cluster),
+            group="async-lease",
+            session_timeout_s=1.0,
+            auto_commit=False,
+            on_assigned=lambda tps: hooks.append(("assigned", time.monotonic())),
+            on_revoked=on_revoked,
+            on_lost=on_lost,
+        )
+        try:
+            await consumer.subscribe([TOPIC])
+            session = consumer.group_session
+            assert session is not None
+            real = session._client.group_heartbeat
+
+            def refused(*args: Any, **kwargs: Any) -> Any:
+                raise UnavailableError("test: the coordinator is unreachable")
+
+            async def read_until(what: str, done: Callable[[], bool]) -> None:
+                deadline = time.monotonic() + WAIT_S
+                while not done():
+                    assert time.monotonic() < deadline, (what, hooks)
+                    async for _ in consumer.records(timeout_s=0.1):
+                        handed.append(time.monotonic())
+                        break
+
+            await read_until("assigned", lambda: any(h[0] == "assigned" for h in hooks))
+            session._client.group_heartbeat = refused  # type: ignore[method-assign]
+            await read_until("lost", lambda: any(h[0] == "lost" for h in hooks))
+            session._client.group_heartbeat = real  # type: ignore[method-assign]
+            await read_until("rejoin", lambda: [h[0] for h in hooks].count("assigned") == 2)
+            positions: dict[TopicPartition, int] = {}
+            deadline = time.monotonic() + WAIT_S
+            while positions.keys() != ends.keys() or any(
+                positions[tp] < end for tp, end in ends.items()
+            ):
+                assert time.monotonic() < deadline, f"reading everything: {positions}"
+                async for _ in consumer.records(timeout_s=0.2):
+                    pass
+                positions = {tp: consumer.position(tp) for tp in consumer.assignment()}
+            return positions
+        finally:
+            await consumer.close()
+
+    read_to = asyncio.run(main())
+    kinds = [kind for kind, _ in hooks]
+    assert kinds == ["assigned", "lost", "assigned", "revoked"], kinds
+    lost_at, rejoined_at = hooks[1][1], hooks[2][1]
+    assert not [t for t in handed if lost_at <= t < rejoined_at]
+    with Client(bootstrap(cluster), timeout_s=CLIENT_TIMEOUT_S) as client:
+        committed = {
+            (o.topic, o.partition): o.next_offset for o in client.fetch_offsets("async-lease")
+        }
+    assert committed == read_to

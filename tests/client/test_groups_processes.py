@@ -370,6 +370,80 @@ def test_a_member_paused_past_its_session_cannot_commit_over_the_new_owner(
         assert a.stop() == 0 and b.stop() == 0
 
 
+def pause_while_processing(member: GroupMemberProcess) -> list[Event]:
+    """SIGSTOP ``member`` once its newest event is a ``batch`` event (it is then
+    sleeping in that batch's processing); its events at that moment."""
+    deadline_s = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline_s:
+        events = member.events()
+        if events and events[-1]["event"] == "batch" and owned(events):
+            member.pause()
+            return events
+        time.sleep(0.005)
+    raise TimeoutError(f"no batch to pause the member in: {member.events()[-5:]}")
+
+
+def zombie_records(events: list[Event]) -> int:
+    """Records handed out of partitions the member's hooks did not give it (or had
+    taken away) at that moment."""
+    reading: set[TP] = set()
+    zombies = 0
+    for event in events:
+        partitions = {(t, p) for t, p in event.get("partitions", ())}
+        if event["event"] == "assigned":
+            reading |= partitions
+        elif event["event"] in ("revoked", "lost"):
+            reading -= partitions
+        elif event["event"] == "batch" and (event["topic"], event["partition"]) not in reading:
+            zombies += event["count"]
+    return zombies
+
+
+def test_a_member_paused_past_its_session_hands_out_nothing_it_lost(
+    cluster: ProcessCluster, client: Client, tmp_path: Path
+) -> None:
+    """``a`` (auto-commit) is SIGSTOPped in the middle of a batch while records keep
+    arriving, ``b`` takes its partitions over and reads on; after SIGCONT, ``a``'s
+    lease has lapsed: its very next event is ``lost`` with everything it read (no
+    record of those partitions is handed out, not even the prefetched ones), and it
+    reads again only what a later ``on_assigned`` gives it."""
+    group = "gp-lease"
+    create_topic(cluster, client, group)
+    with (
+        Members(cluster, tmp_path, group, group) as members,
+        SteadyProducer(cluster, group, "lease", 0.05) as steady,
+    ):
+        a = members.start("a", delay_ms_per_batch=1000)
+        b = members.start("b")
+        wait_stable(client, group, [a, b])
+        paused = pause_while_processing(a)
+        held = owned(paused)
+        b_before = len(b.events())
+        wait_for(
+            lambda: (
+                held <= owned(b.events())
+                and {(e["topic"], e["partition"]) for e in batches(b.events()[b_before:])} >= held
+            ),
+            WAIT_S,
+            "b to own and read a's partitions",
+        )
+        a.resume()
+        after = a.wait_event(lambda e: True, WAIT_S, "a's first event", since=len(paused))
+        assert after["event"] == "lost", after
+        assert {(t, p) for t, p in after["partitions"]} == held
+        rejoined = a.wait_event(
+            lambda e: e["event"] == "assigned", WAIT_S, "a's rejoin", since=len(paused)
+        )
+        assert rejoined["t"] > after["t"]
+        wait_stable(client, group, [a, b])
+        events = a.events()
+        assert zombie_records(events) == 0
+        kinds = [e["event"] for e in events[len(paused) :] if e["event"] != "batch"]
+        assert kinds[:2] == ["lost", "assigned"], kinds
+        assert steady.produced.values
+        assert a.stop() == 0 and b.stop() == 0  # a checked assignment() against its hooks
+
+
 def test_a_rebalance_during_commits_loses_no_commit_and_never_shares_a_partition(
     cluster: ProcessCluster, client: Client, tmp_path: Path
 ) -> None:
