@@ -18,11 +18,13 @@ module only carries them out. A heartbeat thread sends a heartbeat every
 the member and queues the resulting :class:`~laminar.groups.member.MemberActions`.
 The application's thread drains the queue between chunks of records
 (:meth:`GroupSession.poll`), because the consumer and the user's hooks are not
-thread-safe: it starts confirmed partitions at their committed offset (or
-``auto_offset_reset``), revokes moved ones (auto-commit, then ``on_revoked``, then
-stop reading, then report the release), and stops fenced ones at once without
-committing. A heartbeat that answers ``FENCED`` makes the member drop everything
-and join again with epoch 0.
+thread-safe, running :func:`~laminar.groups.member.handover_steps`: lost
+partitions are dropped and ``on_lost`` told, moved ones revoked (auto-commit,
+``on_revoked``, stop reading, report the release), confirmed ones started at their
+committed offset (or ``auto_offset_reset``) and ``on_assigned`` told. A heartbeat
+that answers ``FENCED`` makes the member drop everything and join again with
+epoch 0; so does a lapsed lease (:attr:`GroupSession.lease_until_s`, checked by
+the consumer before each record it hands out).
 
 Auto-commit hands the positions that moved to a committer thread each time the
 application asks for the next chunk, and reads on: the committer sends the latest
@@ -32,8 +34,9 @@ one chunk per commit round trip). Before a partition is released, and at
 is still uncommitted is sent and awaited.
 
 Guarantee: at-least-once. A record is committed only after the application
-asked for the next one (it was processed); a member paused past its session can
-still read what it fetched, but its commits are refused (``FENCED``).
+asked for the next one (it was processed); a member stopped past its session
+hands out nothing more once it runs again (its lease lapsed), and any commit it
+had in flight is refused (``FENCED``).
 """
 
 from __future__ import annotations
