@@ -76,6 +76,24 @@ unless said otherwise:
   loop, gRPC threads and heartbeats) and have no spare core to spread onto, so the
   group reads no faster than a single member here.
 
+* ``zombie_records_after_resume`` (issue 27): members ``a`` (1 s of processing per
+  batch) and ``b`` (both auto-commit, session 3 s) read a new topic of 4
+  partitions while the steady producer writes to it; ``a`` is SIGSTOPped in the
+  middle of a batch, ``b`` takes its partitions and reads them, then ``a`` is
+  SIGCONTed. The figure counts the records ``a`` handed out after the SIGCONT of
+  the partitions it held when stopped, before an ``assigned`` event gave each back
+  (``laminar.testing.group_member.zombie_records``); target 0. Before the
+  lease, a resumed member handed out what it had prefetched (134 records within
+  36 ms in the issue's trial). ``zombie_lost_after_resume_s``: from the SIGCONT to
+  ``a``'s ``on_lost``.
+* ``close_commit_lag``: 3 members of a new group read a topic of 6 partitions
+  (``--close-records`` records, 60,000; ``--quick`` 20,000) to its end and all
+  close (SIGTERM); the figure is the group's lag then: the sum over partitions of
+  high watermark - committed offset. Target 0. Auto-commit members, and
+  ``close_commit_lag_commit_in_revoke``: members that commit only in
+  ``on_revoked`` (``--no-auto-commit --commit-on-revoke``, as Kafka users write
+  it; that commit used to raise during ``close()``).
+
 The notes also give the load average before and after the run: the figures are
 only as good as the machine is quiet.
 
@@ -107,7 +125,7 @@ from laminar_client import Client, Consumer, DeliveryFuture, Producer
 from bench.client_bench import create_topic, start_cluster
 from laminar.groups.coordinator import HEARTBEATS_PER_SESSION
 from laminar.records import encode_batch
-from laminar.testing.group_member import GroupMemberProcess
+from laminar.testing.group_member import GroupMemberProcess, zombie_records
 from laminar.testing.processes import ProcessCluster, wait_for
 from laminar.tuning import tune_numpy
 
@@ -147,12 +165,27 @@ BACKLOG_BATCH_RECORDS = 1000
 """Records per stored batch of the read runs (what a busy Producer makes: 100 KB)."""
 BACKLOG_BATCHES_PER_CALL = 8
 
+ZOMBIE_TOPIC = "group-zombie"
+ZOMBIE_PARTITIONS = 4
+ZOMBIE_DELAY_MS = 1000
+"""The paused member's processing time per batch (the SIGSTOP lands in it)."""
+CLOSE_TOPIC = "group-close"
+CLOSE_PARTITIONS = CONSUME_PARTITIONS  # what write_backlog writes
+CLOSE_MEMBERS = 3
+CLOSE_VARIANTS: dict[str, dict[str, Any]] = {
+    "close_commit_lag": {},
+    "close_commit_lag_commit_in_revoke": {"auto_commit": False, "commit_on_revoke": True},
+}
+
 TARGETS: dict[str, tuple[str, float]] = {
     "rebalance_s": ("<=", SESSION_TIMEOUT_S + 1),
     "join_moved_fraction": ("<=", 1.1 * JOIN_IDEAL_FRACTION),
     "commit_p99_vs_produce_p99": ("<=", 1.5),
+    "zombie_records_after_resume": ("<=", 0),
+    "close_commit_lag": ("<=", 0),
+    "close_commit_lag_commit_in_revoke": ("<=", 0),
 }
-PHASES = ("commit", "consume", "rebalance", "join")
+PHASES = ("commit", "consume", "rebalance", "join", "zombie", "close")
 
 Event = dict[str, Any]
 TopicPartition = tuple[str, int]
@@ -680,6 +713,109 @@ def wait_read(members: Sequence[Member], ends: dict[int, int]) -> float:
     return max(done_t.values())
 
 
+# ----------------------------------------------------------------------------- zombie
+
+
+@dataclass(frozen=True, slots=True)
+class ZombieRun:
+    zombie_records: int
+    lost_after_resume_s: float
+
+
+def zombie_run(env: Environment, topic: str) -> ZombieRun:
+    """SIGSTOP a member in the middle of a batch past its session while records
+    arrive; count what it hands out of lost partitions once SIGCONTed."""
+    create_topic(env.client, topic, ZOMBIE_PARTITIONS)
+    group = new_group("zombie")
+    with SteadyProducer(env.bootstrap, topic, ZOMBIE_PARTITIONS), env.fleet() as fleet:
+        a = fleet.start(
+            group, topic, session_timeout_s=SESSION_TIMEOUT_S, delay_ms_per_batch=ZOMBIE_DELAY_MS
+        )
+        b = fleet.start(group, topic, session_timeout_s=SESSION_TIMEOUT_S)
+        fleet.wait_started()
+        wait_settled(env.client, group, topic, ZOMBIE_PARTITIONS, 2)
+
+        def processing() -> bool:
+            a.poll()
+            return bool(a.tail.events) and a.tail.events[-1]["event"] == "batch" and bool(a.owned)
+
+        wait_for(processing, SETTLE_TIMEOUT_S, "a batch to pause the member in")
+        a.process.pause()
+        held, paused_t = set(a.owned), time.time()
+
+        def taken_over() -> bool:
+            b.poll()
+            read = {
+                (e["topic"], e["partition"])
+                for e in b.tail.events
+                if e["event"] == "batch" and e["t"] > paused_t + SESSION_TIMEOUT_S
+            }
+            return held <= b.owned and held <= read
+
+        wait_for(taken_over, SETTLE_TIMEOUT_S, "the other member to read the lost partitions")
+        resumed_t = time.time()
+        a.process.resume()
+
+        def rejoined() -> bool:
+            a.poll()
+            kinds = [e["event"] for e in a.tail.events if e["t"] >= resumed_t]
+            return "lost" in kinds and "assigned" in kinds[kinds.index("lost") :]
+
+        wait_for(rejoined, SETTLE_TIMEOUT_S, "the resumed member to be told and rejoin")
+        lost_t = next(e["t"] for e in a.tail.events if e["event"] == "lost" and e["t"] >= resumed_t)
+        return ZombieRun(zombie_records(a.tail.events, resumed_t, held), lost_t - resumed_t)
+
+
+def run_zombie(args: argparse.Namespace, env: Environment, report: Report) -> None:
+    runs = [zombie_run(env, f"{ZOMBIE_TOPIC}-{index}") for index in range(args.repeat)]
+    report.add("zombie_records_after_resume", [float(r.zombie_records) for r in runs])
+    report.add("zombie_lost_after_resume_s", [r.lost_after_resume_s for r in runs])
+    report.notes.append(
+        f"zombie: paused past a {SESSION_TIMEOUT_S:g} s session while "
+        f"{ZOMBIE_PARTITIONS / STEADY_TICK_S:,.0f} records/s were produced"
+    )
+
+
+# ----------------------------------------------------------------------------- close
+
+
+def close_run(env: Environment, topic: str, records: int, options: dict[str, Any]) -> int:
+    """Members read everything and close; the group's lag afterwards."""
+    create_topic(env.client, topic, CLOSE_PARTITIONS)
+    ends = write_backlog(env.client, topic, records)
+    group = new_group("close")
+    with env.fleet() as fleet:
+        members = [
+            fleet.start(group, topic, session_timeout_s=SESSION_TIMEOUT_S, **options)
+            for _ in range(CLOSE_MEMBERS)
+        ]
+        fleet.wait_started()
+        wait_settled(env.client, group, topic, CLOSE_PARTITIONS, CLOSE_MEMBERS)
+
+        def read_all() -> bool:
+            reached = reached_offsets(members)
+            return all(reached.get((topic, p), 0) >= end for p, end in ends.items())
+
+        wait_for(read_all, SETTLE_TIMEOUT_S, "the members to read everything")
+    committed = {
+        o.partition: o.next_offset for o in env.client.fetch_offsets(group) if o.topic == topic
+    }
+    return sum(max(0, end - (committed.get(p) or 0)) for p, end in ends.items())
+
+
+def run_close(args: argparse.Namespace, env: Environment, report: Report) -> None:
+    for number, (name, options) in enumerate(CLOSE_VARIANTS.items()):
+        lags = [
+            float(close_run(env, f"{CLOSE_TOPIC}-{index}-{number}", args.close_records, options))
+            for index in range(args.repeat)
+        ]
+        report.add(name, lags)
+    report.notes.append(
+        f"close: {CLOSE_MEMBERS} members, {args.close_records:,} records over "
+        f"{CLOSE_PARTITIONS} partitions, all closed (SIGTERM) once read"
+    )
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -781,6 +917,8 @@ PHASE_RUNNERS: dict[str, Callable[[argparse.Namespace, Environment, Report], Non
     "consume": run_consume,
     "rebalance": run_rebalance,
     "join": run_join,
+    "zombie": run_zombie,
+    "close": run_close,
 }
 
 
@@ -829,6 +967,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, help="records for the group reads")
     parser.add_argument("--commits", type=int, help="commits (and produces) per run")
     parser.add_argument("--join-groups", type=int, help="group ids for the join figure")
+    parser.add_argument("--close-records", type=int, help="records for the close figure")
     parser.add_argument(
         "--only",
         default=",".join(PHASES),
@@ -841,6 +980,7 @@ def main() -> None:
     args.records = args.records or (1_000_000 if args.quick else 3_000_000)
     args.commits = args.commits or (300 if args.quick else 2_000)
     args.join_groups = args.join_groups or (2 if args.quick else 5)
+    args.close_records = args.close_records or (20_000 if args.quick else 60_000)
     args.only = [phase.strip() for phase in args.only.split(",") if phase.strip()]
     unknown = sorted(set(args.only) - set(PHASES))
     if unknown:

@@ -7,7 +7,8 @@ SIGCONTed. Run it as::
     python -m laminar.testing.group_member --bootstrap H:P[,H:P...] --group G \\
         --topic T [--topic T2 ...] [--instance-id I] [--session-timeout-s S] \\
         [--rebalance-timeout-s R] [--events FILE] [--no-auto-commit] \\
-        [--commit-every-batches N] [--delay-ms-per-batch D] [--log-values]
+        [--commit-every-batches N] [--commit-on-revoke] [--delay-ms-per-batch D]
+        [--log-values]
 
 It makes a :class:`~laminar_client.Consumer` with ``group=G`` and reads
 ``consumer.batches()`` until SIGTERM or SIGINT; then it closes the consumer (which
@@ -15,7 +16,9 @@ commits, with auto-commit, and leaves the group) and exits 0. Any other way out
 (an exception) writes an ``error`` event and exits 1. ``--delay-ms-per-batch``
 sleeps after each batch, as if processing it; ``--commit-every-batches N`` commits
 the position of every assigned partition after every N batches (0: rely on
-auto-commit) and, on the way out, what was read since the last one.
+auto-commit) and, on the way out, what was read since the last one;
+``--commit-on-revoke`` commits in ``on_revoked`` (the final commit a Kafka user
+writes there; ``close()`` revokes too).
 
 Events
 ------
@@ -71,7 +74,7 @@ from laminar_client.consumer import ConsumerBatch, TopicPartition
 
 from laminar.errors import ConfigError, LaminarError
 
-__all__ = ["EventLog", "GroupMemberProcess", "MemberOptions", "main"]
+__all__ = ["EventLog", "GroupMemberProcess", "MemberOptions", "main", "zombie_records"]
 
 IDLE_TIMEOUT_S = 0.2
 """How long one ``batches()`` round waits without records before the loop looks at
@@ -106,6 +109,8 @@ class MemberOptions:
     """Commit what was handed out between batches, before a release and on close."""
     commit_every_batches: int = 0
     """Commit explicitly after every this many batches (0: never; auto-commit only)."""
+    commit_on_revoke: bool = False
+    """Commit the revoked partitions' positions in ``on_revoked``."""
     delay_ms_per_batch: int = 0
     """Simulated processing time per batch."""
     log_values: bool = False
@@ -138,6 +143,8 @@ class MemberOptions:
         ]
         if not self.auto_commit:
             argv.append("--no-auto-commit")
+        if self.commit_on_revoke:
+            argv.append("--commit-on-revoke")
         if self.log_values:
             argv.append("--log-values")
         return argv
@@ -167,6 +174,9 @@ def parse_options(argv: Sequence[str] | None) -> MemberOptions:
         help="explicit commit every N batches (0: none)",
     )
     parser.add_argument(
+        "--commit-on-revoke", action="store_true", help="commit in on_revoked (and so at close)"
+    )
+    parser.add_argument(
         "--delay-ms-per-batch", type=int, default=0, help="simulated processing time per batch"
     )
     parser.add_argument("--log-values", action="store_true", help="values in the batch events")
@@ -182,6 +192,7 @@ def parse_options(argv: Sequence[str] | None) -> MemberOptions:
             rebalance_timeout_s=args.rebalance_timeout_s,
             auto_commit=args.auto_commit,
             commit_every_batches=args.commit_every_batches,
+            commit_on_revoke=args.commit_on_revoke,
             delay_ms_per_batch=args.delay_ms_per_batch,
             log_values=args.log_values,
         )
@@ -260,6 +271,8 @@ class _Member:
         self.log.write("assigned", partitions=_pairs(partitions))
 
     def _revoked(self, partitions: list[TopicPartition]) -> None:
+        if self.options.commit_on_revoke:
+            self._commit({tp: self.consumer.position(tp) for tp in partitions})
         self.owned.difference_update(partitions)
         self.log.write("revoked", partitions=_pairs(partitions))
 
@@ -302,13 +315,14 @@ class _Member:
         if every and self.uncommitted_batches >= every:
             self._commit()
 
-    def _commit(self) -> None:
-        """Commit the position of every assigned partition. It names partitions
-        the member may have lost meanwhile on purpose: a zombie's commit must be
-        refused (``commit_error``), not silently skipped."""
+    def _commit(self, positions: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``positions`` (default: the position of every assigned partition).
+        It names partitions the member may have lost meanwhile on purpose: a
+        zombie's commit must be refused (``commit_error``), not silently skipped."""
         self.uncommitted_batches = 0
         consumer = self.consumer
-        positions = {tp: consumer.position(tp) for tp in sorted(consumer.assignment())}
+        if positions is None:
+            positions = {tp: consumer.position(tp) for tp in sorted(consumer.assignment())}
         offsets: dict[tuple[str, int], int] = {
             tp: offset for tp, offset in positions.items() if offset >= 0
         }
@@ -398,6 +412,7 @@ class GroupMemberProcess:
         rebalance_timeout_s: float = 10.0,
         auto_commit: bool = True,
         commit_every_batches: int = 0,
+        commit_on_revoke: bool = False,
         delay_ms_per_batch: int = 0,
         log_values: bool = False,
     ) -> GroupMemberProcess:
@@ -414,6 +429,7 @@ class GroupMemberProcess:
             rebalance_timeout_s=rebalance_timeout_s,
             auto_commit=auto_commit,
             commit_every_batches=commit_every_batches,
+            commit_on_revoke=commit_on_revoke,
             delay_ms_per_batch=delay_ms_per_batch,
             log_values=log_values,
         )
@@ -520,3 +536,22 @@ class GroupMemberProcess:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def zombie_records(events: Sequence[Event], resumed_t: float, held: Iterable[Sequence[Any]]) -> int:
+    """Records a member resumed at ``resumed_t`` (after a stop past its session)
+    handed out of partitions it ``held`` when it stopped, before an ``assigned``
+    event gave each back to it: by then another member owned them. (Counting by the
+    member's own hooks would miss exactly the records of a member that was not
+    told.)"""
+    lost = {(topic, partition) for topic, partition in held}
+    zombies = 0
+    for event in events:
+        if event["t"] < resumed_t:
+            continue
+        partitions = {(topic, partition) for topic, partition in event.get("partitions", ())}
+        if event["event"] == "assigned":
+            lost -= partitions
+        elif event["event"] == "batch" and (event["topic"], event["partition"]) in lost:
+            zombies += int(event["count"])
+    return zombies

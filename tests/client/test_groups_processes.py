@@ -26,7 +26,7 @@ from laminar_client.producer import RecordMetadata
 
 from laminar.errors import LaminarError
 from laminar.partitioning import key_partition
-from laminar.testing.group_member import GroupMemberProcess
+from laminar.testing.group_member import GroupMemberProcess, zombie_records
 from laminar.testing.processes import ProcessCluster, wait_for
 from tests.server.test_cluster import CLIENT_TIMEOUT_S, start_cluster, wait_leader, wait_settled
 
@@ -383,22 +383,6 @@ def pause_while_processing(member: GroupMemberProcess) -> list[Event]:
     raise TimeoutError(f"no batch to pause the member in: {member.events()[-5:]}")
 
 
-def zombie_records(events: list[Event]) -> int:
-    """Records handed out of partitions the member's hooks did not give it (or had
-    taken away) at that moment."""
-    reading: set[TP] = set()
-    zombies = 0
-    for event in events:
-        partitions = {(t, p) for t, p in event.get("partitions", ())}
-        if event["event"] == "assigned":
-            reading |= partitions
-        elif event["event"] in ("revoked", "lost"):
-            reading -= partitions
-        elif event["event"] == "batch" and (event["topic"], event["partition"]) not in reading:
-            zombies += event["count"]
-    return zombies
-
-
 def test_a_member_paused_past_its_session_hands_out_nothing_it_lost(
     cluster: ProcessCluster, client: Client, tmp_path: Path
 ) -> None:
@@ -427,6 +411,7 @@ def test_a_member_paused_past_its_session_hands_out_nothing_it_lost(
             WAIT_S,
             "b to own and read a's partitions",
         )
+        resumed_t = time.time()
         a.resume()
         after = a.wait_event(lambda e: True, WAIT_S, "a's first event", since=len(paused))
         assert after["event"] == "lost", after
@@ -437,7 +422,7 @@ def test_a_member_paused_past_its_session_hands_out_nothing_it_lost(
         assert rejoined["t"] > after["t"]
         wait_stable(client, group, [a, b])
         events = a.events()
-        assert zombie_records(events) == 0
+        assert zombie_records(events, resumed_t, held) == 0
         kinds = [e["event"] for e in events[len(paused) :] if e["event"] != "batch"]
         assert kinds[:2] == ["lost", "assigned"], kinds
         assert steady.produced.values
