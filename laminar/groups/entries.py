@@ -152,6 +152,11 @@ class Subscription:
             except re.error as error:
                 raise InvalidInputError(f"invalid subscription pattern: {error}") from None
 
+    def __str__(self) -> str:
+        if self.pattern is not None:
+            return f"pattern {self.pattern!r}"
+        return f"topics {list(self.topics)}"
+
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is subscribed (topics starting with ``__`` never are)."""
         if topic.startswith("__"):

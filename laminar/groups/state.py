@@ -261,7 +261,7 @@ class GroupState:
             return ApplyResult(Outcome.DUPLICATE, "member already present")
         replaced = group.member_by_key(entry.instance_id) if entry.instance_id else None
         if group.members and group.subscription != entry.subscription:
-            return ApplyResult(Outcome.SUBSCRIPTION_MISMATCH, f"group has {group.subscription}")
+            return ApplyResult(Outcome.SUBSCRIPTION_MISMATCH, f"it has {group.subscription}")
         if replaced is None and len(group.members) >= GROUP_MEMBERS_MAX:
             return ApplyResult(Outcome.GROUP_FULL, f"{GROUP_MEMBERS_MAX} members already")
         if replaced is not None:

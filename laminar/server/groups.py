@@ -55,8 +55,16 @@ from laminar.groups.coordinator import (
     HeartbeatAnswer,
     HeartbeatRequest,
 )
-from laminar.groups.entries import Commit, Delete, GroupEntry, Reset, decode_entry, encode_entry
-from laminar.groups.state import ApplyResult, Group, GroupState
+from laminar.groups.entries import (
+    Commit,
+    Delete,
+    GroupEntry,
+    Join,
+    Reset,
+    decode_entry,
+    encode_entry,
+)
+from laminar.groups.state import ApplyResult, Group, GroupState, Outcome
 from laminar.ids import TopicPartition
 from laminar.partitioning import key_partition
 from laminar.records import decode_records, encode_batch, iter_batches
@@ -329,7 +337,8 @@ class GroupHost:
                 entries = coordinator.prepare(request, self._host.now_ms(), self._user_catalogue())
                 if not entries:
                     break
-                await self._append(part, entries, deadline)
+                results = await self._append(part, entries, deadline)
+                _raise_refused_join(entries, results)
             return coordinator.answer(request)
 
     async def commit(self, commits: Sequence[Commit], timeout_s: float) -> list[ApplyResult | None]:
@@ -391,6 +400,23 @@ class GroupHost:
                     await self._append(part, entries, deadline)
                 except LaminarError as error:
                     _LOG.debug("%s/%d: tick append failed: %s", *key, error)
+
+
+def _raise_refused_join(
+    entries: Sequence[GroupEntry], results: Sequence[ApplyResult | None]
+) -> None:
+    """A join the group refused for good (another subscription, too many members)
+    is the caller's error, not a fence to retry for ever."""
+    for entry, result in zip(entries, results, strict=False):
+        if not isinstance(entry, Join) or result is None:
+            continue
+        if result.outcome is Outcome.SUBSCRIPTION_MISMATCH:
+            raise InvalidInputError(
+                f"group {entry.group_id} reads another subscription ({result.detail}); this "
+                f"member asked for {entry.subscription}: one group has one subscription"
+            )
+        if result.outcome is Outcome.GROUP_FULL:
+            raise InvalidInputError(f"group {entry.group_id} is full: {result.detail}")
 
 
 def _chunks(values: list[bytes]) -> Iterator[list[bytes]]:

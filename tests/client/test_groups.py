@@ -931,3 +931,17 @@ def test_the_async_consumer_keeps_the_lease_and_commits_at_close(cluster: Proces
             (o.topic, o.partition): o.next_offset for o in client.fetch_offsets("async-lease")
         }
     assert committed == read_to
+
+
+def test_a_member_with_another_subscription_is_told_not_left_retrying(
+    cluster: ProcessCluster,
+) -> None:
+    """Mixed subscriptions in one group are not supported: the second member's join
+    is refused, and its iteration raises that instead of yielding nothing while its
+    heartbeats retry for ever."""
+    with Consumer(bootstrap(cluster), group="mixed", topics=[TOPIC]) as first:
+        wait_for_assignment(first, PARTITIONS)
+        with Consumer(bootstrap(cluster), group="mixed", pattern="ev.*") as second:
+            with pytest.raises(InvalidInputError, match="one group has one subscription"):
+                for _ in second.records(timeout_s=WAIT_S):
+                    pass
