@@ -568,29 +568,29 @@ class GroupSession:
             return self._actions.popleft() if self._actions else None
 
     def _due_steps(self) -> Iterator[HandoverStep]:
-        """The steps of every queued outcome, in order (each computed against what the
-        reader reads when its turn comes)."""
+        """What the application must hear first (raised), then the steps of every
+        queued outcome."""
         self._raise_refusal()
         self._raise_unknown_topics()
+        yield from self._queued_steps()
+
+    def _queued_steps(self) -> Iterator[HandoverStep]:
+        """The steps of every queued outcome, in order, each computed against what
+        the reader reads when its turn comes (a lapsed lease queues its loss)."""
         self.lapse_if_due()
         while (actions := self._next_actions()) is not None:
-            yield from handover_steps(
-                actions, self._consumer.assignment(), auto_commit=self.auto_commit
-            )
+            yield from self._steps_of(actions)
 
     def _closing_steps(self) -> Iterator[HandoverStep]:
         """Queued outcomes, then the revocation of everything still read (while the
         member owns it: the hooks can commit), or its loss after a lapsed lease."""
-        self.lapse_if_due()
-        while (actions := self._next_actions()) is not None:
-            yield from handover_steps(
-                actions, self._consumer.assignment(), auto_commit=self.auto_commit
-            )
+        yield from self._queued_steps()
         with self._lock:
             actions = self.member.revoke_all()
-        yield from handover_steps(
-            actions, self._consumer.assignment(), auto_commit=self.auto_commit
-        )
+        yield from self._steps_of(actions)
+
+    def _steps_of(self, actions: MemberActions) -> list[HandoverStep]:
+        return handover_steps(actions, self._consumer.assignment(), auto_commit=self.auto_commit)
 
     def _raise_refusal(self) -> None:
         with self._lock:
@@ -774,9 +774,7 @@ class GroupSession:
         """Check the lease, auto-commit (in the background), then carry out what the
         heartbeats decided (app thread). A hook's exception is raised once every
         step ran, so what the reader reads still equals what the hooks said."""
-        if self.lapse_if_due():
-            pass  # the queued rejoin loses everything; commit nothing
-        elif self.auto_commit:
+        if not self.lapse_if_due() and self.auto_commit:  # lapsed: commit nothing
             self._commit_in_background()
         self._run_steps(self._due_steps(), assign)
 
@@ -837,9 +835,7 @@ class GroupSession:
     async def poll_async(self, assign: Callable[[Offsets], Awaitable[None]]) -> None:
         """:meth:`poll` on the event loop: synchronous commits in a worker thread,
         hooks awaited."""
-        if self.lapse_if_due():
-            pass
-        elif self.auto_commit:
+        if not self.lapse_if_due() and self.auto_commit:  # lapsed: commit nothing
             self._commit_in_background()
         await self._run_steps_async(self._due_steps(), assign)
 
