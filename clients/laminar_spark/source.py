@@ -33,8 +33,12 @@ __all__ = ["LaminarBatchReader", "LaminarDataSource", "LaminarInputPartition", "
 
 
 def spark_schema(*, headers: bool = False) -> StructType:
-    """Spark's Kafka source's schema (nullability as
-    :func:`laminar_client.arrow.arrow_schema`, which PySpark 4.2+ checks exactly)."""
+    """Spark's Kafka source's schema, in its column order (nullability as
+    :func:`laminar_client.arrow.arrow_schema`, which PySpark 4.2+ checks exactly).
+
+    ``timestampType`` is always 0 (create time: Laminar keeps the producer's
+    timestamps); ``headers`` is null for a record without headers, as in Kafka's.
+    """
     fields = [
         StructField("key", BinaryType(), True),
         StructField("value", BinaryType(), True),
@@ -42,12 +46,13 @@ def spark_schema(*, headers: bool = False) -> StructType:
         StructField("partition", IntegerType(), False),
         StructField("offset", LongType(), False),
         StructField("timestamp", TimestampType(), False),
+        StructField("timestampType", IntegerType(), False),
     ]
     if headers:
         header = StructType(
             [StructField("key", StringType(), True), StructField("value", BinaryType(), True)]
         )
-        fields.append(StructField("headers", ArrayType(header, True), False))
+        fields.append(StructField("headers", ArrayType(header, True), True))
     return StructType(fields)
 
 

@@ -26,6 +26,18 @@ from tests.server.test_cluster import start_cluster
 
 CLIENTS = Path(__file__).resolve().parents[2] / "clients"
 BASE_MS = 1_700_000_000_000
+KAFKA_COLUMNS = [
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+    ("headers", "array<struct<key:string,value:binary>>"),
+]
+"""Spark's Kafka source's columns with ``includeHeaders=true``, in its order
+(``KafkaRecordToRowConverter.kafkaSchema``): every read mode's too."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +75,9 @@ def produce(
     rows = []
     for future, key, value, headers, stamp in futures:
         meta = future.result(30)
-        rows.append((key, value, topic, meta.partition, meta.offset, stamp, tuple(headers)))
+        # A record without headers reads as null headers, as in Spark's Kafka source.
+        row_headers = tuple(headers) or None
+        rows.append((key, value, topic, meta.partition, meta.offset, stamp, row_headers))
     return sorted(rows, key=lambda r: (r[3], r[4]))
 
 

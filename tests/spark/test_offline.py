@@ -18,7 +18,7 @@ from laminar_client import Client, Producer
 from laminar.records import encode_batch, parse_header, stamp
 from laminar.segment.committed import read_committed
 from laminar.testing.processes import ProcessCluster, wait_for
-from tests.spark.conftest import create_topic, produce
+from tests.spark.conftest import KAFKA_COLUMNS, create_topic, produce
 
 TOPIC = "offline_events"
 PARTITIONS = 2
@@ -78,10 +78,15 @@ def test_offline_read_equals_the_cluster_read(spark: Any, written: Written) -> N
         .load()
     )
     assert len(live) == 300
-    offline = _rows(_offline(spark, written.data_dir, subscribe=TOPIC, includeHeaders="true"))
+    offline_df = _offline(spark, written.data_dir, subscribe=TOPIC, includeHeaders="true")
+    assert offline_df.columns == [name for name, _ in KAFKA_COLUMNS]
+    offline = _rows(offline_df)
     assert offline == live
+    assert {row[6] for row in offline} == {0}  # create time, every record
+    # produce() gives every other record no headers: null, as in Kafka's source.
+    assert sum(row[7] is None for row in offline) == 150
     one = _rows(_offline(spark, _partition_dir(written.data_dir, 1)))
-    assert one == [row[:6] for row in live if row[3] == 1]
+    assert one == [row[:7] for row in live if row[3] == 1]
 
 
 @pytest.fixture

@@ -31,7 +31,10 @@ def read(
         value = None if row.value is None else bytes(row.value)
         record: tuple[Any, ...] = (key, value, row.topic, row.partition, row.offset, row.ts)
         if headers:
-            record += (tuple((h.key, bytes(h.value)) for h in row.headers),)
+            pairs = (
+                None if row.headers is None else tuple((h.key, bytes(h.value)) for h in row.headers)
+            )
+            record += (pairs,)
         out.append(record)
     return sorted(out, key=lambda r: (r[2], r[3], r[4]))
 
@@ -43,14 +46,29 @@ def without_headers(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 def test_schema_is_kafkas(spark: Any, produced: Produced) -> None:
     df = spark.read.format("laminar").option("servers", produced.servers)
     plain = df.option("subscribe", "events").load()
-    assert plain.schema.simpleString() == (
+    kafka = (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-        "timestamp:timestamp>"
+        "timestamp:timestamp,timestampType:int"
     )
+    assert plain.schema.simpleString() == kafka + ">"
     with_headers = df.option("subscribe", "events").option("includeHeaders", "true").load()
-    assert with_headers.schema.simpleString().endswith(
-        ",headers:array<struct<key:string,value:binary>>>"
+    assert with_headers.schema.simpleString() == (
+        kafka + ",headers:array<struct<key:string,value:binary>>>"
     )
+    assert with_headers.schema["headers"].nullable  # null: a record without headers
+
+
+def test_every_timestamp_type_is_create_time(spark: Any, produced: Produced) -> None:
+    """``selectExpr("timestampType")`` works, and gives 0 (create time) for every
+    record: Laminar keeps the producer's timestamps."""
+    df = (
+        spark.read.format("laminar")
+        .option("servers", produced.servers)
+        .option("subscribe", "events")
+        .load()
+    )
+    counts = df.groupBy("timestampType").count().collect()
+    assert [(row.timestampType, row["count"]) for row in counts] == [(0, 600)]
 
 
 def test_read_all_equals_produced_with_headers(spark: Any, produced: Produced) -> None:

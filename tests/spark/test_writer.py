@@ -146,7 +146,7 @@ def test_round_trip_keys_headers_partitions_timestamps(spark: Any, servers: str)
     for row in read:
         key = None if row.key is None else bytes(row.key)
         value = None if row.value is None else bytes(row.value)
-        headers = tuple((h.key, bytes(h.value)) for h in row.headers)
+        headers = tuple((h.key, bytes(h.value)) for h in row.headers or ())
         got[(key, value, headers)] += 1
         source = next(r for r in rows if r[0] == key and r[1] == value)
         if source[3] is not None:
