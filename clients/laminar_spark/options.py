@@ -1,7 +1,8 @@
 """The reader's options, parsed and checked without Spark or a cluster.
 
 Every error is an :class:`~laminar.errors.InvalidInputError` (a ``ValueError``)
-naming the option and what it allows.
+naming the option and what it allows. Spark's Kafka source's rules are kept: a
+batch read cannot start at ``latest`` nor end at ``earliest``.
 """
 
 from __future__ import annotations
@@ -101,14 +102,18 @@ class ReadOptions:
     max_trigger_delay_s: float = MAX_TRIGGER_DELAY_S_DEFAULT  # longest wait for the minimum
 
 
-def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+def parse_options(options: Mapping[str, str], *, streaming: bool | None = False) -> ReadOptions:
     """Check ``options`` (names case-insensitive, values strings) into :class:`ReadOptions`.
 
     ``streaming`` (``readStream``) changes what Spark's Kafka source changes:
     ``startingOffsets`` defaults to ``latest`` instead of ``earliest``, and the
-    ending options are errors, since a stream has no end. The per-trigger options
-    are checked in both modes; a batch read ignores them (as Kafka's does), which
-    also lets :meth:`LaminarDataSource.schema` parse a stream's options.
+    ending options are errors, since a stream has no end. A batch read (False)
+    refuses to start at ``latest`` (the word, or -1 in the JSON), as Kafka's does
+    ("starting offset can't be latest for batch queries on Kafka",
+    ``KafkaSourceProvider.validateBatchOptions``), and ignores the per-trigger
+    options (checked all the same), as Kafka's does. None: the
+    mode is not known yet (:meth:`LaminarDataSource.schema`), so only the checks
+    common to both modes are made.
     """
     named: dict[str, str] = {}
     for raw_name, value in options.items():
@@ -151,6 +156,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     # times per partition, then the offsets.
     starting_time = _times("startingTimestamp", "startingOffsetsByTimestamp", named)
     ending_time = _times("endingTimestamp", "endingOffsetsByTimestamp", named)
+    if streaming is False and starting_time is None:
+        _refuse_latest_start(starting)
     strategy = named.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise InvalidInputError(
@@ -178,6 +185,26 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         min_offsets_per_trigger=least,
         max_trigger_delay_s=delay_s,
     )
+
+
+def _refuse_latest_start(starting: OffsetSpec) -> None:
+    """Refuse ``latest`` (the word or -1) as a batch read's start: Spark's Kafka
+    source does, since such a read ends where it starts."""
+    if starting == LATEST:
+        raise InvalidInputError(
+            "option 'startingOffsets' cannot be 'latest' in a batch read (as in Spark's "
+            "Kafka source): use 'earliest', a JSON of offsets, or a starting time; "
+            "'latest' is for a streaming read (spark.readStream)"
+        )
+    if isinstance(starting, dict):
+        for topic, entries in starting.items():
+            for partition, offset in entries.items():
+                if offset == LATEST:
+                    raise InvalidInputError(
+                        f"option 'startingOffsets': {topic}-{partition} cannot start at -1 "
+                        "(latest) in a batch read (as in Spark's Kafka source); -1 is for a "
+                        "streaming read"
+                    )
 
 
 def _per_trigger(named: Mapping[str, str]) -> tuple[int | None, int | None, float]:

@@ -92,22 +92,21 @@ class LaminarDataSource(DataSource):
     def _offline(self) -> bool:
         return any(name.lower() == "path" for name in self.options)
 
-    def _options(self) -> ReadOptions:
-        return parse_options(dict(self.options))
-
     def schema(self) -> StructType:
         if self._offline():
             from laminar_spark.offline import offline_schema
 
             return offline_schema(dict(self.options))
-        return spark_schema(headers=self._options().include_headers)
+        # Batch or stream is not known here: the mode's own checks come with its reader.
+        options = parse_options(dict(self.options), streaming=None)
+        return spark_schema(headers=options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if self._offline():
             from laminar_spark.offline import OfflineBatchReader
 
             return OfflineBatchReader(dict(self.options), schema)
-        return LaminarBatchReader(self._options())
+        return LaminarBatchReader(parse_options(dict(self.options)))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         from laminar_spark.stream import LaminarStreamReader
