@@ -19,9 +19,12 @@ pytest.importorskip("pyarrow")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs java", allow_module_level=True)
 
+import grpc
 from laminar_client import Client, Producer
 
 from laminar.testing.processes import ProcessCluster, wait_for
+from laminar.v1 import laminar_pb2 as pb
+from laminar.v1 import laminar_pb2_grpc
 from tests.server.test_cluster import start_cluster
 
 CLIENTS = Path(__file__).resolve().parents[2] / "clients"
@@ -56,6 +59,20 @@ def create_topic(client: Client, name: str, partitions: int) -> None:
         return topic is not None and all(p.leader for p in topic.partitions)
 
     wait_for(led, 30, f"every partition of {name} to have a leader")
+
+
+def high_watermarks(client: Client, topic: str, partitions: int) -> dict[int, int]:
+    """The highest high watermark any node reports per partition: the leader's
+    (``client.list_offsets`` asks one replica, which may trail it by a heartbeat)."""
+    request = pb.ListOffsetsRequest(topic=topic, partitions=list(range(partitions)))
+    found = dict.fromkeys(range(partitions), 0)
+    for address in [m.grpc_address for m in client.metadata().members.values() if m.live]:
+        with grpc.insecure_channel(address) as channel:
+            stub = laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
+            for answer in stub.ListOffsets(request, timeout=5).partitions:
+                if not answer.HasField("error") or not answer.error.code:
+                    found[answer.partition] = max(found[answer.partition], answer.high_watermark)
+    return found
 
 
 def produce(

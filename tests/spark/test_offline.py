@@ -18,7 +18,7 @@ from laminar_client import Client, Producer
 from laminar.records import encode_batch, parse_header, stamp
 from laminar.segment.committed import read_committed
 from laminar.testing.processes import ProcessCluster, wait_for
-from tests.spark.conftest import KAFKA_COLUMNS, create_topic, produce
+from tests.spark.conftest import KAFKA_COLUMNS, create_topic, high_watermarks, produce
 
 TOPIC = "offline_events"
 PARTITIONS = 2
@@ -40,18 +40,19 @@ def written(cluster: ProcessCluster) -> Written:
     with Producer(servers, linger_s=0.05) as producer:
         produce(producer, TOPIC, PARTITIONS, 300)
     with Client(servers) as client:
-        offsets = client.list_offsets(TOPIC, list(range(PARTITIONS)))
-    high_watermarks = {p: offsets[p].high_watermark for p in range(PARTITIONS)}
+        # The leaders' (one replica's answer may trail them by a heartbeat, and node 0's
+        # committed file must cover every record for the offline read to equal the live one).
+        leaders = high_watermarks(client, TOPIC, PARTITIONS)
     data_dir = cluster.nodes[0].data_dir
 
     def covered() -> bool:
         return all(
-            (read_committed(str(_partition_dir(data_dir, p))) or 0) >= high_watermarks[p]
+            (read_committed(str(_partition_dir(data_dir, p))) or 0) >= leaders[p]
             for p in range(PARTITIONS)
         )
 
     wait_for(covered, 30, "the committed files of node 0 to cover what was produced")
-    return Written(servers, data_dir, high_watermarks)
+    return Written(servers, data_dir, leaders)
 
 
 def _partition_dir(data_dir: Path, partition: int, topic: str = TOPIC) -> Path:
