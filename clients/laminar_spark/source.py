@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from laminar_spark.kafka_options import warn_ignored
 from laminar_spark.options import ReadOptions, parse_options
 from laminar_spark.planner import ReadTask
 from laminar_spark.pushdown import Pushed, push_all
@@ -106,7 +107,9 @@ class LaminarDataSource(DataSource):
             from laminar_spark.offline import OfflineBatchReader
 
             return OfflineBatchReader(dict(self.options), schema)
-        return LaminarBatchReader(parse_options(dict(self.options)))
+        options = parse_options(dict(self.options))
+        warn_ignored(options.ignored, "laminar read")
+        return LaminarBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         from laminar_spark.stream import LaminarStreamReader
