@@ -162,6 +162,7 @@ def ceiling_source(session: Any) -> type:
                         pa.array([partition.index] * n, pa.int32()),
                         pa.array(range(first, first + n), pa.int64()),
                         pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                        pa.array([0] * n, pa.int32()),
                     ],
                     schema=schema,
                 )

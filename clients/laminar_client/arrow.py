@@ -1,8 +1,12 @@
 """Record batches as Arrow, straight from the payload's columns.
 
-The schema is Spark's Kafka source's: ``key binary, value binary, topic string,
-partition int32, offset int64, timestamp timestamp[us, UTC]`` and, when asked,
-``headers list<struct<key: string, value: binary>>``. Keys and values are not
+The schema is Spark's Kafka source's, in its column order: ``key binary, value
+binary, topic string, partition int32, offset int64, timestamp timestamp[us, UTC],
+timestampType int32`` and, when asked, ``headers list<struct<key: string, value:
+binary>>`` (null for a record without headers, as Kafka's source gives). Record
+timestamps are always the producer's (create time: a batch has no timestamp-type
+attribute, ``docs/format.md``), so ``timestampType`` is always
+:data:`TIMESTAMP_TYPE_CREATE_TIME`. Keys and values are not
 copied record by record: the length column becomes Arrow's offsets (a -1 length
 becomes a null), and the concatenated bytes become the data buffer. Needs
 ``pyarrow`` (``pip install 'laminar[arrow]'``).
@@ -30,12 +34,12 @@ from laminar.records import (
     BatchLimits,
     ColumnView,
     Compression,
-    Header,
     seal_payload,
     unpack_headers,
 )
 
 __all__ = [
+    "TIMESTAMP_TYPE_CREATE_TIME",
     "arrow_schema",
     "arrow_to_batch",
     "binary_lengths",
@@ -46,6 +50,9 @@ __all__ = [
     "timestamps_ms",
 ]
 
+TIMESTAMP_TYPE_CREATE_TIME = 0
+"""Kafka's ``TimestampType.CREATE_TIME`` id (1 is log-append time): the type of every
+Laminar record timestamp, which its producer chose."""
 _MILLIS_MAX = (2**63 - 1) // 1000
 """Largest timestamp in ms whose value in µs fits an int64."""
 
@@ -70,11 +77,20 @@ def arrow_schema(*, headers: bool = False) -> Any:
         pa.field("partition", pa.int32(), nullable=False),
         pa.field("offset", pa.int64(), nullable=False),
         pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("timestampType", pa.int32(), nullable=False),
     ]
     if headers:
-        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-        fields.append(pa.field("headers", pa.list_(header), nullable=False))
+        fields.append(pa.field("headers", _header_list_type(pa)))
     return pa.schema(fields)
+
+
+def _header_list_type(pa: ModuleType) -> Any:
+    return pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
+def _timestamp_types(pa: ModuleType, count: int) -> Any:
+    """The ``timestampType`` column: create time for every record."""
+    return pa.array(np.full(count, TIMESTAMP_TYPE_CREATE_TIME, dtype=np.int32))
 
 
 def columns_to_arrow(
@@ -115,6 +131,7 @@ def columns_to_arrow(
         pa.repeat(pa.scalar(partition, pa.int32()), count),
         offsets,
         timestamps,
+        _timestamp_types(pa, count),
     ]
     if headers:
         columns.append(_headers(pa, view, count))
@@ -185,6 +202,7 @@ def slices_to_arrow(
         pa.repeat(pa.scalar(partition, pa.int32()), count),
         pa.array(np.concatenate(offsets)),
         pa.array(millis * 1000, type=pa.timestamp("us", tz="UTC")),
+        _timestamp_types(pa, count),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
 
@@ -261,23 +279,24 @@ def _binary(pa: ModuleType, lengths: np.ndarray, data: memoryview, start: int, c
 
 
 def _headers(pa: ModuleType, view: ColumnView, count: int) -> Any:
-    """The headers column (record headers are msgpack blobs: unpacked one by one)."""
+    """The headers column: null for a record without headers, as Spark's Kafka
+    source gives (the format cannot tell an empty header list from none: both are a
+    blob of length 0). Header blobs are msgpack: unpacked one by one."""
     if view.header_lengths is None:
-        rows: list[tuple[Header, ...]] = [()] * count
-    else:
-        lengths = np.frombuffer(view.header_lengths, dtype="<u4")
-        bounds = np.zeros(count + 1, dtype=np.int64)
-        np.cumsum(lengths, out=bounds[1:])
-        base = view.headers_start
-        blobs = view.data
-        rows = [
-            unpack_headers(blobs[base + int(a) : base + int(b)])
-            for a, b in itertools.pairwise(bounds)
-        ]
-    header_type = pa.list_(
-        pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        return pa.nulls(count, _header_list_type(pa))
+    lengths = np.frombuffer(view.header_lengths, dtype="<u4")
+    bounds = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    base = view.headers_start
+    blobs = view.data
+    rows = [
+        unpack_headers(blobs[base + int(a) : base + int(b)]) if b > a else ()
+        for a, b in itertools.pairwise(bounds)
+    ]
+    return pa.array(
+        [[{"key": k, "value": v} for k, v in row] if row else None for row in rows],
+        type=_header_list_type(pa),
     )
-    return pa.array([[{"key": k, "value": v} for k, v in row] for row in rows], type=header_type)
 
 
 # --------------------------------------------------------------------------- encoding

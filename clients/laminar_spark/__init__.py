@@ -11,7 +11,9 @@ each module's docstring explains how it works:
 - streaming read: :mod:`laminar_spark.stream`;
 - batch and streaming writes without duplicates from Spark's retries:
   :mod:`laminar_spark.writer`, :mod:`~laminar_spark.producing`,
-  :mod:`~laminar_spark.write_options`.
+  :mod:`~laminar_spark.write_options`;
+- Spark's Kafka source and sink option names (aliases, options with no effect,
+  refusals): :mod:`laminar_spark.kafka_options` (``docs/migrating-from-kafka.md``).
 
 Register with ``spark.dataSource.register(LaminarDataSource)``, or rely on PySpark's
 discovery of the ``pyspark_laminar`` module when Laminar is installed.

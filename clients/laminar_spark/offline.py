@@ -56,6 +56,7 @@ from laminar.errors import CorruptSegmentError, InvalidInputError, RecordFormatE
 from laminar.records import HEADER_BYTES, BatchHeader, column_view, parse_header, verify_batch
 from laminar.segment.committed import read_committed
 from laminar.segment.index import SparseIndex
+from laminar_spark.kafka_options import unknown_option
 from laminar_spark.options import parse_assign, parse_boolean, parse_pattern, parse_subscribe
 from laminar_spark.pushdown import Pushed
 from laminar_spark.source import PushdownReader
@@ -127,8 +128,12 @@ def parse_offline_options(options: Mapping[str, str]) -> OfflineOptions:
         name = _BY_LOWER.get(raw_name.lower())
         if name is None:
             raise InvalidInputError(
-                f"unknown option {raw_name!r} for an offline laminar read (the 'path' option); "
-                "allowed: " + ", ".join(OFFLINE_OPTIONS)
+                unknown_option(
+                    raw_name,
+                    OFFLINE_OPTIONS,
+                    write=False,
+                    what="an offline laminar read (the 'path' option reads segment files)",
+                )
             )
         named[name] = str(value)
     path = named.get("path", "").strip()

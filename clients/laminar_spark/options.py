@@ -1,7 +1,9 @@
 """The reader's options, parsed and checked without Spark or a cluster.
 
 Every error is an :class:`~laminar.errors.InvalidInputError` (a ``ValueError``)
-naming the option and what it allows.
+naming the option and what it allows. Spark's Kafka source's names are accepted
+too (:mod:`laminar_spark.kafka_options`), and its rules kept: a batch read cannot
+start at ``latest`` nor end at ``earliest``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from laminar.errors import InvalidInputError
+from laminar_spark.kafka_options import sort_options
 
 __all__ = [
     "EARLIEST",
@@ -48,6 +51,7 @@ _DURATION_UNITS_S = {
 }
 """Spark's time-string suffixes (``JavaUtils.timeStringAs``); no suffix means ms."""
 _ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+_PER_TRIGGER_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 
 KNOWN_OPTIONS = (
     "servers",
@@ -69,7 +73,6 @@ KNOWN_OPTIONS = (
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
 )
-_BY_LOWER = {name.lower(): name for name in KNOWN_OPTIONS}
 
 OffsetSpec = int | dict[str, dict[int, int]]
 """``EARLIEST``/``LATEST``, or ``{topic: {partition: offset}}`` (offset may be -2/-1)."""
@@ -99,26 +102,27 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None  # most offsets one micro-batch reads
     min_offsets_per_trigger: int | None = None  # fewer new offsets: wait (see max_trigger_delay_s)
     max_trigger_delay_s: float = MAX_TRIGGER_DELAY_S_DEFAULT  # longest wait for the minimum
+    # Options accepted with no effect, each with its reason (one warning lists them).
+    ignored: tuple[str, ...] = ()
 
 
-def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+def parse_options(options: Mapping[str, str], *, streaming: bool | None = False) -> ReadOptions:
     """Check ``options`` (names case-insensitive, values strings) into :class:`ReadOptions`.
 
     ``streaming`` (``readStream``) changes what Spark's Kafka source changes:
     ``startingOffsets`` defaults to ``latest`` instead of ``earliest``, and the
-    ending options are errors, since a stream has no end. The per-trigger options
-    are checked in both modes; a batch read ignores them (as Kafka's does), which
-    also lets :meth:`LaminarDataSource.schema` parse a stream's options.
+    ending options are errors, since a stream has no end. A batch read (False)
+    refuses to start at ``latest`` (the word, or -1 in the JSON), as Kafka's does
+    ("starting offset can't be latest for batch queries on Kafka",
+    ``KafkaSourceProvider.validateBatchOptions``), and ignores the per-trigger
+    options (checked all the same) with a warning, as Kafka's does. None: the
+    mode is not known yet (:meth:`LaminarDataSource.schema`), so only the checks
+    common to both modes are made.
     """
-    named: dict[str, str] = {}
-    for raw_name, value in options.items():
-        name = _BY_LOWER.get(raw_name.lower())
-        if name is None:
-            raise InvalidInputError(
-                f"unknown option {raw_name!r} for the laminar source; allowed: "
-                + ", ".join(KNOWN_OPTIONS)
-            )
-        named[name] = str(value)
+    what = "a laminar streaming read" if streaming else "a laminar read"
+    given = sort_options(options, KNOWN_OPTIONS, write=False, what=what)
+    named = given.named
+    ignored = list(given.ignored)
     servers = named.get("servers", "").strip()
     if not servers:
         raise InvalidInputError(
@@ -151,6 +155,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     # times per partition, then the offsets.
     starting_time = _times("startingTimestamp", "startingOffsetsByTimestamp", named)
     ending_time = _times("endingTimestamp", "endingOffsetsByTimestamp", named)
+    if streaming is False:
+        if starting_time is None:
+            _refuse_latest_start(starting)
+        ignored += [
+            f"{name} (a batch read has no triggers)"
+            for name in _PER_TRIGGER_OPTIONS
+            if name in named
+        ]
     strategy = named.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise InvalidInputError(
@@ -177,7 +189,28 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         max_offsets_per_trigger=most,
         min_offsets_per_trigger=least,
         max_trigger_delay_s=delay_s,
+        ignored=tuple(ignored),
     )
+
+
+def _refuse_latest_start(starting: OffsetSpec) -> None:
+    """Refuse ``latest`` (the word or -1) as a batch read's start: Spark's Kafka
+    source does, since such a read ends where it starts."""
+    if starting == LATEST:
+        raise InvalidInputError(
+            "option 'startingOffsets' cannot be 'latest' in a batch read (as in Spark's "
+            "Kafka source): use 'earliest', a JSON of offsets, or a starting time; "
+            "'latest' is for a streaming read (spark.readStream)"
+        )
+    if isinstance(starting, dict):
+        for topic, entries in starting.items():
+            for partition, offset in entries.items():
+                if offset == LATEST:
+                    raise InvalidInputError(
+                        f"option 'startingOffsets': {topic}-{partition} cannot start at -1 "
+                        "(latest) in a batch read (as in Spark's Kafka source); -1 is for a "
+                        "streaming read"
+                    )
 
 
 def _per_trigger(named: Mapping[str, str]) -> tuple[int | None, int | None, float]:

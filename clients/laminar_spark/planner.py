@@ -136,7 +136,16 @@ def select_partitions(
 
 
 def _check_spec(option: str, spec: OffsetSpec, selected: Mapping[str, Sequence[int]]) -> None:
-    """Every partition named in a JSON spec must be one being read."""
+    """A JSON spec names exactly the partitions being read, as in Spark's Kafka source.
+
+    Its rule (``KafkaOffsetReaderAdmin.fetchPartitionOffsets`` and
+    ``fetchSpecificTimestampBasedOffsets``, which both ``assert(partitions ==
+    partitionOffsets.keySet, ...)``): "If startingOffsets contains specific offsets,
+    you must specify all TopicPartitions. Use -1 for latest, -2 for earliest." and
+    "If starting/endingOffsetsByTimestamp contains specific offsets, you must
+    specify all topics." The same holds for ``endingOffsets``, in batch and streaming
+    reads alike. So a partition left out is an error, not a silent default.
+    """
     if isinstance(spec, int):
         return
     for topic, entries in spec.items():
@@ -151,12 +160,24 @@ def _check_spec(option: str, spec: OffsetSpec, selected: Mapping[str, Sequence[i
                 f"option {option!r} names partition(s) {extra} of {topic!r}, which are not "
                 f"being read (reading: {list(selected[topic])})"
             )
+    missing = [
+        f"{topic}-{partition}"
+        for topic, partitions in selected.items()
+        for partition in partitions
+        if partition not in spec.get(topic, {})
+    ]
+    if missing:
+        fill = "-2 for earliest, -1 for latest" if "Timestamp" not in option else "a time"
+        raise InvalidInputError(
+            f"option {option!r} must name every partition being read, as in Spark's Kafka "
+            f"source (use {fill}); missing: {', '.join(missing[:20])}"
+            + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+        )
 
 
-def _offset(spec: OffsetSpec, topic: str, partition: int, default: int) -> int:
-    if isinstance(spec, int):
-        return spec
-    return spec.get(topic, {}).get(partition, default)
+def _offset(spec: OffsetSpec, topic: str, partition: int) -> int:
+    """The offset ``spec`` gives the partition (checked by :func:`_check_spec`)."""
+    return spec if isinstance(spec, int) else spec[topic][partition]
 
 
 def resolve_ranges(
@@ -166,7 +187,7 @@ def resolve_ranges(
 ) -> list[OffsetRange]:
     """Each selected partition's ``[start, end)`` from its log start and high watermark.
 
-    A partition left out of a JSON spec starts at earliest and ends at latest. An
+    A JSON spec must name every partition read (:func:`_check_spec`). An
     explicit offset beyond the high watermark, or a start after the end, is an
     error. A start below the log start fails (``failOnDataLoss``, the default) or
     moves up to the log start, logging how many offsets were skipped.
@@ -180,8 +201,8 @@ def resolve_ranges(
             known = offsets[topic][partition]
             low, high = known.log_start_offset, known.high_watermark
             name = f"{topic}-{partition}"
-            start = _offset(options.starting, topic, partition, EARLIEST)
-            end = _offset(options.ending, topic, partition, LATEST)
+            start = _offset(options.starting, topic, partition)
+            end = _offset(options.ending, topic, partition)
             start = low if start == EARLIEST else high if start == LATEST else start
             end = high if end == LATEST else end
             if start > high:
@@ -230,32 +251,19 @@ def resolve_times(
     A time's offset is the first whose record timestamp is at least the time
     (``ListOffsets``). A partition with no such record starts at its high watermark
     with ``startingOffsetsByTimestampStrategy=latest``, else fails (Spark's Kafka
-    source's default); it ends at its high watermark. A partition left out of a
-    per-partition JSON keeps ``startingOffsets`` / ``endingOffsets``.
+    source's default); it ends at its high watermark. A per-partition JSON names
+    every partition read (:func:`_check_spec`), so a time replaces the offsets
+    options wholly, as in Spark's Kafka source.
     """
     starting, ending = options.starting, options.ending
     if options.starting_time is not None:
         _check_spec("startingOffsetsByTimestamp", options.starting_time, selected)
         found = _offsets_at(options.starting_time, selected, lookup)
-        starting = _merged(
-            options.starting,
-            found,
-            selected,
-            offsets,
-            start=True,
-            strategy=options.starting_time_strategy,
-        )
+        starting = _resolved(found, offsets, start=True, strategy=options.starting_time_strategy)
     if options.ending_time is not None:
         _check_spec("endingOffsetsByTimestamp", options.ending_time, selected)
         found = _offsets_at(options.ending_time, selected, lookup)
-        ending = _merged(
-            options.ending,
-            found,
-            selected,
-            offsets,
-            start=False,
-            strategy=options.starting_time_strategy,
-        )
+        ending = _resolved(found, offsets, start=False, strategy=options.starting_time_strategy)
     return dataclasses.replace(
         options, starting=starting, ending=ending, starting_time=None, ending_time=None
     )
@@ -270,12 +278,8 @@ def _offsets_at(
     wanted: dict[int, dict[str, list[int]]] = {}  # time -> topic -> partitions
     for topic, partitions in selected.items():
         for partition in partitions:
-            if isinstance(times, int):
-                time_ms: int | None = times
-            else:
-                time_ms = times.get(topic, {}).get(partition)
-            if time_ms is not None:
-                wanted.setdefault(time_ms, {}).setdefault(topic, []).append(partition)
+            time_ms = times if isinstance(times, int) else times[topic][partition]
+            wanted.setdefault(time_ms, {}).setdefault(topic, []).append(partition)
     found: dict[tuple[str, int], int | None] = {}
     for time_ms, topics in wanted.items():
         for topic, partitions in topics.items():
@@ -287,37 +291,27 @@ def _offsets_at(
     return found
 
 
-def _merged(
-    spec: OffsetSpec,
+def _resolved(
     found: Mapping[tuple[str, int], int | None],
-    selected: Mapping[str, Sequence[int]],
     offsets: Mapping[str, Mapping[int, PartitionOffsets]],
     *,
     start: bool,
     strategy: str,
 ) -> OffsetSpec:
-    """An explicit spec for every selected partition: the offset found for its
-    time, else what ``spec`` says for it (-2/-1 for the words)."""
-    default = EARLIEST if start else LATEST
-    merged: dict[str, dict[int, int]] = {}
-    for topic, partitions in selected.items():
-        for partition in partitions:
-            if (topic, partition) in found:
-                offset = found[(topic, partition)]
-                if offset is None:
-                    if start and strategy == "error":
-                        raise InvalidInputError(
-                            f"{topic}-{partition}: no record at or after the starting time; "
-                            "set startingOffsetsByTimestampStrategy=latest to start at its "
-                            "end instead"
-                        )
-                    offset = offsets[topic][partition].high_watermark
-            elif isinstance(spec, int):
-                offset = spec
-            else:
-                offset = spec.get(topic, {}).get(partition, default)
-            merged.setdefault(topic, {})[partition] = offset
-    return merged
+    """An explicit spec for every partition of ``found``: the offset found for its
+    time, or its high watermark when none was found (an error for a start with the
+    ``error`` strategy)."""
+    resolved: dict[str, dict[int, int]] = {}
+    for (topic, partition), offset in found.items():
+        if offset is None and start and strategy == "error":
+            raise InvalidInputError(
+                f"{topic}-{partition}: no record at or after the starting time; "
+                "set startingOffsetsByTimestampStrategy=latest to start at its "
+                "end instead"
+            )
+        end = offsets[topic][partition].high_watermark
+        resolved.setdefault(topic, {})[partition] = end if offset is None else offset
+    return resolved
 
 
 def split_ranges(

@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from laminar_spark.kafka_options import warn_ignored
 from laminar_spark.options import ReadOptions, parse_options
 from laminar_spark.planner import ReadTask
 from laminar_spark.pushdown import Pushed, push_all
@@ -33,8 +34,12 @@ __all__ = ["LaminarBatchReader", "LaminarDataSource", "LaminarInputPartition", "
 
 
 def spark_schema(*, headers: bool = False) -> StructType:
-    """Spark's Kafka source's schema (nullability as
-    :func:`laminar_client.arrow.arrow_schema`, which PySpark 4.2+ checks exactly)."""
+    """Spark's Kafka source's schema, in its column order (nullability as
+    :func:`laminar_client.arrow.arrow_schema`, which PySpark 4.2+ checks exactly).
+
+    ``timestampType`` is always 0 (create time: Laminar keeps the producer's
+    timestamps); ``headers`` is null for a record without headers, as in Kafka's.
+    """
     fields = [
         StructField("key", BinaryType(), True),
         StructField("value", BinaryType(), True),
@@ -42,12 +47,13 @@ def spark_schema(*, headers: bool = False) -> StructType:
         StructField("partition", IntegerType(), False),
         StructField("offset", LongType(), False),
         StructField("timestamp", TimestampType(), False),
+        StructField("timestampType", IntegerType(), False),
     ]
     if headers:
         header = StructType(
             [StructField("key", StringType(), True), StructField("value", BinaryType(), True)]
         )
-        fields.append(StructField("headers", ArrayType(header, True), False))
+        fields.append(StructField("headers", ArrayType(header, True), True))
     return StructType(fields)
 
 
@@ -87,22 +93,23 @@ class LaminarDataSource(DataSource):
     def _offline(self) -> bool:
         return any(name.lower() == "path" for name in self.options)
 
-    def _options(self) -> ReadOptions:
-        return parse_options(dict(self.options))
-
     def schema(self) -> StructType:
         if self._offline():
             from laminar_spark.offline import offline_schema
 
             return offline_schema(dict(self.options))
-        return spark_schema(headers=self._options().include_headers)
+        # Batch or stream is not known here: the mode's own checks come with its reader.
+        options = parse_options(dict(self.options), streaming=None)
+        return spark_schema(headers=options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if self._offline():
             from laminar_spark.offline import OfflineBatchReader
 
             return OfflineBatchReader(dict(self.options), schema)
-        return LaminarBatchReader(self._options())
+        options = parse_options(dict(self.options))
+        warn_ignored(options.ignored, "laminar read")
+        return LaminarBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         from laminar_spark.stream import LaminarStreamReader

@@ -66,6 +66,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from laminar.errors import InvalidInputError, UnknownTopicOrPartitionError
+from laminar_spark.kafka_options import warn_ignored
 from laminar_spark.options import ReadOptions, parse_options
 from laminar_spark.planner import (
     DataLossError,
@@ -372,6 +373,7 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> None:
         del schema  # the columns follow includeHeaders, as the batch reader's
         self.options: ReadOptions = parse_options(options, streaming=True)
+        warn_ignored(self.options.ignored, "laminar streaming read")
         self._clock = clock
         self._reset()
 

@@ -1,7 +1,8 @@
 """The writer's options, parsed and checked without Spark or a cluster.
 
 Every error is an :class:`~laminar.errors.InvalidInputError` (a ``ValueError``)
-naming the option and what it allows.
+naming the option and what it allows. Spark's Kafka sink's names are accepted
+too (:mod:`laminar_spark.kafka_options`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from laminar.errors import InvalidInputError
 from laminar.records import Compression
+from laminar_spark.kafka_options import sort_options
 
 __all__ = [
     "BATCH_BYTES_MAX_CEILING",
@@ -61,21 +63,15 @@ class WriteOptions:
     batch_records_max: int = BATCH_RECORDS_MAX_DEFAULT
     batch_bytes_max: int = BATCH_BYTES_MAX_DEFAULT
     compression: Compression = Compression.ZSTD
+    ignored: tuple[str, ...] = ()  # options accepted with no effect, each with its reason
 
 
 def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> WriteOptions:
     """Check ``options`` (names case-insensitive, values strings) into :class:`WriteOptions`."""
     known = WRITE_OPTIONS + (STREAM_ONLY_OPTIONS if streaming else ())
-    by_lower = {name.lower(): name for name in known}
-    named: dict[str, str] = {}
-    for raw_name, value in options.items():
-        name = by_lower.get(raw_name.lower())
-        if name is None:
-            what = "streaming writes" if streaming else "writes"
-            raise InvalidInputError(
-                f"unknown option {raw_name!r} for laminar {what}; allowed: " + ", ".join(known)
-            )
-        named[name] = str(value)
+    what = "a laminar streaming write" if streaming else "a laminar write"
+    given = sort_options(options, known, write=True, what=what)
+    named = given.named
     servers = named.get("servers", "").strip()
     if not servers:
         raise InvalidInputError(
@@ -113,6 +109,7 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> Write
             BATCH_BYTES_MAX_CEILING,
         ),
         compression=compression,
+        ignored=given.ignored,
     )
 
 

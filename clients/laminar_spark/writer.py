@@ -64,6 +64,7 @@ from pyspark.sql.types import (
 )
 
 from laminar.errors import InvalidInputError
+from laminar_spark.kafka_options import warn_ignored
 from laminar_spark.producing import (
     ClusterTarget,
     PartitionReport,
@@ -207,6 +208,7 @@ class LaminarBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         self.options = parse_write_options(options, streaming=False)
+        warn_ignored(self.options.ignored, "laminar write")
         if overwrite:
             raise InvalidInputError(
                 "save mode 'overwrite' is not supported: a Laminar topic is a log, records "
@@ -261,6 +263,9 @@ class LaminarStreamWriter(_StreamWriterBase):
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         # ``overwrite`` is the complete output mode: every row is written, as Kafka's.
         self.options = parse_write_options(options, streaming=True)
+        # PySpark makes the writer again for each micro-batch's commit, with nothing
+        # to tell it from the query's first: the warning comes each time.
+        warn_ignored(self.options.ignored, "laminar streaming write")
         check_schema(schema, self.options)
         self.schema = schema
 

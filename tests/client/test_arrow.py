@@ -64,9 +64,10 @@ def expected_rows(
             "partition": 7,
             "offset": record.offset,
             "timestamp": EPOCH + datetime.timedelta(milliseconds=record.timestamp_ms),
+            "timestampType": 0,
         }
         if headers:
-            row["headers"] = [{"key": k, "value": v} for k, v in record.headers]
+            row["headers"] = [{"key": k, "value": v} for k, v in record.headers] or None
         rows.append(row)
     return rows
 
@@ -74,7 +75,15 @@ def expected_rows(
 def test_schema_is_the_spark_kafka_one() -> None:
     batch = to_arrow(stamped([b"v"]))
     schema = batch.schema
-    assert schema.names == ["key", "value", "topic", "partition", "offset", "timestamp"]
+    assert schema.names == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+    ]
     assert [field.type for field in schema] == [
         pa.binary(),
         pa.binary(),
@@ -82,8 +91,10 @@ def test_schema_is_the_spark_kafka_one() -> None:
         pa.int32(),
         pa.int64(),
         pa.timestamp("us", tz="UTC"),
+        pa.int32(),
     ]
     assert schema.field("key").nullable and schema.field("value").nullable
+    assert not schema.field("timestampType").nullable
     assert schema == arrow_schema()
     assert isinstance(batch, pa.RecordBatch)
 
@@ -92,6 +103,7 @@ def test_schema_is_the_spark_kafka_one() -> None:
     assert with_headers.field("headers").type == pa.list_(
         pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
     )
+    assert with_headers.field("headers").nullable  # null: a record without headers
     assert with_headers == arrow_schema(headers=True)
 
 
@@ -116,7 +128,7 @@ def test_nulls_stay_null_and_empty_stays_empty() -> None:
     assert keys.is_null().to_pylist() == [False, True, True, False]
     assert values.to_pylist() == [None, b"", b"x", None]
     assert keys.to_pylist() == [b"", None, None, b"k"]
-    for name in ("topic", "partition", "offset", "timestamp"):
+    for name in ("topic", "partition", "offset", "timestamp", "timestampType"):
         assert batch.column(name).null_count == 0
 
 
@@ -195,14 +207,15 @@ def test_headers_column() -> None:
     batch = to_arrow(raw, headers=True)
     assert batch.column("headers").to_pylist() == [
         [{"key": "trace", "value": b"\x01\x02"}, {"key": "empty", "value": b""}],
-        [],
+        None,  # no headers: null, as Spark's Kafka source gives
         [{"key": "unicode-é", "value": b"x"}],
     ]
-    assert batch.column("headers").null_count == 0
+    assert batch.column("headers").null_count == 1
     assert batch.to_pylist() == expected_rows(raw, headers=True)
-    # Without headers in the batch the column holds empty lists, not nulls.
+    # Without headers in the batch (no header column at all) every row is null too.
     plain = to_arrow(stamped([b"a", b"b"]), headers=True).column("headers")
-    assert plain.to_pylist() == [[], []] and plain.null_count == 0
+    assert plain.to_pylist() == [None, None] and plain.null_count == 2
+    plain.validate(full=True)
     assert "headers" not in to_arrow(raw).schema.names
 
 

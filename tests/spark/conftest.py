@@ -19,13 +19,28 @@ pytest.importorskip("pyarrow")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs java", allow_module_level=True)
 
+import grpc
 from laminar_client import Client, Producer
 
 from laminar.testing.processes import ProcessCluster, wait_for
+from laminar.v1 import laminar_pb2 as pb
+from laminar.v1 import laminar_pb2_grpc
 from tests.server.test_cluster import start_cluster
 
 CLIENTS = Path(__file__).resolve().parents[2] / "clients"
 BASE_MS = 1_700_000_000_000
+KAFKA_COLUMNS = [
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+    ("headers", "array<struct<key:string,value:binary>>"),
+]
+"""Spark's Kafka source's columns with ``includeHeaders=true``, in its order
+(``KafkaRecordToRowConverter.kafkaSchema``): every read mode's too."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,20 @@ def create_topic(client: Client, name: str, partitions: int) -> None:
     wait_for(led, 30, f"every partition of {name} to have a leader")
 
 
+def high_watermarks(client: Client, topic: str, partitions: int) -> dict[int, int]:
+    """The highest high watermark any node reports per partition: the leader's
+    (``client.list_offsets`` asks one replica, which may trail it by a heartbeat)."""
+    request = pb.ListOffsetsRequest(topic=topic, partitions=list(range(partitions)))
+    found = dict.fromkeys(range(partitions), 0)
+    for address in [m.grpc_address for m in client.metadata().members.values() if m.live]:
+        with grpc.insecure_channel(address) as channel:
+            stub = laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
+            for answer in stub.ListOffsets(request, timeout=5).partitions:
+                if not answer.HasField("error") or not answer.error.code:
+                    found[answer.partition] = max(found[answer.partition], answer.high_watermark)
+    return found
+
+
 def produce(
     producer: Producer, topic: str, partitions: int, count: int
 ) -> list[tuple[object, ...]]:
@@ -63,7 +92,9 @@ def produce(
     rows = []
     for future, key, value, headers, stamp in futures:
         meta = future.result(30)
-        rows.append((key, value, topic, meta.partition, meta.offset, stamp, tuple(headers)))
+        # A record without headers reads as null headers, as in Spark's Kafka source.
+        row_headers = tuple(headers) or None
+        rows.append((key, value, topic, meta.partition, meta.offset, stamp, row_headers))
     return sorted(rows, key=lambda r: (r[3], r[4]))
 
 

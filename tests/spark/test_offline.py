@@ -18,7 +18,7 @@ from laminar_client import Client, Producer
 from laminar.records import encode_batch, parse_header, stamp
 from laminar.segment.committed import read_committed
 from laminar.testing.processes import ProcessCluster, wait_for
-from tests.spark.conftest import create_topic, produce
+from tests.spark.conftest import KAFKA_COLUMNS, create_topic, high_watermarks, produce
 
 TOPIC = "offline_events"
 PARTITIONS = 2
@@ -40,18 +40,19 @@ def written(cluster: ProcessCluster) -> Written:
     with Producer(servers, linger_s=0.05) as producer:
         produce(producer, TOPIC, PARTITIONS, 300)
     with Client(servers) as client:
-        offsets = client.list_offsets(TOPIC, list(range(PARTITIONS)))
-    high_watermarks = {p: offsets[p].high_watermark for p in range(PARTITIONS)}
+        # The leaders' (one replica's answer may trail them by a heartbeat, and node 0's
+        # committed file must cover every record for the offline read to equal the live one).
+        leaders = high_watermarks(client, TOPIC, PARTITIONS)
     data_dir = cluster.nodes[0].data_dir
 
     def covered() -> bool:
         return all(
-            (read_committed(str(_partition_dir(data_dir, p))) or 0) >= high_watermarks[p]
+            (read_committed(str(_partition_dir(data_dir, p))) or 0) >= leaders[p]
             for p in range(PARTITIONS)
         )
 
     wait_for(covered, 30, "the committed files of node 0 to cover what was produced")
-    return Written(servers, data_dir, high_watermarks)
+    return Written(servers, data_dir, leaders)
 
 
 def _partition_dir(data_dir: Path, partition: int, topic: str = TOPIC) -> Path:
@@ -78,10 +79,15 @@ def test_offline_read_equals_the_cluster_read(spark: Any, written: Written) -> N
         .load()
     )
     assert len(live) == 300
-    offline = _rows(_offline(spark, written.data_dir, subscribe=TOPIC, includeHeaders="true"))
+    offline_df = _offline(spark, written.data_dir, subscribe=TOPIC, includeHeaders="true")
+    assert offline_df.columns == [name for name, _ in KAFKA_COLUMNS]
+    offline = _rows(offline_df)
     assert offline == live
+    assert {row[6] for row in offline} == {0}  # create time, every record
+    # produce() gives every other record no headers: null, as in Kafka's source.
+    assert sum(row[7] is None for row in offline) == 150
     one = _rows(_offline(spark, _partition_dir(written.data_dir, 1)))
-    assert one == [row[:6] for row in live if row[3] == 1]
+    assert one == [row[:7] for row in live if row[3] == 1]
 
 
 @pytest.fixture

@@ -69,21 +69,71 @@ def test_resolve_earliest_latest_and_json() -> None:
         OffsetRange("t", 0, 100, 150),
         OffsetRange("t", 1, 0, 10),
     ]
-    latest = options(subscribe="t", startingOffsets="latest")
+    latest = parse_options(
+        {"servers": SERVERS, "subscribe": "t", "startingOffsets": "latest"}, streaming=True
+    )
     assert [r.size for r in resolve_ranges(latest, selected, OFFSETS)] == [0, 0]
     json_spec = options(
         subscribe="t",
-        startingOffsets='{"t": {"0": 120, "1": -1}}',
-        endingOffsets='{"t": {"0": 130}}',
+        startingOffsets='{"t": {"0": 120, "1": -2}}',
+        endingOffsets='{"t": {"0": 130, "1": -1}}',
     )
     assert resolve_ranges(json_spec, selected, OFFSETS) == [
         OffsetRange("t", 0, 120, 130),
-        OffsetRange("t", 1, 10, 10),
+        OffsetRange("t", 1, 0, 10),
     ]
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"startingOffsets": "latest"}, "'startingOffsets' cannot be 'latest' in a batch read"),
+        ({"startingOffsets": " LATEST "}, "'startingOffsets' cannot be 'latest' in a batch read"),
+        ({"startingOffsets": '{"t": {"0": 5, "1": -1}}'}, "t-1 cannot start at -1 \\(latest\\)"),
+        ({"endingOffsets": "earliest"}, "'endingOffsets' cannot be earliest"),
+        ({"endingOffsets": '{"t": {"0": -2}}'}, "t-0 cannot end at -2 \\(earliest\\)"),
+    ],
+)
+def test_a_batch_read_cannot_start_at_latest_nor_end_at_earliest(
+    extra: dict[str, str], message: str
+) -> None:
+    """Spark's Kafka source's ``validateBatchOptions``; a stream may start at latest."""
+    with pytest.raises(InvalidInputError, match=message):
+        options(subscribe="t", **extra)
+    if "startingOffsets" in extra:
+        streamed = parse_options({"servers": SERVERS, "subscribe": "t", **extra}, streaming=True)
+        assert streamed.starting != EARLIEST
+
+
+def test_a_starting_time_takes_precedence_over_a_latest_start() -> None:
+    """As in Kafka's source, the offsets are not looked at when a time is given."""
+    parsed = options(subscribe="t", startingOffsets="latest", startingTimestamp="1000")
+    assert parsed.starting_time == 1000
+
+
+@pytest.mark.parametrize(
+    "option", ["startingOffsets", "endingOffsets", "startingOffsetsByTimestamp"]
+)
+def test_a_json_must_name_every_partition_read(option: str) -> None:
+    """Spark's Kafka source asserts the JSON's partitions equal those assigned."""
+    value = '{"t": {"0": 120}}' if option != "endingOffsets" else '{"t": {"0": 130}}'
+    partial = options(subscribe="t", **{option: value})
+    lookup = fake_lookup({0: 120, 1: 5})
+    with pytest.raises(InvalidInputError, match=f"'{option}' must name every partition.*t-1"):
+        resolve_ranges(
+            resolve_times(partial, {"t": [0, 1]}, OFFSETS, lookup), {"t": [0, 1]}, OFFSETS
+        )
+
+
+def fake_lookup(found: dict[int, int | None]) -> Any:
+    def lookup(topic: str, partitions: list[int], *, timestamp_ms: int) -> Any:
+        return {p: PartitionOffsets(0, 150, found[p]) for p in partitions}
+
+    return lookup
+
+
 def test_fail_on_data_loss_names_partition_and_range() -> None:
-    below = options(subscribe="t", startingOffsets='{"t": {"0": 40}}')
+    below = options(subscribe="t", startingOffsets='{"t": {"0": 40, "1": -2}}')
     with pytest.raises(DataLossError, match=r"t-0: offsets \[40, 100\) are no longer available"):
         resolve_ranges(below, {"t": [0, 1]}, OFFSETS)
 
@@ -91,7 +141,7 @@ def test_fail_on_data_loss_names_partition_and_range() -> None:
 def test_no_fail_on_data_loss_skips_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     below = options(
         subscribe="t",
-        startingOffsets='{"t": {"0": 40}}',
+        startingOffsets='{"t": {"0": 40, "1": -2}}',
         failOnDataLoss="false",
     )
     with caplog.at_level(logging.WARNING, logger="laminar_spark"):
@@ -247,8 +297,8 @@ def test_timestamp_options_parse_and_take_precedence() -> None:
 
 
 def test_times_resolve_through_list_offsets() -> None:
-    """The first offset at or after each time; a partition without a time keeps its
-    offsets option; no record after the starting time fails or starts at the end."""
+    """The first offset at or after each time (one lookup per distinct time); no
+    record after the starting time fails or starts at the end."""
     selected = {"t": [0, 1]}
     known = {"t": {0: PartitionOffsets(0, 100, None), 1: PartitionOffsets(0, 50, None)}}
     asked: list[tuple[str, list[int], int]] = []
@@ -259,13 +309,13 @@ def test_times_resolve_through_list_offsets() -> None:
         return {p: PartitionOffsets(0, 100, at[p]) for p in partitions}
 
     resolved = resolve_times(
-        options(subscribe="t", startingOffsetsByTimestamp='{"t": {"0": 400}}'),
+        options(subscribe="t", startingOffsetsByTimestamp='{"t": {"0": 400, "1": 300}}'),
         selected,
         known,
         lookup,
     )
-    assert resolved.starting == {"t": {0: 40, 1: EARLIEST}}
-    assert asked == [("t", [0], 400)]
+    assert resolved.starting == {"t": {0: 40, 1: 20}}
+    assert asked == [("t", [0], 400), ("t", [1], 300)]
     late = options(subscribe="t", startingTimestamp="999")
     with pytest.raises(InvalidInputError, match="no record at or after the starting time"):
         resolve_times(late, selected, known, lookup)

@@ -31,7 +31,10 @@ def read(
         value = None if row.value is None else bytes(row.value)
         record: tuple[Any, ...] = (key, value, row.topic, row.partition, row.offset, row.ts)
         if headers:
-            record += (tuple((h.key, bytes(h.value)) for h in row.headers),)
+            pairs = (
+                None if row.headers is None else tuple((h.key, bytes(h.value)) for h in row.headers)
+            )
+            record += (pairs,)
         out.append(record)
     return sorted(out, key=lambda r: (r[2], r[3], r[4]))
 
@@ -43,14 +46,29 @@ def without_headers(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 def test_schema_is_kafkas(spark: Any, produced: Produced) -> None:
     df = spark.read.format("laminar").option("servers", produced.servers)
     plain = df.option("subscribe", "events").load()
-    assert plain.schema.simpleString() == (
+    kafka = (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-        "timestamp:timestamp>"
+        "timestamp:timestamp,timestampType:int"
     )
+    assert plain.schema.simpleString() == kafka + ">"
     with_headers = df.option("subscribe", "events").option("includeHeaders", "true").load()
-    assert with_headers.schema.simpleString().endswith(
-        ",headers:array<struct<key:string,value:binary>>>"
+    assert with_headers.schema.simpleString() == (
+        kafka + ",headers:array<struct<key:string,value:binary>>>"
     )
+    assert with_headers.schema["headers"].nullable  # null: a record without headers
+
+
+def test_every_timestamp_type_is_create_time(spark: Any, produced: Produced) -> None:
+    """``selectExpr("timestampType")`` works, and gives 0 (create time) for every
+    record: Laminar keeps the producer's timestamps."""
+    df = (
+        spark.read.format("laminar")
+        .option("servers", produced.servers)
+        .option("subscribe", "events")
+        .load()
+    )
+    counts = df.groupBy("timestampType").count().collect()
+    assert [(row.timestampType, row["count"]) for row in counts] == [(0, 600)]
 
 
 def test_read_all_equals_produced_with_headers(spark: Any, produced: Produced) -> None:
@@ -64,14 +82,17 @@ def test_subscribe_two_topics_without_headers(spark: Any, produced: Produced) ->
     assert rows == sorted(expected, key=lambda r: (r[2], r[3], r[4]))
 
 
-def test_latest_to_latest_is_empty(spark: Any, produced: Produced) -> None:
-    assert read(spark, produced.servers, subscribe="events", startingOffsets="latest") == []
+def test_a_batch_read_cannot_start_at_latest(spark: Any, produced: Produced) -> None:
+    """As in Spark's Kafka source; an empty topic reads as no rows."""
+    with pytest.raises(Exception, match="'startingOffsets' cannot be 'latest' in a batch read"):
+        read(spark, produced.servers, subscribe="events", startingOffsets="latest")
     assert read(spark, produced.servers, subscribe="empty") == []
 
 
 def test_json_ranges(spark: Any, produced: Produced) -> None:
-    starting = json.dumps({"events": {"0": 10, "1": -2, "2": -1}})
-    ending = json.dumps({"events": {"0": 50, "1": 7}})
+    end_of_2 = 1 + max(r[4] for r in produced.rows["events"] if r[3] == 2)
+    starting = json.dumps({"events": {"0": 10, "1": -2, "2": end_of_2}})
+    ending = json.dumps({"events": {"0": 50, "1": 7, "2": -1}})
     rows = read(
         spark, produced.servers, subscribe="events", startingOffsets=starting, endingOffsets=ending
     )
@@ -94,7 +115,7 @@ def test_json_ranges(spark: Any, produced: Produced) -> None:
 def test_splitting_gives_the_same_rows(
     spark: Any, produced: Produced, split: dict[str, str]
 ) -> None:
-    starting = json.dumps({"events": {"0": 3, "2": 11}})
+    starting = json.dumps({"events": {"0": 3, "1": -2, "2": 11}})
     rows = read(
         spark, produced.servers, headers=True, subscribe="events", startingOffsets=starting, **split
     )
@@ -185,18 +206,22 @@ def test_bad_options_fail_at_load(
             "names topic 'other', which is not being read",
         ),
         (
-            {"subscribe": "events", "startingOffsets": '{"events": {"0": 100000}}'},
+            {"subscribe": "events", "startingOffsets": '{"events": {"0": 1}}'},
+            "'startingOffsets' must name every partition.*missing: events-1, events-2",
+        ),
+        (
+            {"subscribe": "events", "startingOffsets": '{"events": {"0": 100000, "1": 0, "2": 0}}'},
             "offset 100000 of events-0 is beyond its high watermark \\d+",
         ),
         (
-            {"subscribe": "events", "endingOffsets": '{"events": {"0": 100000}}'},
+            {"subscribe": "events", "endingOffsets": '{"events": {"0": 100000, "1": -1, "2": -1}}'},
             "'endingOffsets': offset 100000 of events-0 is beyond",
         ),
         (
             {
                 "subscribe": "events",
-                "startingOffsets": '{"events": {"0": 20}}',
-                "endingOffsets": '{"events": {"0": 10}}',
+                "startingOffsets": '{"events": {"0": 20, "1": -2, "2": -2}}',
+                "endingOffsets": '{"events": {"0": 10, "1": -1, "2": -1}}',
             },
             "events-0: starting offset 20 is after ending offset 10",
         ),
@@ -246,13 +271,16 @@ def test_timestamp_ranges(spark: Any, produced: Produced) -> None:
     )
     expected = [r for r in produced.rows["events"] if low <= r[5] < high]
     assert without_headers(rows) == without_headers(expected)
-    # Per partition, and taking precedence over startingOffsets.
+    # Per partition (every one named; after every record: the end), taking precedence
+    # over startingOffsets, so that a batch read's 'latest' is not even looked at.
+    after = 2**53
     rows = read(
         spark,
         produced.servers,
         subscribe="events",
         startingOffsets="latest",
-        startingOffsetsByTimestamp=json.dumps({"events": {"1": low}}),
+        startingOffsetsByTimestamp=json.dumps({"events": {"0": after, "1": low, "2": after}}),
+        startingOffsetsByTimestampStrategy="latest",
     )
     expected = [r for r in produced.rows["events"] if r[3] == 1 and r[5] >= low]
     assert without_headers(rows) == without_headers(expected)

@@ -16,7 +16,7 @@ import pytest
 from laminar_client import Client, Producer
 
 from laminar.testing.processes import ProcessCluster, wait_for
-from tests.spark.conftest import create_topic, produce
+from tests.spark.conftest import KAFKA_COLUMNS, create_topic, produce
 
 COLUMNS = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts"]
 QUERY_TIMEOUT_S = 120
@@ -106,6 +106,25 @@ def test_available_now_reads_exactly_the_produced_rows(
     end = json.loads(source.endOffset)[topic]
     assert all(end[str(p)] > max(r[4] for r in produced if r[3] == p) for p in range(3))
     assert json.loads(source.latestOffset) == {topic: end}
+
+
+def test_a_stream_has_kafkas_columns(spark: Any, servers: str, tmp_path: Path) -> None:
+    """``select *`` of a stream: Kafka's columns in Kafka's order, ``timestampType``
+    0 and null headers for a record without any."""
+    topic, produced = new_topic(servers, "columns", 2, 20)
+    df = (
+        spark.readStream.format("laminar")
+        .option("kafka.bootstrap.servers", servers)
+        .options(subscribe=topic, startingOffsets="earliest", includeHeaders="true")
+        .load()
+    )
+    run_available_now(df, tmp_path / "checkpoint", tmp_path / "out")
+    written = spark.read.parquet(str(tmp_path / "out"))
+    assert written.columns == [name for name, _ in KAFKA_COLUMNS]
+    rows = written.collect()
+    assert len(rows) == len(produced)
+    assert {row.timestampType for row in rows} == {0}
+    assert sum(row.headers is None for row in rows) == 10  # produce(): every other one
 
 
 def test_max_offsets_per_trigger_batches(spark: Any, servers: str, tmp_path: Path) -> None:

@@ -345,10 +345,14 @@ def test_initial_offset_resolves_starting_offsets() -> None:
     # latest asks every replica, so a trailing one does not move the start back.
     assert stream(cluster).initialOffset() == {"a": {"0": 10, "1": 5}}
     assert stream(cluster, startingOffsets="earliest").initialOffset() == {"a": {"0": 0, "1": 2}}
-    explicit = json.dumps({"a": {"1": 4}})
+    explicit = json.dumps({"a": {"0": -2, "1": 4}})
     assert stream(cluster, startingOffsets=explicit).initialOffset() == {"a": {"0": 0, "1": 4}}
+    to_latest = json.dumps({"a": {"0": -1, "1": 4}})  # -1: valid in a stream, not a batch
+    assert stream(cluster, startingOffsets=to_latest).initialOffset() == {"a": {"0": 10, "1": 4}}
+    with pytest.raises(InvalidInputError, match=r"must name every partition.*missing: a-0"):
+        stream(cluster, startingOffsets=json.dumps({"a": {"1": 4}})).initialOffset()
     with pytest.raises(DataLossError, match=r"a-1: offsets \[0, 2\)"):
-        stream(cluster, startingOffsets=json.dumps({"a": {"1": 0}})).initialOffset()
+        stream(cluster, startingOffsets=json.dumps({"a": {"0": 0, "1": 0}})).initialOffset()
     with pytest.raises(UnknownTopicOrPartitionError, match="unknown topic"):
         stream(cluster, subscribe="a,zz").initialOffset()
 

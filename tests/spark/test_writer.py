@@ -14,35 +14,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from laminar_client import Client, key_partition
 
 from laminar.records import decode_batch, iter_batches
 from laminar.testing.processes import ProcessCluster
-from laminar.v1 import laminar_pb2 as pb
-from laminar.v1 import laminar_pb2_grpc
-from tests.spark.conftest import create_topic
+from tests.spark.conftest import create_topic, high_watermarks
 
 UTC = datetime.UTC
 
 
 def servers_of(cluster: ProcessCluster) -> str:
     return ",".join(node.grpc for node in cluster.nodes)
-
-
-def high_watermarks(client: Client, topic: str, partitions: int) -> dict[int, int]:
-    """The highest high watermark any node reports per partition: the leader's
-    (``client.list_offsets`` asks one replica, which may trail it by a heartbeat)."""
-    request = pb.ListOffsetsRequest(topic=topic, partitions=list(range(partitions)))
-    found = dict.fromkeys(range(partitions), 0)
-    for address in [m.grpc_address for m in client.metadata().members.values() if m.live]:
-        with grpc.insecure_channel(address) as channel:
-            stub = laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
-            for answer in stub.ListOffsets(request, timeout=5).partitions:
-                if not answer.HasField("error") or not answer.error.code:
-                    found[answer.partition] = max(found[answer.partition], answer.high_watermark)
-    return found
 
 
 def read_log(client: Client, topic: str, partition: int, end: int) -> list[Any]:
@@ -146,7 +129,7 @@ def test_round_trip_keys_headers_partitions_timestamps(spark: Any, servers: str)
     for row in read:
         key = None if row.key is None else bytes(row.key)
         value = None if row.value is None else bytes(row.value)
-        headers = tuple((h.key, bytes(h.value)) for h in row.headers)
+        headers = tuple((h.key, bytes(h.value)) for h in row.headers or ())
         got[(key, value, headers)] += 1
         source = next(r for r in rows if r[0] == key and r[1] == value)
         if source[3] is not None:
