@@ -941,7 +941,9 @@ def test_a_member_with_another_subscription_is_told_not_left_retrying(
     heartbeats retry for ever."""
     with Consumer(bootstrap(cluster), group="mixed", topics=[TOPIC]) as first:
         wait_for_assignment(first, PARTITIONS)
-        with Consumer(bootstrap(cluster), group="mixed", pattern="ev.*") as second:
-            with pytest.raises(InvalidInputError, match="one group has one subscription"):
-                for _ in second.records(timeout_s=WAIT_S):
-                    pass
+        with (
+            Consumer(bootstrap(cluster), group="mixed", pattern="ev.*") as second,
+            pytest.raises(InvalidInputError, match="one group has one subscription"),
+        ):
+            for _ in second.records(timeout_s=WAIT_S):
+                pass
