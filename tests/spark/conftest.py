@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,29 +92,48 @@ def produced(cluster: ProcessCluster) -> Produced:
     return Produced(servers, rows)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def make_session(
+    master: str, app_name: str, conf: dict[str, str] | None = None, *, register: bool = False
+) -> Any:
+    """A SparkSession (``getOrCreate``) whose driver, executors and Python workers
+    stay on loopback and run this interpreter, with ``clients`` on the workers' path
+    so that PySpark's discovery of ``pyspark_*`` modules finds ``pyspark_laminar``
+    (an installed wheel has it in site-packages); ``conf`` adds or overrides
+    settings. ``register`` also registers the data source in the driver, as
+    ``docs/spark.md`` says an editable install needs (the shared local session
+    relies on discovery instead, and so tests it)."""
     from pyspark.sql import SparkSession
 
-    # Workers run this interpreter and see ``clients`` on their path, so PySpark's
-    # discovery of ``pyspark_*`` modules finds ``pyspark_laminar`` (an installed
-    # wheel has it in site-packages).
     path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(CLIENTS), path) if p)
+    if str(CLIENTS) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(CLIENTS), path) if p)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the JVM too stays on loopback
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("laminar-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the JVMs too stay on loopback
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.pyspark.python": sys.executable,
+        **(conf or {}),
+    }
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    if register:
+        from laminar_spark import LaminarDataSource
+
+        session.dataSource.register(LaminarDataSource)
+    return session
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    session = make_session("local[2,2]", "laminar-spark-tests")
     try:
         yield session
     finally:
