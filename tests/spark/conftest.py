@@ -5,10 +5,12 @@ The directory is skipped when pyspark, pyarrow or java is missing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +25,12 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 from laminar_client import Client, Producer
 
 from laminar.testing.processes import ProcessCluster, wait_for
+from laminar.v1 import laminar_pb2 as pb
 from tests.server.test_cluster import start_cluster
 
 CLIENTS = Path(__file__).resolve().parents[2] / "clients"
 BASE_MS = 1_700_000_000_000
+MODULE_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,85 @@ def produce(
         meta = future.result(30)
         rows.append((key, value, topic, meta.partition, meta.offset, stamp, tuple(headers)))
     return sorted(rows, key=lambda r: (r[3], r[4]))
+
+
+def replica_high_watermarks(client: Client, topic: str, partitions: int) -> list[dict[int, int]]:
+    """Each live node's high watermark per partition it holds a replica of (its own
+    ``ListOffsets`` answer: a follower's trails the leader's by a heartbeat)."""
+    request = pb.ListOffsetsRequest(topic=topic, partitions=list(range(partitions)))
+    found = []
+    for address in [m.grpc_address for m in client.metadata().members.values() if m.live]:
+        answer = client.transport.call(
+            address, "ListOffsets", request, pb.ListOffsetsResponse, timeout_s=5
+        )
+        found.append(
+            {
+                p.partition: p.high_watermark
+                for p in answer.partitions
+                if not p.HasField("error") or not p.error.code
+            }
+        )
+    return found
+
+
+def wait_replicated(
+    servers: str, topic: str, partitions: int, rows: Sequence[tuple[Any, ...]] = ()
+) -> None:
+    """Wait until every replica of each partition has the same high watermark, past
+    ``rows`` (as :func:`produce` returns them), when given. Call it with no write in
+    flight. A read plans its ends with one ``ListOffsets`` that any replica may
+    answer, so right after an acknowledged write it may not see the last records."""
+    ends = dict.fromkeys(range(partitions), 0)
+    for row in rows:
+        ends[row[3]] = max(ends[row[3]], row[4] + 1)
+
+    def caught_up() -> bool:
+        answers = replica_high_watermarks(client, topic, partitions)
+        for partition, end in ends.items():
+            seen = {answer[partition] for answer in answers if partition in answer}
+            if len(seen) != 1 or min(seen) < end:
+                return False
+        return True
+
+    with Client(servers) as client:
+        wait_for(caught_up, 30, f"every replica of {topic} to agree, past {ends}")
+
+
+def fill_topic(servers: str, name: str, partitions: int, count: int) -> list[tuple[object, ...]]:
+    """Create ``name`` and write ``count`` records to it with :func:`produce`; its rows,
+    once every replica has them."""
+    with Client(servers) as client:
+        create_topic(client, name, partitions)
+    with Producer(servers, linger_s=0.02) as producer:
+        rows = produce(producer, name, partitions, count)
+    wait_replicated(servers, name, partitions, rows)
+    return rows
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with bytes as hex and tuples as lists, as JSON gives it back."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    return value
+
+
+def run_module(module: str, *args: str, env: dict[str, str] | None = None) -> Any:
+    """``python -m module args`` in a fresh interpreter from the checkout's root (for
+    what needs a process of its own, such as its one SparkSession); the JSON object
+    it printed last."""
+    child = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=CLIENTS.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=MODULE_TIMEOUT_S,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+    return json.loads(child.stdout.splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

@@ -30,10 +30,6 @@ FORKS = 300
 the chance that 300 launches all live is below 1 in 10,000."""
 
 
-def jsonable(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
-    return [[v.hex() if isinstance(v, bytes) else v for v in row] for row in rows]
-
-
 def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # what PySpark's preexec_fn does
 
@@ -50,7 +46,7 @@ def main() -> None:
     servers = sys.argv[1]
     from laminar_client import Client, Consumer, Producer
 
-    from tests.spark.conftest import create_topic, make_session, produce
+    from tests.spark.conftest import create_topic, jsonable, make_session, produce, wait_replicated
     from tests.spark.test_reader import read, without_headers
 
     result: dict[str, Any] = {"forks": FORKS}
@@ -69,6 +65,7 @@ def main() -> None:
         if consumed == len(before):
             break
     result["consumed"] = consumed
+    wait_replicated(servers, "fork-before", 2, before)
     result["forks_died"] = launches_that_died(FORKS)
 
     spark = make_session("local[1]", "laminar-spark-after-client", register=True)
@@ -77,6 +74,8 @@ def main() -> None:
     with Producer(servers, linger_s=0.02) as after:
         after_rows = produce(after, "fork-after", 1, 30)
     more = produce(producer, "fork-before", 2, 20)
+    wait_replicated(servers, "fork-after", 1, after_rows)
+    wait_replicated(servers, "fork-before", 2, before + more)
     read_rows["after"] = read(spark, servers, subscribe="fork-after")
     read_rows["before and more"] = read(spark, servers, subscribe="fork-before")
     spark.stop()

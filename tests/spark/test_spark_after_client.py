@@ -10,32 +10,17 @@ Laminar set the variable.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 from laminar.grpc_fork import FORK_SUPPORT_VARIABLE
 from laminar.testing.processes import ProcessCluster
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.spark.conftest import run_module
 
 
 def test_spark_after_clients_then_clients_after_spark(cluster: ProcessCluster) -> None:
     servers = ",".join(node.grpc for node in cluster.nodes)
     env = {k: v for k, v in os.environ.items() if k != FORK_SUPPORT_VARIABLE}
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.spark.spark_after_client", servers],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr[-4000:]
-    result = json.loads(child.stdout.splitlines()[-1])
+    result = run_module("tests.spark.spark_after_client", servers, env=env)
     assert result["forks_died"] == 0, f"{result['forks_died']} of {result['forks']} died"
     assert result["consumed"] == 120
     assert set(result["read"]) == {"before", "after", "before and more"}

@@ -14,15 +14,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from laminar_client import Client, key_partition
 
 from laminar.records import decode_batch, iter_batches
 from laminar.testing.processes import ProcessCluster
-from laminar.v1 import laminar_pb2 as pb
-from laminar.v1 import laminar_pb2_grpc
-from tests.spark.conftest import create_topic
+from tests.spark.conftest import create_topic, replica_high_watermarks
 
 UTC = datetime.UTC
 
@@ -34,14 +31,10 @@ def servers_of(cluster: ProcessCluster) -> str:
 def high_watermarks(client: Client, topic: str, partitions: int) -> dict[int, int]:
     """The highest high watermark any node reports per partition: the leader's
     (``client.list_offsets`` asks one replica, which may trail it by a heartbeat)."""
-    request = pb.ListOffsetsRequest(topic=topic, partitions=list(range(partitions)))
     found = dict.fromkeys(range(partitions), 0)
-    for address in [m.grpc_address for m in client.metadata().members.values() if m.live]:
-        with grpc.insecure_channel(address) as channel:
-            stub = laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
-            for answer in stub.ListOffsets(request, timeout=5).partitions:
-                if not answer.HasField("error") or not answer.error.code:
-                    found[answer.partition] = max(found[answer.partition], answer.high_watermark)
+    for answer in replica_high_watermarks(client, topic, partitions):
+        for partition, high_watermark in answer.items():
+            found[partition] = max(found[partition], high_watermark)
     return found
 
 
