@@ -60,6 +60,10 @@ class StandaloneSpark:
             SPARK_WORKER_DIR=str(self.root / "work"),
             PYSPARK_PYTHON=sys.executable,
             PYSPARK_DRIVER_PYTHON=sys.executable,
+            # A port taken meanwhile fails the start instead of moving to the next
+            # port, where another test run's master could be listening.
+            SPARK_MASTER_OPTS="-Dspark.port.maxRetries=0",
+            SPARK_WORKER_OPTS="-Dspark.port.maxRetries=0",
         )
         return env
 
@@ -164,7 +168,9 @@ def start_standalone(*, worker_cores: int, worker_memory: str) -> StandaloneSpar
         master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
         master += ["--port", str(port), "--webui-port", str(ui_port)]
         spark.launch("master", [spark_class, *master])
-        spark.wait_running("master", spark.status, "the Spark master")
+        spark.wait_running(
+            "master", lambda: spark.status()["url"] == spark.master_url, "the Spark master"
+        )
         worker = ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
         worker += ["--port", str(free_port()), "--webui-port", str(free_port())]
         worker += ["--cores", str(worker_cores), "--memory", worker_memory]

@@ -16,7 +16,7 @@ import pytest
 from laminar_client import Client, key_partition
 
 from laminar.testing.processes import ProcessCluster, wait_for
-from tests.spark.conftest import create_topic, fill_topic
+from tests.spark.conftest import create_topic, fill_topic, wait_replicated
 from tests.spark.test_reader import read, without_headers
 from tests.spark.test_stream import (
     QUERY_TIMEOUT_S,
@@ -98,6 +98,7 @@ def test_batch_write_then_read_back(spark: Any, cluster: ProcessCluster) -> None
     )
     writer = df.write.format("laminar").mode("append").option("servers", servers)
     writer.option("topic", topic).save()
+    wait_replicated(servers, topic, partitions)
     got = read(spark, servers, subscribe=topic)
     expected = Counter((f"k{i % 500}".encode(), f"value-{i}".encode()) for i in range(count))
     assert Counter((key, value) for key, value, *_ in got) == expected
