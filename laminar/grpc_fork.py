@@ -18,11 +18,12 @@ just so (``java_gateway.launch_gateway``: ``Popen(command, preexec_fn=...)``) an
 reports the dead child as ``JAVA_GATEWAY_EXITED``: a SparkSession started after a
 Laminar client was used in the same process failed now and then. Measured on the
 project's machine (grpcio 1.85.3, Python 3.11; ``Popen(["/bin/true"],
-preexec_fn=...)`` in a loop): 3 to 5 % of the children died while a channel was
-open, whether a Producer was busy, idle or only a plain gRPC channel existed; none
-of 400 once every channel was closed, and none of 400 with fork support off. The
-bug is gRPC's (grpc/grpc issue 43055, open); turning the experiment
-``event_engine_fork`` off does not help (3 of 400 still died).
+preexec_fn=...)`` in a loop): 3 to 5 % of the children died (SIGABRT) while an idle
+Producer or only a plain gRPC channel was open, 21 % (most of them SIGSEGV) while a
+Producer was sending; none of 400 once every channel was closed, and none of 400
+with fork support off, idle or sending. The bug is gRPC's (grpc/grpc issue 43055,
+open, which dates it to grpcio 1.80); turning the experiment ``event_engine_fork``
+off does not help (3 of 400 still died).
 
 Why an environment variable. gRPC reads it once, when its core initializes, which is
 when grpc is imported; nothing in grpcio turns fork support off later, so the
