@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CONNECT_STAMP := $(VENV)/.installed-spark-connect
 
-.PHONY: install check test bench bench-peers demo clean lint typecheck generated-check
+.PHONY: install check test test-spark-cluster bench bench-peers demo clean lint typecheck generated-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +28,17 @@ generated-check: $(STAMP)
 check: lint typecheck generated-check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not chaos"
+	$(BIN)/python -m pytest -q -m "not chaos and not spark_cluster"
+
+# The connector on a Spark standalone cluster (Master, Worker, executor JVMs) and through
+# Spark Connect, in a pytest process of its own (a process has one SparkSession). The
+# Connect client's packages are the `spark-connect` extra, installed for this tier only.
+$(CONNECT_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,spark,spark-connect]'
+	touch $(CONNECT_STAMP)
+
+test-spark-cluster: $(CONNECT_STAMP)
+	$(BIN)/python -m pytest -q -m spark_cluster tests/spark_cluster
 
 demo: $(STAMP)
 	scripts/demo.sh

@@ -208,8 +208,9 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, list[
     results: dict[str, float] = {}
     spreads: dict[str, list[float]] = {}
     records = args.records
-    # The JVM starts before this process makes any gRPC channel: a fork while gRPC's
-    # threads run can fail the JVM's launch (JAVA_GATEWAY_EXITED, seen here).
+    # Either order works since laminar.grpc_fork turns gRPC's fork handlers off (with
+    # them on, a JVM launched after a channel existed died twice here:
+    # JAVA_GATEWAY_EXITED).
     spark = make_session()
     with (
         tempfile.TemporaryDirectory(prefix="laminar-spark-bench-") as root,

@@ -256,6 +256,15 @@ def write_every_partition_after_kill(
     return result
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the kernel's pick; another process may take it
+    before the caller binds it, which a caller retries)."""
+    with socket.socket() as listener:
+        listener.bind((host, 0))
+        port: int = listener.getsockname()[1]
+        return port
+
+
 def _free_host_base() -> int:
     """A block of loopback addresses whose ports are free: every block from 10 to
     240 is tried, starting at one that depends on the process id (so that parallel

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -27,6 +26,7 @@ from laminar.server.transport import (
     encode_hello,
 )
 from laminar.server.wire import WireLimits, encode_bundle
+from laminar.testing.processes import free_port
 
 DEADLINE_S = 10.0
 CONFIG = TransportConfig(
@@ -135,13 +135,6 @@ async def send_until_received(sender: Node, receiver: Node, number: int) -> None
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-
-
-def free_port() -> int:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        port: int = listener.getsockname()[1]
-        return port
 
 
 # ---------------------------------------------------------------- tests

@@ -16,7 +16,13 @@ import pytest
 from laminar_client import Client, Producer
 
 from laminar.testing.processes import ProcessCluster, wait_for
-from tests.spark.conftest import KAFKA_COLUMNS, create_topic, produce
+from tests.spark.conftest import (
+    KAFKA_COLUMNS,
+    create_topic,
+    fill_topic,
+    produce,
+    wait_replicated,
+)
 
 COLUMNS = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts"]
 QUERY_TIMEOUT_S = 120
@@ -31,14 +37,15 @@ def servers(cluster: ProcessCluster) -> str:
 def new_topic(servers: str, prefix: str, partitions: int, count: int) -> tuple[str, list[Any]]:
     """A fresh topic with ``count`` records; returns its name and rows as read."""
     name = f"stream-{prefix}-{next(_names)}"
-    with Client(servers) as client:
-        create_topic(client, name, partitions)
-    return name, add(servers, name, partitions, count)
+    return name, [r[:6] for r in fill_topic(servers, name, partitions, count)]
 
 
 def add(servers: str, topic: str, partitions: int, count: int) -> list[Any]:
+    """``count`` more records, once every replica has them; rows without headers."""
     with Producer(servers, linger_s=0.02) as producer:
-        return [r[:6] for r in produce(producer, topic, partitions, count)]
+        rows = produce(producer, topic, partitions, count)
+    wait_replicated(servers, topic, partitions, rows)
+    return [r[:6] for r in rows]
 
 
 def stream(spark: Any, servers: str, **options: str) -> Any:
@@ -61,16 +68,30 @@ def rows_of(df: Any) -> list[tuple[Any, ...]]:
     return sorted(out, key=lambda r: (r[2], r[3], r[4]))
 
 
+def start_into_parquet(df: Any, checkpoint: Path, output: Path, **trigger: Any) -> Any:
+    """``df`` streamed into parquet (an exactly-once sink) with ``trigger``; started."""
+    writer = df.writeStream.format("parquet").option("path", str(output))
+    return writer.option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
+
+
 def run_available_now(df: Any, checkpoint: Path, output: Path) -> Any:
-    """One ``Trigger.AvailableNow`` run into parquet (an exactly-once sink)."""
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(output))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+    """One ``Trigger.AvailableNow`` run into parquet."""
+    query = start_into_parquet(df, checkpoint, output, availableNow=True)
     assert query.awaitTermination(QUERY_TIMEOUT_S), "the AvailableNow query did not end"
+    assert query.exception() is None
+    return query
+
+
+def run_some_batches(df: Any, checkpoint: Path, output: Path, trigger: str, batches: int) -> Any:
+    """A continuous query into parquet, stopped once ``batches`` micro-batches read
+    something."""
+    query = start_into_parquet(df, checkpoint, output, processingTime=trigger)
+    try:
+        wait_for(
+            lambda: len(batch_sizes(query)) >= batches, QUERY_TIMEOUT_S, f"{batches} micro-batches"
+        )
+    finally:
+        query.stop()
     assert query.exception() is None
     return query
 
@@ -152,19 +173,8 @@ def test_restart_from_checkpoint_reads_every_record_once(
     pattern = f"{first}(-added)?"  # matches no other test's topic
     checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
     options = {"subscribePattern": pattern, "startingOffsets": "earliest"}
-    query = (
-        stream(spark, servers, maxOffsetsPerTrigger="15", **options)
-        .writeStream.format("parquet")
-        .option("path", str(output))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
-    try:
-        wait_for(lambda: len(batch_sizes(query)) >= 2, QUERY_TIMEOUT_S, "two micro-batches")
-    finally:
-        query.stop()
-    assert query.exception() is None
+    df = stream(spark, servers, maxOffsetsPerTrigger="15", **options)
+    query = run_some_batches(df, checkpoint, output, "100 milliseconds", 2)
     sizes = batch_sizes(query)
     assert len(sizes) >= 2
     assert all(offsets <= 15 and rows <= offsets for offsets, rows in sizes)
