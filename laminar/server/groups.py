@@ -39,11 +39,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 
 from laminar.errors import (
-    InvalidInputError,
     LaminarError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -55,7 +56,15 @@ from laminar.groups.coordinator import (
     HeartbeatAnswer,
     HeartbeatRequest,
 )
-from laminar.groups.entries import Commit, Delete, GroupEntry, Reset, decode_entry, encode_entry
+from laminar.groups.entries import (
+    Commit,
+    Delete,
+    GroupEntry,
+    Reset,
+    encode_entry,
+    encode_snapshot_chunk,
+)
+from laminar.groups.replay import GroupReplay, snapshot_due
 from laminar.groups.state import ApplyResult, Group, GroupState
 from laminar.ids import TopicPartition
 from laminar.partitioning import key_partition
@@ -63,6 +72,7 @@ from laminar.records import decode_records, encode_batch, iter_batches
 from laminar.replica.core import ReplicaCore
 from laminar.replica.types import Acks
 from laminar.server.host import Replica, ReplicaHost
+from laminar.snapshots import split_snapshot
 
 _LOG = logging.getLogger(__name__)
 
@@ -89,8 +99,15 @@ READS_PER_PASS_MAX = 16
 catching up) continues in the next pass instead of blocking the loop."""
 
 RESULTS_KEPT_MAX = 100_000
-"""Outcomes of recently applied entries kept by offset for the calls that appended
-them (oldest dropped first); a call reads its outcomes right after they apply."""
+"""Outcomes of applied entries kept by offset for the calls that appended them, at
+most (oldest dropped first). Outcomes are kept only while a call of this node waits
+for its own, and a call takes (forgets) them as it reads them, so this bound is
+reached only by many concurrent calls."""
+
+SNAPSHOT_GROUPS_PER_STEP = 1000
+"""Groups a snapshot captures per pass of the event loop (about 10 ms of work for
+groups of a few dozen partitions), so a state of 100,000 groups is captured
+without stalling the node."""
 
 APPEND_BATCH_BYTES_MAX = 1 << 20
 """Entries appended together are split into batches of at most this many bytes."""
@@ -125,16 +142,25 @@ def group_status(group: Group | None) -> str:
 
 
 class GroupPartition:
-    """One local replica of a ``__groups`` partition and the state applied from it."""
+    """One local replica of a ``__groups`` partition and the state applied from it.
 
-    def __init__(self, key: TopicPartition, replica: Replica) -> None:
+    ``advance_start(offset)`` asks the replica's core to delete its log below
+    ``offset`` (called once a snapshot as of ``offset`` is applied here).
+    """
+
+    def __init__(
+        self, key: TopicPartition, replica: Replica, advance_start: Callable[[int], None]
+    ) -> None:
         self.key = key
         self.replica = replica
-        self.state = GroupState()
-        self.applied_offset = 0
+        self._advance_start = advance_start
+        self.replay = GroupReplay(replica.core.start_offset)
         self.coordinator: Coordinator | None = None
         self.coordinator_term = -1
         self.lock = asyncio.Lock()
+        self.snapshot_task: asyncio.Task[None] | None = None
+        self._appending = 0
+        """Appends of this node waiting for their outcomes: only then are outcomes kept."""
         self._results: OrderedDict[int, ApplyResult | None] = OrderedDict()
         self._applied = asyncio.Event()
 
@@ -142,54 +168,93 @@ class GroupPartition:
     def core(self) -> ReplicaCore:
         return self.replica.core
 
+    @property
+    def state(self) -> GroupState:
+        return self.replay.state
+
+    @property
+    def applied_offset(self) -> int:
+        """The state is as of this offset (-1 while rebuilding from a snapshot)."""
+        return self.replay.applied_offset
+
     def catch_up(self) -> bool:
         """Apply committed entries; True when more remain (call again next pass)."""
         core = self.core
-        start = self.applied_offset
+        if self.replay.read_offset < core.start_offset:
+            # The log start passed what was applied (the leader sent its start): the
+            # entries in between are gone, rebuild from the snapshot after the start.
+            _LOG.info(
+                "%s/%d: log starts at %d past the applied %d: rebuilding group state",
+                *self.key,
+                core.start_offset,
+                self.replay.read_offset,
+            )
+            self.replay = GroupReplay(core.start_offset)
+            self.coordinator = None
+            self._results.clear()
+        start = self.replay.read_offset
         for _ in range(READS_PER_PASS_MAX):
-            if self.applied_offset >= core.high_watermark:
+            if self.replay.read_offset >= core.high_watermark:
                 break
-            data = core.read(self.applied_offset, READ_BYTES_MAX)
+            data = core.read(self.replay.read_offset, READ_BYTES_MAX)
             if not data:
                 break
             self._apply_read(data)
-        if self.applied_offset != start:
+        if self.replay.read_offset != start:
             self._applied.set()
             self._applied = asyncio.Event()
-        return self.applied_offset < core.high_watermark
+        return self.replay.read_offset < core.high_watermark
 
     def _apply_read(self, data: bytes) -> None:
+        replay = self.replay
         for position, header in iter_batches(data, verify=False):
-            if header.next_offset <= self.applied_offset:
+            if header.next_offset <= replay.read_offset:
                 continue
-            if header.base_offset != self.applied_offset:
-                raise AssertionError(
-                    f"{self.key}: applied up to {self.applied_offset}, "
-                    f"next batch starts at {header.base_offset}"
-                )
+            records: list[tuple[int, bytes]] = []
             if not header.is_control:
                 batch = data[position : position + header.length]
-                for record in decode_records(batch, verify=False):
-                    self._apply_record(record.offset, record.value or b"")
-            self.applied_offset = header.next_offset
+                records = [
+                    (record.offset, record.value or b"")
+                    for record in decode_records(batch, verify=False)
+                ]
+            out = replay.apply_batch(header.base_offset, header.next_offset, records)
+            for error in out.errors:
+                _LOG.error("%s/%d: %s", *self.key, error)
+            if self._appending:
+                for offset, result in out.results:
+                    self._results[offset] = result
+                while len(self._results) > RESULTS_KEPT_MAX:
+                    self._results.popitem(last=False)
+            for snapshot in out.snapshots:
+                self._advance_start(snapshot.as_of_offset)
+            if out.restart:
+                restored = replay.restored_from
+                assert restored is not None
+                _LOG.info(
+                    "%s/%d: restored group state from the snapshot as of %d (%d bytes, "
+                    "log start %d), replaying from there",
+                    *self.key,
+                    restored.as_of_offset,
+                    restored.snapshot_bytes,
+                    replay.start_offset,
+                )
+                return  # the rest of this read is before the new read offset
 
-    def _apply_record(self, offset: int, value: bytes) -> None:
-        result: ApplyResult | None
+    def take_result(self, offset: int) -> ApplyResult | None:
+        """The outcome of the entry at ``offset``, forgotten once taken (None: not an
+        entry, or not kept)."""
+        return self._results.pop(offset, None)
+
+    @contextlib.contextmanager
+    def appending(self) -> Iterator[None]:
+        """Keep outcomes while the caller's append waits for them."""
+        self._appending += 1
         try:
-            entry = decode_entry(value)
-        except InvalidInputError as error:
-            # Validated before it was appended: only a newer Laminar writes these.
-            _LOG.error("%s/%d: skipping entry at offset %d: %s", *self.key, offset, error)
-            result = None
-        else:
-            result = self.state.apply(entry)
-        self._results[offset] = result
-        if len(self._results) > RESULTS_KEPT_MAX:
-            self._results.popitem(last=False)
-
-    def result(self, offset: int) -> ApplyResult | None:
-        """The outcome of the entry at ``offset`` (None: not an entry, or forgotten)."""
-        return self._results.get(offset)
+            yield
+        finally:
+            self._appending -= 1
+            if not self._appending:
+                self._results.clear()  # of appends that gave up waiting
 
     async def wait_applied(self, offset: int, deadline: float) -> None:
         """Wait until entries below ``offset`` are applied; RequestTimeoutError."""
@@ -241,21 +306,25 @@ class GroupHost:
         try:
             more = part.catch_up()
         except OffsetOutOfRangeError as error:
-            _LOG.error("%s/%d: cannot rebuild group state: %s", *key, error)
-            return
+            # The start moved between the check and the read: next pass rebuilds.
+            _LOG.info("%s/%d: log start moved while applying: %s", *key, error)
+            more = True
         if more:
             self.committed(key)
 
     def partition(self, key: TopicPartition) -> GroupPartition | None:
         """The state of the local replica of ``key``; rebuilt from offset 0 when the
-        replica was replaced (deleted and reopened), dropped when it is gone."""
+        replica was replaced (deleted and reopened), dropped when it is gone.
+        (Rebuilt from the log start: offset 0, or the first snapshot after it.)"""
         replica = self._host.get(key)
         part = self._partitions.get(key)
         if replica is None:
             self._partitions.pop(key, None)
             return None
         if part is None or part.replica is not replica:
-            part = self._partitions[key] = GroupPartition(key, replica)
+            part = self._partitions[key] = GroupPartition(
+                key, replica, partial(self._host.advance_start, key)
+            )
         return part
 
     # ------------------------------------------------------------------ leadership
@@ -306,15 +375,83 @@ class GroupHost:
         """Append ``entries`` (acks=all), wait until applied here, return outcomes."""
         loop = asyncio.get_running_loop()
         results: list[ApplyResult | None] = []
-        for values in _chunks([encode_entry(entry) for entry in entries]):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise RequestTimeoutError("group change not committed in time")
-            produced = await self._host.produce(part.key, encode_batch(values), Acks.ALL, remaining)
-            end = produced.base_offset + len(values)
-            await part.wait_applied(end, deadline)
-            results.extend(part.result(offset) for offset in range(produced.base_offset, end))
+        with part.appending():
+            for values in _chunks([encode_entry(entry) for entry in entries]):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise RequestTimeoutError("group change not committed in time")
+                batch = encode_batch(values)
+                produced = await self._host.produce(part.key, batch, Acks.ALL, remaining)
+                end = produced.base_offset + len(values)
+                await part.wait_applied(end, deadline)
+                results.extend(
+                    part.take_result(offset) for offset in range(produced.base_offset, end)
+                )
         return results
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _maybe_snapshot(self, part: GroupPartition, timeout_s: float) -> None:
+        """Start writing a snapshot of a led partition when one is due (see
+        :func:`~laminar.groups.replay.snapshot_due`); one at a time per partition."""
+        if part.snapshot_task is not None and not part.snapshot_task.done():
+            return
+        replay = part.replay
+        if replay.seeking or not snapshot_due(
+            replay.bytes_since_snapshot, replay.last_snapshot_bytes
+        ):
+            return
+        part.snapshot_task = asyncio.get_running_loop().create_task(
+            self._write_snapshot(part, timeout_s), name=f"snapshot {part.key[0]}/{part.key[1]}"
+        )
+
+    async def _write_snapshot(self, part: GroupPartition, timeout_s: float) -> None:
+        """Capture the state as of now (a few groups per loop pass, while entries keep
+        applying) and append it in chunks; abandoned (a torn snapshot, ignored by
+        readers) if the leadership or the state changes meanwhile."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        core, state, term = part.core, part.state, part.core.term
+        as_of = part.applied_offset
+        builder = state.begin_snapshot()
+        try:
+            while not builder.step(SNAPSHOT_GROUPS_PER_STEP):
+                await asyncio.sleep(0)
+                if part.state is not state or core.term != term:
+                    return
+            payload = builder.payload()
+        finally:
+            state.end_snapshot(builder)
+        chunks = split_snapshot(
+            payload,
+            snapshot_id=uuid.uuid4().hex,
+            as_of_offset=as_of,
+            applied_count=builder.applied_count,
+        )
+        end = as_of
+        deadline = loop.time() + timeout_s
+        try:
+            for values in _chunks([encode_snapshot_chunk(chunk) for chunk in chunks]):
+                if core.term != term or part.state is not state:
+                    return
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise RequestTimeoutError("snapshot not committed in time")
+                batch = encode_batch(values)
+                produced = await self._host.produce(part.key, batch, Acks.ALL, remaining)
+                end = produced.base_offset + len(values)
+            await part.wait_applied(end, deadline)
+        except LaminarError as error:
+            _LOG.info("%s/%d: snapshot as of %d abandoned: %s", *part.key, as_of, error)
+            return
+        _LOG.info(
+            "%s/%d: snapshot as of %d written: %d bytes in %d chunks, %.3f s",
+            *part.key,
+            as_of,
+            len(payload),
+            len(chunks),
+            loop.time() - started,
+        )
 
     # ------------------------------------------------------------------ calls
 
@@ -369,17 +506,19 @@ class GroupHost:
             yield from part.state.groups.values()
 
     async def tick(self, timeout_s: float) -> None:
-        """Run every led partition's coordinator tick and append what it decides.
+        """Run every led partition's coordinator tick and append what it decides, and
+        start a snapshot where one is due.
 
         A partition whose lock is held (a heartbeat in progress) is skipped this
         time; errors (a lost leadership, a timeout) wait for the next tick.
         """
         for key in _GROUP_KEYS:
             part = self.partition(key)
-            if part is None or not part.core.term_committed or part.lock.locked():
+            if part is None or not part.core.term_committed:
                 continue
             part.catch_up()
-            if part.applied_offset < part.core.high_watermark:
+            self._maybe_snapshot(part, timeout_s)
+            if part.lock.locked() or part.applied_offset < part.core.high_watermark:
                 continue
             deadline = asyncio.get_running_loop().time() + timeout_s
             async with part.lock:
