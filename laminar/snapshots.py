@@ -202,8 +202,7 @@ class SnapshotAssembler:
             first = self._first = None
         if first is None:
             if chunk.index != 0:
-                self.torn += 1  # the tail of a snapshot whose start we did not see
-                return None
+                return None  # the rest of a torn one, or of one whose start was not read
             first = self._first = chunk
             self._next_index, self._crc, self._size, self._pieces = 0, 0, 0, []
         self._crc = zlib.crc32(chunk.payload, self._crc)

@@ -13,6 +13,18 @@ member id), pause past their session timeout and then commit, the coordinator
 fails over (the state is rebuilt from the log and must equal the old one), and
 topics gain partitions. Then faults stop and the group must settle.
 
+Log compaction (see :mod:`laminar.groups.replay`): during faults the leader now and
+then starts a snapshot as of the log's end ``A``, captures it a few groups per step
+while entries keep applying (admin resets and deletes of bystander groups give it
+several groups to capture), and appends its chunks over later steps, so they sit
+at ``X > A`` among other entries; some snapshots are torn (abandoned part-way, or
+by a failover). A follower applies the whole log through :class:`GroupReplay`
+(its paired checks must pass, and it must equal the live state), and a failover
+rebuilds the state from the latest complete snapshot's ``A`` (the log start a
+replica would have after deleting the prefix) plus the tail, and also from offset
+0: both must equal the live state, and the new leader continues from the one
+rebuilt from the snapshot.
+
 Invariants, checked after every step (and per entry where they concern one):
 
 - at most one confirmed owner per partition: an ``own`` applies only to a free
@@ -37,10 +49,22 @@ import time
 from dataclasses import dataclass, field
 
 from laminar.groups.coordinator import PREPARE_ROUNDS_MAX, Coordinator
-from laminar.groups.entries import Commit, GroupEntry, Subscription, decode_entry, encode_entry
+from laminar.groups.entries import (
+    Commit,
+    Delete,
+    GroupEntry,
+    Reset,
+    Subscription,
+    decode_entry,
+    decode_record,
+    encode_entry,
+    encode_snapshot_chunk,
+)
 from laminar.groups.member import GroupMember
-from laminar.groups.state import ApplyResult, Group, GroupState, Outcome
+from laminar.groups.replay import GroupReplay
+from laminar.groups.state import ApplyResult, Group, GroupState, Outcome, SnapshotBuilder
 from laminar.ids import TopicPartition
+from laminar.snapshots import SnapshotChunk, split_snapshot
 
 STEP_MS = 100
 SESSION_TIMEOUT_MS = 3000
@@ -70,6 +94,9 @@ class SeedResult:
     commits: int
     fenced_zombie_commits: int
     failovers: int
+    snapshots_complete: int = 0
+    snapshots_torn: int = 0
+    rebuilt_from_snapshot: int = 0
 
 
 class GroupSim:
@@ -92,6 +119,14 @@ class GroupSim:
         self.committed_this_step: set[TopicPartition] = set()
         self.last_commits: dict[TopicPartition, int] = {}
         self.delayed: list[tuple[int, list[GroupEntry]]] = []
+        # log compaction (see the module docstring)
+        self.follower = GroupReplay(0)
+        self.log_start = 0
+        self.capturing: tuple[SnapshotBuilder, int, GroupState] | None = None
+        self.unwritten_chunks: list[bytes] = []
+        self.snapshots_complete = 0
+        self.snapshots_torn = 0
+        self.rebuilt_from_snapshot = 0
 
     # -- plumbing -------------------------------------------------------------
 
@@ -107,7 +142,7 @@ class GroupSim:
             data = encode_entry(entry)
             if decode_entry(data) != entry:
                 self.violation(f"entry does not survive encoding: {entry}")
-            self.log.append(data)
+            self._log_append(data)
             results.append(self._apply_checked(entry))
         return results
 
@@ -267,15 +302,105 @@ class GroupSim:
     def failover(self) -> None:
         """A new leader: rebuild the state from the log; it must equal the old one."""
         self.failovers += 1
-        rebuilt = GroupState()
-        for data in self.log:
-            rebuilt.apply(decode_entry(data))
-        if rebuilt.snapshot() != self.state.snapshot():
+        self.abandon_snapshot()  # the old leader's snapshot in progress is torn
+        live = self.state.snapshot()
+        if self.rebuild(0).snapshot() != live:
             self.violation("state rebuilt from the log differs from the live state")
-        if GroupState.restore(self.state.snapshot()).snapshot() != self.state.snapshot():
+        if GroupState.restore(live).snapshot() != live:
             self.violation("snapshot/restore is not the identity")
+        rebuilt = self.rebuild(self.log_start)
+        if rebuilt.snapshot() != live:
+            self.violation(f"state rebuilt from the snapshot at {self.log_start} differs")
         self.state = rebuilt
         self.coordinator = Coordinator(self.state, self.now_ms)
+
+    # -- log compaction (snapshots; see the module docstring) ---------------------
+
+    def _log_append(self, data: bytes) -> None:
+        """Append one record; the follower applies it (each record is its own batch)."""
+        offset = len(self.log)
+        self.log.append(data)
+        out = self.follower.apply_batch(offset, offset + 1, [(offset, data)])
+        for error in out.errors:
+            self.violation(f"follower: {error}")
+        for snapshot in out.snapshots:
+            self.snapshots_complete += 1
+            self.log_start = max(self.log_start, snapshot.as_of_offset)  # prefix deleted
+
+    def random_logged_entry(self) -> GroupEntry:
+        """An entry (not a snapshot chunk) from the log, for a retried request."""
+        while True:
+            record = decode_record(self.rng.choice(self.log))
+            if not isinstance(record, SnapshotChunk):
+                return record
+
+    def rebuild(self, start: int) -> GroupState:
+        """The state a replica whose log starts at ``start`` rebuilds (seek + tail)."""
+        replay = GroupReplay(start)
+        offset = start
+        while offset < len(self.log):
+            out = replay.apply_batch(offset, offset + 1, [(offset, self.log[offset])])
+            for error in out.errors:
+                self.violation(f"rebuild from {start}: {error}")
+            offset = replay.read_offset  # back to the snapshot's A once found
+        if replay.seeking:
+            self.violation(f"no complete snapshot after the log start {start}")
+        if replay.restored_from is not None:
+            self.rebuilt_from_snapshot += 1
+        return replay.state
+
+    def compaction_step(self) -> None:
+        """Start a snapshot, capture some of it, or append some of its chunks."""
+        rng = self.rng
+        if rng.random() < 0.04:  # bystander groups: more for a snapshot to capture
+            name = f"bystander-{rng.randint(1, 5)}"
+            if rng.random() < 0.7:
+                self.append([Reset(name, (("a", 0, rng.randint(0, 1000)),))])
+            else:
+                self.append([Delete(name)])
+        if self.capturing is None and not self.unwritten_chunks:
+            if rng.random() < 0.08:
+                self.capturing = (self.state.begin_snapshot(), len(self.log), self.state)
+            return
+        if self.capturing is not None:
+            builder, as_of, state = self.capturing
+            if not builder.step(rng.randint(0, 2)):
+                return
+            state.end_snapshot(builder)
+            self.capturing = None
+            chunks = split_snapshot(
+                builder.payload(),
+                snapshot_id=f"{self.seed}-{len(self.log)}",
+                as_of_offset=as_of,
+                applied_count=builder.applied_count,
+                chunk_bytes=rng.choice([64, 200, 4096]),
+            )
+            self.unwritten_chunks = [encode_snapshot_chunk(chunk) for chunk in chunks]
+            return
+        if rng.random() < 0.05:
+            self.abandon_snapshot()
+            return
+        for _ in range(rng.randint(1, 3)):
+            if self.unwritten_chunks:
+                self._log_append(self.unwritten_chunks.pop(0))
+
+    def abandon_snapshot(self) -> None:
+        if self.capturing is not None:
+            builder, _, state = self.capturing
+            state.end_snapshot(builder)
+            self.capturing = None
+        if self.unwritten_chunks:
+            self.snapshots_torn += 1
+            self.unwritten_chunks = []
+
+    def check_compaction(self) -> None:
+        """At the end: the follower equals the live state, and so does a rebuild from
+        the log start; torn snapshots were ignored (the follower counts them)."""
+        live = self.state.snapshot()
+        if self.follower.state.snapshot() != live:
+            self.violation("the follower's state differs from the live state")
+        if self.rebuild(self.log_start).snapshot() != live:
+            self.violation(f"state rebuilt from the log start {self.log_start} differs")
 
     # -- the run --------------------------------------------------------------
 
@@ -300,11 +425,13 @@ class GroupSim:
             self.append(ticked)
         if faults and self.log and self.rng.random() < 0.03:
             # A retried request: an old entry appended again.
-            self.append([decode_entry(self.rng.choice(self.log))])
+            self.append([self.random_logged_entry()])
         due = [entries for at_ms, entries in self.delayed if at_ms <= self.now_ms or not faults]
         self.delayed = [item for item in self.delayed if item[0] > self.now_ms and faults]
         for entries in due:
             self.append(entries)
+        if faults:
+            self.compaction_step()
         self.check_step()
 
     def check_step(self) -> None:
@@ -370,6 +497,7 @@ class GroupSim:
         for _ in range(settle_ms // STEP_MS + 1):
             self.step(faults=False)
         self.check_settled()
+        self.check_compaction()
         return SeedResult(
             self.seed,
             self.violations,
@@ -377,6 +505,9 @@ class GroupSim:
             self.commits_applied,
             self.fenced_zombie_commits,
             self.failovers,
+            self.snapshots_complete,
+            self.snapshots_torn,
+            self.rebuilt_from_snapshot,
         )
 
 
@@ -397,14 +528,19 @@ def main(argv: list[str] | None = None) -> int:
         print(result)
         return 1 if result.violations else 0
     failed = 0
+    snapshots = torn = rebuilt = 0
     started = time.perf_counter()
     for seed in range(args.start, args.start + args.seeds):
         result = run_seed(seed)
+        snapshots += result.snapshots_complete
+        torn += result.snapshots_torn
+        rebuilt += result.rebuilt_from_snapshot
         if result.violations:
             failed += 1
             print(f"seed {seed} FAILED: {result.violations[:3]}", flush=True)
     elapsed = time.perf_counter() - started
     print(f"{args.seeds} seeds from {args.start}: {failed} failed, {elapsed:.1f} s")
+    print(f"snapshots: {snapshots} complete, {torn} torn; {rebuilt} rebuilds from a snapshot")
     return 1 if failed else 0
 
 
