@@ -33,10 +33,10 @@ from laminar.groups.state import ApplyResult, GroupState
 from laminar.snapshots import CompleteSnapshot, SnapshotAssembler, SnapshotChunk
 
 SNAPSHOT_BYTES_FLOOR = 4 << 20
-"""A new snapshot is due once the records applied since the last one exceed this
-(and :data:`SNAPSHOT_GROWTH_FACTOR` times the last snapshot's size): below it a
-snapshot would cost more than it frees, and the log of a small state stays within
-a few segments."""
+"""The default floor: a new snapshot is due once the records applied since the last
+one exceed it (and :data:`SNAPSHOT_GROWTH_FACTOR` times the last snapshot's size):
+below it a snapshot would cost more than it frees, and the log of a small state
+stays within a few segments. A node's is ``HostConfig.snapshot_bytes_floor``."""
 
 SNAPSHOT_GROWTH_FACTOR = 2
 """A new snapshot is due once the records since the last one exceed this many times
@@ -49,9 +49,11 @@ COUNTS_KEPT_MAX = 4096
 completing later (a snapshot ends a few batches after its ``A`` in practice)."""
 
 
-def snapshot_due(bytes_since_snapshot: int, last_snapshot_bytes: int) -> bool:
+def snapshot_due(
+    bytes_since_snapshot: int, last_snapshot_bytes: int, floor_bytes: int = SNAPSHOT_BYTES_FLOOR
+) -> bool:
     """Whether the leader should write a snapshot now (see the two constants)."""
-    threshold = max(SNAPSHOT_BYTES_FLOOR, SNAPSHOT_GROWTH_FACTOR * last_snapshot_bytes)
+    threshold = max(floor_bytes, SNAPSHOT_GROWTH_FACTOR * last_snapshot_bytes)
     return bytes_since_snapshot > threshold
 
 

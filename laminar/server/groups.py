@@ -398,7 +398,9 @@ class GroupHost:
             return
         replay = part.replay
         if replay.seeking or not snapshot_due(
-            replay.bytes_since_snapshot, replay.last_snapshot_bytes
+            replay.bytes_since_snapshot,
+            replay.last_snapshot_bytes,
+            self._host.config.snapshot_bytes_floor,
         ):
             return
         part.snapshot_task = asyncio.get_running_loop().create_task(

@@ -137,6 +137,11 @@ class HostConfig:
     config's. Their logs are bounded by snapshots, and the prefix a snapshot makes
     obsolete is deleted by whole segments: with 1 MiB segments a log holds at most
     about one segment more than the snapshots need (see ``docs/design.md``).
+    ``snapshot_bytes_floor``: an internal log's leader writes a snapshot once the
+    records appended since the last one exceed this and twice that snapshot's size
+    (:func:`laminar.groups.replay.snapshot_due`): the floor keeps a small state
+    from being snapshotted over and over; the log stays within a few times the
+    state plus this plus a segment.
     """
 
     produce_calls_max: int = 10_000
@@ -149,6 +154,7 @@ class HostConfig:
     committed_save_ms: int = 1_000
     segment_files_max: int = SEGMENT_FILES_DEFAULT
     internal_segment_bytes_max: int = 1 << 20
+    snapshot_bytes_floor: int = 4 << 20
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -166,6 +172,8 @@ class HostConfig:
             raise ConfigError("segment_files_max must be >= 0")
         if self.internal_segment_bytes_max <= 0:
             raise ConfigError("internal_segment_bytes_max must be > 0")
+        if self.snapshot_bytes_floor <= 0:
+            raise ConfigError("snapshot_bytes_floor must be > 0")
 
 
 @dataclass(frozen=True, slots=True)

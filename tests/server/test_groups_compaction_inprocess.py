@@ -9,11 +9,9 @@ serves the commits once it leads.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-import pytest
-
-from laminar.groups import replay
 from laminar.server.groups import GroupPartition, group_partition
 from laminar.server.node import Node
 from laminar.v1 import laminar_pb2 as pb
@@ -41,15 +39,15 @@ FLOOR_BYTES = 4096
 """A snapshot every few KB of commits instead of every 4 MiB."""
 
 
-@pytest.fixture(autouse=True)
-def small_snapshot_floor(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(replay, "SNAPSHOT_BYTES_FLOOR", FLOOR_BYTES)
+def small_snapshot_floor(node: Node) -> Node:
+    node.host.config = dataclasses.replace(node.host.config, snapshot_bytes_floor=FLOOR_BYTES)
+    return node
 
 
 @run
 async def test_commits_keep_the_groups_log_bounded_and_replicas_rebuild(tmp_path: Path) -> None:
     disks = MemoryDisks()
-    nodes = await start_nodes(tmp_path, disks)
+    nodes = [small_snapshot_floor(node) for node in await start_nodes(tmp_path, disks)]
     client = Client(nodes)
     key = group_partition(GROUP)
     try:
@@ -106,7 +104,9 @@ async def test_commits_keep_the_groups_log_bounded_and_replicas_rebuild(tmp_path
 
         # The follower comes back behind the leader's log start: it is sent the
         # start, rebuilds from the snapshot after it, and follows.
-        back = await Node.open(config(tmp_path, index), log_factory=disks.open)
+        back = small_snapshot_floor(
+            await Node.open(config(tmp_path, index), log_factory=disks.open)
+        )
         nodes[index] = back
         client.nodes = nodes
         await commit_round()
