@@ -747,7 +747,7 @@ class Node:
         if state.applied_offset < replica.core.high_watermark or not snapshot_due(
             state.bytes_since_snapshot,
             state.last_snapshot_bytes,
-            self.config.host.snapshot_bytes_floor,
+            self.host.config.snapshot_bytes_floor,
         ):
             return
         self._metadata_snapshot = asyncio.get_running_loop().create_task(
