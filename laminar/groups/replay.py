@@ -76,8 +76,13 @@ class BatchApplied:
 class GroupReplay:
     """The state of one ``__groups`` partition, rebuilt from ``start_offset`` on."""
 
-    def __init__(self, start_offset: int) -> None:
+    def __init__(self, start_offset: int, *, restore_inline: bool = True) -> None:
         self.start_offset = start_offset
+        self._restore_inline = restore_inline
+        self.pending_restore: CompleteSnapshot | None = None
+        """Found while seeking, to be restored by the caller (``restore_inline``
+        False: a large state takes seconds to decode, which a shell does on a
+        thread) and handed to :meth:`finish_restore`; nothing is fed meanwhile."""
         self.state = GroupState()
         self.read_offset = start_offset
         """The next offset to read and feed (a batch boundary)."""
@@ -107,6 +112,7 @@ class GroupReplay:
     ) -> BatchApplied:
         """Feed the batch ``[base_offset, next_offset)`` (``records``: offset and value
         of each record, none for a control batch); it must start at :attr:`read_offset`."""
+        assert self.pending_restore is None, "fed while a restore is pending"
         if base_offset != self.read_offset:
             raise AssertionError(
                 f"read up to {self.read_offset}, next batch starts at {base_offset}"
@@ -138,23 +144,38 @@ class GroupReplay:
             complete = self._seek.add(record, offset)
             if complete is None or complete.as_of_offset < self.start_offset:
                 continue
-            assert complete.payload is not None
-            try:
-                state = GroupState.restore_payload(complete.payload)
-            except InvalidInputError as error:
-                out.errors.append(f"snapshot at {offset} does not restore: {error}")
-                continue
-            if state.applied_count != complete.applied_count:
-                out.errors.append(f"snapshot at {offset}: its applied count does not match")
-                continue
-            self.state = state
-            self.seeking = False
-            self.restored_from = complete
-            self.read_offset = complete.as_of_offset
-            self._counts_at = OrderedDict({complete.as_of_offset: state.applied_count})
-            self._seek = SnapshotAssembler(keep_payload=True)  # frees what it held
             out.restart = True
+            self.pending_restore = complete
+            if self._restore_inline:
+                assert complete.payload is not None
+                try:
+                    state: GroupState | None = GroupState.restore_payload(complete.payload)
+                except InvalidInputError as error:
+                    out.errors.append(f"snapshot at {offset} does not restore: {error}")
+                    state = None
+                out.errors.extend(self.finish_restore(state))
             return
+
+    def finish_restore(self, state: GroupState | None) -> list[str]:
+        """The state :attr:`pending_restore` decodes to (None: it did not decode):
+        continue from its ``as_of_offset``, or seek on past it. Returns errors."""
+        complete = self.pending_restore
+        assert complete is not None, "finish_restore without a pending restore"
+        self.pending_restore = None
+        errors = []
+        if state is not None and state.applied_count != complete.applied_count:
+            errors.append(f"snapshot at {complete.end_offset - 1}: applied count differs")
+            state = None
+        if state is None:
+            self.read_offset = complete.end_offset  # seek on, past this one
+            return errors
+        self.state = state
+        self.seeking = False
+        self.restored_from = complete
+        self.read_offset = complete.as_of_offset
+        self._counts_at = OrderedDict({complete.as_of_offset: state.applied_count})
+        self._seek = SnapshotAssembler(keep_payload=True)  # frees what it held
+        return errors
 
     def _apply_record(self, offset: int, value: bytes, out: BatchApplied) -> ApplyResult | None:
         try:
