@@ -44,7 +44,7 @@ its size: writing snapshots then costs at most about half of the bytes appended
 (amortised), and the log stays under about (factor + 2) x the state plus the floor
 and one segment."""
 
-COUNTS_KEPT_MAX = 4096
+COUNTS_KEPT_MAX = 1024
 """Batch ends whose applied-entry count is kept for the paired check of a snapshot
 completing later (a snapshot ends a few batches after its ``A`` in practice)."""
 

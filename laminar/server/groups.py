@@ -407,21 +407,22 @@ class GroupHost:
         self, part: GroupPartition, entries: Sequence[GroupEntry], deadline: float
     ) -> list[ApplyResult | None]:
         """Append ``entries`` (acks=all), wait until applied here, return outcomes."""
-        loop = asyncio.get_running_loop()
         results: list[ApplyResult | None] = []
         with part.appending():
             for values in _chunks([encode_entry(entry) for entry in entries]):
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise RequestTimeoutError("group change not committed in time")
-                batch = encode_batch(values)
-                produced = await self._host.produce(part.key, batch, Acks.ALL, remaining)
-                end = produced.base_offset + len(values)
+                base = await self._produce(part, values, deadline)
+                end = base + len(values)
                 await part.wait_applied(end, deadline)
-                results.extend(
-                    part.take_result(offset) for offset in range(produced.base_offset, end)
-                )
+                results.extend(part.take_result(offset) for offset in range(base, end))
         return results
+
+    async def _produce(self, part: GroupPartition, values: list[bytes], deadline: float) -> int:
+        """Append ``values`` as one batch (acks=all) by ``deadline``; its base offset."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise RequestTimeoutError(f"{part.key[0]}/{part.key[1]}: not committed in time")
+        produced = await self._host.produce(part.key, encode_batch(values), Acks.ALL, remaining)
+        return produced.base_offset
 
     # ------------------------------------------------------------------ snapshots
 
@@ -468,12 +469,7 @@ class GroupHost:
             for run in _chunks(values):
                 if core.term != term or part.state is not state:
                     return
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise RequestTimeoutError("snapshot not committed in time")
-                batch = encode_batch(run)
-                produced = await self._host.produce(part.key, batch, Acks.ALL, remaining)
-                end = produced.base_offset + len(run)
+                end = await self._produce(part, run, deadline) + len(run)
             await part.wait_applied(end, deadline)
         except LaminarError as error:
             _LOG.info("%s/%d: snapshot as of %d abandoned: %s", *part.key, as_of, error)

@@ -73,7 +73,7 @@ left on disk, refused by the peers). About 100 bytes each."""
 IDS_KEPT_MAX = 10_000
 """Recent command ids kept (for the proposer's check of which create won)."""
 
-COUNTS_KEPT_MAX = 4096
+COUNTS_KEPT_MAX = 1024
 """Batch ends whose applied-record count is kept for a snapshot's paired check."""
 
 
