@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from laminar.errors import InvalidTopicError
+from laminar.errors import InvalidTopicError, OffsetOutOfRangeError
 from laminar.records import encode_batch, iter_batches, with_leader_fields
+from laminar.server.follower import MetadataFollower
 from laminar.server.metadata import (
     Change,
     MetadataState,
@@ -194,3 +197,44 @@ def _from_offset(data: bytes, offset: int) -> bytes:
         if header.base_offset >= offset:
             return data[position:]
     return b""
+
+
+def test_a_long_polling_node_behind_the_peers_log_start_rebuilds_from_its_snapshot() -> None:
+    """The follower of a node without a replica: the peer answers OFFSET_OUT_OF_RANGE
+    (its log starts past the node's applied offset), the node reads the snapshot
+    after the start and follows on; the changes reach the node."""
+    writer = MetadataState()
+    batches = _churn(0, 6)
+    writer.apply(_log(*batches))
+    at = writer.applied_offset
+    chunks = snapshot_commands(writer, "s")
+    writer.apply(_stamped(chunks, at))
+    after = writer.applied_offset
+    late = create_topic_command(TopicSpec("late", 1, 1), [("a",)], "L")
+    writer.apply(_log_from(after, late))
+    # The peer deleted its log below the snapshot's A.
+    log = _stamped(chunks, at) + _log_from(after, late)
+    asked: list[int] = []
+
+    async def fetch_remote(offset: int) -> bytes:
+        asked.append(offset)
+        await asyncio.sleep(0.01)  # a long-poll: nothing new for a while
+        if offset < at:
+            raise OffsetOutOfRangeError(offset, at, writer.applied_offset)
+        return _from_offset(log, offset)
+
+    async def scenario() -> list[Change]:
+        seen: list[Change] = []
+        state = MetadataState()
+        follower = MetadataFollower(state, lambda: None, fetch_remote, seen.extend)
+        follower.start()
+        try:
+            await follower.wait_applied(writer.applied_offset, timeout_s=10)
+        finally:
+            await follower.stop()
+        assert state.topics == writer.topics
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert asked[:2] == [0, at]  # refused from 0, then read from the start
+    assert {c.topic.spec.name for c in seen if c.kind == "created"} == set(writer.topics)
