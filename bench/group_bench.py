@@ -120,14 +120,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 from laminar_client import Client, Consumer, DeliveryFuture, Producer
 
 from bench.client_bench import create_topic, start_cluster
+from laminar.errors import LaminarError, RetriableError
 from laminar.groups.coordinator import HEARTBEATS_PER_SESSION
+from laminar.groups.entries import Commit, encode_entry
+from laminar.grpc_errors import error_from_rpc
 from laminar.records import encode_batch
 from laminar.testing.group_member import GroupMemberProcess, zombie_records
-from laminar.testing.processes import ProcessCluster, wait_for
+from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
 from laminar.tuning import tune_numpy
+from laminar.v1 import laminar_pb2 as pb
 
 VALUE_BYTES = 100
 SESSION_TIMEOUT_S = 3.0
@@ -184,8 +189,11 @@ TARGETS: dict[str, tuple[str, float]] = {
     "zombie_records_after_resume": ("<=", 0),
     "close_commit_lag": ("<=", 0),
     "close_commit_lag_commit_in_revoke": ("<=", 0),
+    "groups_log_bytes_after_1m_commits": ("<=", 64 * 2**20),
+    "groups_replay_s_after_1m_commits": ("<=", 5.0),
+    "node_rss_growth_mb_per_hour_committing": ("<=", 10.0),
 }
-PHASES = ("commit", "consume", "rebalance", "join", "zombie", "close")
+PHASES = ("commit", "consume", "rebalance", "join", "zombie", "close", "compaction", "memory")
 
 Event = dict[str, Any]
 TopicPartition = tuple[str, int]
@@ -819,6 +827,247 @@ def run_close(args: argparse.Namespace, env: Environment, report: Report) -> Non
 # ----------------------------------------------------------------------------- main
 
 
+# ----------------------------------------------------------------------------- log size (issue 27)
+
+
+COMPACTION_TOPIC = "group-compaction"
+COMPACTION_PARTITIONS = 200
+"""Partitions of the committing member: each CommitOffsets call commits all of them
+(200 commit entries, one appended batch), so a million commits take 5,000 calls."""
+COMPACTION_COMMITS = 1_000_000
+COMPACTION_COMMITS_QUICK = 100_000
+RSS_TOPIC = "group-rss"
+RSS_PARTITIONS = 6
+RSS_WINDOW_S = 240.0
+RSS_WINDOW_S_QUICK = 60.0
+RSS_WARMUP_S = 20.0
+"""Seconds of the run before the first RSS sample (start-up allocations settle)."""
+RSS_SAMPLE_S = 5.0
+
+
+def compaction_label(commits: int) -> str:
+    """``1m``, ``100k``...: the figures name the number of commits they measured."""
+    return f"{commits // 1_000_000}m" if commits % 1_000_000 == 0 else f"{commits // 1000}k"
+
+
+def call_any(cluster: ProcessCluster, method: str, request: Any, timeout_s: float = 5) -> Any:
+    """One call to whichever node answers it (a NOT_LEADER answer moves on)."""
+    last: BaseException | None = None
+    for node in cluster.nodes:
+        try:
+            return getattr(cluster.stub(node), method)(request, timeout=timeout_s)
+        except grpc.RpcError as rpc_error:
+            last = error_from_rpc(rpc_error)
+            if not isinstance(last, RetriableError):
+                raise last from None
+    raise last if last is not None else RuntimeError("no node")
+
+
+def groups_bytes(node: NodeProcess) -> int:
+    """Bytes of every ``__groups`` replica's files on ``node`` (logs and indexes)."""
+    root = node.data_dir / "partitions" / "__groups"
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRun:
+    log_bytes: int
+    """The most ``__groups`` bytes on one node after the commits."""
+    peak_bytes: int
+    """The most seen on one node during them (sampled every 100 calls)."""
+    ready_s: float
+    replay_s: float
+    commit_s: float
+    written_bytes: int
+    """Record bytes the commits appended (what the log would hold without snapshots)."""
+
+
+def compaction_run(root: Path, commits: int) -> CompactionRun:
+    """One member commits ``commits`` offsets through CommitOffsets (raw gRPC, 200 per
+    call); then every node is stopped (SIGTERM) and started again, and the time
+    until FetchOffsets returns every committed offset is the replay figure."""
+    with ProcessCluster(root, preset="local") as cluster:
+        bootstrap = start_cluster(cluster)
+        with Client(bootstrap) as client:
+            create_topic(client, COMPACTION_TOPIC, COMPACTION_PARTITIONS)
+        group = new_group("compaction")
+
+        def heartbeat(member_id: str, epoch: int) -> Any:
+            request = pb.GroupHeartbeatRequest(
+                group=group,
+                member_id=member_id,
+                member_epoch=epoch,
+                topics=[COMPACTION_TOPIC],
+                session_timeout_ms=600_000,
+                rebalance_timeout_ms=600_000,
+            )
+            return call_any(cluster, "GroupHeartbeat", request)
+
+        answer = heartbeat("", 0)
+        member_id, epoch = answer.member_id, answer.member_epoch
+        owned: dict[int, int] = {}
+
+        def owns_all() -> bool:
+            owned.update(
+                {p.partition: p.assignment_epoch for p in heartbeat(member_id, epoch).owned}
+            )
+            return len(owned) == COMPACTION_PARTITIONS
+
+        wait_for(owns_all, SETTLE_TIMEOUT_S, "the member to own every partition")
+        rounds = -(-commits // COMPACTION_PARTITIONS)
+        entry = Commit(group, COMPACTION_TOPIC, 0, rounds, member_id, epoch, 1)
+        written = len(encode_entry(entry)) * rounds * len(owned)  # about: one size for all
+        peak_bytes = 0
+        started = time.perf_counter()
+        for round_ in range(1, rounds + 1):
+            if round_ % 100 == 0:
+                peak_bytes = max(peak_bytes, *(groups_bytes(node) for node in cluster.nodes))
+            request = pb.CommitOffsetsRequest(
+                group=group,
+                member_id=member_id,
+                member_epoch=epoch,
+                offsets=[
+                    pb.OffsetCommit(
+                        topic=COMPACTION_TOPIC, partition=p, next_offset=round_, assignment_epoch=e
+                    )
+                    for p, e in owned.items()
+                ],
+            )
+            result = call_any(cluster, "CommitOffsets", request, timeout_s=30)
+            if any(r.HasField("error") for r in result.partitions):
+                raise RuntimeError(f"a commit was refused: {result.partitions[0]}")
+        commit_s = time.perf_counter() - started
+        log_bytes = max(groups_bytes(node) for node in cluster.nodes)
+        for node in cluster.nodes:
+            cluster.terminate(node)
+        started = time.perf_counter()
+        for node in cluster.nodes:
+            cluster.start(node)
+        for node in cluster.nodes:
+            cluster.wait_ready(node, timeout_s=120)
+        ready_s = time.perf_counter() - started
+        expected = dict.fromkeys(range(COMPACTION_PARTITIONS), rounds)
+
+        def served() -> bool:
+            try:
+                fetched = call_any(cluster, "FetchOffsets", pb.FetchOffsetsRequest(group=group))
+            except (LaminarError, grpc.RpcError):
+                return False
+            return {o.partition: o.next_offset for o in fetched.offsets} == expected
+
+        wait_for(served, 300, "the restarted cluster to serve the committed offsets")
+        replay_s = time.perf_counter() - started
+    return CompactionRun(
+        log_bytes, max(peak_bytes, log_bytes), ready_s, replay_s, commit_s, written
+    )
+
+
+def run_compaction(args: argparse.Namespace, env: Environment, report: Report) -> None:
+    """``groups_log_bytes_after_<N>_commits`` and ``groups_replay_s_after_<N>_commits``
+    (N = 1m, or 100k with ``--quick``): see :func:`compaction_run`."""
+    label = compaction_label(args.compaction_commits)
+    runs = [
+        compaction_run(env.directory / f"compaction-{index}", args.compaction_commits)
+        for index in range(args.repeat)
+    ]
+    report.add(f"groups_log_bytes_after_{label}_commits", [r.log_bytes for r in runs])
+    report.add(f"groups_replay_s_after_{label}_commits", [r.replay_s for r in runs])
+    for r in runs:
+        report.notes.append(
+            f"compaction: {args.compaction_commits:,} commits in {r.commit_s:.1f} s "
+            f"({r.written_bytes / 2**20:,.0f} MiB of entries appended); __groups on disk "
+            f"after: {r.log_bytes / 2**20:.2f} MiB (most on one node; peak seen during the "
+            f"commits {r.peak_bytes / 2**20:.2f} MiB); restart: every node "
+            f"answering after {r.ready_s:.2f} s, commits served after {r.replay_s:.2f} s"
+        )
+
+
+# ----------------------------------------------------------------------------- node memory
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of process ``pid`` in MB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as file:
+            for line in file:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def slope_per_hour(samples: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of (seconds, MB) samples, in MB per hour."""
+    mean_t = statistics.fmean(t for t, _ in samples)
+    mean_v = statistics.fmean(v for _, v in samples)
+    numerator = sum((t - mean_t) * (v - mean_v) for t, v in samples)
+    denominator = sum((t - mean_t) ** 2 for t, _ in samples)
+    return numerator / denominator * 3600 if denominator else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRun:
+    growth_mb_per_hour: float
+    """The largest node's RSS slope."""
+    rss_mb: list[tuple[float, float]]
+    """Each node's RSS at the first and the last sample."""
+
+
+def memory_run(env: Environment, committing: bool, window_s: float, index: int) -> MemoryRun:
+    """The same producer (one record to each of 6 partitions every 10 ms) and one
+    member process reading them: auto-committing, or (``committing`` False) never
+    committing. After :data:`RSS_WARMUP_S`, every node's RSS is sampled every
+    :data:`RSS_SAMPLE_S` for ``window_s``; the figure is the steepest node's slope."""
+    topic = f"{RSS_TOPIC}-{index}-{int(committing)}"
+    create_topic(env.client, topic, RSS_PARTITIONS)
+    group = new_group("rss")
+    options = {"session_timeout_s": CONSUME_SESSION_TIMEOUT_S}
+    if not committing:
+        options["auto_commit"] = False
+    with SteadyProducer(env.bootstrap, topic, RSS_PARTITIONS), env.fleet() as fleet:
+        member = fleet.start(group, topic, **options)
+        wait_for(
+            lambda: member.poll() is not None and len(member.owned) == RSS_PARTITIONS,
+            SETTLE_TIMEOUT_S,
+            "the member to read every partition",
+        )
+        time.sleep(RSS_WARMUP_S)
+        samples: list[list[tuple[float, float]]] = [[] for _ in env.node_pids]
+        started = time.monotonic()
+        while True:
+            elapsed = time.monotonic() - started
+            for series, pid in zip(samples, env.node_pids, strict=True):
+                series.append((elapsed, rss_mb(pid)))
+            member.poll()
+            if elapsed >= window_s:
+                break
+            time.sleep(RSS_SAMPLE_S)
+    return MemoryRun(
+        max(slope_per_hour(series) for series in samples),
+        [(series[0][1], series[-1][1]) for series in samples],
+    )
+
+
+def run_memory(args: argparse.Namespace, env: Environment, report: Report) -> None:
+    """``node_rss_growth_mb_per_hour_committing`` and, in the same run, the baseline
+    ``node_rss_growth_mb_per_hour_not_committing`` (see :func:`memory_run`)."""
+    window_s = args.rss_window_s
+    committing: list[MemoryRun] = []
+    baseline: list[MemoryRun] = []
+    for index in range(args.repeat):
+        committing.append(memory_run(env, True, window_s, index))
+        baseline.append(memory_run(env, False, window_s, index))
+    report.add("node_rss_growth_mb_per_hour_committing", [r.growth_mb_per_hour for r in committing])
+    report.add(
+        "node_rss_growth_mb_per_hour_not_committing", [r.growth_mb_per_hour for r in baseline]
+    )
+    for name, runs in (("committing", committing), ("not committing", baseline)):
+        for r in runs:
+            rss = ", ".join(f"{first:.0f}->{last:.0f}" for first, last in r.rss_mb)
+            report.notes.append(f"memory ({name}, {window_s:.0f} s window): node RSS MB {rss}")
+
+
 @dataclass
 class Report:
     results: dict[str, float] = field(default_factory=dict)
@@ -919,6 +1168,8 @@ PHASE_RUNNERS: dict[str, Callable[[argparse.Namespace, Environment, Report], Non
     "join": run_join,
     "zombie": run_zombie,
     "close": run_close,
+    "compaction": run_compaction,
+    "memory": run_memory,
 }
 
 
@@ -969,6 +1220,10 @@ def main() -> None:
     parser.add_argument("--join-groups", type=int, help="group ids for the join figure")
     parser.add_argument("--close-records", type=int, help="records for the close figure")
     parser.add_argument(
+        "--compaction-commits", type=int, help="commits before the log size and replay figures"
+    )
+    parser.add_argument("--rss-window-s", type=float, help="seconds of RSS samples per run")
+    parser.add_argument(
         "--only",
         default=",".join(PHASES),
         help=f"comma-separated phases to run, of {', '.join(PHASES)} (default: all)",
@@ -981,6 +1236,10 @@ def main() -> None:
     args.commits = args.commits or (300 if args.quick else 2_000)
     args.join_groups = args.join_groups or (2 if args.quick else 5)
     args.close_records = args.close_records or (20_000 if args.quick else 60_000)
+    args.compaction_commits = args.compaction_commits or (
+        COMPACTION_COMMITS_QUICK if args.quick else COMPACTION_COMMITS
+    )
+    args.rss_window_s = args.rss_window_s or (RSS_WINDOW_S_QUICK if args.quick else RSS_WINDOW_S)
     args.only = [phase.strip() for phase in args.only.split(",") if phase.strip()]
     unknown = sorted(set(args.only) - set(PHASES))
     if unknown:

@@ -21,6 +21,14 @@ Encoding (a msgpack map, version 1; ``v`` and ``kind`` first)::
      "assignment_epoch": int}
     {"v": 1, "kind": "reset", "group": str, "offsets": [[topic, partition, next_offset], ...]}
     {"v": 1, "kind": "delete", "group": str}
+    {"v": 1, "kind": "snapshot", "chunk_v": 1, "snapshot_id": str, "as_of": int,
+     "applied_count": int, "index": int, "count": int, "bytes": int, "crc": int,
+     "payload": bin}
+
+A ``snapshot`` record is not an entry: it is one chunk of the partition's whole
+state as of offset ``as_of`` (see :mod:`laminar.snapshots` and
+:mod:`laminar.groups.replay`); :func:`decode_record` returns it as a
+:class:`~laminar.snapshots.SnapshotChunk`, :func:`decode_entry` refuses it.
 
 ``partitions`` records the group's subscription resolved against the topic catalogue
 (topic -> partition count): the coordinator appends it when the catalogue changes,
@@ -52,6 +60,7 @@ from laminar.groups.assignment import (
     check_member_key,
     check_weight,
 )
+from laminar.snapshots import SnapshotChunk
 
 ENTRY_VERSION = 1
 """Encoding version written in every entry's ``v``; decoding refuses any other."""
@@ -377,7 +386,17 @@ def encode_entry(entry: GroupEntry) -> bytes:
 
 
 def decode_entry(data: bytes) -> GroupEntry:
-    """Parse one record value; :class:`GroupEntryFormatError` if it is not a valid entry."""
+    """Parse one record value; :class:`GroupEntryFormatError` if it is not a valid entry
+    (a snapshot chunk included: see :func:`decode_record`)."""
+    record = decode_record(data)
+    if isinstance(record, SnapshotChunk):
+        raise GroupEntryFormatError("a snapshot chunk, not a group entry")
+    return record
+
+
+def decode_record(data: bytes) -> GroupEntry | SnapshotChunk:
+    """Parse one ``__groups`` record value: an entry or a snapshot chunk;
+    :class:`GroupEntryFormatError` if it is neither."""
     if len(data) > ENTRY_BYTES_MAX:
         raise GroupEntryFormatError(f"group entry of {len(data)} bytes > {ENTRY_BYTES_MAX}")
     try:
@@ -388,6 +407,11 @@ def decode_entry(data: bytes) -> GroupEntry:
         raise GroupEntryFormatError(f"group entry is not a map: {type(body).__name__}")
     if body.get("v") != ENTRY_VERSION:
         raise GroupEntryFormatError(f"unsupported group entry version {body.get('v')!r:.20}")
+    if body.get("kind") == "snapshot":
+        try:
+            return SnapshotChunk.from_fields(body)
+        except InvalidInputError as error:
+            raise GroupEntryFormatError(f"invalid snapshot chunk: {error}") from None
     decoder = _DECODERS.get(body.get("kind"))  # type: ignore[arg-type]
     if decoder is None:
         raise GroupEntryFormatError(f"unknown group entry kind {body.get('kind')!r:.40}")
@@ -395,6 +419,13 @@ def decode_entry(data: bytes) -> GroupEntry:
         return decoder(_Fields(body))
     except InvalidInputError as error:
         raise GroupEntryFormatError(f"invalid {body['kind']} entry: {error}") from None
+
+
+def encode_snapshot_chunk(chunk: SnapshotChunk) -> bytes:
+    """The record value of one snapshot chunk (validated when it was constructed)."""
+    data: bytes = msgpack.packb({"v": ENTRY_VERSION, "kind": "snapshot", **chunk.fields()})
+    assert len(data) <= ENTRY_BYTES_MAX, "a chunk always fits ENTRY_BYTES_MAX"
+    return data
 
 
 class _Fields:

@@ -58,6 +58,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from laminar.errors import InvalidInputError
 from laminar.groups.assignment import (
     GROUP_MEMBERS_MAX,
@@ -226,12 +228,15 @@ class GroupState:
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
         self.applied_count = 0
+        self._builder: SnapshotBuilder | None = None
 
     def group(self, group_id: str) -> Group | None:
         return self.groups.get(group_id)
 
     def apply(self, entry: GroupEntry) -> ApplyResult:
         """Apply one entry; deterministic, never raises on a well-formed entry."""
+        if self._builder is not None:
+            self._builder.capture(entry.group_id)  # before the entry changes it
         self.applied_count += 1
         match entry:
             case Join():
@@ -390,6 +395,33 @@ class GroupState:
             "groups": [_group_snapshot(self.groups[group_id]) for group_id in self.groups],
         }
 
+    def begin_snapshot(self) -> SnapshotBuilder:
+        """Start capturing the state as it is now (see :class:`SnapshotBuilder`);
+        replaces a capture in progress."""
+        self._builder = SnapshotBuilder(self)
+        return self._builder
+
+    def end_snapshot(self, builder: SnapshotBuilder) -> None:
+        """Stop the capture ``builder`` (finished or abandoned)."""
+        if self._builder is builder:
+            self._builder = None
+
+    @classmethod
+    def restore_payload(cls, payload: bytes) -> GroupState:
+        """The state a :meth:`SnapshotBuilder.payload` encodes; :class:`InvalidInputError`
+        if malformed."""
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=len(payload))
+        unpacker.feed(payload)
+        try:
+            header = next(unpacker)
+            if not isinstance(header, list) or len(header) != 3:
+                raise InvalidInputError("malformed group snapshot header")
+            version, applied_count, count = header
+            groups = [next(unpacker) for _ in range(int(count))]
+        except (StopIteration, ValueError, TypeError, msgpack.UnpackException) as error:
+            raise InvalidInputError(f"malformed group snapshot: {error!r}") from None
+        return cls.restore({"v": version, "applied_count": applied_count, "groups": groups})
+
     @classmethod
     def restore(cls, snapshot: Mapping[str, Any]) -> GroupState:
         """The state a :meth:`snapshot` describes; :class:`InvalidInputError` if malformed."""
@@ -404,6 +436,47 @@ class GroupState:
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidInputError(f"malformed group snapshot: {error!r}") from None
         return state
+
+
+class SnapshotBuilder:
+    """The state as of :meth:`GroupState.begin_snapshot`, captured while entries apply.
+
+    Building a large state at once would stall the node's loop, and freezing the
+    state would stall the group's calls. So the capture is incremental and
+    copy-before-write: :meth:`step` encodes a few groups at a time, and
+    :meth:`GroupState.apply` has a group encoded before the first entry that would
+    change it. Groups created after the start are not part of it. :meth:`payload`
+    is then exactly what the state was at the start (its groups in the same order),
+    whatever was applied since.
+    """
+
+    def __init__(self, state: GroupState) -> None:
+        self._state = state
+        self.applied_count = state.applied_count
+        self._order = list(state.groups)
+        self._members = set(self._order)
+        self._captured: dict[str, bytes] = {}
+        self._position = 0
+
+    def capture(self, group_id: str) -> None:
+        """Encode ``group_id`` as it is now, if it belongs and is not encoded yet."""
+        if group_id in self._members and group_id not in self._captured:
+            self._captured[group_id] = msgpack.packb(_group_snapshot(self._state.groups[group_id]))
+
+    def step(self, groups_max: int) -> bool:
+        """Encode up to ``groups_max`` more groups; True when every group is."""
+        order = self._order
+        end = min(len(order), self._position + groups_max)
+        for group_id in order[self._position : end]:
+            self.capture(group_id)
+        self._position = end
+        return end == len(order)
+
+    def payload(self) -> bytes:
+        """The encoded state (after :meth:`step` returned True)."""
+        assert self._position == len(self._order), "payload() before the capture finished"
+        header: bytes = msgpack.packb([SNAPSHOT_VERSION, self.applied_count, len(self._order)])
+        return b"".join([header, *(self._captured[group_id] for group_id in self._order)])
 
 
 def _group_snapshot(group: Group) -> dict[str, Any]:

@@ -4,7 +4,10 @@ A node that holds a replica of ``__cluster/0`` reads it locally, woken by each
 commit; the others long-poll it from a node that holds one (the ordinary ``Fetch``
 call, see ``docs/design.md``, "Metadata catch-up by long-poll"). Every batch read is
 applied to the :class:`~laminar.server.metadata.MetadataState` in offset order, and
-the changes it made are handed to ``on_changes``.
+the changes it made are handed to ``on_changes``. When the log (local or remote)
+starts past what was applied (snapshots let the prefix go), the state rebuilds from
+the first snapshot after the start; once a snapshot is applied, ``advance_start``
+lets the local replica delete its log below it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from laminar.errors import OffsetOutOfRangeError
 from laminar.replica.core import ReplicaCore
 from laminar.server.metadata import Change, MetadataState
 
@@ -29,8 +33,10 @@ class MetadataFollower:
 
     ``local()`` returns this node's replica core of ``__cluster/0`` or None;
     ``fetch_remote(offset)`` long-polls another node for batches from ``offset``
-    (b"" when there is nothing new or nobody answered). Call :meth:`committed`
-    whenever the local replica's high watermark moves.
+    (b"" when there is nothing new or nobody answered; OffsetOutOfRangeError when
+    its log starts past ``offset``). ``advance_start(offset)`` asks the local
+    replica to delete its log below ``offset``. Call :meth:`committed` whenever the
+    local replica's high watermark moves.
     """
 
     def __init__(
@@ -39,11 +45,13 @@ class MetadataFollower:
         local: Callable[[], ReplicaCore | None],
         fetch_remote: Callable[[int], Awaitable[bytes]],
         on_changes: Callable[[list[Change]], None],
+        advance_start: Callable[[int], None] = lambda offset: None,
     ) -> None:
         self.state = state
         self._local = local
         self._fetch_remote = fetch_remote
         self._on_changes = on_changes
+        self._advance_start = advance_start
         self._committed = asyncio.Event()
         self._applied = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -85,16 +93,24 @@ class MetadataFollower:
                 await asyncio.sleep(_RETRY_S)
 
     async def _step(self) -> None:
+        state = self.state
         core = self._local()
         if core is not None and core.high_watermark > 0:
-            if self.state.applied_offset < core.high_watermark:
-                self.apply(core.read(self.state.applied_offset, READ_BYTES_MAX))
+            if state.read_offset < core.start_offset:
+                state.rebuild_from(core.start_offset)
+            if state.read_offset < core.high_watermark:
+                self.apply(core.read(state.read_offset, READ_BYTES_MAX))
                 return
             self._committed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._committed.wait(), 1.0)
             return
-        data = await self._fetch_remote(self.state.applied_offset)
+        try:
+            data = await self._fetch_remote(state.read_offset)
+        except OffsetOutOfRangeError as error:
+            if error.start_offset > state.read_offset:
+                state.rebuild_from(error.start_offset)
+            return
         if data:
             self.apply(data)
 
@@ -103,5 +119,7 @@ class MetadataFollower:
         changes = self.state.apply(data)
         if changes:
             self._on_changes(changes)
+        for snapshot in self.state.take_snapshots():
+            self._advance_start(snapshot.as_of_offset)
         self._applied.set()
         self._applied = asyncio.Event()

@@ -132,6 +132,16 @@ class HostConfig:
     it and then cached, the least recently used being closed beyond this bound. So
     a node needs about one descriptor per replica plus this many plus its
     connections, however many segments its logs hold.
+    ``internal_segment_bytes_max``: the segment size of internal topics (names
+    starting with ``__``: ``__cluster``, ``__groups``) when smaller than the log
+    config's. Their logs are bounded by snapshots, and the prefix a snapshot makes
+    obsolete is deleted by whole segments: with 1 MiB segments a log holds at most
+    about one segment more than the snapshots need (see ``docs/design.md``).
+    ``snapshot_bytes_floor``: an internal log's leader writes a snapshot once the
+    records appended since the last one exceed this and twice that snapshot's size
+    (:func:`laminar.groups.replay.snapshot_due`): the floor keeps a small state
+    from being snapshotted over and over; the log stays within a few times the
+    state plus this plus a segment.
     """
 
     produce_calls_max: int = 10_000
@@ -143,6 +153,8 @@ class HostConfig:
     retention_check_ms: int = 5_000
     committed_save_ms: int = 1_000
     segment_files_max: int = SEGMENT_FILES_DEFAULT
+    internal_segment_bytes_max: int = 1 << 20
+    snapshot_bytes_floor: int = 4 << 20
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -158,6 +170,10 @@ class HostConfig:
             raise ConfigError("committed_save_ms must be > 0")
         if self.segment_files_max < 0:
             raise ConfigError("segment_files_max must be >= 0")
+        if self.internal_segment_bytes_max <= 0:
+            raise ConfigError("internal_segment_bytes_max must be > 0")
+        if self.snapshot_bytes_floor <= 0:
+            raise ConfigError("snapshot_bytes_floor must be > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +314,12 @@ class ReplicaHost:
         (a pass looks at these only, not at every replica)."""
         # The core decides when to fsync (Ready.sync); the log itself never does.
         self._log_config = _without_fsync(log_config)
+        self._internal_log_config = replace(
+            self._log_config,
+            segment_bytes_max=min(
+                self._log_config.segment_bytes_max, self.config.internal_segment_bytes_max
+            ),
+        )
         self._send = send
         self._fsync = fsync
         self._accept_replica = accept_replica
@@ -431,7 +453,7 @@ class ReplicaHost:
         topic, partition = key
         directory = partition_directory(self._data_dir, topic, partition)
         if log is None:
-            log = self._log_factory(directory, self._log_config)
+            log = self._log_factory(directory, self._log_config_of(key))
         core = ReplicaCore(
             self.node_id,
             log,
@@ -454,6 +476,17 @@ class ReplicaHost:
         self._mark(replica)
         _LOG.info("replica open %s/%d end=%d", topic, partition, log.end_offset)
         return replica
+
+    def _log_config_of(self, key: PartitionKey) -> LogConfig:
+        """The log config of ``key``'s replica (internal topics: smaller segments)."""
+        return self._internal_log_config if key[0].startswith("__") else self._log_config
+
+    def advance_start(self, key: PartitionKey, offset: int) -> None:
+        """Ask ``key``'s core to drop its log below ``offset`` (a snapshot as of
+        ``offset`` is applied: see :mod:`laminar.snapshots`), as retention does."""
+        replica = self._replicas.get(key)
+        if replica is not None and offset > replica.core.start_offset:
+            self._input(replica, partial(replica.core.advance_start, offset, self._now()))
 
     def creating(self, key: PartitionKey) -> bool:
         """Whether :meth:`open_founding` is still creating ``key``'s replica."""
@@ -494,7 +527,7 @@ class ReplicaHost:
                         _create_founding_logs,
                         self._data_dir,
                         items,
-                        self._log_config,
+                        self._log_config_of(chunk[0][0]),
                         self._segment_files,
                     )
                 except Exception as error:
@@ -1026,7 +1059,7 @@ class ReplicaHost:
             directory = partition_directory(self._data_dir, topic, partition)
             log: LogStorage | None = None
             try:
-                log = self._log_factory(directory, self._log_config)
+                log = self._log_factory(directory, self._log_config_of(key))
                 if log.end_offset > fenced.durable_end >= log.start_offset:
                     log.truncate_suffix(fenced.durable_end)
                 log.sync()

@@ -12,6 +12,21 @@ Commands::
      "replication_factor": int, "retention_bytes": int, "retention_ms": int,
      "replicas": [[node id, ...], ...]}        # founding replicas per partition
     {"v": 1, "op": "delete_topic", "id": str, "name": str}
+    {"v": 1, "op": "snapshot", "chunk_v": 1, "snapshot_id": str, "as_of": int, ...}
+
+A ``snapshot`` record is one chunk of the whole state as of offset ``as_of`` (see
+:mod:`laminar.snapshots`): the catalogue, and the last :data:`TOMBSTONES_MAX`
+deletions (so that a node rebuilding from a snapshot sees the deletions it missed,
+as a replay would have shown them). The leader of ``__cluster/0`` writes one when
+the log since the last has grown enough, and every replica then deletes its log
+below ``as_of``. A state whose log starts past what it applied (a restart after
+that, a follower sent the leader's log start, a node long-polling a peer whose log
+moved on) *seeks*: it reads from the log start to the first complete snapshot as
+of an offset at or after it, restores it, and applies the log from its ``as_of``.
+Restoring reports, as changes, what a replay from the state's previous applied
+offset would have: the topics created and deleted at or after it (in offset
+order), and the deletion of any topic it held that is gone. ``applied_ids`` (used
+only by the proposer, right after its command applies) is not in snapshots.
 
 Applying is deterministic and idempotent: creating an existing topic or deleting a
 missing one changes nothing (the request that lost the race is told so, because its
@@ -24,12 +39,15 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from dataclasses import dataclass, replace
+from typing import Any
 
 import msgpack
 
-from laminar.errors import InvalidTopicError
+from laminar.errors import InvalidInputError, InvalidTopicError
 from laminar.records import decode_records, encode_batch, iter_batches
+from laminar.snapshots import CompleteSnapshot, SnapshotAssembler, SnapshotChunk, split_snapshot
 
 _LOG = logging.getLogger(__name__)
 
@@ -41,6 +59,22 @@ _VERSION = 1
 TOPIC_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 PARTITIONS_MAX = 10_000
 REPLICATION_FACTOR_MAX = 7
+
+SNAPSHOT_VERSION = 1
+"""Version of the snapshot payload (:meth:`MetadataState.snapshot_payload`)."""
+
+TOMBSTONES_MAX = 10_000
+"""Deleted topics a snapshot remembers (name, partitions, offsets): a node that was
+away for fewer deletions than this rebuilds from a snapshot and deletes its
+replicas of them as a replay would; one away longer still deletes those of every
+topic it held that is gone, but not of topics it never learnt about (an orphan
+left on disk, refused by the peers). About 100 bytes each."""
+
+IDS_KEPT_MAX = 10_000
+"""Recent command ids kept (for the proposer's check of which create won)."""
+
+COUNTS_KEPT_MAX = 1024
+"""Batch ends whose applied-record count is kept for a snapshot's paired check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,26 +138,76 @@ class MetadataState:
     def __init__(self) -> None:
         self.topics: dict[str, TopicState] = {}
         self.applied_offset = 0
+        self.read_offset = 0
+        """The next offset to read: ``applied_offset``, or ahead of it while seeking."""
         self.applied_ids: dict[str, int] = {}  # recent command ids -> offset
+        self.applied_count = 0
+        """Records applied (snapshot chunks not counted): a snapshot's paired check."""
+        self.tombstones: deque[Change] = deque(maxlen=TOMBSTONES_MAX)
+        """The most recent deletions, oldest first."""
+        self.bytes_since_snapshot = 0
+        self.last_snapshot_bytes = 0
+        self._seek: SnapshotAssembler | None = None
+        self._seek_start = 0
+        self._follow = SnapshotAssembler(keep_payload=False)
+        self._counts_at: OrderedDict[int, int] = OrderedDict({0: 0})
+        self._completed: list[CompleteSnapshot] = []
+
+    @property
+    def seeking(self) -> bool:
+        return self._seek is not None
+
+    def rebuild_from(self, start_offset: int) -> None:
+        """The log now starts at ``start_offset``, past what was applied: seek the
+        first complete snapshot as of ``start_offset`` or later (module docstring)."""
+        assert start_offset > self.applied_offset, (start_offset, self.applied_offset)
+        _LOG.info(
+            "metadata log starts at %d past the applied %d: rebuilding from a snapshot",
+            start_offset,
+            self.applied_offset,
+        )
+        self._seek = SnapshotAssembler(keep_payload=True)
+        self._seek_start = start_offset
+        self.read_offset = start_offset
+
+    def take_snapshots(self) -> list[CompleteSnapshot]:
+        """Snapshots completed by :meth:`apply` since the last call (the log below
+        their ``as_of_offset`` may be deleted)."""
+        completed, self._completed = self._completed, []
+        return completed
 
     def apply(self, data: bytes) -> list[Change]:
-        """Apply the batches in ``data`` (a read of ``__cluster/0``) past the applied offset."""
+        """Apply the batches in ``data`` (a read of ``__cluster/0``) past the read offset."""
         changes: list[Change] = []
         for position, header in iter_batches(data, verify=False):
-            if header.next_offset <= self.applied_offset:
+            if header.next_offset <= self.read_offset:
                 continue
-            if header.base_offset != self.applied_offset:
+            if header.base_offset != self.read_offset:
                 raise AssertionError(
-                    f"metadata gap: applied up to {self.applied_offset}, "
+                    f"metadata gap: read up to {self.read_offset}, "
                     f"next batch starts at {header.base_offset}"
                 )
+            records = []
             if not header.is_control:
-                batch = data[position : position + header.length]
-                for record in decode_records(batch):
-                    change = self._apply_record(record.value or b"", record.offset)
-                    if change is not None:
-                        changes.append(change)
-            self.applied_offset = header.next_offset
+                records = decode_records(data[position : position + header.length])
+            if self._seek is not None:
+                for record in records:
+                    restored = self._seek_record(record.value or b"", record.offset)
+                    if restored is not None:
+                        changes.extend(restored)
+                        return changes  # the rest of this read is past the new read offset
+                self.read_offset = header.next_offset
+                continue
+            for record in records:
+                value = record.value or b""
+                self.bytes_since_snapshot += len(value)
+                change = self._apply_record(value, record.offset)
+                if change is not None:
+                    changes.append(change)
+            self.applied_offset = self.read_offset = header.next_offset
+            self._counts_at[self.applied_offset] = self.applied_count
+            if len(self._counts_at) > COUNTS_KEPT_MAX:
+                self._counts_at.popitem(last=False)
         return changes
 
     def _apply_record(self, value: bytes, offset: int) -> Change | None:
@@ -132,9 +216,13 @@ class MetadataState:
             if not isinstance(command, dict) or command.get("v") != _VERSION:
                 raise ValueError(f"unsupported command {command!r:.100}")
             op = command["op"]
+            if op == "snapshot":
+                self._follow_chunk(SnapshotChunk.from_fields(command), offset)
+                return None
+            self.applied_count += 1
             command_id = str(command["id"])
             self.applied_ids[command_id] = offset
-            if len(self.applied_ids) > 10_000:
+            if len(self.applied_ids) > IDS_KEPT_MAX:
                 del self.applied_ids[next(iter(self.applied_ids))]
             if op == "create_topic":
                 spec = TopicSpec(
@@ -154,11 +242,157 @@ class MetadataState:
                 return Change("created", topic, offset)
             if op == "delete_topic":
                 deleted = self.topics.pop(str(command["name"]), None)
-                return None if deleted is None else Change("deleted", deleted, offset)
+                if deleted is None:
+                    return None
+                change = Change("deleted", deleted, offset)
+                self.tombstones.append(Change("deleted", _tombstone(deleted), offset))
+                return change
             raise ValueError(f"unknown op {op!r}")
-        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as error:
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            InvalidInputError,
+            msgpack.UnpackException,
+        ) as error:
             _LOG.error("skipping metadata record at offset %d: %s", offset, error)
             return None
+
+    def _follow_chunk(self, chunk: SnapshotChunk, offset: int) -> None:
+        complete = self._follow.add(chunk, offset)
+        if complete is None:
+            return
+        count = self._counts_at.get(complete.as_of_offset)
+        if count is not None and count != complete.applied_count:
+            _LOG.error(
+                "metadata snapshot at %d as of %d holds %d records, this node applied %d",
+                offset,
+                complete.as_of_offset,
+                complete.applied_count,
+                count,
+            )
+        self.bytes_since_snapshot = 0
+        self.last_snapshot_bytes = complete.snapshot_bytes
+        self._completed.append(complete)
+
+    def _seek_record(self, value: bytes, offset: int) -> list[Change] | None:
+        """A record read while seeking; the changes of a restore once one completes."""
+        assert self._seek is not None
+        try:
+            command = msgpack.unpackb(value)
+            if not isinstance(command, dict) or command.get("op") != "snapshot":
+                return None
+            complete = self._seek.add(SnapshotChunk.from_fields(command), offset)
+        except (ValueError, TypeError, InvalidInputError, msgpack.UnpackException):
+            return None  # reported when applied
+        if complete is None or complete.as_of_offset < self._seek_start:
+            return None
+        assert complete.payload is not None
+        try:
+            topics, tombstones, applied_count = _restore_payload(complete.payload)
+        except (ValueError, KeyError, TypeError, InvalidInputError, msgpack.UnpackException) as e:
+            _LOG.error("metadata snapshot at %d does not restore: %s", offset, e)
+            return None
+        changes = self._restore_changes(topics, tombstones)
+        self.topics = topics
+        self.tombstones = deque(tombstones, maxlen=TOMBSTONES_MAX)
+        self.applied_count = applied_count
+        self.applied_ids = {}
+        self.applied_offset = self.read_offset = complete.as_of_offset
+        self._counts_at = OrderedDict({self.applied_offset: applied_count})
+        self._seek = None
+        _LOG.info(
+            "metadata restored from the snapshot as of %d (%d topics, %d bytes)",
+            complete.as_of_offset,
+            len(topics),
+            complete.snapshot_bytes,
+        )
+        return changes
+
+    def _restore_changes(
+        self, topics: dict[str, TopicState], tombstones: list[Change]
+    ) -> list[Change]:
+        """What a replay from ``applied_offset`` to the snapshot would have reported:
+        the deletions since (those remembered, and of every held topic that is gone),
+        then the topics not held, in offset order."""
+        since = self.applied_offset
+        changes = [change for change in tombstones if change.offset >= since]
+        reported = {(c.topic.spec.name, c.topic.command_id) for c in changes}
+        for name, held in self.topics.items():
+            if topics.get(name) != held and (name, held.command_id) not in reported:
+                changes.append(Change("deleted", held, since))
+        changes += [
+            Change("created", topic, topic.created_offset)
+            for name, topic in topics.items()
+            if self.topics.get(name) != topic
+        ]
+        changes.sort(key=lambda change: (change.offset, change.kind != "deleted"))
+        return changes
+
+    def snapshot_payload(self) -> bytes:
+        """The state (catalogue and tombstones) as of ``applied_offset``, encoded."""
+        body: dict[str, Any] = {
+            "v": SNAPSHOT_VERSION,
+            "applied_count": self.applied_count,
+            "topics": [_topic_fields(topic) for topic in self.topics.values()],
+            "tombstones": [[*_topic_fields(c.topic), c.offset] for c in self.tombstones],
+        }
+        data: bytes = msgpack.packb(body)
+        return data
+
+
+def _tombstone(topic: TopicState) -> TopicState:
+    """A deleted topic as a tombstone keeps it: without its founding replicas."""
+    return replace(topic, founding_replicas=())
+
+
+def _topic_fields(topic: TopicState) -> list[Any]:
+    spec = topic.spec
+    return [
+        spec.name,
+        spec.partitions,
+        spec.replication_factor,
+        spec.retention_bytes,
+        spec.retention_ms,
+        [list(group) for group in topic.founding_replicas],
+        topic.command_id,
+        topic.created_offset,
+    ]
+
+
+def _topic_from(fields: list[Any]) -> TopicState:
+    name, partitions, factor, retention_bytes, retention_ms, founders, command_id, offset = fields
+    spec = TopicSpec(
+        str(name), int(partitions), int(factor), int(retention_bytes), int(retention_ms)
+    )
+    replicas = tuple(tuple(str(n) for n in group) for group in founders)
+    return TopicState(spec, replicas, str(command_id), int(offset))
+
+
+def _restore_payload(payload: bytes) -> tuple[dict[str, TopicState], list[Change], int]:
+    body = msgpack.unpackb(payload)
+    if not isinstance(body, dict) or body.get("v") != SNAPSHOT_VERSION:
+        raise ValueError(f"unsupported metadata snapshot version {body!r:.40}")
+    topics = {}
+    for fields in body["topics"]:
+        topic = _topic_from(fields)
+        topics[topic.spec.name] = topic
+    tombstones = [
+        Change("deleted", _topic_from(fields[:-1]), int(fields[-1]))
+        for fields in body["tombstones"]
+    ]
+    return topics, tombstones, int(body["applied_count"])
+
+
+def snapshot_commands(state: MetadataState, snapshot_id: str) -> list[bytes]:
+    """The record values of a snapshot of ``state`` as of its applied offset."""
+    chunks = split_snapshot(
+        state.snapshot_payload(),
+        snapshot_id=snapshot_id,
+        as_of_offset=state.applied_offset,
+        applied_count=state.applied_count,
+    )
+    return [msgpack.packb({"v": _VERSION, "op": "snapshot", **chunk.fields()}) for chunk in chunks]
 
 
 def create_topic_command(

@@ -35,16 +35,26 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from laminar.errors import ClusterIdMismatchError, ConfigError, InvalidInputError
+from laminar.errors import (
+    ClusterIdMismatchError,
+    ConfigError,
+    InvalidInputError,
+    LaminarError,
+    OffsetOutOfRangeError,
+)
+from laminar.groups.replay import snapshot_due
+from laminar.grpc_errors import error_from_rpc
 from laminar.ids import TopicPartition
 from laminar.membership import EventKind, LocalMember, Member, MemberEvent, MemberState
 from laminar.placement import PlacementMember
+from laminar.records import encode_batch
 from laminar.replica.core import ReplicaCore
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.log import SegmentLog
@@ -68,6 +78,7 @@ from laminar.server.metadata import (
     MetadataState,
     TopicSpec,
     create_topic_command,
+    snapshot_commands,
 )
 from laminar.server.service import LaminarService, add_to_server
 from laminar.server.transport import PeerTransport
@@ -79,6 +90,9 @@ _CLUSTER_META = "cluster"
 _PEER_META = "peer"  # the member's peer (replication) address
 _JOIN_POLL_S = 0.05
 _EARLY_EVENTS_MAX = 10_000
+_SNAPSHOT_CHUNKS_PER_BATCH = 3
+"""Snapshot chunks (256 KiB each) per appended batch: about the 1 MiB of a groups
+append."""
 
 
 _FOUNDED_FILE = "founded"
@@ -244,8 +258,13 @@ class Node:
         )
         self.channels = ChannelCache(config.service.channels_max)
         self.follower = MetadataFollower(
-            self.metadata, self._metadata_core, self._fetch_metadata_remote, self._on_changes
+            self.metadata,
+            self._metadata_core,
+            self._fetch_metadata_remote,
+            self._on_changes,
+            partial(self.host.advance_start, METADATA_KEY),
         )
+        self._metadata_snapshot: asyncio.Task[None] | None = None
         self.groups = GroupHost(self.host, self._partition_counts, self.grpc_address_of)
         self._groups_task: asyncio.Task[None] | None = None
         self._founded_offset = _read_founded(config.data_dir)
@@ -394,6 +413,11 @@ class Node:
             changes.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await changes
+        snapshot, self._metadata_snapshot = self._metadata_snapshot, None
+        if snapshot is not None:
+            snapshot.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await snapshot
         groups_task, self._groups_task = self._groups_task, None
         if groups_task is not None:
             groups_task.cancel()
@@ -602,8 +626,11 @@ class Node:
             try:
                 response = await stub.Fetch(request, timeout=timeout_s)
                 return bytes(response.batches)
-            except grpc.aio.AioRpcError as error:
-                _LOG.debug("metadata fetch from %s failed: %s", node, error.details())
+            except grpc.aio.AioRpcError as rpc_error:
+                error = error_from_rpc(rpc_error)
+                if isinstance(error, OffsetOutOfRangeError):
+                    raise error from None  # its log starts past ``offset``: a snapshot
+                _LOG.debug("metadata fetch from %s failed: %s", node, rpc_error.details())
         await asyncio.sleep(0.2)
         return b""
 
@@ -673,6 +700,7 @@ class Node:
         while True:
             try:
                 await self._ensure_groups_topic(timeout_s)
+                self._maybe_snapshot_metadata(timeout_s)
                 await self.groups.tick(timeout_s)
             except asyncio.CancelledError:
                 raise
@@ -706,6 +734,53 @@ class Node:
         result = await self.host.produce(METADATA_KEY, batch, Acks.ALL, timeout_s)
         await self.wait_metadata(result.base_offset + 1, timeout_s)
         _LOG.info("node %s: created %s", self.node_id, GROUPS_TOPIC)
+
+    def _maybe_snapshot_metadata(self, timeout_s: float) -> None:
+        """The leader of ``__cluster/0`` writes a snapshot of the catalogue when one is
+        due (the rule of ``__groups``: :func:`~laminar.groups.replay.snapshot_due`)."""
+        if self._metadata_snapshot is not None and not self._metadata_snapshot.done():
+            return
+        replica = self.host.get(METADATA_KEY)
+        state = self.metadata
+        if replica is None or not replica.core.term_committed or state.seeking:
+            return
+        if state.applied_offset < replica.core.high_watermark or not snapshot_due(
+            state.bytes_since_snapshot,
+            state.last_snapshot_bytes,
+            self.host.config.snapshot_bytes_floor,
+        ):
+            return
+        self._metadata_snapshot = asyncio.get_running_loop().create_task(
+            self._write_metadata_snapshot(timeout_s), name="metadata snapshot"
+        )
+
+    async def _write_metadata_snapshot(self, timeout_s: float) -> None:
+        """Append the snapshot's chunks (acks=all) and wait until it is applied here;
+        a failure (a lost leadership) leaves a torn snapshot that readers ignore."""
+        state = self.metadata
+        as_of = state.applied_offset
+        values = snapshot_commands(state, uuid.uuid4().hex)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        end = as_of
+        try:
+            for start in range(0, len(values), _SNAPSHOT_CHUNKS_PER_BATCH):
+                batch = encode_batch(values[start : start + _SNAPSHOT_CHUNKS_PER_BATCH])
+                remaining = max(0.0, deadline - loop.time())
+                result = await self.host.produce(METADATA_KEY, batch, Acks.ALL, remaining)
+                end = result.base_offset + min(_SNAPSHOT_CHUNKS_PER_BATCH, len(values) - start)
+            await self.wait_metadata(end, max(0.1, deadline - loop.time()))
+        except (LaminarError, TimeoutError) as error:
+            _LOG.info(
+                "node %s: metadata snapshot as of %d abandoned: %s", self.node_id, as_of, error
+            )
+            return
+        _LOG.info(
+            "node %s: metadata snapshot as of %d written (%d chunks)",
+            self.node_id,
+            as_of,
+            len(values),
+        )
 
     async def wait_metadata(self, offset: int, timeout_s: float) -> None:
         """Wait until this node applied the metadata log up to ``offset``."""

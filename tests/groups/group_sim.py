@@ -19,6 +19,18 @@ revocations) and checks its lease before every read and commit, as the real
 consumer does; a few members are *lease-unaware* (an older client) so that the
 coordinator's fencing of a resumed zombie's commits stays exercised.
 
+Log compaction (see :mod:`laminar.groups.replay`): during faults the leader now and
+then starts a snapshot as of the log's end ``A``, captures it a few groups per step
+while entries keep applying (admin resets and deletes of bystander groups give it
+several groups to capture), and appends its chunks over later steps, so they sit
+at ``X > A`` among other entries; some snapshots are torn (abandoned part-way, or
+by a failover). A follower applies the whole log through :class:`GroupReplay`
+(its paired checks must pass, and it must equal the live state), and a failover
+rebuilds the state from the latest complete snapshot's ``A`` (the log start a
+replica would have after deleting the prefix) plus the tail, and also from offset
+0: both must equal the live state, and the new leader continues from the one
+rebuilt from the snapshot.
+
 Invariants, checked after every step (and per entry where they concern one):
 
 - at most one confirmed owner per partition: an ``own`` applies only to a free
@@ -54,11 +66,15 @@ from dataclasses import dataclass, field
 from laminar.groups.coordinator import PREPARE_ROUNDS_MAX, Coordinator
 from laminar.groups.entries import (
     Commit,
+    Delete,
     GroupEntry,
     Leave,
+    Reset,
     Subscription,
     decode_entry,
+    decode_record,
     encode_entry,
+    encode_snapshot_chunk,
 )
 from laminar.groups.member import (
     CommitNow,
@@ -69,8 +85,10 @@ from laminar.groups.member import (
     Released,
     handover_steps,
 )
-from laminar.groups.state import ApplyResult, Group, GroupState, Outcome
+from laminar.groups.replay import GroupReplay
+from laminar.groups.state import ApplyResult, Group, GroupState, Outcome, SnapshotBuilder
 from laminar.ids import TopicPartition
+from laminar.snapshots import SnapshotChunk, split_snapshot
 
 STEP_MS = 100
 SESSION_TIMEOUT_MS = 3000
@@ -114,6 +132,9 @@ class SeedResult:
     fenced_zombie_commits: int
     failovers: int
     lapsed_leases: int = 0
+    snapshots_complete: int = 0
+    snapshots_torn: int = 0
+    rebuilt_from_snapshot: int = 0
 
 
 class GroupSim:
@@ -139,6 +160,14 @@ class GroupSim:
         self.removed: dict[tuple[str, int, TopicPartition], str] = {}
         """(member id, member epoch, partition) ownerships that ended, and why."""
         self.lapsed_leases = 0
+        # log compaction (see the module docstring)
+        self.follower = GroupReplay(0)
+        self.log_start = 0
+        self.capturing: tuple[SnapshotBuilder, int, GroupState] | None = None
+        self.unwritten_chunks: list[bytes] = []
+        self.snapshots_complete = 0
+        self.snapshots_torn = 0
+        self.rebuilt_from_snapshot = 0
 
     # -- plumbing -------------------------------------------------------------
 
@@ -155,7 +184,7 @@ class GroupSim:
             data = encode_entry(entry)
             if decode_entry(data) != entry:
                 self.violation(f"entry does not survive encoding: {entry}")
-            self.log.append(data)
+            self._log_append(data)
             results.append(self._apply_checked(entry, stale))
         return results
 
@@ -266,6 +295,12 @@ class GroupSim:
         if leave:
             return
         actions = member.core.on_answer(answer, sent_ms=self.now_ms)
+        group = self.group()
+        for tp, _epoch, committed in actions.start:
+            stored = None if group is None else group.commits.get(tp)
+            expected = None if stored is None else stored.next_offset
+            if committed != expected:  # a new owner resumes at the committed offset
+                self.violation(f"{member.core.member_id} starts {tp} at {committed} != {expected}")
         if actions.start or actions.revoke or actions.lost or actions.rejoin:
             member.queue.append(actions)  # for the application's next poll
         if actions.rejoin:
@@ -311,17 +346,13 @@ class GroupSim:
             self.violation(f"{name} reads {sorted(reading)}, hooks said {member.announced}")
 
     def read(self, member: SimMember, offsets: Mapping[TopicPartition, int | None]) -> None:
-        group = self.group()
         for tp in [tp for tp in member.positions if tp not in offsets]:
             del member.positions[tp]
         for tp, committed in offsets.items():
-            if tp in member.positions:
-                continue
-            stored = None if group is None else group.commits.get(tp)
-            expected = None if stored is None else stored.next_offset
-            if committed != expected:
-                self.violation(f"{member.core.member_id} starts {tp} at {committed} != {expected}")
-            member.positions[tp] = committed or 0
+            if tp not in member.positions:
+                # The committed offset as the answer gave it (checked then: an
+                # outcome queued behind may already have superseded it).
+                member.positions[tp] = committed or 0
 
     def announce(
         self, member: SimMember, hook: str, partitions: tuple[TopicPartition, ...]
@@ -425,15 +456,107 @@ class GroupSim:
     def failover(self) -> None:
         """A new leader: rebuild the state from the log; it must equal the old one."""
         self.failovers += 1
-        rebuilt = GroupState()
-        for data in self.log:
-            rebuilt.apply(decode_entry(data))
-        if rebuilt.snapshot() != self.state.snapshot():
+        self.abandon_snapshot()  # the old leader's snapshot in progress is torn
+        live = self.state.snapshot()
+        if self.rebuild(0).snapshot() != live:
             self.violation("state rebuilt from the log differs from the live state")
-        if GroupState.restore(self.state.snapshot()).snapshot() != self.state.snapshot():
+        if GroupState.restore(live).snapshot() != live:
             self.violation("snapshot/restore is not the identity")
+        rebuilt = self.rebuild(self.log_start)
+        if rebuilt.snapshot() != live:
+            self.violation(f"state rebuilt from the snapshot at {self.log_start} differs")
         self.state = rebuilt
         self.coordinator = Coordinator(self.state, self.now_ms)
+
+    # -- log compaction (snapshots; see the module docstring) ---------------------
+
+    def _log_append(self, data: bytes) -> None:
+        """Append one record; the follower applies it (each record is its own batch)."""
+        offset = len(self.log)
+        self.log.append(data)
+        out = self.follower.apply_batch(offset, offset + 1, [(offset, data)])
+        for error in out.errors:
+            self.violation(f"follower: {error}")
+        for snapshot in out.snapshots:
+            self.snapshots_complete += 1
+            self.log_start = max(self.log_start, snapshot.as_of_offset)  # prefix deleted
+
+    def random_logged_entry(self) -> list[GroupEntry]:
+        """An entry (not a snapshot chunk) from the log, for a retried request (none
+        while the log holds only chunks)."""
+        for _ in range(len(self.log)):
+            record = decode_record(self.rng.choice(self.log))
+            if not isinstance(record, SnapshotChunk):
+                return [record]
+        return []
+
+    def rebuild(self, start: int) -> GroupState:
+        """The state a replica whose log starts at ``start`` rebuilds (seek + tail)."""
+        replay = GroupReplay(start)
+        offset = start
+        while offset < len(self.log):
+            out = replay.apply_batch(offset, offset + 1, [(offset, self.log[offset])])
+            for error in out.errors:
+                self.violation(f"rebuild from {start}: {error}")
+            offset = replay.read_offset  # back to the snapshot's A once found
+        if replay.seeking:
+            self.violation(f"no complete snapshot after the log start {start}")
+        if replay.restored_from is not None:
+            self.rebuilt_from_snapshot += 1
+        return replay.state
+
+    def compaction_step(self) -> None:
+        """Start a snapshot, capture some of it, or append some of its chunks."""
+        rng = self.rng
+        if rng.random() < 0.04:  # bystander groups: more for a snapshot to capture
+            name = f"bystander-{rng.randint(1, 5)}"
+            if rng.random() < 0.7:
+                self.append([Reset(name, (("a", 0, rng.randint(0, 1000)),))])
+            else:
+                self.append([Delete(name)])
+        if self.capturing is None and not self.unwritten_chunks:
+            if rng.random() < 0.08:
+                self.capturing = (self.state.begin_snapshot(), len(self.log), self.state)
+            return
+        if self.capturing is not None:
+            builder, as_of, state = self.capturing
+            if not builder.step(rng.randint(0, 2)):
+                return
+            state.end_snapshot(builder)
+            self.capturing = None
+            chunks = split_snapshot(
+                builder.payload(),
+                snapshot_id=f"{self.seed}-{len(self.log)}",
+                as_of_offset=as_of,
+                applied_count=builder.applied_count,
+                chunk_bytes=rng.choice([64, 200, 4096]),
+            )
+            self.unwritten_chunks = [encode_snapshot_chunk(chunk) for chunk in chunks]
+            return
+        if rng.random() < 0.05:
+            self.abandon_snapshot()
+            return
+        for _ in range(rng.randint(1, 3)):
+            if self.unwritten_chunks:
+                self._log_append(self.unwritten_chunks.pop(0))
+
+    def abandon_snapshot(self) -> None:
+        if self.capturing is not None:
+            builder, _, state = self.capturing
+            state.end_snapshot(builder)
+            self.capturing = None
+        if self.unwritten_chunks:
+            self.snapshots_torn += 1
+            self.unwritten_chunks = []
+
+    def check_compaction(self) -> None:
+        """At the end: the follower equals the live state, and so does a rebuild from
+        the log start; torn snapshots were ignored (the follower counts them)."""
+        live = self.state.snapshot()
+        if self.follower.state.snapshot() != live:
+            self.violation("the follower's state differs from the live state")
+        if self.rebuild(self.log_start).snapshot() != live:
+            self.violation(f"state rebuilt from the log start {self.log_start} differs")
 
     # -- the run --------------------------------------------------------------
 
@@ -458,11 +581,13 @@ class GroupSim:
             self.append(ticked)
         if faults and self.log and self.rng.random() < 0.03:
             # A retried request: an old entry appended again.
-            self.append([decode_entry(self.rng.choice(self.log))], stale=True)
+            self.append(self.random_logged_entry(), stale=True)
         due = [entries for at_ms, entries in self.delayed if at_ms <= self.now_ms or not faults]
         self.delayed = [item for item in self.delayed if item[0] > self.now_ms and faults]
         for entries in due:
             self.append(entries, stale=True)
+        if faults:
+            self.compaction_step()
         self.check_step()
 
     def check_step(self) -> None:
@@ -528,6 +653,7 @@ class GroupSim:
         for _ in range(settle_ms // STEP_MS + 1):
             self.step(faults=False)
         self.check_settled()
+        self.check_compaction()
         return SeedResult(
             self.seed,
             self.violations,
@@ -536,6 +662,9 @@ class GroupSim:
             self.fenced_zombie_commits,
             self.failovers,
             self.lapsed_leases,
+            self.snapshots_complete,
+            self.snapshots_torn,
+            self.rebuilt_from_snapshot,
         )
 
 
@@ -556,14 +685,19 @@ def main(argv: list[str] | None = None) -> int:
         print(result)
         return 1 if result.violations else 0
     failed = 0
+    snapshots = torn = rebuilt = 0
     started = time.perf_counter()
     for seed in range(args.start, args.start + args.seeds):
         result = run_seed(seed)
+        snapshots += result.snapshots_complete
+        torn += result.snapshots_torn
+        rebuilt += result.rebuilt_from_snapshot
         if result.violations:
             failed += 1
             print(f"seed {seed} FAILED: {result.violations[:3]}", flush=True)
     elapsed = time.perf_counter() - started
     print(f"{args.seeds} seeds from {args.start}: {failed} failed, {elapsed:.1f} s")
+    print(f"snapshots: {snapshots} complete, {torn} torn; {rebuilt} rebuilds from a snapshot")
     return 1 if failed else 0
 
 

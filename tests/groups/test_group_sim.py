@@ -27,3 +27,10 @@ def test_simulation_exercises_the_faults() -> None:
 
 def test_same_seed_same_run() -> None:
     assert run_seed(3) == run_seed(3)
+
+
+def test_simulation_exercises_snapshots() -> None:
+    results = [run_seed(seed) for seed in range(20)]
+    assert sum(r.snapshots_complete for r in results) > 20
+    assert sum(r.snapshots_torn for r in results) > 0
+    assert sum(r.rebuilt_from_snapshot for r in results) > 10

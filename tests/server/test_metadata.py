@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from laminar.errors import InvalidTopicError
-from laminar.records import encode_batch, with_leader_fields
+from laminar.errors import InvalidTopicError, OffsetOutOfRangeError
+from laminar.records import encode_batch, iter_batches, with_leader_fields
+from laminar.server.follower import MetadataFollower
 from laminar.server.metadata import (
+    Change,
     MetadataState,
     TopicSpec,
     create_topic_command,
     delete_topic_command,
+    snapshot_commands,
     validate_topic_name,
 )
 
@@ -81,3 +86,155 @@ def test_bad_topic_specs(spec: TopicSpec) -> None:
 
 def test_good_topic_spec() -> None:
     TopicSpec("orders.v1_eu-west", 12, 3, retention_bytes=1 << 30, retention_ms=-1).validate()
+
+
+# ---------------------------------------------------------------- snapshots
+
+
+def _stamped(values: list[bytes], offset: int) -> bytes:
+    """Each value a batch of its own, stamped from ``offset`` on."""
+    return b"".join(
+        with_leader_fields(encode_batch([value]), offset + n, 1) for n, value in enumerate(values)
+    )
+
+
+def _churn(first: int, count: int) -> list[bytes]:
+    """Create ``count`` topics and delete every other one, as command batches."""
+    batches = []
+    for n in range(first, first + count):
+        batches.append(create_topic_command(TopicSpec(f"t{n}", 2, 1), [("a",), ("b",)], f"c{n}"))
+        if n % 2:
+            batches.append(delete_topic_command(f"t{n}", f"d{n}"))
+    return batches
+
+
+def test_a_node_whose_log_starts_past_zero_rebuilds_from_the_snapshot() -> None:
+    writer = MetadataState()
+    log = _log(*_churn(0, 10))
+    writer.apply(log)
+    as_of = writer.applied_offset
+    # Entries appended while the snapshot is written land before its chunks (X > A).
+    between = _churn(10, 2)
+    tail_batches = b"".join(
+        with_leader_fields(batch, as_of + n, 1) for n, batch in enumerate(between)
+    )
+    chunks = snapshot_commands(writer, "snap-1")
+    writer.apply(tail_batches)
+    chunk_offset = writer.applied_offset
+    writer.apply(_stamped(chunks, chunk_offset))
+    assert [s.as_of_offset for s in writer.take_snapshots()] == [as_of]  # paired check passed
+    after = writer.applied_offset
+    writer.apply(_log_from(after, create_topic_command(TopicSpec("late", 1, 1), [("a",)], "L")))
+    full = log + tail_batches + _stamped(chunks, chunk_offset)
+    full += _log_from(after, create_topic_command(TopicSpec("late", 1, 1), [("a",)], "L"))
+
+    # A restart whose log was cut below the snapshot's A: restore, then the tail.
+    reader = MetadataState()
+    reader.rebuild_from(as_of - 1)
+    changes = []
+    while reader.read_offset < writer.applied_offset:  # reads from where it stands
+        changes += reader.apply(_from_offset(full, reader.read_offset))
+    assert reader.topics == writer.topics and reader.applied_offset == writer.applied_offset
+    # It reports what a replay from 0 would have, but for the creation of topics
+    # deleted before the snapshot: every deletion, the creation of every topic that
+    # is left, and those of the tail (replayed as they are).
+    replayed = MetadataState().apply(full)
+
+    def names(kind: str, changes: list[Change]) -> list[str]:
+        return sorted(c.topic.spec.name for c in changes if c.kind == kind)
+
+    assert names("deleted", changes) == names("deleted", replayed)
+    assert set(writer.topics) <= set(names("created", changes)) < set(names("created", replayed))
+    assert all(c.offset == c.topic.created_offset for c in changes if c.kind == "created")
+    # Snapshot records change nothing when applied in order.
+    assert MetadataState().apply(full) == replayed
+
+
+def test_a_follower_behind_a_snapshot_learns_what_it_missed() -> None:
+    writer = MetadataState()
+    writer.apply(_log(*_churn(0, 4)))  # t0, t2 live; t1, t3 deleted
+    behind = MetadataState()
+    behind.apply(_log(*_churn(0, 4)))
+    more = [*_churn(4, 4), delete_topic_command("t0", "x")]
+    writer.apply(_log_from(writer.applied_offset, *more))
+    chunks = snapshot_commands(writer, "s")
+    at = writer.applied_offset
+    writer.apply(_stamped(chunks, at))
+    behind.rebuild_from(at)
+    changes = behind.apply(_stamped(chunks, at))
+    assert behind.topics == writer.topics
+    # What it missed, in log order: the deletions (t5, t7 and its own t0) and the
+    # topics still there that it lacked; nothing about t2, which it has.
+    assert [(c.kind, c.topic.spec.name) for c in changes] == [
+        ("created", "t4"),
+        ("deleted", "t5"),
+        ("created", "t6"),
+        ("deleted", "t7"),
+        ("deleted", "t0"),
+    ]
+    assert [c.offset for c in changes] == sorted(c.offset for c in changes)
+
+
+def test_a_torn_metadata_snapshot_is_not_restored() -> None:
+    writer = MetadataState()
+    writer.apply(_log(*_churn(0, 300)))  # a catalogue over one chunk
+    chunks = snapshot_commands(writer, "torn")
+    assert len(chunks) >= 1
+    at = writer.applied_offset
+    reader = MetadataState()
+    reader.rebuild_from(at)
+    reader.apply(_stamped(chunks[:-1] if len(chunks) > 1 else [], at))
+    assert reader.seeking and reader.topics == {}
+
+
+def _log_from(offset: int, *batches: bytes) -> bytes:
+    return b"".join(with_leader_fields(batch, offset + n, 1) for n, batch in enumerate(batches))
+
+
+def _from_offset(data: bytes, offset: int) -> bytes:
+    """The batches of ``data`` from the one at ``offset`` on (a log read)."""
+    for position, header in iter_batches(data, verify=False):
+        if header.base_offset >= offset:
+            return data[position:]
+    return b""
+
+
+def test_a_long_polling_node_behind_the_peers_log_start_rebuilds_from_its_snapshot() -> None:
+    """The follower of a node without a replica: the peer answers OFFSET_OUT_OF_RANGE
+    (its log starts past the node's applied offset), the node reads the snapshot
+    after the start and follows on; the changes reach the node."""
+    writer = MetadataState()
+    batches = _churn(0, 6)
+    writer.apply(_log(*batches))
+    at = writer.applied_offset
+    chunks = snapshot_commands(writer, "s")
+    writer.apply(_stamped(chunks, at))
+    after = writer.applied_offset
+    late = create_topic_command(TopicSpec("late", 1, 1), [("a",)], "L")
+    writer.apply(_log_from(after, late))
+    # The peer deleted its log below the snapshot's A.
+    log = _stamped(chunks, at) + _log_from(after, late)
+    asked: list[int] = []
+
+    async def fetch_remote(offset: int) -> bytes:
+        asked.append(offset)
+        await asyncio.sleep(0.01)  # a long-poll: nothing new for a while
+        if offset < at:
+            raise OffsetOutOfRangeError(offset, at, writer.applied_offset)
+        return _from_offset(log, offset)
+
+    async def scenario() -> list[Change]:
+        seen: list[Change] = []
+        state = MetadataState()
+        follower = MetadataFollower(state, lambda: None, fetch_remote, seen.extend)
+        follower.start()
+        try:
+            await follower.wait_applied(writer.applied_offset, timeout_s=10)
+        finally:
+            await follower.stop()
+        assert state.topics == writer.topics
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert asked[:2] == [0, at]  # refused from 0, then read from the start
+    assert {c.topic.spec.name for c in seen if c.kind == "created"} == set(writer.topics)
