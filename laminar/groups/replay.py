@@ -190,10 +190,14 @@ class GroupReplay:
         if complete is not None:
             count = self._counts_at.get(complete.as_of_offset)
             if count is not None and count != complete.applied_count:
+                # The snapshot and this replica's own replay disagree: keep the log
+                # (the prefix is not deleted below it); the next one is due as before.
                 out.errors.append(
                     f"snapshot at {offset} as of {complete.as_of_offset} holds "
-                    f"{complete.applied_count} entries, this replica applied {count}"
+                    f"{complete.applied_count} entries, this replica applied {count}: "
+                    "ignored, the log is kept"
                 )
+                return None
             self.bytes_since_snapshot = 0
             self.last_snapshot_bytes = complete.snapshot_bytes
             out.snapshots.append(complete)

@@ -264,13 +264,17 @@ class MetadataState:
             return
         count = self._counts_at.get(complete.as_of_offset)
         if count is not None and count != complete.applied_count:
+            # The snapshot and this node's own replay disagree: keep the log (the
+            # prefix is not deleted below it), and the next snapshot is due as before.
             _LOG.error(
-                "metadata snapshot at %d as of %d holds %d records, this node applied %d",
+                "metadata snapshot at %d as of %d holds %d records, this node applied %d: "
+                "ignored, the log is kept",
                 offset,
                 complete.as_of_offset,
                 complete.applied_count,
                 count,
             )
+            return
         self.bytes_since_snapshot = 0
         self.last_snapshot_bytes = complete.snapshot_bytes
         self._completed.append(complete)

@@ -238,3 +238,21 @@ def test_a_long_polling_node_behind_the_peers_log_start_rebuilds_from_its_snapsh
     seen = asyncio.run(scenario())
     assert asked[:2] == [0, at]  # refused from 0, then read from the start
     assert {c.topic.spec.name for c in seen if c.kind == "created"} == set(writer.topics)
+
+
+def test_a_metadata_snapshot_that_disagrees_with_the_replay_keeps_the_log() -> None:
+    """The paired check: a snapshot whose record count differs from what this node
+    applied up to its offset is not reported, so the log below it is not deleted."""
+    log = _log(*_churn(0, 4))
+    writer = MetadataState()
+    writer.apply(log)
+    writer.applied_count += 1  # a writer whose state is not what the log says
+    chunks = snapshot_commands(writer, "snap-bad")
+    follower = MetadataState()
+    follower.apply(log)
+    follower.apply(_stamped(chunks, follower.applied_offset))
+    assert follower.take_snapshots() == []
+    good = MetadataState()
+    good.apply(log)
+    follower.apply(_stamped(snapshot_commands(good, "snap-good"), follower.applied_offset))
+    assert [s.snapshot_id for s in follower.take_snapshots()] == ["snap-good"]
