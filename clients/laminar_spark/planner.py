@@ -408,8 +408,13 @@ def plan(options: ReadOptions, client: Client, pushed: Pushed | None = None) -> 
     for topic, partitions in selected.items():
         answers: dict[int, PartitionOffsets] = {}
         for i in range(0, len(partitions), LIST_OFFSETS_PARTITIONS_MAX):
+            # From each leader: a follower's high watermark trails it by a heartbeat,
+            # and a read planned right after an acknowledged write must include it
+            # (Spark's Kafka source takes "latest" from the leaders too).
             answers.update(
-                client.list_offsets(topic, partitions[i : i + LIST_OFFSETS_PARTITIONS_MAX])
+                client.list_offsets(
+                    topic, partitions[i : i + LIST_OFFSETS_PARTITIONS_MAX], leader=True
+                )
             )
         offsets[topic] = answers
     options = resolve_times(options, selected, offsets, client.list_offsets)

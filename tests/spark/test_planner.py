@@ -6,6 +6,7 @@ import bisect
 import logging
 import random
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from laminar_spark.planner import (
     DataLossError,
     OffsetRange,
     ReadTask,
+    plan,
     resolve_ranges,
     resolve_times,
     select_partitions,
@@ -325,6 +327,30 @@ def test_times_resolve_through_list_offsets() -> None:
     assert resolve_times(latest, selected, known, lookup).starting == {"t": {0: 100, 1: 50}}
     ending = resolve_times(options(subscribe="t", endingTimestamp="999"), selected, known, lookup)
     assert ending.ending == {"t": {0: 100, 1: 50}}  # no record after: the end
+
+
+def test_a_read_ends_at_the_leaders_high_watermark() -> None:
+    """A read planned right after an acknowledged write includes it: the end comes
+    from each partition's leader, not a follower that trails it by a heartbeat."""
+
+    class Cluster:
+        def __init__(self) -> None:
+            self.asked: list[bool] = []
+
+        def metadata(self, *, refresh: bool) -> Any:
+            return SimpleNamespace(topics={"t": SimpleNamespace(partitions=[0, 1])})
+
+        def list_offsets(
+            self, topic: str, partitions: list[int], *, leader: bool = False
+        ) -> dict[int, PartitionOffsets]:
+            self.asked.append(leader)
+            high_watermark = 30 if leader else 20  # a follower has not heard of 20..29
+            return {p: PartitionOffsets(0, high_watermark, None) for p in partitions}
+
+    cluster = Cluster()
+    tasks = plan(options(subscribe="t"), cluster)  # type: ignore[arg-type]
+    assert {(t.partition, t.end) for t in tasks} == {(0, 30), (1, 30)}
+    assert cluster.asked == [True]
 
 
 # ----------------------------------------------------------------- soft split points
