@@ -94,6 +94,20 @@ unless said otherwise:
   ``on_revoked`` (``--no-auto-commit --commit-on-revoke``, as Kafka users write
   it; that commit used to raise during ``close()``).
 
+* ``groups_log_bytes_after_1m_commits`` (issue 27): a cluster of its own; one
+  member commits 1,000,000 offsets (``--compaction-commits``; ``--quick`` 100,000,
+  and the figures are then named ``..._after_100k_commits``) through CommitOffsets,
+  200 per call; the ``__groups`` bytes on the node holding the most, after the
+  commits. Target <= 64 MiB (snapshots bound the log). ``groups_replay_s_...``:
+  every node stopped and started again, the seconds until FetchOffsets returns
+  every commit (process start and gossip included). Target <= 5 s. See
+  :func:`compaction_run`.
+* ``node_rss_growth_mb_per_hour_committing``: one auto-committing member reads a
+  steady producer's records; every node's RSS is sampled over ``--rss-window-s``
+  after a warm-up, the figure is the steepest node's slope (MB/h). Target <= 10.
+  ``..._not_committing``: the same run with a member that never commits, the
+  in-run baseline. See :func:`memory_run`.
+
 The notes also give the load average before and after the run: the figures are
 only as good as the machine is quiet.
 

@@ -1,0 +1,37 @@
+"""Smoke run of the group benchmark's issue-27 phases, so that they do not rot
+(a benchmark nobody runs breaks unnoticed): tiny sizes, one run each, and every
+figure must be printed and on target."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_group_bench_zombie_close_and_compaction_phases_run() -> None:
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.group_bench",
+        "--quick",
+        "--only",
+        "zombie,close,compaction",
+        "--close-records",
+        "1000",
+        "--compaction-commits",
+        "4000",
+    ]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    figures = json.loads(lines[-1])
+    assert figures["zombie_records_after_resume"] == 0
+    assert figures["close_commit_lag"] == 0
+    assert figures["close_commit_lag_commit_in_revoke"] == 0
+    assert figures["groups_log_bytes_after_4k_commits"] > 0
+    assert figures["groups_replay_s_after_4k_commits"] > 0
+    assert "targets missed: none" in lines
