@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_consume_command(commands)
     _add_cluster_commands(commands)
     _add_group_commands(commands)
+    _add_partition_commands(commands)
     register_node = _node_register()
     if register_node is not None:
         register_node(commands)
@@ -311,6 +312,62 @@ def _add_cluster_commands(commands: Any) -> None:
     zone.add_argument("node", help="node id or gRPC address")
     zone.add_argument("zone", help="zone label")
     zone.set_defaults(handler=_cluster_set_zone)
+
+
+def _add_partition_commands(commands: Any) -> None:
+    partition = commands.add_parser(
+        "partition", help="operator actions on one partition (recover from damaged replicas)"
+    )
+    actions = partition.add_subparsers(dest="action", metavar="ACTION", required=True)
+    recover = actions.add_parser(
+        "recover",
+        help="let the damaged replicas of a partition that cannot elect a leader vote "
+        "again with what they hold (acknowledged records they lack are lost)",
+        description=(
+            "A replica whose storage was found damaged heals from its peers as a "
+            "non-voter. When too many replicas of a partition are damaged for it to "
+            "elect a leader (all of them with replication factor 1, a majority "
+            "otherwise), it stays offline, listed by `laminar cluster status`, until an "
+            "operator accepts the loss with this command, like Kafka's unclean leader "
+            "election: every damaged replica of the partition votes again with what it "
+            "holds, and records acknowledged earlier that the new leader lacks are lost. "
+            "Refused while the partition has a leader. Every node that accepted logs it."
+        ),
+    )
+    recover.add_argument("partition", type=_topic_partition, help="TOPIC/PARTITION")
+    recover.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        required=True,
+        help="required: acknowledged records may be lost",
+    )
+    recover.set_defaults(handler=_partition_recover)
+
+
+def _topic_partition(text: str) -> tuple[str, int]:
+    topic, slash, number = text.rpartition("/")
+    if not slash or not topic or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"expected TOPIC/PARTITION, got {text!r}")
+    return topic, int(number)
+
+
+def _partition_recover(args: argparse.Namespace) -> int:
+    topic, partition = args.partition
+    with _client(args) as client:
+        recovered = client.recover_partition(topic, partition)
+    if not recovered:
+        print(
+            f"laminar: error: no replica of {topic}/{partition} on an alive node is "
+            "healing from damaged storage: nothing was changed",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    print(
+        f"{topic}/{partition}: data loss accepted on {', '.join(recovered)}; its replicas "
+        "vote again",
+        file=_out(),
+    )
+    return 0
 
 
 def _add_group_commands(commands: Any) -> None:
@@ -827,6 +884,22 @@ def _cluster_status(args: argparse.Namespace) -> int:
     )
     under = sum(p.under_replicated for p in description.partitions)
     print(f"\n{under} of {len(description.partitions)} partitions under-replicated", file=_out())
+    if description.damaged:
+        print("\nreplicas healing from damaged storage (damaged files set aside):", file=_out())
+        _table(
+            ["NODE", "TOPIC", "PARTITION", "FOR_S", "REASON", "QUARANTINE"],
+            [
+                [
+                    d.node_id,
+                    d.topic,
+                    str(d.partition),
+                    f"{d.damaged_for_ms / 1000:.0f}",
+                    d.reason,
+                    d.quarantine or "-",
+                ]
+                for d in description.damaged
+            ],
+        )
     if description.fenced:
         print("\nreplicas out of service after a storage failure:", file=_out())
         _table(

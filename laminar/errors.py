@@ -14,7 +14,8 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   │   └── TopicExistsError         a topic with that name already exists
     │   └── GroupEntryFormatError        bytes that do not form a valid consumer-group log entry
     ├── StorageError                     the on-disk log cannot do what was asked
-    │   ├── CorruptSegmentError          a sealed segment holds a corrupt batch (file, offset)
+    │   ├── CorruptSegmentError          a segment holds a corrupt batch (file, offset)
+    │   ├── CorruptStateError            a replica's state file has no valid copy
     │   ├── OffsetOutOfRangeError        offset outside [start_offset, end_offset]
     │   ├── NonMonotonicOffsetError      an append would break offset density
     │   └── LogClosedError               the log was closed
@@ -116,9 +117,20 @@ class StorageError(LaminarError):
 
 
 class CorruptSegmentError(StorageError):
-    """A batch inside a sealed segment failed validation; it is never served."""
+    """A batch inside a segment failed validation; it is never served.
+    ``expected`` / ``found``: the stored and computed checksums, when a checksum
+    (rather than the batch's structure) failed."""
 
-    def __init__(self, path: str, offset: int, position: int, reason: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        offset: int,
+        position: int,
+        reason: str,
+        *,
+        expected: int | None = None,
+        found: int | None = None,
+    ) -> None:
         super().__init__(
             f"corrupt batch in {path} at offset {offset} (file position {position}): {reason}"
         )
@@ -126,6 +138,16 @@ class CorruptSegmentError(StorageError):
         self.offset = offset
         self.position = position
         self.reason = reason
+        self.expected = expected
+        self.found = found
+
+
+class CorruptStateError(StorageError):
+    """A replica's state file (term, vote, configurations) has no valid copy."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path}: corrupt state file: neither slot is valid")
+        self.path = path
 
 
 class OffsetOutOfRangeError(StorageError):

@@ -54,6 +54,7 @@ from laminar_client.health import NodeHealth
 from laminar_client.metadata import (
     ClusterDescription,
     ClusterMetadata,
+    DamagedReplica,
     FencedReplica,
     MemberInfo,
     PartitionHealth,
@@ -1033,6 +1034,7 @@ class Client:
         deadline = self._deadline(timeout_s)
         found: dict[tuple[str, int], PartitionHealth] = {}
         fenced: list[FencedReplica] = []
+        damaged: list[DamagedReplica] = []
         for member in first.members:
             if member.state != "alive" or not member.grpc_address:
                 continue
@@ -1055,6 +1057,7 @@ class Client:
                 except LaminarError:
                     continue
             fenced.extend(answer.fenced)
+            damaged.extend(answer.damaged)
             for health in answer.partitions:
                 found.setdefault((health.topic, health.partition), health)
         with contextlib.suppress(LaminarError):
@@ -1072,7 +1075,43 @@ class Client:
             if not key[0].startswith("__")  # internal partitions are not the operator's
             or found[key].under_replicated
         )
-        return replace(first, partitions=partitions, fenced=tuple(fenced))
+        return replace(first, partitions=partitions, fenced=tuple(fenced), damaged=tuple(damaged))
+
+    def recover_partition(
+        self, topic: str, partition: int, *, timeout_s: float | None = None
+    ) -> list[str]:
+        """Accept data loss for a partition whose replicas are too damaged to elect a
+        leader: every alive node whose replica of it heals from damaged storage lets
+        it vote again with what it holds (acknowledged records the new leader lacks
+        are lost). The nodes that did; refused when the partition has a leader (its
+        damaged replicas then heal by themselves)."""
+        snapshot = self.metadata(refresh=True, timeout_s=timeout_s)
+        found = snapshot.find_partition(topic, partition)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"no partition {topic}/{partition}")
+        if found.leader is not None:
+            raise InvalidInputError(
+                f"{topic}/{partition} has a leader ({found.leader}): its damaged replicas "
+                "heal from it by themselves; nothing to recover"
+            )
+        deadline = self._deadline(timeout_s)
+        request = pb.RecoverPartitionRequest(
+            topic=topic, partition=partition, accept_data_loss=True
+        )
+        recovered = []
+        for member in snapshot.members.values():
+            if not member.live or not member.grpc_address:
+                continue
+            answer = self.transport.call(
+                member.grpc_address,
+                "RecoverPartition",
+                request,
+                pb.RecoverPartitionResponse,
+                timeout_s=min(deadline.remaining_s(), self.attempt_timeout_s),
+            )
+            if answer.recovered:
+                recovered.append(member.node_id)
+        return recovered
 
     def update_node(
         self,

@@ -436,6 +436,30 @@ class FencedReplica:
 
 
 @dataclass(frozen=True, slots=True)
+class DamagedReplica:
+    """A replica on node ``node_id`` healing from damaged storage (its damaged files
+    set aside in ``quarantine``, "" when found by an earlier start of the node)."""
+
+    node_id: str
+    topic: str
+    partition: int
+    reason: str
+    damaged_for_ms: int
+    quarantine: str
+
+    @classmethod
+    def from_proto(cls, node_id: str, damaged: pb.DamagedReplica) -> DamagedReplica:
+        return cls(
+            node_id,
+            damaged.topic,
+            damaged.partition,
+            damaged.reason,
+            damaged.damaged_for_ms,
+            damaged.quarantine,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterDescription:
     """Members and per-partition health, as answered by node ``node_id``."""
 
@@ -445,6 +469,8 @@ class ClusterDescription:
     partitions: tuple[PartitionHealth, ...]
     fenced: tuple[FencedReplica, ...] = ()
     """Replicas out of service after a storage failure (each node reports its own)."""
+    damaged: tuple[DamagedReplica, ...] = ()
+    """Replicas healing from damaged storage (each node reports its own)."""
 
     @classmethod
     def from_proto(cls, response: pb.DescribeClusterResponse) -> ClusterDescription:
@@ -454,4 +480,5 @@ class ClusterDescription:
             members=tuple(MemberInfo.from_proto(m) for m in response.members),
             partitions=tuple(PartitionHealth.from_proto(p) for p in response.partitions),
             fenced=tuple(FencedReplica.from_proto(response.node_id, f) for f in response.fenced),
+            damaged=tuple(DamagedReplica.from_proto(response.node_id, d) for d in response.damaged),
         )

@@ -56,6 +56,31 @@ Protocol notes (see ``docs/design.md`` for the reasoning)
   is appended; entries at or past the log end are dropped on restart.
 * Idempotent producers: every replica applies every appended batch to its
   :class:`~laminar.replica.producers.ProducerTable`, rebuilt from the log on start.
+
+Damaged storage
+---------------
+Raft assumes what a replica acknowledged or voted stays on its disk. A replica
+whose shell found damage when opening it (a corrupt batch, so the log was cut
+before it: :attr:`StorageDamage.lost_entries`; or a state file with no valid
+copy: :attr:`StorageDamage.lost_state`) may have acknowledged entries it no longer
+holds, or voted in a term it forgot. If it voted as before, it could elect a
+candidate lacking entries that were committed with its acknowledgement; if it
+kept its old place among the voters, the leader could count on what it said
+before. So it *heals* (:attr:`ReplicaCore.healing`, persisted in the state until
+it is over):
+
+* it never votes (nor pre-votes) and never campaigns;
+* it follows the leader and acknowledges what it really holds, flagged
+  with where the damage was found: the leader drops what it knew of its log and,
+  one change at a time,
+  moves it from the voters to the learners (a committed change, so the remaining
+  voters hold everything committed before it);
+* it catches up like any learner, and the leader promotes it back once it has
+  caught up (the placement target, or the current members without one);
+* it is healed when it appends a configuration that makes it a voter again,
+  after it was a non-voter since the damage (a leader promotes only a learner
+  that caught up). A group of one, or with a majority healing, has no leader
+  until an operator accepts the loss (:meth:`ReplicaCore.accept_data_loss`).
 """
 
 from __future__ import annotations
@@ -127,17 +152,20 @@ def _state_bytes(
     vote: NodeId | None,
     configs: Sequence[tuple[int, GroupConfig]],
     start_epochs: Sequence[Sequence[int]],
+    healing_since: int | None = None,
 ) -> bytes:
-    """The replica state file's content (msgpack, version :data:`_STATE_VERSION`)."""
-    packed: bytes = msgpack.packb(
-        {
-            "v": _STATE_VERSION,
-            "term": term,
-            "vote": vote,
-            "configs": [[o, list(c.voters), list(c.learners)] for o, c in configs],
-            "start": [list(pair) for pair in start_epochs],
-        }
-    )
+    """The replica state file's content (msgpack, version :data:`_STATE_VERSION`;
+    ``heal``, the log end when damage was found, only while healing)."""
+    state: dict[str, object] = {
+        "v": _STATE_VERSION,
+        "term": term,
+        "vote": vote,
+        "configs": [[o, list(c.voters), list(c.learners)] for o, c in configs],
+        "start": [list(pair) for pair in start_epochs],
+    }
+    if healing_since is not None:
+        state["heal"] = healing_since
+    packed: bytes = msgpack.packb(state)
     return packed
 
 
@@ -151,6 +179,18 @@ def founding_state(initial: GroupConfig) -> bytes:
     node keeps a founded-offset marker for that; see ``laminar.server.node``).
     """
     return _state_bytes(1, initial.voters[0], [(_BOOTSTRAP_OFFSET, initial)], [])
+
+
+@dataclass(frozen=True, slots=True)
+class StorageDamage:
+    """What a replica lost to damaged storage, as its shell found it when opening it
+    (see "Damaged storage" in the module docstring)."""
+
+    lost_entries: bool = False
+    """The log was cut before a corrupt batch: entries it acknowledged may be gone."""
+    lost_state: bool = False
+    """The state file had no valid copy: its term, vote and the configurations below
+    the log start are gone."""
 
 
 class NodeLiveness:
@@ -250,6 +290,9 @@ class _Progress:
     caught_up_ms: int = _NEVER  # when the peer last held the leader's whole log
     reported_end: int = -1
     reported_watermark: int = -1
+    healing: bool = False  # its storage was damaged: out of the voters until caught up
+    healing_since: int = -1  # the damage it heals from (its ``healing_since``)
+    healed_since: int = -1  # the damage this leader promoted it back from: old news
 
 
 @dataclass(slots=True, order=True)
@@ -296,13 +339,17 @@ class ReplicaCore:
         limits: BatchLimits = DEFAULT_LIMITS,
         founding: bool = False,
         liveness: NodeLiveness | None = None,
+        damage: StorageDamage | None = None,
     ) -> None:
         """``initial``: the group's configuration when this replica is one of its
         founders; with a storage holding no state, the replica founds the group (its
         first voter leads term 1, see :func:`founding_state`). ``founding``: the
         storage already holds exactly :func:`founding_state` (written by the host for
         many replicas at once); found the group from it. ``liveness``: what the
-        node knows beyond this group (see :class:`NodeLiveness`)."""
+        node knows beyond this group (see :class:`NodeLiveness`). ``damage``: what
+        the shell found lost when it opened the storage (its damaged files set
+        aside, the log cut before the first corrupt batch, a lost state file
+        dropped): the replica heals (see "Damaged storage")."""
         self.node_id = node_id
         self._liveness = liveness or _NO_LIVENESS
         self._storage = storage
@@ -317,6 +364,7 @@ class ReplicaCore:
         # (term, offset) pairs answering "term of the entry at o" for o just below the
         # log start, whose batches retention deleted (see advance_start).
         self._start_epochs: list[list[int]] = []
+        self._healing_since: int | None = None
         saved = storage.load_state()
         if founding:
             # The host wrote the founding state itself (many replicas, one sync):
@@ -349,6 +397,8 @@ class ReplicaCore:
         # staged like term and vote, so a crash may leave the state behind the log,
         # or ahead of a truncation); the state only for those below the log start.
         self._configs = [(o, c) for o, c in self._configs if o < storage.start_offset] + logged
+        if damage is not None and (damage.lost_entries or damage.lost_state):
+            self._start_healing(damage)
 
         self.role = Role.FOLLOWER
         self.leader: NodeId | None = None
@@ -409,7 +459,9 @@ class ReplicaCore:
         start (retention, ``InstallStart``) and a group's founding are written at
         once (``now``).
         """
-        state = _state_bytes(self.term, self.voted_for, self._configs, self._start_epochs)
+        state = _state_bytes(
+            self.term, self.voted_for, self._configs, self._start_epochs, self._healing_since
+        )
         if now:
             self._storage.save_state(state)
         else:
@@ -428,6 +480,8 @@ class ReplicaCore:
             for o, v, lr in state["configs"]
         ]
         self._start_epochs = [[int(t), int(o)] for t, o in state.get("start", [])]
+        heal = state.get("heal")
+        self._healing_since = None if heal is None else int(heal)
 
     def _rebuild_from_log(self) -> list[tuple[int, GroupConfig]]:
         """Apply every batch of the log to the producer table (state lives in the
@@ -452,6 +506,74 @@ class ReplicaCore:
                         configs.append((header.base_offset, config))
                 offset = header.next_offset
         return configs
+
+    # ------------------------------------------------------------------ damage
+
+    def _start_healing(self, damage: StorageDamage) -> None:
+        """Storage damage found at open: heal (see "Damaged storage")."""
+        if damage.lost_state:
+            # The term it reached is at least the last one its log holds.
+            self.term = max(self.term, self._epochs.last_term)
+            self.voted_for = None
+        self._healing_since = self._storage.end_offset
+        _LOG.warning(
+            "%s: damaged storage (lost entries=%s, lost term and vote=%s): healing from "
+            "the leader as a non-voter from offset %d",
+            self.node_id,
+            damage.lost_entries,
+            damage.lost_state,
+            self._healing_since,
+        )
+        self._save_state(now=True)
+
+    def _healing_since_or_none(self) -> int:
+        return -1 if self._healing_since is None else self._healing_since
+
+    @property
+    def healing(self) -> bool:
+        """Healing from damaged storage: it neither votes nor campaigns, and the leader
+        keeps it among the learners until it has caught up (see "Damaged storage")."""
+        return self._healing_since is not None
+
+    def accept_data_loss(self, members: Sequence[NodeId] = ()) -> bool:
+        """An operator's decision: stop healing and vote again with what this replica
+        holds, so that a group whose replicas are all (or mostly) damaged can elect a
+        leader. Acknowledged entries the elected leader lacks are lost. ``members``:
+        the group's voters (the placement target), for a replica that lost its state
+        and knows no configuration (a group's founding one lives in the state).
+        True when the replica was healing."""
+        if self._healing_since is None:
+            return False
+        if self.group_config is None and members:
+            self._configs.insert(0, (_BOOTSTRAP_OFFSET, GroupConfig(tuple(members))))
+        _LOG.warning(
+            "%s: accepting data loss: healing stopped at offset %d (log end %d); this "
+            "replica votes again",
+            self.node_id,
+            self._healing_since,
+            self._storage.end_offset,
+        )
+        self._healing_since = None
+        self._save_state(now=True)
+        return True
+
+    def _maybe_healed(self, offset: int, config: GroupConfig) -> None:
+        """The configuration entry at ``offset`` was appended here: healed when it
+        makes this replica a voter again after it was not one since the damage."""
+        since = self._healing_since
+        if since is None or offset < since or self.node_id not in config.voters:
+            return
+        previous = [c for o, c in self._configs if o < offset]
+        if previous and self.node_id in previous[-1].voters:
+            return  # still the voter it was: the leader has not taken it out yet
+        _LOG.info(
+            "%s: healed: a voter again from offset %d (damage found at %d)",
+            self.node_id,
+            offset,
+            since,
+        )
+        self._healing_since = None
+        self._save_state()
 
     # ------------------------------------------------------------------ views
 
@@ -503,6 +625,7 @@ class ReplicaCore:
             progress = self._progress.get(voter)
             if voter == self.node_id or (
                 progress is not None
+                and not progress.healing
                 and in_sync(
                     now_ms=now_ms,
                     heard_ms=progress.heard_ms,
@@ -791,6 +914,7 @@ class ReplicaCore:
             or target == self.node_id
             or target not in self._voters()
             or target not in self._progress
+            or self._progress[target].healing
         ):
             return False
         self._wake()
@@ -816,10 +940,31 @@ class ReplicaCore:
                 and self._liveness.peer_alive(self.leader)
             ):
                 return  # idle, and its leader's node is alive: nothing to do
+            if self._healing_since is not None:
+                self._announce_healing()
+                return
             if self._is_voter() and not self._leader_presumed_alive(now_ms):
                 if self._defer_to_successor():
                     return
                 self._campaign(pre_vote=self._config.pre_vote)
+
+    def _announce_healing(self) -> None:
+        """A healing replica that heard no leader for a timeout does not campaign: it
+        tells the leader it knows (else every member it knows) where its log ends,
+        which wakes a quiesced leader and makes it probe this log again."""
+        leader = self.leader if self.leader is not None else self.last_leader
+        peers = [leader] if leader is not None else list(self._members())
+        response = AppendResponse(
+            self.term,
+            self.node_id,
+            success=False,
+            match_offset=-1,
+            end_offset=self._storage.end_offset,
+            healing_since=self._healing_since_or_none(),
+        )
+        for peer in peers:
+            if peer != self.node_id:
+                self._messages.append(Outbound(peer, response))
 
     def _successor_of(self, leader: NodeId) -> NodeId | None:
         """The voter that succeeds ``leader``: the first after it in the placement
@@ -960,6 +1105,7 @@ class ReplicaCore:
         of groups blocked it for seconds.)"""
         self._configs.append((base_offset, config))
         self._save_state()
+        self._maybe_healed(base_offset, config)
 
     # ------------------------------------------------------------------ log start
 
@@ -1335,6 +1481,15 @@ class ReplicaCore:
             return
         progress.heard_ms = self._now
         progress.reported_end = response.end_offset
+        since = response.healing_since
+        if since >= 0 and since not in (progress.healed_since, progress.healing_since):
+            # Damaged storage: what it said before no longer holds (its log may be
+            # shorter now); it leaves the voters (_maybe_reconfigure) and its log is
+            # probed again. (A damage this leader promoted it back from is old news.)
+            self._forget_log_of(response.follower, progress, since)
+            self._wake()
+        elif progress.healing and since != progress.healing_since:
+            return  # sent before the damage: it says nothing about its log now
         if response.success:
             progress.match_offset = max(progress.match_offset, response.match_offset)
             if progress.match_offset >= self._storage.end_offset:
@@ -1390,6 +1545,18 @@ class ReplicaCore:
             progress.reported_watermark = response.high_watermark
             if progress.match_offset >= self._storage.end_offset:
                 progress.caught_up_ms = self._now
+
+    def _forget_log_of(self, peer: NodeId, progress: _Progress, since: int) -> None:
+        """``peer`` heals from damaged storage found at ``since``: nothing it said
+        before counts; probe its log again, and it leaves the voters meanwhile."""
+        _LOG.info("%s: %s heals from damaged storage: probing its log again", self.node_id, peer)
+        progress.healing = True
+        progress.healing_since = since
+        progress.match_offset = -1
+        progress.caught_up_ms = _NEVER
+        progress.mode = _Mode.PROBE
+        progress.inflight.clear()
+        progress.next_offset = min(progress.next_offset, self._storage.end_offset)
 
     def _may_quiesce(self) -> bool:
         """Idle, settled, and every peer holds the whole log and knows it is committed."""
@@ -1449,7 +1616,11 @@ class ReplicaCore:
         matches = [
             self._durable_end
             if voter == self.node_id
-            else (progress.match_offset if (progress := self._progress.get(voter)) else -1)
+            else (
+                progress.match_offset
+                if (progress := self._progress.get(voter)) and not progress.healing
+                else -1
+            )
             for voter in voters
         ]
         candidate = majority_offset(matches)
@@ -1508,15 +1679,48 @@ class ReplicaCore:
         return latest < self.high_watermark
 
     def _maybe_reconfigure(self) -> None:
-        target = self._target
         config = self.group_config
-        if (
-            target is None
-            or config is None
-            or self._now - self._target_since_ms < self._config.reconfigure_stable_ms
-            or not self._stable_leader()
+        if config is None or not self._stable_leader():
+            return
+        change = self._demote_healing(config)
+        target = self._target
+        if change is None and target is None:
+            # Without a placement target the members stay; learners are promoted
+            # once caught up (a replica healing from damaged storage, for one).
+            target = config.members
+        elif change is None and (
+            target is None or self._now - self._target_since_ms < self._config.reconfigure_stable_ms
         ):
             return
+        if change is None:
+            assert target is not None
+            change = self._target_change(config, target)
+        if change is None:
+            return
+        _LOG.info("%s: configuration %s -> %s", self.node_id, config, change)
+        if change.voters != config.voters:
+            for peer in set(change.voters) - set(config.voters):
+                progress = self._progress.get(peer)
+                if progress is not None and progress.healing:
+                    # Caught up: a voter again; it knows once it appends this change.
+                    progress.healing = False
+                    progress.healed_since = progress.healing_since
+        batch = encode_config(change, self._now)
+        self._record_config(self._storage.end_offset, change)
+        base = self._storage.append(batch, term=self.term)
+        self._note_appended(parse_header(batch)._replace(base_offset=base, term=self.term), batch)
+
+    def _demote_healing(self, config: GroupConfig) -> GroupConfig | None:
+        """A voter healing from damaged storage becomes a learner (one at a time)."""
+        for node in config.voters:
+            progress = self._progress.get(node)
+            if node != self.node_id and progress is not None and progress.healing:
+                voters = tuple(v for v in config.voters if v != node)
+                return GroupConfig(voters, (*config.learners, node))
+        return None
+
+    def _target_change(self, config: GroupConfig, target: tuple[NodeId, ...]) -> GroupConfig | None:
+        """The next step towards ``target`` (one change at a time)."""
         voters, learners = list(config.voters), list(config.learners)
         change: GroupConfig | None = None
         for node in target:
@@ -1531,7 +1735,7 @@ class ReplicaCore:
                 learners.remove(node)
                 change = GroupConfig((*config.voters, node), tuple(learners))
             elif waiting:
-                return  # a replacement is catching up: remove nothing before it votes
+                return None  # a replacement is catching up: remove nothing before it votes
             elif leaving := [node for node in learners if node not in target]:
                 learners.remove(leaving[0])
                 change = GroupConfig(config.voters, tuple(learners))
@@ -1543,18 +1747,12 @@ class ReplicaCore:
                     )
                     if successor is not None:
                         self.transfer_leadership(successor, self._now)
-                    return
+                    return None
                 if len(voters) == 1:
-                    return
+                    return None
                 voters.remove(node)
                 change = GroupConfig(tuple(voters), config.learners)
-        if change is None:
-            return
-        _LOG.info("%s: configuration %s -> %s", self.node_id, config, change)
-        batch = encode_config(change, self._now)
-        self._record_config(self._storage.end_offset, change)
-        base = self._storage.append(batch, term=self.term)
-        self._note_appended(parse_header(batch)._replace(base_offset=base, term=self.term), batch)
+        return change
 
     def _maybe_prefer_leader(self) -> None:
         target = self._target
@@ -1638,6 +1836,7 @@ class ReplicaCore:
                     match_offset=match_offset,
                     end_offset=self._storage.end_offset,
                     prev_end_offset=prev_end_offset,
+                    healing_since=self._healing_since_or_none(),
                 ),
             )
         )
@@ -1678,6 +1877,7 @@ class ReplicaCore:
                     prev_end_offset=request.prev_end_offset,
                     conflict_term=conflict_term,
                     conflict_start=conflict_start,
+                    healing_since=self._healing_since_or_none(),
                 ),
             )
         )
@@ -1704,7 +1904,12 @@ class ReplicaCore:
         self._messages.append(Outbound(heartbeat.leader, response))
 
     def _on_timeout_now(self, message: TimeoutNow) -> None:
-        if message.term != self.term or not self._is_voter() or self.role is Role.LEADER:
+        if (
+            message.term != self.term
+            or not self._is_voter()
+            or self.role is Role.LEADER
+            or self._healing_since is not None
+        ):
             return
         _LOG.info("%s: leadership handed over by %s", self.node_id, message.leader)
         self._leader_heard_ms = _NEVER
@@ -1736,6 +1941,13 @@ class ReplicaCore:
             # within the failure-detection time never is.
             self._leader_gone()
         if request.term > self.term and not request.transfer and self._in_lease():
+            self._vote(request, granted=False)
+            return
+        if self._healing_since is not None:
+            # It may have acknowledged entries it lost, or voted in a term it forgot:
+            # it votes again only once re-added (see "Damaged storage").
+            if request.term > self.term and not request.pre_vote:
+                self._become_follower(request.term, None)
             self._vote(request, granted=False)
             return
         if request.pre_vote:

@@ -64,6 +64,12 @@ class AppendResponse:
     """The request's ``prev_end_offset``, so that a stale answer can be told apart."""
     conflict_term: int = -1
     conflict_start: int = -1
+    healing_since: int = -1
+    """-1, or: the follower lost entries or its term and vote to damaged storage
+    (found when its log ended here) and has not been re-added since. It holds what
+    ``match_offset`` says, but the leader must not count on anything it said before
+    and must take it out of the voters; the value tells one damage from another
+    (see :class:`~laminar.replica.core.ReplicaCore`, "Damaged storage")."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,6 +127,11 @@ def _create(path: str, data: bytes) -> None:
     os.replace(temporary, path)
 
 
+def committed_path(directory: str) -> str:
+    """The path of ``directory``'s committed file."""
+    return os.path.join(directory, COMMITTED_FILE)
+
+
 def read_committed(directory: str) -> int | None:
     """The offset in ``directory``'s committed file; None when there is none.
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from mmap import ACCESS_READ, mmap
 
 from laminar.errors import (
+    ChecksumMismatchError,
     CorruptSegmentError,
     InvalidInputError,
     LogClosedError,
@@ -60,6 +61,7 @@ from laminar.errors import (
     OffsetOutOfRangeError,
     RecordFormatError,
     StorageError,
+    TruncatedBatchError,
 )
 from laminar.records import (
     HEADER_BYTES,
@@ -227,6 +229,10 @@ class SegmentLog:
         self._reserving = True  # until the filesystem refuses fallocate
         self._sync_creation = True  # False only inside create_unsynced
         self._state_file = StateFile(directory)
+        self._set_aside: Callable[[CorruptSegmentError], None] | None = None
+        self.damage_found: CorruptSegmentError | None = None
+        """Damage recovery cut from the active segment at open (None: none; a torn
+        write is not damage)."""
         self._created_state: int | None = None  # create_unsynced's state ticket
 
     # ------------------------------------------------------------------ opening
@@ -240,14 +246,19 @@ class SegmentLog:
         initial_offset: int = 0,
         clock_ms: Callable[[], int] = _wall_clock_ms,
         files: SegmentFiles | None = None,
+        set_aside: Callable[[CorruptSegmentError], None] | None = None,
     ) -> SegmentLog:
         """Open (creating if needed) and recover the log in ``directory``.
 
         ``files``: the cache of sealed segments' descriptors, shared by a node's
-        logs; by default the log gets one of its own.
+        logs; by default the log gets one of its own. ``set_aside``: called with
+        the damage before recovery cuts a *complete* batch that fails its checksums
+        from the active segment (damage, unlike a torn write: see
+        :attr:`damage_found`), while the file still holds it.
         """
         os.makedirs(directory, exist_ok=True)
         log = cls(directory, config or LogConfig(), clock_ms, files)
+        log._set_aside = set_aside
         try:
             log._recover(initial_offset)
         except BaseException:
@@ -397,9 +408,15 @@ class SegmentLog:
                     while position < size:
                         try:
                             header = verify_batch(view, position, limits=limits)
-                        except RecordFormatError:
+                        except RecordFormatError as error:
+                            self._note_tail_damage(segment, view, position, expected_offset, error)
                             break
                         if header.base_offset != expected_offset or header.term < last_term:
+                            reason = RecordFormatError(
+                                f"batch at offset {header.base_offset} term {header.term} "
+                                f"where offset {expected_offset} term >= {last_term} belongs"
+                            )
+                            self._note_tail_damage(segment, view, position, expected_offset, reason)
                             break
                         segment.note_batch(position, header, self._config.index_interval_bytes)
                         expected_offset = header.next_offset
@@ -428,6 +445,50 @@ class SegmentLog:
             path = segment.path(suffix)
             if os.path.exists(path):
                 os.unlink(path)
+
+    def _note_tail_damage(
+        self,
+        segment: _Segment,
+        view: memoryview,
+        position: int,
+        offset: int,
+        error: RecordFormatError,
+    ) -> None:
+        """Recovery stops at ``position`` of the active segment: a torn write (a batch
+        cut short, or zeros the crash left unwritten: nothing acknowledged under
+        ``fsync=always``), or damage (a whole batch that fails its checksums, or
+        data after it), which is reported and set aside before the cut."""
+        if isinstance(error, TruncatedBatchError) or not bytes(view[position:]).strip(b"\0"):
+            return
+        damage = _corrupt(segment.path("log"), offset, position, error)
+        self.damage_found = damage
+        _LOG.error("damaged active segment: %s", damage)
+        if self._set_aside is not None:
+            self._set_aside(damage)
+
+    def segment_paths_from(self, offset: int) -> list[str]:
+        """The files of the segment holding ``offset`` and of every later one (what
+        cutting the log at ``offset`` changes or deletes)."""
+        with self._lock:
+            self._check_open()
+            index = max(0, bisect_right(self._segments, offset, key=_base_offset_of) - 1)
+            paths = []
+            for segment in self._segments[index:]:
+                paths += [segment.path(suffix) for suffix in ("log", "index", "timeindex")]
+            return [path for path in paths if os.path.exists(path)]
+
+    @property
+    def state_path(self) -> str:
+        return self._state_file.path
+
+    def discard_state(self) -> None:
+        """Forget the state file (the caller set it aside): the next save writes a
+        new one."""
+        with self._lock:
+            self._check_open()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._state_file.path)
+            self._state_file = StateFile(self._directory)
 
     def _create_segment(self, base_offset: int) -> _Segment:
         path = os.path.join(self._directory, f"{base_offset:020d}.log")
@@ -776,6 +837,31 @@ class SegmentLog:
             _LOG.info("log truncated requested_offset=%d end_offset=%d", offset, new_end)
             return new_end
 
+    def cut_damaged(self, damage: CorruptSegmentError) -> int:
+        """Cut the log before the damaged batch ``damage`` names (at its file position
+        in its segment, without reading the damaged header): that segment becomes
+        the active one, later ones are deleted. The new log end."""
+        with self._lock:
+            self._check_open()
+            index = next(
+                (i for i, s in enumerate(self._segments) if s.path("log") == damage.path), None
+            )
+            if index is None:
+                raise StorageError(f"no segment {damage.path} in {self._directory}")
+            while len(self._segments) > index + 1:
+                self._delete_segment_files(self._segments.pop())
+            segment = self._segments[-1]
+            descriptor = self._files.hold(segment.file)  # active again, if it was sealed
+            self._cut_segment(segment, descriptor, damage.position, damage.offset)
+            self._truncations += 1
+            _LOG.warning(
+                "log cut before damage segment=%s offset=%d end_offset=%d",
+                damage.path,
+                damage.offset,
+                self.end_offset,
+            )
+            return self.end_offset
+
     def _cut_segment(self, segment: _Segment, descriptor: int, position: int, new_end: int) -> None:
         os.ftruncate(descriptor, position)  # also frees reserved blocks
         os.fsync(descriptor)
@@ -927,9 +1013,7 @@ class SegmentLog:
             except RecordFormatError as error:
                 if end:
                     break  # serve the valid batches before it; the next read reports it
-                raise CorruptSegmentError(
-                    segment.path("log"), first.base_offset, position, str(error)
-                ) from None
+                raise _corrupt(segment.path("log"), first.base_offset, position, error) from None
             end += header.length
         return (data[:end] if end < len(data) else data), position
 
@@ -1176,3 +1260,14 @@ def _pwrite_rest(descriptor: int, buffers: list[Buffer], position: int, written:
         if written:
             views[0] = views[0][written:]
         written = os.pwritev(descriptor, views, position)
+
+
+def _corrupt(
+    path: str, offset: int, position: int, error: RecordFormatError
+) -> CorruptSegmentError:
+    """The damage ``error`` found at ``position`` of ``path`` (batch at ``offset``)."""
+    if isinstance(error, ChecksumMismatchError):
+        return CorruptSegmentError(
+            path, offset, position, str(error), expected=error.expected, found=error.actual
+        )
+    return CorruptSegmentError(path, offset, position, str(error))

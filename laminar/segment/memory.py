@@ -179,6 +179,17 @@ class MemoryLog:
         self._check_open()
         return self._state if self._staged_state is None else self._staged_state
 
+    def damage(self, *, batches_kept: int | None, lose_state: bool) -> None:
+        """(The simulator's disk damage, as the shell leaves it once it set the
+        damaged files aside.) Keep only the first ``batches_kept`` batches (None: all),
+        and with ``lose_state`` forget the state file."""
+        self._check_open()
+        if batches_kept is not None and batches_kept < len(self._batches):
+            self.truncate_suffix(self._base_offsets[batches_kept])
+        if lose_state:
+            self._state = None
+            self._staged_state = None
+
     def crash(self) -> MemoryLog:
         """A new log holding what survives a power loss now: synced batches and state."""
         survivor = MemoryLog(self._start_offset, limits=self._limits, fsync=self._fsync)

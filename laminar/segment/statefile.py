@@ -34,7 +34,7 @@ import struct
 import threading
 import zlib
 
-from laminar.errors import StorageError
+from laminar.errors import CorruptStateError
 
 STATE_FILE = "state"
 SLOT_BYTES = 4096
@@ -108,7 +108,7 @@ class StateFile:
         if not valid:
             if not data.strip(b"\0"):
                 return None  # created, never made durable (a crash before the sync)
-            raise StorageError(f"{self.path}: corrupt state file: neither slot is valid")
+            raise CorruptStateError(self.path)
         sequence, index, payload = max(valid)
         with self._lock:
             self._slot_bytes = slot_bytes

@@ -29,6 +29,19 @@ nothing written after that point can be trusted), and the replica rejoins its
 group as a follower. :meth:`ReplicaHost.fenced` lists fenced replicas for
 ``cluster status``.
 
+Damaged storage. Damage found when a replica is opened (a batch failing its
+checksums anywhere in the log: the active segment's recovery, or the core's
+reading of the whole log at start; a state file with no valid copy; an unreadable
+committed file) costs that replica alone, never the node: the damaged files are
+copied or moved to ``<data>/quarantine/`` with a note (:mod:`laminar.segment.quarantine`),
+the log keeps its valid prefix, a lost state file is replaced, and the core is
+told what was lost (:class:`~laminar.replica.core.StorageDamage`): it heals from
+its peers as a non-voter (see the core's "Damaged storage"). So does a replica
+whose committed file says more than its log holds (it lost acknowledged entries).
+:meth:`ReplicaHost.damaged` lists the replicas healing, for ``cluster status``;
+:meth:`ReplicaHost.accept_data_loss` is the operator's way out when too many
+replicas of a partition are damaged for it to elect a leader.
+
 Creating many replicas. :meth:`ReplicaHost.open_founding` creates the founding
 replicas of new partitions in chunks of :data:`FOUNDING_CHUNK` on the thread pool:
 each log and its founding state are written without an fsync, then one
@@ -58,6 +71,8 @@ from typing import Any
 
 from laminar.errors import (
     ConfigError,
+    CorruptSegmentError,
+    CorruptStateError,
     LaminarError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -72,7 +87,13 @@ from laminar.ids import TopicPartition
 from laminar.records import parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
-from laminar.replica.core import LoopLag, NodeLiveness, ReplicaCore, founding_state
+from laminar.replica.core import (
+    LoopLag,
+    NodeLiveness,
+    ReplicaCore,
+    StorageDamage,
+    founding_state,
+)
 from laminar.replica.messages import (
     ConfigChanged,
     ProduceReply,
@@ -82,10 +103,16 @@ from laminar.replica.messages import (
     RoleChanged,
 )
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
-from laminar.segment.committed import read_committed, remove_committed, write_committed
+from laminar.segment.committed import (
+    CommittedFileError,
+    committed_path,
+    read_committed,
+    write_committed,
+)
 from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.files import SEGMENT_FILES_DEFAULT, SegmentFiles
 from laminar.segment.log import SegmentLog, SyncTicket, has_state, sync_filesystem
+from laminar.segment.quarantine import DamageNote, set_aside
 from laminar.segment.storage import LogStorage
 
 _LOG = logging.getLogger(__name__)
@@ -187,6 +214,25 @@ class FencedReplica:
     """The log end at the last fsync that succeeded; a reopen truncates to it."""
     retry_at_ms: int
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedReplica:
+    """A replica whose storage was found damaged: what was lost and where the
+    damaged files went. It heals (see the module docstring) and leaves this list
+    once its group made it a voter again."""
+
+    key: PartitionKey
+    reason: str
+    since_ms: int
+    quarantine: str | None
+    """The quarantine directory of the last damage (None: found by an earlier start)."""
+
+
+DAMAGE_PASSES_MAX = 64
+"""Damaged batches a replica's opening cuts before it gives up (each cut moves the
+log end back, so a log of many damaged segments ends far sooner): a limit, not a
+number anyone should reach."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +396,7 @@ class ReplicaHost:
         self._fsync_recent_ms = 0.0  # moving average of fsync rounds' duration
         self._targets: dict[PartitionKey, tuple[str, ...]] = {}
         self._fenced: dict[PartitionKey, FencedReplica] = {}
+        self._damaged: dict[PartitionKey, DamagedReplica] = {}
         self._creating: set[PartitionKey] = set()
         self._liveness = _HostLiveness(self, peer_alive, peer_dead)
         self._closed = False
@@ -362,6 +409,7 @@ class ReplicaHost:
             "produce_refused": 0,
             "fetch_wait_refused": 0,
             "inputs_dropped": 0,
+            "damaged_replicas": 0,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -434,6 +482,43 @@ class ReplicaHost:
         """Replicas out of service after a storage failure, by key."""
         return [self._fenced[key] for key in sorted(self._fenced)]
 
+    def damaged(self) -> list[DamagedReplica]:
+        """Replicas healing from damaged storage, by key (those healed are dropped)."""
+        found = []
+        for key, replica in sorted(self._replicas.items()):
+            if not replica.core.healing:
+                self._damaged.pop(key, None)
+                continue
+            known = self._damaged.get(key)
+            if known is None:  # found by an earlier start of the node
+                known = self._damaged[key] = DamagedReplica(
+                    key, "damaged storage found by an earlier start", self._now(), None
+                )
+            found.append(known)
+        return found
+
+    def accept_data_loss(self, key: PartitionKey) -> bool:
+        """The operator's decision for a partition whose replicas are too damaged to
+        elect a leader: this node's replica stops healing and votes with what it
+        holds (acknowledged records the new leader lacks are lost). True when it
+        was healing."""
+        replica = self._replicas.get(key)
+        if replica is None:
+            return False
+        target = self._targets.get(key, ())
+        accepted = replica.core.accept_data_loss(tuple(NodeId(n) for n in target))
+        if accepted:
+            _LOG.warning(
+                "replica %s/%d node=%s: data loss accepted by an operator: it votes again "
+                "with its log up to %d",
+                *key,
+                self.node_id,
+                replica.core.end_offset,
+            )
+            self._damaged.pop(key, None)
+            self._mark(replica)
+        return accepted
+
     def open_replica(
         self,
         key: PartitionKey,
@@ -453,21 +538,16 @@ class ReplicaHost:
         topic, partition = key
         directory = partition_directory(self._data_dir, topic, partition)
         if log is None:
-            log = self._log_factory(directory, self._log_config_of(key))
-        core = ReplicaCore(
-            self.node_id,
-            log,
-            self._config,
-            now_ms=self._now(),
-            rng=random.Random(self._rng.random()),
-            initial=initial,
-            limits=self._log_config.limits,
-            founding=founding,
-            liveness=self._liveness,
-        )
+            log = self._open_log(key, directory)
+        damage = StorageDamage()
+        committed = -1
+        if isinstance(log, SegmentLog):
+            committed, lost = self._load_committed(key, directory, log)
+            damage = StorageDamage(lost_entries=lost or log.damage_found is not None)
+        core = self._make_core(key, log, initial, founding, damage)
         replica = Replica(key, directory, log, core)
         if isinstance(log, SegmentLog):
-            replica.committed_saved = _load_committed(directory, log.end_offset)
+            replica.committed_saved = committed
             self._watermark_moved.add(key)  # the first pass writes it if it is missing
         self._replicas[key] = replica
         target = self._targets.get(key)
@@ -476,6 +556,110 @@ class ReplicaHost:
         self._mark(replica)
         _LOG.info("replica open %s/%d end=%d", topic, partition, log.end_offset)
         return replica
+
+    def _open_log(self, key: PartitionKey, directory: str) -> LogStorage:
+        """Open ``key``'s log; damage its recovery cuts from the active segment is set
+        aside first (with a SegmentLog: its ``damage_found`` says so)."""
+        config = self._log_config_of(key)
+        if not self._segment_logs:
+            return self._log_factory(directory, config)
+
+        def aside(error: CorruptSegmentError) -> None:
+            self._set_aside_segment(key, error, [error.path], "log cut before this batch")
+
+        return SegmentLog.open(directory, config, files=self._segment_files, set_aside=aside)
+
+    def _make_core(
+        self,
+        key: PartitionKey,
+        log: LogStorage,
+        initial: GroupConfig | None,
+        founding: bool,
+        damage: StorageDamage,
+    ) -> ReplicaCore:
+        """The replica's core; damage found while it reads its log at start (a batch
+        failing its checksums, a state file with no valid copy) is set aside, the
+        log cut or the state dropped, and the core made again, told what was lost."""
+        for _ in range(DAMAGE_PASSES_MAX):
+            try:
+                return ReplicaCore(
+                    self.node_id,
+                    log,
+                    self._config,
+                    now_ms=self._now(),
+                    rng=random.Random(self._rng.random()),
+                    initial=initial,
+                    limits=self._log_config.limits,
+                    founding=founding,
+                    liveness=self._liveness,
+                    damage=damage if damage.lost_entries or damage.lost_state else None,
+                )
+            except CorruptSegmentError as error:
+                if not isinstance(log, SegmentLog):
+                    raise
+                self._set_aside_segment(
+                    key, error, log.segment_paths_from(error.offset), "log cut before this batch"
+                )
+                log.cut_damaged(error)
+                damage = StorageDamage(True, damage.lost_state)
+            except CorruptStateError as error:
+                if not isinstance(log, SegmentLog):
+                    raise
+                note = DamageNote(
+                    f"{key[0]}/{key[1]}", str(error), error.path, "state file replaced anew"
+                )
+                self._note_damage(
+                    key, note, set_aside(self._data_dir, *key, note, move=[error.path])
+                )
+                log.discard_state()
+                damage = StorageDamage(damage.lost_entries, True)
+                initial, founding = None, False  # never found again: the group exists
+        raise StorageError(f"{key[0]}/{key[1]}: more than {DAMAGE_PASSES_MAX} damaged batches")
+
+    def _set_aside_segment(
+        self, key: PartitionKey, error: CorruptSegmentError, paths: Sequence[str], action: str
+    ) -> None:
+        note = DamageNote.of_segment(f"{key[0]}/{key[1]}", error, action)
+        self._note_damage(key, note, set_aside(self._data_dir, *key, note, copy=paths))
+
+    def _note_damage(self, key: PartitionKey, note: DamageNote, directory: str | None) -> None:
+        self.counters["damaged_replicas"] += 1
+        where = f"{note.file} offset {note.offset}" if note.offset is not None else note.file
+        reason = f"{note.reason} ({where}; {note.action})"
+        self._damaged[key] = DamagedReplica(key, reason, self._now(), directory)
+        _LOG.error(
+            "replica %s/%d node=%s: damaged storage: %s; files set aside in %s; the replica "
+            "heals from its peers",
+            *key,
+            self.node_id,
+            reason,
+            directory,
+        )
+
+    def _load_committed(
+        self, key: PartitionKey, directory: str, log: SegmentLog
+    ) -> tuple[int, bool]:
+        """The replica's committed file (-1: none) and whether it says the log lost
+        acknowledged entries (it records more than the log holds). A damaged file
+        is set aside."""
+        try:
+            return _load_committed(directory, log.end_offset), False
+        except _CommittedAboveError as above:
+            note = DamageNote(
+                f"{key[0]}/{key[1]}",
+                f"the committed file records offset {above.committed}, the log ends at "
+                f"{log.end_offset}: acknowledged entries are missing",
+                above.path,
+                "committed file set aside",
+            )
+        except CommittedFileError as error:
+            note = DamageNote(
+                f"{key[0]}/{key[1]}", str(error), committed_path(directory), "set aside"
+            )
+            self._note_damage(key, note, set_aside(self._data_dir, *key, note, move=[note.file]))
+            return -1, False
+        self._note_damage(key, note, set_aside(self._data_dir, *key, note, move=[note.file]))
+        return -1, True
 
     def _log_config_of(self, key: PartitionKey) -> LogConfig:
         """The log config of ``key``'s replica (internal topics: smaller segments)."""
@@ -1059,7 +1243,7 @@ class ReplicaHost:
             directory = partition_directory(self._data_dir, topic, partition)
             log: LogStorage | None = None
             try:
-                log = self._log_factory(directory, self._log_config_of(key))
+                log = self._open_log(key, directory)
                 if log.end_offset > fenced.durable_end >= log.start_offset:
                     log.truncate_suffix(fenced.durable_end)
                 log.sync()
@@ -1352,31 +1536,33 @@ class ReplicaHost:
                 self._on_removed(replica.key)
 
 
+class _CommittedAboveError(Exception):
+    """The committed file records more than the log holds."""
+
+    def __init__(self, path: str, committed: int) -> None:
+        super().__init__(path)
+        self.path = path
+        self.committed = committed
+
+
 def _load_committed(directory: str, log_end: int) -> int:
     """The value of ``directory``'s committed file, for a log ending at ``log_end``;
     -1 when there is none (so that the first save writes even a watermark of 0).
 
-    A file above the log's end is removed: it outlived its data (a crash that lost
-    unsynced appends, or a directory deleted and made again while it was written).
-    A damaged or unreadable one counts as absent; the next save replaces it.
+    Raises :class:`_CommittedAboveError` when the file records more than the log holds
+    (the replica lost entries it acknowledged: a crash that lost unsynced appends,
+    or damage), and :class:`CommittedFileError` for a damaged file. A file that
+    cannot be read counts as absent; the next save replaces it.
     """
     try:
         saved = read_committed(directory)
-    except (OSError, StorageError) as error:
+    except OSError as error:
         _LOG.warning("ignoring committed file dir=%s error=%s", directory, error)
         return -1
     if saved is None:
         return -1
     if saved > log_end:
-        _LOG.warning(
-            "removing committed file above the log end dir=%s committed=%d end=%d",
-            directory,
-            saved,
-            log_end,
-        )
-        with contextlib.suppress(OSError):
-            remove_committed(directory)
-        return -1
+        raise _CommittedAboveError(committed_path(directory), saved)
     return saved
 
 

@@ -486,13 +486,38 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             )
             for f in host.fenced()
         ]
+        damaged = [
+            pb.DamagedReplica(
+                topic=d.key[0],
+                partition=d.key[1],
+                reason=d.reason,
+                damaged_for_ms=max(0, now_ms - d.since_ms),
+                quarantine=d.quarantine or "",
+            )
+            for d in host.damaged()
+        ]
         return pb.DescribeClusterResponse(
             cluster_id=node.cluster_id,
             node_id=node.node_id,
             members=[_member(m) for m in members],
             partitions=partitions,
             fenced=fenced,
+            damaged=damaged,
         )
+
+    @_guarded
+    async def RecoverPartition(  # noqa: N802
+        self, request: pb.RecoverPartitionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecoverPartitionResponse:
+        if not request.accept_data_loss:
+            raise InvalidInputError(
+                "recovering a partition whose replicas are damaged may lose acknowledged "
+                "records: say so with accept_data_loss"
+            )
+        key = (request.topic, request.partition)
+        host = self._node.host
+        hosted = host.get(key) is not None
+        return pb.RecoverPartitionResponse(recovered=host.accept_data_loss(key), hosted=hosted)
 
     @_guarded
     async def UpdateNode(  # noqa: N802

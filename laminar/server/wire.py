@@ -73,7 +73,7 @@ from laminar.replica.messages import (
 )
 from laminar.replica.types import NodeId
 
-WIRE_VERSION: Final = 1
+WIRE_VERSION: Final = 2
 """First byte of every encoded bundle; a decoder rejects any other value."""
 NODE_ID_BYTES_MAX: Final = 255
 TOPIC_BYTES_MAX: Final = 255
@@ -137,7 +137,7 @@ _SCHEMA_LIST: Final = (
     _schema(1, VoteRequest, "TNTTBB"),
     _schema(2, VoteResponse, "TNBB"),
     _schema(3, AppendRequest, "TNTTLTT"),
-    _schema(4, AppendResponse, "TNBTTTTT"),
+    _schema(4, AppendResponse, "TNBTTTTTT"),
     _schema(5, Heartbeat, "TNTBB"),
     _schema(6, HeartbeatResponse, "TNTT"),
     _schema(7, TimeoutNow, "TN"),
@@ -252,6 +252,7 @@ def _encode_entry(
             message.prev_end_offset,
             message.conflict_term,
             message.conflict_start,
+            message.healing_since,
         ]
     schema = _SCHEMA_BY_TYPE.get(message_type)
     if schema is None:
@@ -496,8 +497,10 @@ def _decode_fast(
             return (topics[topic], partition), AppendRequest(
                 term, NodeId(nodes[node]), prev_end, prev_term, blobs.take(size), end, commit
             )
-    elif length == 11 and not heartbeats_only:
-        kind, topic, partition, term, node, success, match, end, prev_end, c_term, c_start = entry
+    elif length == 12 and not heartbeats_only:
+        kind, topic, partition, term, node, success, match, end, prev_end, c_term, c_start, heal = (
+            entry
+        )
         if (
             kind == _APPEND_RESPONSE
             and type(kind) is int
@@ -520,9 +523,11 @@ def _decode_fast(
             and OFFSET_MIN <= c_term <= OFFSET_MAX
             and type(c_start) is int
             and OFFSET_MIN <= c_start <= OFFSET_MAX
+            and type(heal) is int
+            and OFFSET_MIN <= heal <= OFFSET_MAX
         ):
             return (topics[topic], partition), AppendResponse(
-                term, NodeId(nodes[node]), success, match, end, prev_end, c_term, c_start
+                term, NodeId(nodes[node]), success, match, end, prev_end, c_term, c_start, heal
             )
     return None
 

@@ -15,6 +15,15 @@ idempotent retries; reads from random replicas run as timed actions. A
 * every acknowledged value sits at exactly one offset, the one it was acknowledged
   with, in the final log.
 
+Disk damage (``SeedOptions.damage``): a crashed node's replica loses the end of its
+log from a random batch on (entries it may have acknowledged) and/or its state
+file (term and vote), as the shell leaves it after setting damaged files aside,
+and restarts *healing* (:class:`~laminar.replica.core.StorageDamage`). At most one
+replica of a partition is damaged or healing at a time (a majority damaged waits
+for an operator). With ``SeedOptions.heal`` False the damage is not told to the
+core, which then votes with what is left: the checkers find lost acknowledged
+records (see ``tests/sim/test_replica_sim.py``).
+
 :func:`run_seed` builds a random fault schedule for a seed, runs it, lets the
 cluster heal, checks liveness, and returns the violations (empty when correct).
 The same seed always replays the same run (``trace_hash``).
@@ -27,10 +36,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
+import msgpack
+
 from laminar.records import decode_records, encode_batch, iter_batches, parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
-from laminar.replica.core import ReplicaCore
+from laminar.replica.core import ReplicaCore, StorageDamage
 from laminar.replica.messages import (
     ConfigChanged,
     ProduceReply,
@@ -179,6 +190,10 @@ class ReplicaSimNode:
         self.incarnation = 0
         self._coalescer = Coalescer()
         self._outbox: list[Envelope] = []
+        self.damaged: dict[int, StorageDamage] = {}
+        """Damage done while crashed, for the cores made at the next restart."""
+        self.heal = True
+        """Tell the cores about damage (False: they vote with what is left)."""
         self._clients: dict[int, str] = {}  # request id -> client address
         self.local_replies: list[ProduceReply] = []
         self._trace: list[str] = []
@@ -197,10 +212,21 @@ class ReplicaSimNode:
         return self._drain(now_ms)
 
     def _new_core(
-        self, partition: int, storage: MemoryLog, group: GroupConfig | None, now_ms: int
+        self,
+        partition: int,
+        storage: MemoryLog,
+        group: GroupConfig | None,
+        now_ms: int,
+        damage: StorageDamage | None = None,
     ) -> ReplicaCore:
         core = ReplicaCore(
-            self._id, storage, self._config, now_ms=now_ms, rng=self._rng, initial=group
+            self._id,
+            storage,
+            self._config,
+            now_ms=now_ms,
+            rng=self._rng,
+            initial=group,
+            damage=damage if self.heal else None,
         )
         target = self.targets.get(partition)
         if target is not None:
@@ -215,8 +241,43 @@ class ReplicaSimNode:
     def restart(self, now_ms: int) -> Step:
         self.incarnation += 1
         for partition, storage in self.storages.items():
-            self.cores[partition] = self._new_core(partition, storage, None, now_ms)
+            damage = self.damaged.pop(partition, None)
+            self.cores[partition] = self._new_core(partition, storage, None, now_ms, damage)
         return self._drain(now_ms)
+
+    def damage(self, partition: int, rng: random.Random) -> str:
+        """(While crashed.) Damage ``partition``'s storage: the end of its log from a
+        random batch on, its state file, or both."""
+        storage = self.storages[partition]
+        lose_state = rng.random() < 0.4
+        lose_entries = not lose_state or rng.random() < 0.5
+        data = (
+            storage.read(storage.start_offset, 1 << 30)
+            if storage.end_offset > storage.start_offset
+            else b""
+        )
+        batches = sum(1 for _ in iter_batches(data, verify=False))
+        kept = rng.randint(0, batches) if lose_entries and batches else None
+        storage.damage(batches_kept=kept, lose_state=lose_state)
+        self.damaged[partition] = StorageDamage(
+            lost_entries=kept is not None, lost_state=lose_state
+        )
+        return (
+            f"{self._id} p{partition} damaged: kept {kept} of {batches} batches, "
+            f"state lost {lose_state}"
+        )
+
+    def healing(self, partition: int) -> bool:
+        """Whether this node's replica of ``partition`` is damaged or still healing
+        (also while it is crashed: the state says so)."""
+        if partition in self.damaged:
+            return True
+        core = self.cores.get(partition)
+        if core is not None:
+            return core.healing
+        storage = self.storages.get(partition)
+        saved = None if storage is None else storage.load_state()
+        return saved is not None and msgpack.unpackb(saved).get("heal") is not None
 
     # ---------------------------------------------------------------- inputs
 
@@ -470,6 +531,8 @@ class SeedOptions:
     faults: bool = True
     reconfigure: bool | None = None  # None: decided by the seed
     retention: bool | None = None  # None: decided by the seed (half of them)
+    damage: bool | None = None  # None: decided by the seed (half); never when reconfigured
+    heal: bool = True  # False: damage is not told to the cores (shows what goes wrong)
     config: ReplicaConfig = field(default_factory=ReplicaConfig.simulation)
 
 
@@ -523,6 +586,14 @@ class Cluster:
                 self.sim.add_node(client)
         self.targets: dict[int, tuple[str, ...]] = {}
         self.dead_for_good: set[str] = set()
+        damage = options.damage
+        if damage is None:
+            damage = seed % 2 == 0
+        # Not with a reconfiguration: a replica dead for good and one healing are a
+        # majority of three, which waits for an operator (accept_data_loss).
+        self.damage = damage and not _reconfigures(seed, options)
+        for node in self.nodes.values():
+            node.heal = options.heal
         self.start_membership_oracle()
 
     # ---------------------------------------------------------------- actions
@@ -694,7 +765,10 @@ def _random_faults(cluster: Cluster, start_ms: int, end_ms: int) -> None:
         time += rng.randint(200, 1500)
         if time >= end_ms:
             break
-        kind = rng.choice(("crash", "crash", "restart", "partition", "heal", "pause", "loss"))
+        kinds: tuple[str, ...] = ("crash", "crash", "restart", "partition", "heal", "pause", "loss")
+        if cluster.damage:
+            kinds += ("damage", "damage")
+        kind = rng.choice(kinds)
         sim.at(time, _fault_action(cluster, kind, rng.random()))
 
 
@@ -725,11 +799,33 @@ def _fault_action(cluster: Cluster, kind: str, draw: float) -> Callable[[], None
                 victim = rng.choice(up)
                 sim.pause(victim)
                 sim.at(sim.now_ms + rng.randint(100, 2000), lambda: sim.resume(victim))
+        elif kind == "damage":
+            _damage(cluster, candidates, rng)
         else:
             loss = rng.choice((0.0, 0.05, 0.2, 0.5))
             sim.set_default_link(LinkConfig(loss, 1, rng.choice((5, 20, 100))))
 
     return act
+
+
+def _damage(cluster: Cluster, candidates: list[str], rng: random.Random) -> None:
+    """Crash a node (if up) and damage one of its replicas, unless a replica of that
+    partition is damaged or healing already; it restarts later (a restart fault, or
+    the final heal)."""
+    sim = cluster.sim
+    node_id = rng.choice(candidates)
+    node = cluster.nodes[node_id]
+    partitions = [
+        p
+        for p in sorted(node.storages)
+        if not any(other.healing(p) for other in cluster.nodes.values())
+    ]
+    if not partitions:
+        return
+    if not _is_crashed(sim, node_id):
+        sim.resume(node_id)
+        sim.crash(node_id)
+    sim.record(node.damage(rng.choice(partitions), rng))
 
 
 def _schedule_retention(cluster: Cluster, start_ms: int, end_ms: int) -> None:
@@ -803,13 +899,17 @@ def run_seed(seed: int, options: SeedOptions | None = None) -> SeedResult:
     )
 
 
+def _reconfigures(seed: int, options: SeedOptions) -> bool:
+    if options.reconfigure is None:
+        return seed % 3 == 0
+    return options.reconfigure
+
+
 def _run(cluster: Cluster) -> bool:
     options = cluster.options
     seed = cluster.seed
     sim = cluster.sim
-    reconfigure = options.reconfigure
-    if reconfigure is None:
-        reconfigure = seed % 3 == 0
+    reconfigure = _reconfigures(seed, options)
     warmup_ms = 1_500
     fault_end = warmup_ms + options.fault_ms
     cluster.schedule_reads(fault_end + options.heal_bound_ms)

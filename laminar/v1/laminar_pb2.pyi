@@ -319,19 +319,53 @@ class FencedReplica(_message.Message):
     fenced_for_ms: int
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., reason: _Optional[str] = ..., fenced_for_ms: _Optional[int] = ...) -> None: ...
 
+class DamagedReplica(_message.Message):
+    __slots__ = ("topic", "partition", "reason", "damaged_for_ms", "quarantine")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DAMAGED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    reason: str
+    damaged_for_ms: int
+    quarantine: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., reason: _Optional[str] = ..., damaged_for_ms: _Optional[int] = ..., quarantine: _Optional[str] = ...) -> None: ...
+
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("cluster_id", "node_id", "members", "partitions", "fenced")
+    __slots__ = ("cluster_id", "node_id", "members", "partitions", "fenced", "damaged")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    DAMAGED_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     node_id: str
     members: _containers.RepeatedCompositeFieldContainer[Member]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionHealth]
     fenced: _containers.RepeatedCompositeFieldContainer[FencedReplica]
-    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionHealth, _Mapping]]] = ..., fenced: _Optional[_Iterable[_Union[FencedReplica, _Mapping]]] = ...) -> None: ...
+    damaged: _containers.RepeatedCompositeFieldContainer[DamagedReplica]
+    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionHealth, _Mapping]]] = ..., fenced: _Optional[_Iterable[_Union[FencedReplica, _Mapping]]] = ..., damaged: _Optional[_Iterable[_Union[DamagedReplica, _Mapping]]] = ...) -> None: ...
+
+class RecoverPartitionRequest(_message.Message):
+    __slots__ = ("topic", "partition", "accept_data_loss")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    accept_data_loss: bool
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., accept_data_loss: _Optional[bool] = ...) -> None: ...
+
+class RecoverPartitionResponse(_message.Message):
+    __slots__ = ("recovered", "hosted")
+    RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    HOSTED_FIELD_NUMBER: _ClassVar[int]
+    recovered: bool
+    hosted: bool
+    def __init__(self, recovered: _Optional[bool] = ..., hosted: _Optional[bool] = ...) -> None: ...
 
 class UpdateNodeRequest(_message.Message):
     __slots__ = ("weight", "zone")

@@ -86,6 +86,11 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.FromString,
                 _registered_method=True)
+        self.RecoverPartition = channel.unary_unary(
+                '/laminar.v1.Laminar/RecoverPartition',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionResponse.FromString,
+                _registered_method=True)
         self.GroupHeartbeat = channel.unary_unary(
                 '/laminar.v1.Laminar/GroupHeartbeat',
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.GroupHeartbeatRequest.SerializeToString,
@@ -197,6 +202,15 @@ class LaminarServicer:
 
     def UpdateNode(self, request, context):
         """Change this node's gossiped weight or zone (drain = weight 0).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecoverPartition(self, request, context):
+        """An operator accepts data loss for a partition whose replicas are too damaged
+        to elect a leader: the answering node's replica of it, if it heals from
+        damaged storage, votes again with what it holds. `laminar partition recover`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -316,6 +330,11 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.UpdateNode,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.SerializeToString,
+            ),
+            'RecoverPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecoverPartition,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionResponse.SerializeToString,
             ),
             'GroupHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.GroupHeartbeat,
@@ -630,6 +649,33 @@ class Laminar:
             '/laminar.v1.Laminar/UpdateNode',
             laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecoverPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/RecoverPartition',
+            laminar_dot_v1_dot_laminar__pb2.RecoverPartitionRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.RecoverPartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -146,17 +146,35 @@ async def test_the_host_saves_the_high_watermark_periodically_and_on_close(
 
 
 @run
-async def test_a_committed_file_above_the_log_end_is_removed_on_open(tmp_path: Path) -> None:
+async def test_a_committed_file_above_the_log_end_makes_the_replica_heal(tmp_path: Path) -> None:
+    """The file records more than the log holds (acknowledged entries are gone: a
+    crash that lost unsynced appends, or damage): the file is set aside and the
+    replica heals instead of leading with what is left. Alone in its group it waits
+    for an operator, who accepts the loss; it then leads and saves the true value."""
     host = await _leading_host(tmp_path, save_ms=3_600_000)
     await host.close()
-    # As after a crash that lost unsynced appends: the file says more than the log has.
     write_committed(str(tmp_path / "partitions" / "events" / "0"), 1_000)
-    host = await _leading_host(tmp_path, save_ms=3_600_000)
+    host = ReplicaHost(
+        "n1",
+        str(tmp_path),
+        ReplicaConfig.local(),
+        LogConfig(),
+        send=_no_peers,
+        host_config=HostConfig(committed_save_ms=3_600_000),
+    )
+    await host.start()
     try:
         replica = host.get(KEY)
-        assert replica is not None
-        # Removed at open; the first save (at the first tick) writes the true value.
-        await wait_until(lambda: _committed(tmp_path) is not None, "a save", timeout_s=DEADLINE_S)
+        assert replica is not None and replica.core.healing
+        assert _committed(tmp_path) is None  # set aside, with a note
+        notes = list((tmp_path / "quarantine" / "events" / "0").rglob("note.json"))
+        assert len(notes) == 1 and "acknowledged entries are missing" in notes[0].read_text()
+        assert [d.key for d in host.damaged()] == [KEY]
+        assert host.accept_data_loss(KEY)
+        await wait_until(
+            lambda: replica.core.role is Role.LEADER, "leadership", timeout_s=DEADLINE_S
+        )
+        await host.close()
         saved = _committed(tmp_path)
         assert saved is not None and saved <= replica.core.high_watermark < 1_000
     finally:

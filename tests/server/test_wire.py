@@ -95,6 +95,7 @@ def sample_bundle() -> PeerBundle:
         VoteResponse(3, node, granted=False, pre_vote=True),
         AppendRequest(3, node, 90, 2, b"\x00batch-bytes\xff" * 10, 100, 80),
         AppendResponse(3, node, False, -1, 50, 90, 2, 40),
+        AppendResponse(3, node, True, 60, 60, 50, healing_since=40),
         Heartbeat(3, node, 80, member=False),
         HeartbeatResponse(3, node, 100),
         TimeoutNow(4, node),
@@ -290,7 +291,8 @@ def test_oversized_arrays_and_strings_stop_inside_the_unpacker() -> None:
         ((("t",), ("n",), (), ((2, 0, 1, 3, 0, "yes", True),)), "granted"),
         ((("t",), ("n",), (), ((3, 0, 1, 3, 0, 10, 2, -1, 5, 3),)), "batches length"),
         ((("t",), ("n",), (), ((3, 0, 1, 3, 0, 10, 2, 4, 5, 3),)), "truncated"),
-        ((("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, "x"),)), "conflict_start"),
+        ((("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, "x", -1),)), "conflict_start"),
+        ((("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, 3, "no"),)), "healing_since"),
         ((("t",), ("n",), (), ((7, 0, 1, 3, 0, 5),)), "TimeoutNow needs"),
     ],
 )

@@ -1,6 +1,6 @@
 """Seed sweeps of the replication simulation.
 
-    .venv/bin/python -m tests.sim.replica --seeds 10000 [--start 0]
+    .venv/bin/python -m tests.sim.replica --seeds 10000 [--start 0] [--damage] [--no-heal]
     .venv/bin/python -m tests.sim.replica --replay 1234 [--trace]
 
 A sweep prints every failing seed with its first violations, then a summary line;
@@ -30,10 +30,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-faults", action="store_true", help="no random faults (reconfiguration only)"
     )
+    parser.add_argument(
+        "--damage",
+        action="store_true",
+        help="disk damage in every seed not reconfigured (default: half of those)",
+    )
+    parser.add_argument(
+        "--no-heal",
+        action="store_true",
+        help="do not tell the cores about damage (the repair rule off: expect lost records)",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
-    options = SeedOptions(faults=not args.no_faults)
+    options = SeedOptions(
+        faults=not args.no_faults,
+        damage=True if args.damage else None,
+        heal=not args.no_heal,
+    )
     if args.replay is not None:
         return _replay(args.replay, options, trace=args.trace)
     failed = 0

@@ -1,0 +1,118 @@
+"""Damaged files set aside: ``<data dir>/quarantine/``.
+
+When a replica's storage is found damaged (a batch failing its checksums, a state
+file with no valid copy, an unreadable committed file), the files involved are
+copied (the log keeps its valid prefix) or moved (a file replaced anew) to
+``quarantine/<topic>/<partition>/<time>/``, with ``note.json`` saying what was
+found where: the file, the offset and byte position of the first damaged batch,
+the stored and computed checksums when a checksum failed, the reason and the
+time, and what the node did. Nothing in the quarantine is ever read again by the
+node; an operator may inspect it and delete it (``laminar node start`` reports
+its size at start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from laminar.errors import CorruptSegmentError
+from laminar.segment.statefile import fsync_directory
+
+QUARANTINE_DIR = "quarantine"
+NOTE_FILE = "note.json"
+
+
+@dataclass(frozen=True, slots=True)
+class DamageNote:
+    """What was found, and what was done (written as ``note.json``)."""
+
+    replica: str
+    """``topic/partition``."""
+    reason: str
+    file: str
+    action: str
+    offset: int | None = None
+    position: int | None = None
+    expected_checksum: str | None = None
+    found_checksum: str | None = None
+    time: str = ""
+
+    @classmethod
+    def of_segment(cls, replica: str, error: CorruptSegmentError, action: str) -> DamageNote:
+        return cls(
+            replica=replica,
+            reason=error.reason,
+            file=error.path,
+            action=action,
+            offset=error.offset,
+            position=error.position,
+            expected_checksum=None if error.expected is None else f"{error.expected:#018x}",
+            found_checksum=None if error.found is None else f"{error.found:#018x}",
+        )
+
+
+def set_aside(
+    data_dir: str,
+    topic: str,
+    partition: int,
+    note: DamageNote,
+    *,
+    copy: Sequence[str] = (),
+    move: Sequence[str] = (),
+) -> str:
+    """Copy ``copy`` and move ``move`` (paths; missing ones are skipped) into a new
+    quarantine directory of the replica with ``note``; its path. Durable when it
+    returns (the files, the note and the directories are fsynced)."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z"
+    directory = os.path.join(data_dir, QUARANTINE_DIR, topic, str(partition), stamp)
+    os.makedirs(directory)
+    for path in copy:
+        if os.path.exists(path):
+            target = os.path.join(directory, os.path.basename(path))
+            shutil.copyfile(path, target)
+            _fsync_file(target)
+    for path in move:
+        if os.path.exists(path):
+            os.replace(path, os.path.join(directory, os.path.basename(path)))
+    noted = note if note.time else _with_time(note)
+    note_path = os.path.join(directory, NOTE_FILE)
+    with open(note_path, "w", encoding="utf-8") as file:
+        json.dump(asdict(noted), file, indent=2)
+        file.write("\n")
+        file.flush()
+        os.fsync(file.fileno())
+    fsync_directory(directory)
+    for path in move:
+        fsync_directory(os.path.dirname(path))
+    fsync_directory(os.path.dirname(directory))
+    return directory
+
+
+def quarantined_bytes(data_dir: str) -> int:
+    """Bytes held in ``data_dir``'s quarantine (0 when there is none)."""
+    total = 0
+    for root, _dirs, files in os.walk(os.path.join(data_dir, QUARANTINE_DIR)):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                continue
+    return total
+
+
+def _with_time(note: DamageNote) -> DamageNote:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return DamageNote(**{**asdict(note), "time": now})
+
+
+def _fsync_file(path: str) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
