@@ -6,24 +6,36 @@ of the ``.log`` file. ``.timeindex`` holds 12-byte entries
 ``(timestamp_ms i64, relative_offset u32)``: every batch from that offset on, up to
 the next entry, belongs after a batch whose running-maximum timestamp was
 ``timestamp_ms``; entries are monotonic in both fields. Both are little-endian.
+``.index`` ends with a 16-byte trailer: the xxh3-64 of both files' entries (u64,
+little-endian) and the magic ``b"LMIDX\\0\\0\\1"``; a file without it (an older
+version's, or cut short) or whose entries do not match it is rebuilt from the log.
 
 An entry is added when at least ``index_interval_bytes`` of log were written since
 the previous one (the first batch of a segment always gets one). Indexes live in
 memory and are written to their files when the segment is sealed or the log
 closed; they can always be rebuilt from the log, so they are never trusted
-blindly: :func:`entries_are_sane` checks them on open.
+blindly: the trailer's checksum catches a damaged byte in either file (an entry
+still in order but pointing elsewhere would send reads to the wrong batch, or a
+time lookup past the records it asks for), and :func:`entries_are_sane` checks
+them on open.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from array import array
 from bisect import bisect_right
 
+import xxhash
+
 _OFFSET_ENTRY_BYTES = 8
 _TIME_ENTRY_BYTES = 12
 _LITTLE = sys.byteorder == "little"
+_TRAILER_MAGIC = b"LMIDX\0\0\1"
+_TRAILER = struct.Struct("<Q8s")
+TRAILER_BYTES = _TRAILER.size
 
 
 class SparseIndex:
@@ -93,18 +105,27 @@ class SparseIndex:
         ):
             times += timestamp_ms.to_bytes(8, "little", signed=True)
             times += relative_offset.to_bytes(4, "little")
-        _write_file(offset_path, _to_u32_bytes(offsets))
+        offset_data = _to_u32_bytes(offsets)
+        trailer = _TRAILER.pack(_checksum(offset_data, times), _TRAILER_MAGIC)
         _write_file(time_path, bytes(times))
+        _write_file(offset_path, offset_data + trailer)
 
     @classmethod
     def read(cls, offset_path: str, time_path: str) -> SparseIndex | None:
-        """Load both files; None when either is missing or not a whole number of entries."""
+        """Load both files; None when either is missing, not a whole number of
+        entries, or not what the trailer's checksum says (rebuild it then)."""
         try:
             with open(offset_path, "rb") as file:
                 offset_data = file.read()
             with open(time_path, "rb") as file:
                 time_data = file.read()
         except OSError:
+            return None
+        if len(offset_data) < TRAILER_BYTES:
+            return None
+        checksum, magic = _TRAILER.unpack_from(offset_data, len(offset_data) - TRAILER_BYTES)
+        offset_data = offset_data[:-TRAILER_BYTES]
+        if magic != _TRAILER_MAGIC or checksum != _checksum(offset_data, time_data):
             return None
         if len(offset_data) % _OFFSET_ENTRY_BYTES or len(time_data) % _TIME_ENTRY_BYTES:
             return None
@@ -152,6 +173,13 @@ class SparseIndex:
                 self.time_relative_offsets, self.time_relative_offsets[1:], strict=False
             )
         )
+
+
+def _checksum(offset_data: bytes, time_data: bytes | bytearray) -> int:
+    digest = xxhash.xxh3_64()
+    digest.update(offset_data)
+    digest.update(time_data)
+    return digest.intdigest()
 
 
 def _to_u32_bytes(values: array[int]) -> bytes:

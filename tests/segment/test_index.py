@@ -6,8 +6,9 @@ import struct
 from pathlib import Path
 
 import pytest
+import xxhash
 
-from laminar.segment.index import SparseIndex
+from laminar.segment.index import TRAILER_BYTES, SparseIndex
 
 TIMESTAMP_MIN = -(2**63)
 
@@ -113,7 +114,7 @@ def test_write_read_roundtrip(tmp_path: Path) -> None:
     index = _index([(0, 0, TIMESTAMP_MIN), (3, 4000, -2), (2**32 - 2, 2**32 - 100, 2**62)])
     offset_path, time_path = _paths(tmp_path)
     index.write(offset_path, time_path)
-    assert Path(offset_path).stat().st_size == 3 * 8
+    assert Path(offset_path).stat().st_size == 3 * 8 + TRAILER_BYTES
     assert Path(time_path).stat().st_size == 3 * 12
     loaded = SparseIndex.read(offset_path, time_path)
     assert loaded is not None
@@ -124,11 +125,36 @@ def test_write_read_roundtrip(tmp_path: Path) -> None:
     assert loaded.entries_are_sane(2**32 - 1)
 
 
-def test_file_layout_is_little_endian_entries(tmp_path: Path) -> None:
+def test_file_layout_is_little_endian_entries_and_a_checksum_trailer(tmp_path: Path) -> None:
     offset_path, time_path = _paths(tmp_path)
     _index([(0, 0, -3), (2, 300, 70)]).write(offset_path, time_path)
-    assert Path(offset_path).read_bytes() == struct.pack("<IIII", 0, 0, 2, 300)
-    assert Path(time_path).read_bytes() == struct.pack("<qIqI", -3, 0, 70, 2)
+    entries = struct.pack("<IIII", 0, 0, 2, 300)
+    times = struct.pack("<qIqI", -3, 0, 70, 2)
+    checksum = xxhash.xxh3_64_intdigest(entries + times)
+    assert Path(offset_path).read_bytes() == entries + struct.pack("<Q", checksum) + b"LMIDX\0\0\1"
+    assert Path(time_path).read_bytes() == times
+
+
+@pytest.mark.parametrize("which", ["index", "timeindex"])
+@pytest.mark.parametrize("position", [0, 5, 9, 12])
+def test_read_of_a_flipped_byte_is_none(which: str, position: int, tmp_path: Path) -> None:
+    """A flipped byte that keeps every entry in order (a position moved by 4 bytes,
+    a timestamp lowered) passes the sanity checks; the checksum catches it."""
+    offset_path, time_path = _paths(tmp_path)
+    _index(SAMPLE).write(offset_path, time_path)
+    path = Path(offset_path if which == "index" else time_path)
+    data = bytearray(path.read_bytes())
+    data[position] ^= 0x04
+    path.write_bytes(bytes(data))
+    assert SparseIndex.read(offset_path, time_path) is None
+
+
+def test_read_of_a_file_without_trailer_is_none(tmp_path: Path) -> None:
+    """An index written before the trailer existed is rebuilt once, not trusted."""
+    offset_path, time_path = _paths(tmp_path)
+    Path(offset_path).write_bytes(struct.pack("<IIII", 0, 0, 2, 300))
+    Path(time_path).write_bytes(struct.pack("<qIqI", -3, 0, 70, 2))
+    assert SparseIndex.read(offset_path, time_path) is None
 
 
 def test_empty_index_roundtrip(tmp_path: Path) -> None:
@@ -198,10 +224,8 @@ def test_insane_index_is_rejected(
     assert not _raw(offsets, times).entries_are_sane(log_bytes)
 
 
-def test_garbage_files_read_back_insane(tmp_path: Path) -> None:
+def test_garbage_files_read_back_as_none(tmp_path: Path) -> None:
     offset_path, time_path = _paths(tmp_path)
-    Path(offset_path).write_bytes(bytes(range(16)))
+    Path(offset_path).write_bytes(bytes(range(32)))
     Path(time_path).write_bytes(bytes(range(24)))
-    loaded = SparseIndex.read(offset_path, time_path)
-    assert loaded is not None  # well-formed sizes, so it loads ...
-    assert not loaded.entries_are_sane(10**6)  # ... but the checks reject it
+    assert SparseIndex.read(offset_path, time_path) is None
