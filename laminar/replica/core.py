@@ -365,6 +365,7 @@ class ReplicaCore:
         # log start, whose batches retention deleted (see advance_start).
         self._start_epochs: list[list[int]] = []
         self._healing_since: int | None = None
+        self._healing_told_term = -1  # the term of the last append answered while healing
         saved = storage.load_state()
         if founding:
             # The host wrote the founding state itself (many replicas, one sync):
@@ -934,26 +935,29 @@ class ReplicaCore:
             return
         if now_ms >= self._election_deadline:
             self._election_deadline = now_ms + self._election_timeout()
+            if self._healing_since is not None:
+                self._announce_healing()  # even to a quiesced leader: it must wake
+                return
             if (
                 self._quiesced
                 and self.leader is not None
                 and self._liveness.peer_alive(self.leader)
             ):
                 return  # idle, and its leader's node is alive: nothing to do
-            if self._healing_since is not None:
-                self._announce_healing()
-                return
             if self._is_voter() and not self._leader_presumed_alive(now_ms):
                 if self._defer_to_successor():
                     return
                 self._campaign(pre_vote=self._config.pre_vote)
 
     def _announce_healing(self) -> None:
-        """A healing replica that heard no leader for a timeout does not campaign: it
-        tells the leader it knows (else every member it knows) where its log ends,
-        which wakes a quiesced leader and makes it probe this log again."""
+        """A healing replica does not campaign: when it hears no leader for a timeout,
+        or only heartbeats from one that has not sent it an append since, it tells
+        that leader (else every member it knows) where its log ends and that it
+        heals, which wakes a quiesced leader and makes it probe this log again."""
         leader = self.leader if self.leader is not None else self.last_leader
-        peers = [leader] if leader is not None else list(self._members())
+        # Without a leader heard of: the members it knows, else (its state lost, the
+        # founding configuration with it) the placement target the shell gave it.
+        peers = [leader] if leader is not None else list(self._members() or self._target or ())
         response = AppendResponse(
             self.term,
             self.node_id,
@@ -1582,6 +1586,8 @@ class ReplicaCore:
                 return False  # reconfiguration or a preferred-leader transfer is due
         settled = 1  # this leader
         for peer, progress in self._progress.items():
+            if progress.healing:
+                return False  # it is to be demoted, then promoted back
             if (
                 progress.match_offset == end
                 and progress.reported_watermark == end
@@ -1826,6 +1832,7 @@ class ReplicaCore:
 
     def _acknowledge(self, leader: NodeId, *, match_offset: int, prev_end_offset: int) -> None:
         """Tell ``leader`` this log holds its entries up to ``match_offset``."""
+        self._healing_told_term = self.term  # the answer carries healing_since
         self._messages.append(
             Outbound(
                 leader,
@@ -1865,6 +1872,8 @@ class ReplicaCore:
             self._note_appended(header, batch)
 
     def _reject(self, request: AppendRequest, *, conflict_term: int, conflict_start: int) -> None:
+        if request.term == self.term:
+            self._healing_told_term = self.term  # the answer carries healing_since
         self._messages.append(
             Outbound(
                 request.leader,
@@ -1898,6 +1907,10 @@ class ReplicaCore:
         self._heard_from_leader(heartbeat.term, heartbeat.leader, quiesce=quiesce)
         if not heartbeat.member:
             self._check_removed()
+        if self._healing_since is not None and self._healing_told_term != self.term:
+            # A leader that believes this log whole only heartbeats it: tell it, until
+            # it sends an append (whose answer says so) in this term.
+            self._announce_healing()
         response = HeartbeatResponse(
             self.term, self.node_id, self._storage.end_offset, self.high_watermark
         )

@@ -229,6 +229,12 @@ class ReplicaSimNode:
             damage=damage if self.heal else None,
         )
         target = self.targets.get(partition)
+        founding = self._groups.get(partition)
+        if target is None and damage is not None and damage.lost_state and founding:
+            # A node knows the placement of its replicas (the host sets it at open):
+            # a replica whose state went with its founding configuration finds its
+            # peers there.
+            target = tuple(NodeId(n) for n in founding.voters)
         if target is not None:
             core.set_target(target, now_ms)
         return core
@@ -336,6 +342,11 @@ class ReplicaSimNode:
             start, watermark = core.start_offset, core.high_watermark
             core.advance_start(start + int((watermark - start) * fraction), now_ms)
             self._trace.append(f"{self._id} p{partition} start {core.start_offset}")
+        return self._drain(now_ms)
+
+    def peer_returned(self, peer: str, now_ms: int) -> Step:
+        for core in self.cores.values():
+            core.peer_returned(NodeId(peer), now_ms)
         return self._drain(now_ms)
 
     def hint_leader_dead(self, dead: str, now_ms: int) -> Step:
@@ -619,7 +630,8 @@ class Cluster:
     def start_membership_oracle(self, detect_ms: int = 1_000, every_ms: int = 200) -> None:
         """Stand in for SWIM: tell each node when another has been unreachable for
         ``detect_ms`` (crashed, paused, or across a partition), as a ``dead`` event
-        would, so that quiesced followers elect a new leader."""
+        would, so that quiesced followers elect a new leader; and when it is back,
+        as an ``alive`` event after ``dead`` would (a quiesced leader wakes)."""
         since: dict[tuple[str, str], int] = {}
         told: set[tuple[str, str]] = set()
 
@@ -634,7 +646,9 @@ class Cluster:
                     pair = (a, b)
                     if _reachable(self.sim, a, b):
                         since.pop(pair, None)
-                        told.discard(pair)
+                        if pair in told:  # alive again after dead: SWIM says so too
+                            told.discard(pair)
+                            self.sim.invoke(a, _returned_command(self.nodes[a], b))
                         continue
                     started = since.setdefault(pair, now)
                     if now - started >= detect_ms and pair not in told:
@@ -733,6 +747,13 @@ def _target_command(
 ) -> Callable[[int], Step]:
     def command(now_ms: int) -> Step:
         return node.set_target(partition, target, now_ms)
+
+    return command
+
+
+def _returned_command(node: ReplicaSimNode, peer: str) -> Callable[[int], Step]:
+    def command(now_ms: int) -> Step:
+        return node.peer_returned(peer, now_ms)
 
     return command
 

@@ -458,6 +458,35 @@ def test_a_damaged_follower_heals_as_a_learner_and_is_promoted_back() -> None:
     _finish(cluster)
 
 
+@pytest.mark.parametrize(
+    ("batches_kept", "lose_state"),
+    [pytest.param(None, True, id="state-lost"), pytest.param(3, False, id="entries-lost")],
+)
+def test_a_damaged_follower_of_a_quiesced_group_heals(
+    batches_kept: int | None, lose_state: bool
+) -> None:
+    """The group is idle and quiesced when a follower restarts damaged: the leader
+    only heartbeats it (it believes that log whole), so the follower must say it is
+    healing in answer, and the leader wakes, demotes and promotes it back. (Found by
+    the real-process damage suite: the replica stayed healing for good.)"""
+    cluster = _cluster()
+    _quiet(cluster)
+    leader = _leader_id(cluster)
+    victim = next(n for n in cluster.node_ids if n != leader)
+    cluster.sim.crash(victim)
+    cluster.sim.run_for(2_000)  # membership declares it dead; when it is back, the
+    # leader wakes (peer_returned) before it hears of the damage
+    node = cluster.nodes[victim]
+    node.storages[0].damage(batches_kept=batches_kept, lose_state=lose_state)
+    node.damaged[0] = StorageDamage(lost_entries=batches_kept is not None, lost_state=lose_state)
+    cluster.sim.restart(victim)
+    assert _core(cluster, victim).healing
+    _wait(cluster, lambda: not _core(cluster, victim).healing, 10_000)
+    assert _leader_id(cluster) == leader
+    assert victim in _core(cluster, leader).group_config.voters  # type: ignore[union-attr]
+    _finish(cluster)
+
+
 def test_a_majority_damaged_waits_for_the_operator_to_accept_the_loss() -> None:
     """Two of three replicas damaged: they do not vote, so nobody leads (offline,
     not silently shortened); once an operator accepts the loss on them they elect a
