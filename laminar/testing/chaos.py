@@ -11,8 +11,10 @@ Theory of operation. A chaos run needs root and happens in two processes:
   127.0.0.11, .12, ... (127.0.0.1 stays the client's source address), creates a
   topic with acks=all writers, and plays a seeded :class:`FaultPlan`: SIGKILL of a
   partition's leader (then a restart), SIGSTOP/SIGCONT of one, isolation of one,
-  a 2/3 split. Meanwhile a :class:`Workload` writes unique
-  values (``w{writer}-{sequence}``) with one
+  a 2/3 split, and disk damage (SIGKILL of a node holding a replica of the
+  partition, a byte flipped in a batch of a sealed segment of that replica, a
+  restart: the replica must be set aside and heal from its peers). Meanwhile a
+  :class:`Workload` writes unique values (``w{writer}-{sequence}``) with one
   :class:`~laminar_client.IdempotentProducer` per writer and records every
   acknowledgement with its partition and offset. After the plan, every fault is
   healed, the run waits (with deadlines) until every partition takes writes again
@@ -55,13 +57,13 @@ import time
 import traceback
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from laminar_client import Client, IdempotentProducer
 
 from laminar.errors import LaminarError
-from laminar.records import next_offset
+from laminar.records import HEADER_BYTES, iter_batches, next_offset, parse_header
 from laminar.testing.processes import (
     GOSSIP_PORT,
     PEER_PORT,
@@ -76,16 +78,21 @@ NODE_HOST_BASE = 11
 address of sockets nobody bound (the client's), belongs to no node."""
 NFT_TABLE = "laminar_chaos"
 TOPIC = "chaos"
-FAULT_KINDS = ("kill", "pause", "isolate", "split")
+FAULT_KINDS = ("kill", "pause", "isolate", "split", "damage")
 HOLD_RANGE_S = {
     "kill": (2.0, 13.0),
     "pause": (1.0, 8.0),
     "isolate": (2.0, 10.0),
     "split": (2.0, 10.0),
+    "damage": (1.0, 5.0),
 }
 """How long each kind of fault lasts, uniformly drawn. A kill held past the node's
 ``replica_move_grace_ms`` (10 s in the local preset) makes placement move the dead
-node's partitions away."""
+node's partitions away; a damaged node is back well within it, so that its replica
+heals rather than moves."""
+SEGMENT_BYTES_MAX = 65_536
+"""The nodes' segment size: small, so that a partition has sealed segments to damage
+within seconds of writes (and the run rolls segments often)."""
 QUIET_RANGE_S = (1.0, 4.0)
 """Fault-free time after each heal."""
 EXAMPLES_MAX = 10
@@ -292,6 +299,12 @@ class FaultPlan:
             )
             faults.append(fault)
             planned_s += fault.hold_s + fault.quiet_s
+        if all(fault.kind != "damage" for fault in faults):
+            # Every run damages a disk at least once, midway (segments are sealed by
+            # then): one more fault, so the plan runs over by its hold and quiet.
+            hold_s = round(rng.uniform(*HOLD_RANGE_S["damage"]), 1)
+            damage = replace(faults[0], kind="damage", hold_s=hold_s)
+            faults.insert(len(faults) // 2, damage)
         return cls(seed, tuple(faults))
 
 
@@ -655,6 +668,8 @@ class ChaosRun:
         self.notes: list[str] = []
         self.unattributed_max: dict[int, int] = {}
         self.unreadable: list[str] = []
+        self.damaged: list[str] = []
+        """``node:topic/partition`` of each replica given a damaged segment."""
 
     def say(self, text: str) -> None:
         print(f"[chaos {self.clock_s():7.2f}s] {text}", flush=True)
@@ -662,10 +677,14 @@ class ChaosRun:
     # ------------------------------------------------------------------ cluster
 
     def start_cluster(self) -> None:
-        first = self.cluster.add_node(bootstrap=True)
+        config = self.options.root / "node.toml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(f"[log]\nsegment_bytes_max = {SEGMENT_BYTES_MAX}\n", encoding="utf-8")
+        args = ["--config", str(config)]
+        first = self.cluster.add_node(bootstrap=True, extra_args=args)
         self.cluster.wait_ready(first, 60)
         for _ in range(self.options.node_count - 1):
-            node = self.cluster.add_node()
+            node = self.cluster.add_node(extra_args=args)
             self.cluster.wait_ready(node, 60)
         self.wait_members(60)
 
@@ -713,7 +732,9 @@ class ChaosRun:
         else:
             victim = nodes[fault.node]
             target = self.node_id(victim)
-        if fault.kind == "kill":
+        if fault.kind == "damage":
+            victim, target = self._damage(fault)
+        elif fault.kind == "kill":
             self.cluster.kill(victim)
         elif fault.kind == "pause":
             self._signal(victim, signal.SIGSTOP)
@@ -733,6 +754,44 @@ class ChaosRun:
             failover_s -= started_s
         self.events.append(FaultEvent(fault.kind, target, started_s, healed_s, failover_s))
         self._hold(fault.quiet_s)
+
+    def _damage(self, fault: FaultSpec) -> tuple[NodeProcess, str]:
+        """Kill a node holding a replica of ``fault.partition`` with a sealed segment
+        (the ``fault.node``-th such node, cyclically), and flip a byte in the payload
+        of the middle batch of its middle sealed segment; the restart in
+        :meth:`heal` must find it. A plain kill when no replica has a sealed segment."""
+        holders = [
+            (node, logs)
+            for node in self.cluster.nodes
+            if node.running
+            and len(
+                logs := sorted(
+                    (node.data_dir / "partitions" / TOPIC / str(fault.partition)).glob("*.log")
+                )
+            )
+            >= 2
+        ]
+        if not holders:
+            victim = self.cluster.nodes[fault.node]
+            self.cluster.kill(victim)
+            return victim, f"{self.node_id(victim)} (no sealed segment yet: killed only)"
+        victim, _ = holders[fault.node % len(holders)]
+        self.cluster.kill(victim)
+        # Listed again once it is down: a segment may have rolled meanwhile.
+        directory = victim.data_dir / "partitions" / TOPIC / str(fault.partition)
+        logs = sorted(directory.glob("*.log"))
+        segment = logs[(len(logs) - 1) // 2]  # never the last (active) one
+        data = bytearray(segment.read_bytes())
+        positions = [position for position, _ in iter_batches(bytes(data), verify=False)]
+        position = positions[len(positions) // 2]
+        header = parse_header(data, position)
+        flipped = position + HEADER_BYTES + (header.length - HEADER_BYTES) // 2
+        data[flipped] ^= 0x10
+        segment.write_bytes(bytes(data))
+        self.damaged.append(f"{self.node_id(victim)}:{TOPIC}/{fault.partition}")
+        return victim, (
+            f"{self.node_id(victim)} ({TOPIC}/{fault.partition} {segment.name} byte {flipped})"
+        )
 
     def heal(self) -> None:
         """Drop every rule, resume every paused node, restart every killed one."""
@@ -923,10 +982,20 @@ class ChaosRun:
             "unattributed_peer_connections_max": self.unattributed_max,
             "settled": settled,
             "unreadable": self.unreadable,
+            "damaged": self.damaged,
+            "quarantined": self.quarantined(),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             "notes": self.notes,
             "findings": asdict(findings),
         }
+
+    def quarantined(self) -> list[str]:
+        """``node:topic/partition`` of each replica a node set damage aside for."""
+        found = []
+        for node in self.cluster.nodes:
+            for note in sorted((node.data_dir / "quarantine").glob("*/*/*/note.json")):
+                found.append(f"{self.node_id(node)}:{json.loads(note.read_text())['replica']}")
+        return found
 
     def close(self) -> None:
         try:

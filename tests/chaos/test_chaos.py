@@ -124,6 +124,8 @@ def test_faults_lose_duplicate_misplace_and_diverge_nothing(
     assert report["settled"], f"seed {seed}: {report['notes']}"
     assert not report["unreadable"], f"seed {seed}: replicas that failed the final read"
     assert not findings["counts"], f"seed {seed}: {json.dumps(findings, indent=1)}"
+    # Every damaged replica was found at its node's restart and set aside.
+    assert set(report["damaged"]) <= set(report["quarantined"]), report["quarantined"]
 
 
 def run_echoed(command: list[str], timeout_s: float) -> tuple[int, list[str]]:
@@ -164,6 +166,7 @@ def summary(report: dict[str, Any]) -> str:
         "connections to gossip/peer ports from an unbound source (max seen, by port): "
         f"{report['unattributed_peer_connections_max']}",
         f"unreadable={report['unreadable']} peak_rss_mb(run)={report['peak_rss_mb']}",
+        f"damaged={report['damaged']} quarantined={report['quarantined']}",
         f"settled={report['settled']} findings={report['findings']}",
     ]
     return "\n".join(lines)

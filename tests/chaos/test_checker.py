@@ -6,6 +6,8 @@ it, so that a clean chaos report means something.
 
 from __future__ import annotations
 
+import pytest
+
 from laminar.testing.chaos import (
     Ack,
     Cut,
@@ -106,9 +108,16 @@ def test_a_seed_always_gives_the_same_plan_of_about_the_duration() -> None:
     assert plan == FaultPlan.generate(7, 60, 5, 6)
     assert plan != FaultPlan.generate(8, 60, 5, 6)
     planned_s = sum(f.hold_s + f.quiet_s for f in plan.faults)
-    assert 60 <= planned_s < 60 + 17
+    # Over by at most the longest fault and quiet, and a damage fault added midway.
+    assert 60 <= planned_s < 60 + 17 + 9
     for fault in plan.faults:
         assert len(set(fault.minority)) == 2 and 0 <= fault.node < 5
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_plan_damages_a_disk(seed: int) -> None:
+    kinds = [fault.kind for fault in FaultPlan.generate(seed, 60, 5, 6).faults]
+    assert "damage" in kinds
 
 
 def test_a_cut_drops_both_directions_and_closes_the_isolated_ports() -> None:
