@@ -2,7 +2,9 @@
 
 When a replica's storage is found damaged (a batch failing its checksums, a state
 file with no valid copy, an unreadable committed file), the files involved are
-copied (the log keeps its valid prefix) or moved (a file replaced anew) to
+copied (the damaged segment, which the log keeps up to the damage; later segments
+hold nothing damaged and are deleted, to be repaired from the peers) or moved (a
+file replaced anew) to
 ``quarantine/<topic>/<partition>/<time>/``, with ``note.json`` saying what was
 found where: the file, the offset and byte position of the first damaged batch,
 the stored and computed checksums when a checksum failed, the reason and the
@@ -14,6 +16,7 @@ its size at start).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -22,6 +25,8 @@ from dataclasses import asdict, dataclass
 
 from laminar.errors import CorruptSegmentError
 from laminar.segment.statefile import fsync_directory
+
+_LOG = logging.getLogger(__name__)
 
 QUARANTINE_DIR = "quarantine"
 NOTE_FILE = "note.json"
@@ -64,33 +69,68 @@ def set_aside(
     *,
     copy: Sequence[str] = (),
     move: Sequence[str] = (),
-) -> str:
+) -> str | None:
     """Copy ``copy`` and move ``move`` (paths; missing ones are skipped) into a new
     quarantine directory of the replica with ``note``; its path. Durable when it
-    returns (the files, the note and the directories are fsynced)."""
+    returns (the files, the note and the directories are fsynced).
+
+    Never fails for want of space or a failing disk, since the replica must open
+    all the same: a copy that cannot be made is left out (the note says so), a file
+    that cannot be moved is deleted (the caller needs it gone), and None is
+    returned when not even the note could be written (the caller logs the note)."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z"
     directory = os.path.join(data_dir, QUARANTINE_DIR, topic, str(partition), stamp)
-    os.makedirs(directory)
+    missing: list[str] = []
+    try:
+        os.makedirs(directory)
+    except OSError as error:
+        _LOG.error("cannot create quarantine directory %s: %s", directory, error)
+        for path in move:
+            _remove(path)
+        return None
     for path in copy:
         if os.path.exists(path):
             target = os.path.join(directory, os.path.basename(path))
-            shutil.copyfile(path, target)
-            _fsync_file(target)
+            try:
+                shutil.copyfile(path, target)
+                _fsync_file(target)
+            except OSError as error:
+                missing.append(f"no copy of {os.path.basename(path)} ({error.strerror})")
+                _remove(target)
     for path in move:
         if os.path.exists(path):
-            os.replace(path, os.path.join(directory, os.path.basename(path)))
+            try:
+                os.replace(path, os.path.join(directory, os.path.basename(path)))
+            except OSError as error:
+                missing.append(f"{os.path.basename(path)} deleted, not kept ({error.strerror})")
+                _remove(path)
     noted = note if note.time else _with_time(note)
+    if missing:
+        noted = DamageNote(**{**asdict(noted), "action": f"{noted.action}; {'; '.join(missing)}"})
     note_path = os.path.join(directory, NOTE_FILE)
-    with open(note_path, "w", encoding="utf-8") as file:
-        json.dump(asdict(noted), file, indent=2)
-        file.write("\n")
-        file.flush()
-        os.fsync(file.fileno())
-    fsync_directory(directory)
-    for path in move:
-        fsync_directory(os.path.dirname(path))
-    fsync_directory(os.path.dirname(directory))
+    try:
+        with open(note_path, "w", encoding="utf-8") as file:
+            json.dump(asdict(noted), file, indent=2)
+            file.write("\n")
+            file.flush()
+            os.fsync(file.fileno())
+        fsync_directory(directory)
+        for path in move:
+            fsync_directory(os.path.dirname(path))
+        fsync_directory(os.path.dirname(directory))
+    except OSError as error:
+        _LOG.error("cannot write %s: %s", note_path, error)
+        return None
     return directory
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        _LOG.error("cannot delete %s: %s", path, error)
 
 
 def quarantined_bytes(data_dir: str) -> int:

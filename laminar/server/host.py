@@ -597,9 +597,11 @@ class ReplicaHost:
             except CorruptSegmentError as error:
                 if not isinstance(log, SegmentLog):
                     raise
-                self._set_aside_segment(
-                    key, error, log.segment_paths_from(error.offset), "log cut before this batch"
-                )
+                later = [p for p in log.segment_paths_from(error.offset) if p.endswith(".log")]
+                action = "log cut before this batch"
+                if len(later) > 1:
+                    action += f" ({len(later) - 1} later segments deleted, to be repaired)"
+                self._set_aside_segment(key, error, [error.path], action)
                 log.cut_damaged(error)
                 damage = StorageDamage(True, damage.lost_state)
             except CorruptStateError as error:
@@ -633,7 +635,7 @@ class ReplicaHost:
             *key,
             self.node_id,
             reason,
-            directory,
+            directory or "(nowhere: the quarantine could not be written)",
         )
 
     def _load_committed(

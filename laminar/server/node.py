@@ -58,6 +58,7 @@ from laminar.records import encode_batch
 from laminar.replica.core import ReplicaCore
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.log import SegmentLog
+from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
 from laminar.server import rules
 from laminar.server.channels import ChannelCache
 from laminar.server.config import NodeConfig
@@ -292,6 +293,14 @@ class Node:
     ) -> Node:
         """Start membership, learn the cluster id, build the node and start it."""
         os.makedirs(config.data_dir, exist_ok=True)
+        held = quarantined_bytes(config.data_dir)
+        if held:
+            _LOG.warning(
+                "%s holds %d bytes of damaged files set aside earlier (see each note.json; "
+                "delete them once looked at)",
+                os.path.join(config.data_dir, QUARANTINE_DIR),
+                held,
+            )
         identity = Identity.load_or_create(config)
         founding = config.bootstrap and identity.cluster_id is None
         if founding:
