@@ -56,6 +56,7 @@ from laminar_client.metadata import (
     ClusterMetadata,
     FencedReplica,
     MemberInfo,
+    NodeDisk,
     PartitionHealth,
     TopicConfig,
     TopicMetadata,
@@ -1033,6 +1034,7 @@ class Client:
         deadline = self._deadline(timeout_s)
         found: dict[tuple[str, int], PartitionHealth] = {}
         fenced: list[FencedReplica] = []
+        disks: list[NodeDisk] = []
         for member in first.members:
             if member.state != "alive" or not member.grpc_address:
                 continue
@@ -1055,6 +1057,7 @@ class Client:
                 except LaminarError:
                     continue
             fenced.extend(answer.fenced)
+            disks.extend(answer.disks)
             for health in answer.partitions:
                 found.setdefault((health.topic, health.partition), health)
         with contextlib.suppress(LaminarError):
@@ -1072,7 +1075,7 @@ class Client:
             if not key[0].startswith("__")  # internal partitions are not the operator's
             or found[key].under_replicated
         )
-        return replace(first, partitions=partitions, fenced=tuple(fenced))
+        return replace(first, partitions=partitions, fenced=tuple(fenced), disks=tuple(disks))
 
     def update_node(
         self,

@@ -486,12 +486,19 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             )
             for f in host.fenced()
         ]
+        disk = host.disk_status()
         return pb.DescribeClusterResponse(
             cluster_id=node.cluster_id,
             node_id=node.node_id,
             members=[_member(m) for m in members],
             partitions=partitions,
             fenced=fenced,
+            disk=pb.NodeDisk(
+                free_bytes=disk.free_bytes,
+                total_bytes=disk.total_bytes,
+                watermark_bytes=disk.watermark_bytes,
+                full=disk.full,
+            ),
         )
 
     @_guarded
@@ -525,7 +532,11 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if spec.name in node.metadata.topics:
             raise TopicExistsError(f"topic {spec.name!r} already exists")
         founders = rules.plan_topic(
-            spec.name, spec.partitions, spec.replication_factor, node.placement_members()
+            spec.name,
+            spec.partitions,
+            spec.replication_factor,
+            node.placement_members(),
+            node.host.full_nodes(),
         )
         command_id = uuid.uuid4().hex
         offset = await self._propose_metadata(create_topic_command(spec, founders, command_id))
