@@ -61,6 +61,7 @@ from laminar.segment.log import SegmentLog
 from laminar.server import rules
 from laminar.server.channels import ChannelCache
 from laminar.server.config import NodeConfig
+from laminar.server.disk import DiskUsage
 from laminar.server.follower import READ_BYTES_MAX, MetadataFollower
 from laminar.server.gossip import ThreadedMembership
 from laminar.server.groups import (
@@ -223,6 +224,7 @@ class Node:
         *,
         log_factory: LogFactory,
         clock: Callable[[], float] | None,
+        disk_usage: Callable[[], DiskUsage] | None = None,
     ) -> None:
         assert identity.cluster_id is not None
         self.config = config
@@ -246,6 +248,7 @@ class Node:
             host_config=config.host,
             log_factory=log_factory,
             clock=clock,
+            disk_usage=disk_usage,
             retention_of=self._retention_of,
             peer_alive=self._alive_peers.__contains__,
             peer_dead=lambda node_id: node_id in self._dead_since_ms,
@@ -292,8 +295,11 @@ class Node:
         *,
         log_factory: LogFactory = SegmentLog.open,
         clock: Callable[[], float] | None = None,
+        disk_usage: Callable[[], DiskUsage] | None = None,
     ) -> Node:
-        """Start membership, learn the cluster id, build the node and start it."""
+        """Start membership, learn the cluster id, build the node and start it.
+        ``disk_usage``: the data directory's free space (default ``statvfs``; tests
+        inject their own)."""
         os.makedirs(config.data_dir, exist_ok=True)
         identity = Identity.load_or_create(config)
         founding = config.bootstrap and identity.cluster_id is None
@@ -323,7 +329,15 @@ class Node:
         node: Node | None = None
         try:
             await _learn_cluster_id(config, identity, membership)
-            node = cls(config, identity, membership, events, log_factory=log_factory, clock=clock)
+            node = cls(
+                config,
+                identity,
+                membership,
+                events,
+                log_factory=log_factory,
+                clock=clock,
+                disk_usage=disk_usage,
+            )
             await node._start(founding)
         except BaseException:
             if node is not None:

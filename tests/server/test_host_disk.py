@@ -241,6 +241,7 @@ async def test_a_leader_out_of_space_hands_over_at_once_and_reopens_when_space_r
             "time well past the storage retry",
         )
         assert [f.attempts for f in n1.fenced()] == [0] and n1.get(KEY) is None
+        assert n1.counters["storage_failures"] == 1  # no reopen, so no fence again
 
         cluster.no_space.clear()
         cluster.free_bytes["n1"] += MIB  # an operator freed some space
