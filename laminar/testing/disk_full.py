@@ -264,15 +264,7 @@ def _start(cluster: ProcessCluster) -> list[str]:
     cluster.wait_ready(cluster.add_node(bootstrap=True))
     cluster.wait_ready(cluster.add_node())
     cluster.wait_ready(cluster.add_node(extra_args=watermark))
-
-    def all_see_three() -> bool:
-        for node in cluster.nodes:
-            response = cluster.stub(node).Metadata(pb.MetadataRequest(), timeout=2)
-            if sum(1 for m in response.members if m.state == "alive") != 3:
-                return False
-        return True
-
-    wait_for(all_see_three, WAIT_S, "every node to see 3 alive members")
+    wait_for(cluster.all_see_each_other, WAIT_S, "every node to see 3 alive members")
     return [node.grpc for node in cluster.nodes]
 
 

@@ -113,6 +113,8 @@ class Cluster:
             await host.start()
             if NodeId(name) in group.voters:
                 host.open_replica(KEY, group)
+        founder = group.voters[0]
+        await wait_until(lambda: self.leader() == founder, f"{founder}, the founder, to lead")
 
     def leader(self) -> str | None:
         for name, host in self.hosts.items():
@@ -145,7 +147,6 @@ async def test_a_leader_below_the_watermark_hands_over_keeps_following_and_retur
     cluster = Cluster(tmp_path)
     await cluster.start()
     try:
-        await wait_until(lambda: cluster.leader() == "n1", "n1, the founder, to lead")
         written = [b"before"]
         await cluster.produce(b"before")
         n1 = cluster.hosts["n1"]
@@ -186,7 +187,6 @@ async def test_a_write_without_a_majority_with_space_is_refused_at_once(tmp_path
     cluster = Cluster(tmp_path)
     await cluster.start()
     try:
-        await wait_until(lambda: cluster.leader() == "n1", "n1, the founder, to lead")
         await cluster.produce(b"before")
         for name in ("n2", "n3"):
             cluster.free_bytes[name] = 0
@@ -218,7 +218,6 @@ async def test_a_leader_out_of_space_hands_over_at_once_and_reopens_when_space_r
     cluster = Cluster(tmp_path)
     await cluster.start()
     try:
-        await wait_until(lambda: cluster.leader() == "n1", "n1, the founder, to lead")
         written = [b"before"]
         await cluster.produce(b"before")
         n1 = cluster.hosts["n1"]
@@ -264,7 +263,6 @@ async def test_a_full_node_opens_no_new_replica_until_it_has_space(tmp_path: Pat
     try:
         n1, n2 = cluster.hosts["n1"], cluster.hosts["n2"]
         assert n2.disk_full
-        await wait_until(lambda: cluster.leader() == "n1", "n1 to lead")
         end = await cluster.produce(b"x") + 1
         n1.set_target(KEY, ("n1", "n2"))  # the leader adds n2, which ignores it
         sent = n1.counters["bundles_sent"]
