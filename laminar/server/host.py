@@ -1129,8 +1129,6 @@ class ReplicaHost:
             no_space,
         )
         self._hand_off_fenced_leadership(replica)
-        if no_space and self._disk.note_no_space(now):
-            self._disk_changed(now)
         _fail_calls(
             replica,
             StorageError(
@@ -1139,6 +1137,8 @@ class ReplicaHost:
             ),
         )
         self._close_replica(replica)
+        if no_space and self._disk.note_no_space(now):  # the replica is closed by now
+            self._disk_changed(now)
 
     def _reopen_fenced(self, now: int) -> None:
         for key, fenced in list(self._fenced.items()):
