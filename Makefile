@@ -28,7 +28,7 @@ generated-check: $(STAMP)
 check: lint typecheck generated-check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not chaos and not spark_cluster"
+	$(BIN)/python -m pytest -q -m "not chaos and not spark_cluster and not disk_full"
 
 # The connector on a Spark standalone cluster (Master, Worker, executor JVMs) and through
 # Spark Connect, in a pytest process of its own (a process has one SparkSession). The
@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.cluster_bench --quick
 	$(BIN)/python -m bench.client_bench --quick
 	$(BIN)/python -m bench.group_bench --quick
+	$(BIN)/python -m bench.repair_bench --quick
 	$(BIN)/python -m bench.spark_bench --quick
 
 # Peers for the client benchmark (bench/peers.py): nats-server and redis-server from Debian's

@@ -55,7 +55,6 @@ from laminar_client import AsyncProducer, Client, Consumer, Producer, RecordMeta
 from bench import peers
 from laminar.testing.processes import ProcessCluster, wait_for
 from laminar.tuning import tune_numpy
-from laminar.v1 import laminar_pb2 as pb
 
 VALUE_BYTES = 100
 TOPIC = "bench"
@@ -91,15 +90,7 @@ def start_cluster(cluster: ProcessCluster) -> list[str]:
         cluster.add_node()
     for node in cluster.nodes:
         cluster.wait_ready(node)
-
-    def all_see_three() -> bool:
-        for node in cluster.nodes:
-            response = cluster.stub(node).Metadata(pb.MetadataRequest(), timeout=2)
-            if sum(1 for m in response.members if m.state == "alive") != 3:
-                return False
-        return True
-
-    wait_for(all_see_three, 60, "every node to see 3 alive members")
+    wait_for(cluster.all_see_each_other, 60, "every node to see 3 alive members")
     return [node.grpc for node in cluster.nodes]
 
 

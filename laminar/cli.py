@@ -32,6 +32,7 @@ from laminar_client import (
     Consumer,
     ConsumerRecord,
     MemberInfo,
+    NodeDisk,
     PartitionOffsets,
     Producer,
     RecordMetadata,
@@ -859,10 +860,18 @@ def _cluster_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         description = client.describe_cluster()
     print(f"cluster {description.cluster_id} (answered by {description.node_id})", file=_out())
+    disks = {disk.node_id: disk for disk in description.disks}
     _table(
-        ["NODE", "STATE", "WEIGHT", "ZONE", "GRPC_ADDRESS"],
+        ["NODE", "STATE", "WEIGHT", "ZONE", "GRPC_ADDRESS", "DISK_FREE", "DISK"],
         [
-            [m.node_id, m.state, f"{m.weight:g}", m.zone or "-", m.grpc_address or "-"]
+            [
+                m.node_id,
+                m.state,
+                f"{m.weight:g}",
+                m.zone or "-",
+                m.grpc_address or "-",
+                *_disk_cells(disks.get(m.node_id)),
+            ]
             for m in description.members
         ],
     )
@@ -910,6 +919,28 @@ def _cluster_status(args: argparse.Namespace) -> int:
             ],
         )
     return 0
+
+
+def _disk_cells(disk: NodeDisk | None) -> list[str]:
+    """The DISK_FREE and DISK cells of a member: free space of its data directory
+    (of the filesystem's size) and its state, "full" below its watermark."""
+    if disk is None or not disk.total_bytes:
+        return ["-", "-"]
+    free = f"{_bytes(disk.free_bytes)} of {_bytes(disk.total_bytes)}"
+    state = f"full (below {_bytes(disk.watermark_bytes)})" if disk.full else "ok"
+    return [free, state]
+
+
+def _bytes(count: int) -> str:
+    """A byte count for people: ``512 B``, ``40.0 MiB``, ``1.5 TiB``."""
+    if count < 1024:
+        return f"{count} B"
+    value = count / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
 
 
 def _cluster_drain(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   ├── CorruptStateError            a replica's state file has no valid copy
     │   ├── OffsetOutOfRangeError        offset outside [start_offset, end_offset]
     │   ├── NonMonotonicOffsetError      an append would break offset density
-    │   └── LogClosedError               the log was closed
+    │   ├── LogClosedError               the log was closed
+    │   └── StorageFullError             no majority of a partition's replicas has disk space
     ├── RetriableError                   the operation may succeed if retried
     │   ├── NotLeaderError               this replica is not the leader (leader hint attached)
     │   ├── UnavailableError             no quorum / not enough replicas
@@ -176,6 +177,18 @@ class NonMonotonicOffsetError(StorageError):
 
 class LogClosedError(StorageError):
     """The log was closed; no further operations are possible on this object."""
+
+
+class StorageFullError(StorageError):
+    """A write refused at once because a majority of its partition's replicas are on
+    nodes out of disk space (below their free-space watermark, see
+    :mod:`laminar.server.disk`): it was not written. Not retriable as is: it succeeds
+    once space is freed (retention, a deleted topic, an operator), which may take
+    long. ``nodes``: the full nodes among the partition's replicas."""
+
+    def __init__(self, message: str, nodes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.nodes = nodes
 
 
 class RetriableError(LaminarError):

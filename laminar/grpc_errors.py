@@ -27,6 +27,7 @@ The table (first matching row wins, so subclasses come before their bases)::
     ClusterIdMismatchError         FAILED_PRECONDITION  CLUSTER_ID_MISMATCH
     FencedMemberError              FAILED_PRECONDITION  FENCED (+ group, member id, reason)
     GroupNotEmptyError             FAILED_PRECONDITION  GROUP_NOT_EMPTY (+ group, member count)
+    StorageFullError               RESOURCE_EXHAUSTED   STORAGE_FULL (+ the full nodes)
     CorruptSegmentError            DATA_LOSS            STORAGE
     StorageError (other)           INTERNAL             STORAGE
     anything else                  INTERNAL             ERROR_UNKNOWN
@@ -35,7 +36,8 @@ Why these codes: ``NOT_LEADER`` is ``UNAVAILABLE`` because it is retriable and a
 generic gRPC client retries ``UNAVAILABLE`` without knowing Laminar; the detail
 carries the hint a Laminar client follows at once. ``RESOURCE_EXHAUSTED`` is also
 what gRPC itself returns for a message above the receive limit, so an oversized
-batch reads the same whether the transport or the broker refused it.
+batch reads the same whether the transport or the broker refused it; a full disk
+is a resource exhausted too (``STORAGE_FULL``: the detail tells the two apart).
 
 Reading back: with a detail, its ``code`` picks the class (``STORAGE`` under
 ``DATA_LOSS`` is a :class:`CorruptSegmentError`); ``ERROR_UNKNOWN`` gives a plain
@@ -77,6 +79,7 @@ from laminar.errors import (
     RequestTimeoutError,
     RetriableError,
     StorageError,
+    StorageFullError,
     TopicExistsError,
     UnavailableError,
     UnknownTopicOrPartitionError,
@@ -127,6 +130,7 @@ _TABLE: tuple[tuple[type[LaminarError], grpc.StatusCode, ErrorCode], ...] = (
     (ClusterIdMismatchError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.CLUSTER_ID_MISMATCH),
     (FencedMemberError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.FENCED),
     (GroupNotEmptyError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.GROUP_NOT_EMPTY),
+    (StorageFullError, grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorCode.STORAGE_FULL),
     (CorruptSegmentError, grpc.StatusCode.DATA_LOSS, ErrorCode.STORAGE),
     (StorageError, grpc.StatusCode.INTERNAL, ErrorCode.STORAGE),
 )
@@ -191,6 +195,8 @@ def error_to_status(error: LaminarError) -> tuple[grpc.StatusCode, ErrorDetail]:
     elif isinstance(error, GroupNotEmptyError):
         detail.group = error.group_id
         detail.member_count = error.member_count
+    elif isinstance(error, StorageFullError):
+        detail.nodes.extend(error.nodes)
     return status, detail
 
 
@@ -258,6 +264,8 @@ def error_from_rpc(rpc_error: grpc.RpcError) -> LaminarError:
         return FencedMemberError(detail.group, detail.member_id, detail.reason)
     if code == ErrorCode.GROUP_NOT_EMPTY:
         return GroupNotEmptyError(detail.group, detail.member_count)
+    if code == ErrorCode.STORAGE_FULL:
+        return StorageFullError(message, tuple(detail.nodes))
     if code == ErrorCode.STORAGE and status == grpc.StatusCode.DATA_LOSS:
         return _bare(CorruptSegmentError, message, path="", offset=-1, position=-1, reason="")
     error_class = _CLASS_BY_CODE.get(code)

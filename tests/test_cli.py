@@ -12,6 +12,7 @@ from laminar_client import Client, PartitionOffsets, key_partition
 from laminar import cli
 from laminar.errors import InvalidInputError
 from laminar.records import decode_batch, encode_batch
+from laminar.v1 import laminar_pb2 as pb
 from tests.client.fake_server import FakeCluster
 
 
@@ -254,6 +255,24 @@ def test_cluster_status_and_node_updates(cluster: FakeCluster, capsys) -> None:
     capsys.readouterr()
     assert run(cluster, "cluster", "drain", "n9") == 1
     assert "unknown node 'n9'" in capsys.readouterr().err
+
+
+def test_cluster_status_shows_each_nodes_free_space_and_disk_state(
+    cluster: FakeCluster, capsys
+) -> None:
+    mib = 1 << 20
+    cluster.disks["n0"] = pb.NodeDisk(
+        free_bytes=30 * mib, total_bytes=40 * mib, watermark_bytes=8 * mib
+    )
+    cluster.disks["n1"] = pb.NodeDisk(
+        free_bytes=512, total_bytes=40 * mib, watermark_bytes=8 * mib, full=True
+    )
+    assert run(cluster, "cluster", "status") == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line}
+    assert "DISK_FREE" in rows["NODE"] and "DISK" in rows["NODE"]
+    assert "30.0 MiB of 40.0 MiB" in rows["n0"] and rows["n0"].rstrip().endswith("ok")
+    assert "512 B of 40.0 MiB" in rows["n1"] and "full (below 8.0 MiB)" in rows["n1"]
+    assert rows["n2"].split()[-2:] == ["-", "-"]  # it says nothing of its disk
 
 
 def test_produce_key_partitioning_uses_key_partition(

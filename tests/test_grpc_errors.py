@@ -23,6 +23,7 @@ from laminar.errors import (
     RecordFormatError,
     RequestTimeoutError,
     StorageError,
+    StorageFullError,
     TruncatedBatchError,
     UnavailableError,
     UnknownTopicOrPartitionError,
@@ -111,6 +112,12 @@ TABLE = [
         ErrorCode.STORAGE,
         CorruptSegmentError,
     ),
+    (
+        StorageFullError("no space", ("n2",)),
+        S.RESOURCE_EXHAUSTED,
+        ErrorCode.STORAGE_FULL,
+        StorageFullError,
+    ),
     (LogClosedError("closed"), S.INTERNAL, ErrorCode.STORAGE, StorageError),
     (StorageError("disk"), S.INTERNAL, ErrorCode.STORAGE, StorageError),
     (DuplicateSequenceError(1, 2, 3), S.INTERNAL, ErrorCode.ERROR_UNKNOWN, LaminarError),
@@ -150,6 +157,13 @@ def test_sequence_fields_and_placeholders() -> None:
     corrupt = round_trip(CorruptSegmentError("f", 1, 2, "crc"))
     assert isinstance(corrupt, CorruptSegmentError)
     assert corrupt.path == ""
+
+
+def test_storage_full_carries_the_full_nodes_and_is_not_a_batch_limit() -> None:
+    returned = round_trip(StorageFullError("no majority has space", ("n2", "n3")))
+    assert isinstance(returned, StorageFullError) and isinstance(returned, StorageError)
+    assert returned.nodes == ("n2", "n3")
+    assert not isinstance(returned, BatchLimitError)
 
 
 def test_topic_exists_is_an_invalid_topic_error() -> None:

@@ -30,9 +30,10 @@ written — and accepts any sequence from a producer it does not know):
   lineage — unwritten: the batch that would have filled the gap was refused for
   good or expired unwritten. Every unresolved batch is then restamped, in order,
   with a new producer id from sequence 0 (a new lineage).
-- **Definite failures** (the batch is invalid, the topic does not exist) fail that
-  batch's records; the later batches go on (their out-of-order answer, if the
-  broker knows the producer, leads to a restamp).
+- **Definite failures** (the batch is invalid, the topic does not exist, no
+  majority of the partition's replicas has disk space) fail that batch's records;
+  the later batches go on (their out-of-order answer, if the broker knows the
+  producer, leads to a restamp).
 - **Delivery timeout**: :meth:`expire` fails the batches whose deadline passed and
   that are not in an attempt: queued ones were never sent; the others may have been
   written (``DeliveryTimeoutError.sent``).
@@ -57,6 +58,7 @@ from laminar.errors import (
     OutOfOrderSequenceError,
     RetriableError,
     StorageError,
+    StorageFullError,
     UnknownTopicOrPartitionError,
 )
 from laminar.records import NO_PRODUCER
@@ -116,12 +118,16 @@ def verdict(error: BaseException) -> Verdict:
     """How the sender treats ``error`` from a produce attempt.
 
     ``STORAGE`` is retried: the leader fenced its replica, but its followers may
-    hold the batch, and a new leader may commit it.
+    hold the batch, and a new leader may commit it. ``STORAGE_FULL`` is fatal: the
+    batch was refused before it was written (no majority of the partition's replicas
+    has disk space), and retrying for the whole delivery timeout would only hide that.
     ``UNKNOWN_TOPIC_OR_PARTITION`` is fatal here; the producer itself retries it for a
     moment first (a topic reaches every node shortly after its creation).
     """
     if isinstance(error, OutOfOrderSequenceError):
         return Verdict.OUT_OF_ORDER
+    if isinstance(error, StorageFullError):
+        return Verdict.FATAL
     if isinstance(error, RetriableError | StorageError):
         return Verdict.RETRY
     if isinstance(error, LaminarError | UnknownTopicOrPartitionError):

@@ -57,6 +57,7 @@ from laminar_client.metadata import (
     DamagedReplica,
     FencedReplica,
     MemberInfo,
+    NodeDisk,
     PartitionHealth,
     TopicConfig,
     TopicMetadata,
@@ -1035,6 +1036,7 @@ class Client:
         found: dict[tuple[str, int], PartitionHealth] = {}
         fenced: list[FencedReplica] = []
         damaged: list[DamagedReplica] = []
+        disks: list[NodeDisk] = []
         for member in first.members:
             if member.state != "alive" or not member.grpc_address:
                 continue
@@ -1058,6 +1060,7 @@ class Client:
                     continue
             fenced.extend(answer.fenced)
             damaged.extend(answer.damaged)
+            disks.extend(answer.disks)
             for health in answer.partitions:
                 found.setdefault((health.topic, health.partition), health)
         with contextlib.suppress(LaminarError):
@@ -1075,7 +1078,13 @@ class Client:
             if not key[0].startswith("__")  # internal partitions are not the operator's
             or found[key].under_replicated
         )
-        return replace(first, partitions=partitions, fenced=tuple(fenced), damaged=tuple(damaged))
+        return replace(
+            first,
+            partitions=partitions,
+            fenced=tuple(fenced),
+            damaged=tuple(damaged),
+            disks=tuple(disks),
+        )
 
     def recover_partition(
         self, topic: str, partition: int, *, timeout_s: float | None = None

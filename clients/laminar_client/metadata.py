@@ -460,6 +460,23 @@ class DamagedReplica:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeDisk:
+    """Node ``node_id``'s data directory as it last measured it (bytes). The node is
+    ``full`` while ``free_bytes`` is below ``watermark_bytes``: it leads nothing and
+    takes no new replicas until space comes back."""
+
+    node_id: str
+    free_bytes: int
+    total_bytes: int
+    watermark_bytes: int
+    full: bool
+
+    @classmethod
+    def from_proto(cls, node_id: str, disk: pb.NodeDisk) -> NodeDisk:
+        return cls(node_id, disk.free_bytes, disk.total_bytes, disk.watermark_bytes, disk.full)
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterDescription:
     """Members and per-partition health, as answered by node ``node_id``."""
 
@@ -471,9 +488,14 @@ class ClusterDescription:
     """Replicas out of service after a storage failure (each node reports its own)."""
     damaged: tuple[DamagedReplica, ...] = ()
     """Replicas healing from damaged storage (each node reports its own)."""
+    disks: tuple[NodeDisk, ...] = ()
+    """Each answering node's free space and full-disk state (each reports its own)."""
 
     @classmethod
     def from_proto(cls, response: pb.DescribeClusterResponse) -> ClusterDescription:
+        disks: tuple[NodeDisk, ...] = ()
+        if response.HasField("disk"):
+            disks = (NodeDisk.from_proto(response.node_id, response.disk),)
         return cls(
             cluster_id=response.cluster_id,
             node_id=response.node_id,
@@ -481,4 +503,5 @@ class ClusterDescription:
             partitions=tuple(PartitionHealth.from_proto(p) for p in response.partitions),
             fenced=tuple(FencedReplica.from_proto(response.node_id, f) for f in response.fenced),
             damaged=tuple(DamagedReplica.from_proto(response.node_id, d) for d in response.damaged),
+            disks=disks,
         )

@@ -218,6 +218,10 @@ class NodeLiveness:
       quiesce without it (its other voters caught up, a majority with itself)
       instead of heartbeating it until placement moves the replica away;
       :meth:`ReplicaCore.peer_returned` wakes the group when it is back.
+    - :meth:`may_lead`: False while the node must not lead (its disk is below its
+      free-space watermark, :mod:`laminar.server.disk`): a follower does not
+      campaign and ignores a leadership handed to it (``TimeoutNow``); it still
+      votes and follows. The host hands its current leaderships over itself.
 
     None of this touches safety: votes, leases and commits stay per group.
     """
@@ -233,6 +237,9 @@ class NodeLiveness:
 
     def slowness(self) -> float:
         return 1.0
+
+    def may_lead(self) -> bool:
+        return True
 
 
 _NO_LIVENESS = NodeLiveness()
@@ -944,7 +951,7 @@ class ReplicaCore:
                 and self._liveness.peer_alive(self.leader)
             ):
                 return  # idle, and its leader's node is alive: nothing to do
-            if self._is_voter() and not self._leader_presumed_alive(now_ms):
+            if self._may_campaign() and not self._leader_presumed_alive(now_ms):
                 if self._defer_to_successor():
                     return
                 self._campaign(pre_vote=self._config.pre_vote)
@@ -969,6 +976,11 @@ class ReplicaCore:
         for peer in peers:
             if peer != self.node_id:
                 self._messages.append(Outbound(peer, response))
+
+    def _may_campaign(self) -> bool:
+        """A voter campaigns (on a timeout, or handed leadership) only while its node
+        may lead (see :meth:`NodeLiveness.may_lead`)."""
+        return self._is_voter() and self._liveness.may_lead()
 
     def _successor_of(self, leader: NodeId) -> NodeId | None:
         """The voter that succeeds ``leader``: the first after it in the placement
@@ -1919,7 +1931,7 @@ class ReplicaCore:
     def _on_timeout_now(self, message: TimeoutNow) -> None:
         if (
             message.term != self.term
-            or not self._is_voter()
+            or not self._may_campaign()
             or self.role is Role.LEADER
             or self._healing_since is not None
         ):

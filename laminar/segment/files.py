@@ -30,6 +30,7 @@ import errno
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from laminar.errors import ConfigError, StorageError
@@ -38,6 +39,10 @@ SEGMENT_FILES_DEFAULT = 1024
 """Idle sealed-segment descriptors a cache keeps open by default."""
 
 _CLOSED = -1
+
+
+def _always(length_bytes: int) -> bool:
+    return True
 
 
 @dataclass(slots=True, eq=False)
@@ -61,10 +66,20 @@ class SegmentFiles:
     closed to stay within ``capacity``.
     """
 
-    def __init__(self, capacity: int = SEGMENT_FILES_DEFAULT) -> None:
+    def __init__(
+        self,
+        capacity: int = SEGMENT_FILES_DEFAULT,
+        *,
+        may_reserve: Callable[[int], bool] | None = None,
+    ) -> None:
+        """``may_reserve(length_bytes)``: whether the node's logs may reserve that many
+        more bytes of disk blocks ahead of their appends (the node keeps free space
+        above its watermark, :meth:`laminar.server.disk.DiskWatch.may_reserve`);
+        None: always. Called from any thread, once per reservation step."""
         if capacity < 0:
             raise ConfigError(f"segment files capacity must be >= 0, got {capacity}")
         self._capacity = capacity
+        self.may_reserve: Callable[[int], bool] = may_reserve or _always
         self._lock = threading.Lock()
         self._idle: OrderedDict[SegmentFile, None] = OrderedDict()
         self.opens = 0

@@ -631,7 +631,9 @@ class SegmentLog:
 
         Ahead by as much as the segment holds (so a quiet partition reserves
         little), within [_RESERVE_MIN, preallocate_bytes_max]. A failure only costs
-        speed: it is logged, and retried one step later.
+        speed: it is logged, and retried one step later. So is a step the node's
+        disk cannot spare (``SegmentFiles.may_reserve``: it would take free space
+        below the node's watermark): the appends grow the file meanwhile.
         """
         step_max = self._config.preallocate_bytes_max
         if not step_max or not self._reserving:
@@ -639,6 +641,9 @@ class SegmentLog:
             return
         start = max(segment.allocated, segment.size)
         target = needed + min(step_max, max(needed, _RESERVE_MIN))
+        if not self._files.may_reserve(target - start):
+            segment.allocated = target
+            return
         try:
             supported = reserve(segment.file.descriptor, start, target - start)
         except OSError as error:

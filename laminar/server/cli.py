@@ -71,6 +71,21 @@ def register(subparsers: Any) -> None:
         default=None,
         help="do not fsync before acknowledging (fast, unsafe on power loss)",
     )
+    start.add_argument(
+        "--disk-free-bytes-min",
+        type=int,
+        metavar="BYTES",
+        help="full-disk watermark in bytes: below this much free space in the data "
+        "directory's filesystem the node leads nothing and takes no new replicas, until "
+        "space comes back (default 268435456, 256 MiB; 0: off; [host] disk_free_bytes_min)",
+    )
+    start.add_argument(
+        "--disk-free-percent-min",
+        type=float,
+        metavar="PERCENT",
+        help="the same watermark as a percentage of the filesystem's size; the larger of "
+        "the two applies (default 1; 0: off; [host] disk_free_percent_min)",
+    )
     start.add_argument("--config", metavar="FILE", help="TOML file with the same keys")
     start.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     start.set_defaults(handler=_start)
@@ -107,6 +122,8 @@ def _start(args: argparse.Namespace) -> int:
                 "cluster_key": args.cluster_key,
                 "preset": args.preset,
                 "fsync": args.fsync,
+                "disk_free_bytes_min": args.disk_free_bytes_min,
+                "disk_free_percent_min": args.disk_free_percent_min,
             },
             file_values,
         )

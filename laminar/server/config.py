@@ -230,6 +230,8 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "metadata_call_timeout_ms": int,
 }
 _TABLES = ("replica", "membership", "host", "service", "transport", "log")
+_TABLE_OPTIONS = {"disk_free_bytes_min": "host", "disk_free_percent_min": "host"}
+"""Command-line options that set a field of a part's table (over the file's value)."""
 
 
 def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = None) -> NodeConfig:
@@ -238,6 +240,13 @@ def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = N
     values: dict[str, Any] = {}
     file_values = dict(file_values or {})
     tables = {name: file_values.pop(name, {}) for name in _TABLES}
+    options = dict(options)
+    for key, table in _TABLE_OPTIONS.items():
+        value = options.pop(key, None)
+        if value is not None:
+            if not isinstance(tables[table], dict):
+                raise ConfigError(f"[{table}] must be a table")
+            tables[table] = {**tables[table], key: value}
     for key, value in file_values.items():
         expected = _TOP_LEVEL.get(key)
         if expected is None:
@@ -274,10 +283,14 @@ def _override(base: Any, overrides: dict[str, Any], table: str) -> Any:
     if not isinstance(overrides, dict):
         raise ConfigError(f"[{table}] must be a table")
     names = {f.name for f in dataclasses.fields(base)}
+    overrides = dict(overrides)
     for key, value in overrides.items():
         if key not in names:
             raise ConfigError(f"unknown key {key!r} in [{table}]")
-        if type(value) is not type(getattr(base, key)):
+        expected = type(getattr(base, key))
+        if expected is float and type(value) is int:
+            overrides[key] = float(value)  # TOML writes 5 for 5.0
+        elif type(value) is not expected:
             raise ConfigError(f"[{table}] {key} has the wrong type: {value!r}")
     try:
         return dataclasses.replace(base, **overrides)

@@ -27,7 +27,23 @@ disk and truncated to the end of the last fsync that succeeded (Linux may drop t
 dirty pages of a failed fsync while still serving them from the page cache, so
 nothing written after that point can be trusted), and the replica rejoins its
 group as a follower. :meth:`ReplicaHost.fenced` lists fenced replicas for
-``cluster status``.
+``cluster status``. A fenced leader first tells its most caught-up peer with space
+to campaign at once (``TimeoutNow``), so that its group need not wait for it to be
+missed (its node keeps talking, so followers would wait many election timeouts).
+
+A full disk (issue 28; the rules in :mod:`laminar.server.disk`). The host checks
+its data directory's free space every ``disk_check_ms``; below the watermark (or
+after a write failed with ``ENOSPC``) the node is *full*: its cores may not lead
+(:meth:`_HostLiveness.may_lead`), it hands its leaderships to in-sync peers with
+space (after ``disk_handover_delay_ms``, so that gossip has told them first and
+they do not hand them straight back), it opens no new replica, and its logs
+reserve no blocks that would take free space below the watermark. A replica whose
+write fails for want of space is fenced until space returns, not on a timer. A
+write to a partition without a majority of replicas on nodes with space is refused
+at once with :class:`~laminar.errors.StorageFullError` (peers' state comes from
+gossip, :meth:`ReplicaHost.set_full_peers`). Once a check finds space again, the
+node leads and takes replicas again, and reopens the replicas fenced for want of
+space, without a restart.
 
 Damaged storage. Damage found when a replica is opened (a batch failing its
 checksums anywhere in the log: the active segment's recovery, or the core's
@@ -63,7 +79,7 @@ import random
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -80,6 +96,7 @@ from laminar.errors import (
     RecordFormatError,
     RequestTimeoutError,
     StorageError,
+    StorageFullError,
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
@@ -96,11 +113,13 @@ from laminar.replica.core import (
 )
 from laminar.replica.messages import (
     ConfigChanged,
+    Outbound,
     ProduceReply,
     ProduceStatus,
     Ready,
     Removed,
     RoleChanged,
+    TimeoutNow,
 )
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.committed import (
@@ -114,6 +133,16 @@ from laminar.segment.files import SEGMENT_FILES_DEFAULT, SegmentFiles
 from laminar.segment.log import SegmentLog, SyncTicket, has_state, sync_filesystem
 from laminar.segment.quarantine import DamageNote, set_aside
 from laminar.segment.storage import LogStorage
+from laminar.server import rules
+from laminar.server.disk import (
+    DiskStatus,
+    DiskUsage,
+    DiskWatch,
+    check_thresholds,
+    is_no_space,
+    statvfs_usage,
+    write_refusal,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -169,6 +198,21 @@ class HostConfig:
     (:func:`laminar.groups.replay.snapshot_due`): the floor keeps a small state
     from being snapshotted over and over; the log stays within a few times the
     state plus this plus a segment.
+    ``disk_free_bytes_min`` / ``disk_free_percent_min``: the node's full-disk
+    watermark, the larger of the two (bytes; percent of the data directory's
+    filesystem; 0 turns either off). Below it the node is full
+    (:mod:`laminar.server.disk`): it leads nothing, takes no new replicas, and
+    reserves no segment blocks that would take free space below it; it returns to
+    service once free space is above it by a tenth. Keep it above what the node
+    writes between two checks at full speed plus a segment preallocation step
+    (``LogConfig.preallocate_bytes_max``).
+    ``disk_check_ms``: how often free space is measured (one ``statvfs``); a write
+    that fails with ``ENOSPC`` makes the node full at once.
+    ``disk_handover_delay_ms``: a node that turns full hands its leaderships over
+    this long after it gossiped that it is full (at least two gossip intervals:
+    50 ms in the ``local`` membership preset, 200 ms in ``lan``), so that the new
+    leaders know not to hand them straight back; it still has the space above
+    the watermark meanwhile.
     """
 
     produce_calls_max: int = 10_000
@@ -182,6 +226,10 @@ class HostConfig:
     segment_files_max: int = SEGMENT_FILES_DEFAULT
     internal_segment_bytes_max: int = 1 << 20
     snapshot_bytes_floor: int = 4 << 20
+    disk_free_bytes_min: int = 256 << 20
+    disk_free_percent_min: float = 1.0
+    disk_check_ms: int = 500
+    disk_handover_delay_ms: int = 400
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -201,6 +249,9 @@ class HostConfig:
             raise ConfigError("internal_segment_bytes_max must be > 0")
         if self.snapshot_bytes_floor <= 0:
             raise ConfigError("snapshot_bytes_floor must be > 0")
+        check_thresholds(self.disk_free_bytes_min, self.disk_free_percent_min, self.disk_check_ms)
+        if self.disk_handover_delay_ms < 0:
+            raise ConfigError("disk_handover_delay_ms must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +265,9 @@ class FencedReplica:
     """The log end at the last fsync that succeeded; a reopen truncates to it."""
     retry_at_ms: int
     attempts: int
+    no_space: bool = False
+    """Fenced because a write found no space: reopened once the disk has space again
+    (not before ``retry_at_ms`` either), whatever the timer says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,13 +390,32 @@ class ReplicaHost:
         retention_of: Callable[[PartitionKey], Retention] = lambda key: (None, None),
         peer_alive: Callable[[str], bool] = lambda node_id: False,
         peer_dead: Callable[[str], bool] = lambda node_id: False,
+        disk_usage: Callable[[], DiskUsage] | None = None,
+        on_disk_full: Callable[[bool], None] | None = None,
     ) -> None:
+        """``disk_usage``: the free space of the data directory's filesystem (default:
+        ``statvfs`` of ``data_dir``; tests inject their own). ``on_disk_full``: told
+        when the node turns full (True) or gets space back (False), to gossip it."""
         self.node_id = NodeId(node_id)
         self._data_dir = data_dir
         self._config = config
         self.config = host_config if host_config is not None else HostConfig()
+        self._disk = DiskWatch(
+            free_bytes_min=self.config.disk_free_bytes_min,
+            free_percent_min=self.config.disk_free_percent_min,
+            check_interval_ms=self.config.disk_check_ms,
+            usage=disk_usage if disk_usage is not None else partial(statvfs_usage, data_dir),
+        )
+        self._on_disk_full = on_disk_full
+        self._full_peers: frozenset[NodeId] = frozenset()
+        self._full_nodes: frozenset[NodeId] = frozenset()
+        """Nodes out of disk space: the peers gossip says are full, and this one when
+        it is. Empty on a healthy cluster, so a produce checks nothing more."""
+        self._handover_due_ms = _NO_WAKE  # while full: the next pass of _hand_over_for_space
         self._segment_logs = log_factory == SegmentLog.open
-        self._segment_files = SegmentFiles(self.config.segment_files_max)
+        self._segment_files = SegmentFiles(
+            self.config.segment_files_max, may_reserve=self._disk.may_reserve
+        )
         """The node's cache of sealed segments' descriptors, shared by its logs."""
         self._log_factory: LogFactory = (
             partial(SegmentLog.open, files=self._segment_files)
@@ -410,12 +483,15 @@ class ReplicaHost:
             "fetch_wait_refused": 0,
             "inputs_dropped": 0,
             "damaged_replicas": 0,
+            "produce_refused_no_space": 0,
         }
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         """Open every replica found in the data directory and start ticking."""
+        if self._disk.check(self._now()):  # a node started on a full disk
+            self._disk_changed(self._now())
         root = os.path.join(self._data_dir, "partitions")
         if os.path.isdir(root):
             for topic in sorted(os.listdir(root)):
@@ -866,6 +942,7 @@ class ReplicaHost:
                     self._closed
                     or key in self._fenced
                     or key in self._creating
+                    or self._disk.full  # takes no new replicas
                     or not self._accept_replica(key)
                 ):
                     continue
@@ -918,6 +995,8 @@ class ReplicaHost:
         """The serving replica of ``key``, if it has room for ``calls`` more produce
         calls (``produce_calls_max``); else the error to answer."""
         replica = self._serving(key)
+        if self._full_nodes:
+            self._refuse_without_space(replica)
         if len(replica.calls) + calls > self.config.produce_calls_max:
             self.counters["produce_refused"] += 1
             raise UnavailableError(
@@ -1216,18 +1295,26 @@ class ReplicaHost:
         previous = self._fenced.get(key)
         attempts = previous.attempts if previous is not None else 0
         reason = f"{type(error).__name__}: {error}"
+        no_space = is_no_space(error)
         _LOG.error(
             "replica fenced %s/%d node=%s: storage failure (%s); out of service, reopening "
-            "in %d ms from the last durable offset %d",
+            "%s from the last durable offset %d",
             *key,
             self.node_id,
             reason,
-            self.config.storage_retry_ms,
+            "once the disk has space" if no_space else f"in {self.config.storage_retry_ms} ms",
             replica.core.durable_end,
         )
         self._fenced[key] = FencedReplica(
-            key, reason, now, replica.core.durable_end, now + self.config.storage_retry_ms, attempts
+            key,
+            reason,
+            now,
+            replica.core.durable_end,
+            now + self.config.storage_retry_ms,
+            attempts,
+            no_space,
         )
+        self._hand_off_fenced_leadership(replica)
         _fail_calls(
             replica,
             StorageError(
@@ -1236,10 +1323,12 @@ class ReplicaHost:
             ),
         )
         self._close_replica(replica)
+        if no_space and self._disk.note_no_space(now):  # the replica is closed by now
+            self._disk_changed(now)
 
     def _reopen_fenced(self, now: int) -> None:
         for key, fenced in list(self._fenced.items()):
-            if fenced.retry_at_ms > now or self._closed:
+            if fenced.retry_at_ms > now or self._closed or (fenced.no_space and self._disk.full):
                 continue
             topic, partition = key
             directory = partition_directory(self._data_dir, topic, partition)
@@ -1257,8 +1346,13 @@ class ReplicaHost:
                 delay_ms = min(
                     self.config.storage_retry_max_ms, self.config.storage_retry_ms << attempts
                 )
-                self._fenced[key] = replace(fenced, retry_at_ms=now + delay_ms, attempts=attempts)
+                no_space = is_no_space(error)
+                self._fenced[key] = replace(
+                    fenced, retry_at_ms=now + delay_ms, attempts=attempts, no_space=no_space
+                )
                 _LOG.error("replica %s/%d still fenced: reopen failed: %s", *key, error)
+                if no_space and self._disk.note_no_space(now):
+                    self._disk_changed(now)
                 continue
             del self._fenced[key]
             _LOG.warning(
@@ -1268,6 +1362,124 @@ class ReplicaHost:
                 now - fenced.since_ms,
             )
             self.open_replica(key, None, log=log)
+
+    def _hand_off_fenced_leadership(self, replica: Replica) -> None:
+        """A leader being fenced tells its most caught-up voter with space to campaign
+        now (``TimeoutNow``): its followers would otherwise wait for it for many
+        election timeouts, since its node keeps talking to theirs. Any voter may be
+        elected safely; one behind the others just loses, and the group elects
+        another after an election timeout."""
+        core = replica.core
+        if core.role is not Role.LEADER or core.group_config is None:
+            return
+        voters = [
+            str(voter)
+            for voter in core.group_config.voters
+            if voter not in self._full_nodes and not self._liveness.peer_dead(voter)
+        ]
+        matches = {str(peer): offset for peer, offset in core.match_offsets().items()}
+        successor = rules.shutdown_successor(self.node_id, voters, matches)
+        if successor is None:
+            return
+        _LOG.info("replica %s/%d: fenced leader hands over to %s", *replica.key, successor)
+        coalescer = Coalescer()
+        coalescer.add(replica.key, Outbound(NodeId(successor), TimeoutNow(core.term, self.node_id)))
+        self._send_all(coalescer)
+
+    # ------------------------------------------------------------------ full disk
+
+    @property
+    def disk_full(self) -> bool:
+        """Whether this node's data directory is below its free-space watermark."""
+        return self._disk.full
+
+    def disk_status(self) -> DiskStatus:
+        """Free space as last measured, the watermark, and the state."""
+        return self._disk.status()
+
+    def full_nodes(self) -> frozenset[str]:
+        """The nodes out of disk space: this one when it is full, and the peers gossip
+        says are (see :meth:`set_full_peers`)."""
+        return frozenset(str(node) for node in self._full_nodes)
+
+    def set_full_peers(self, nodes: Iterable[str]) -> None:
+        """The peers gossip says are out of disk space."""
+        self._full_peers = frozenset(NodeId(node) for node in nodes if node != self.node_id)
+        self._note_full_nodes()
+
+    def _note_full_nodes(self) -> None:
+        nodes = set(self._full_peers)
+        if self._disk.full:
+            nodes.add(self.node_id)
+        self._full_nodes = frozenset(nodes)
+
+    def _disk_changed(self, now: int) -> None:
+        """The node turned full, or got space back (see the module docstring)."""
+        status = self._disk.status()
+        self._note_full_nodes()
+        if status.full:
+            _LOG.warning(
+                "node %s disk full: %d bytes free of %d, watermark %d; handing over "
+                "leaderships in %d ms, taking no new replicas",
+                self.node_id,
+                status.free_bytes,
+                status.total_bytes,
+                status.watermark_bytes,
+                self.config.disk_handover_delay_ms,
+            )
+            self._handover_due_ms = now + self.config.disk_handover_delay_ms
+        else:
+            _LOG.warning(
+                "node %s disk has space again: %d bytes free of %d, watermark %d; back in service",
+                self.node_id,
+                status.free_bytes,
+                status.total_bytes,
+                status.watermark_bytes,
+            )
+            self._handover_due_ms = _NO_WAKE
+            for key, fenced in list(self._fenced.items()):
+                if fenced.no_space:
+                    self._fenced[key] = replace(fenced, retry_at_ms=min(fenced.retry_at_ms, now))
+        if self._on_disk_full is not None:
+            self._on_disk_full(status.full)
+
+    def _hand_over_for_space(self, now: int) -> None:
+        """(While full.) Hand each leadership of this node to the in-sync voter with
+        space whose log matches furthest; a group with none keeps this leader (it
+        writes into the space left above the watermark, and a write that finds none
+        fences the replica, which hands over then)."""
+        full = self._full_nodes
+        for replica in list(self._replicas.values()):
+            core = replica.core
+            if core.role is not Role.LEADER or core.transferring_to is not None:
+                continue
+            candidates = [
+                str(voter)
+                for voter in core.in_sync_voters(now)
+                if voter not in full and not self._liveness.peer_dead(voter)
+            ]
+            matches = {str(peer): offset for peer, offset in core.match_offsets().items()}
+            successor = rules.shutdown_successor(self.node_id, candidates, matches)
+            if successor is not None:
+                self._input(replica, partial(core.transfer_leadership, NodeId(successor), now))
+
+    def _refuse_without_space(self, replica: Replica) -> None:
+        """Raise :class:`StorageFullError` when too few of the group's voters have
+        disk space for a write to commit (a majority is needed)."""
+        config = replica.core.group_config
+        if config is None:
+            return
+        full_voters = write_refusal(config.voters, self._full_nodes)
+        if full_voters is None:
+            return
+        self.counters["produce_refused_no_space"] += 1
+        topic, partition = replica.key
+        raise StorageFullError(
+            f"{topic}/{partition}: {len(full_voters)} of its {len(config.voters)} replicas "
+            f"are on nodes out of disk space ({', '.join(full_voters)}), so no write can "
+            "commit; the write was not taken. It succeeds once space is freed.",
+            tuple(str(node) for node in full_voters),
+        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -1300,6 +1512,11 @@ class ReplicaHost:
             self._tick_due(now)
             self._event_log.note_time(now)
             self._send_keepalives(now)
+            if self._disk.due(now) and self._disk.check(now):
+                self._disk_changed(now)
+            if now >= self._handover_due_ms:
+                self._handover_due_ms = now + self.config.disk_check_ms
+                self._hand_over_for_space(now)
             if self._fenced:
                 self._reopen_fenced(now)
             if now >= self._retention_due_ms:
@@ -1311,11 +1528,19 @@ class ReplicaHost:
 
     def _next_due_ms(self) -> int:
         """When the tick loop next has something to do."""
-        due = min(self._retention_due_ms, self._committed_due_ms, self._liveness.keepalive_due_ms)
+        due = min(
+            self._retention_due_ms,
+            self._committed_due_ms,
+            self._liveness.keepalive_due_ms,
+            self._disk.due_ms,
+            self._handover_due_ms,
+        )
         if self._wakes:
             due = min(due, self._wakes[0][0])
-        if self._fenced:
-            due = min(due, *(fenced.retry_at_ms for fenced in self._fenced.values()))
+        full = self._disk.full
+        for fenced in self._fenced.values():
+            if not (fenced.no_space and full):  # those wait for a disk check
+                due = min(due, fenced.retry_at_ms)
         return due
 
     def _tick_due(self, now: int) -> None:
@@ -1661,6 +1886,7 @@ class _HostLiveness(NodeLiveness):
         # shortest election timeout.
         self.lag = LoopLag(host._config.election_timeout_min_ms / 4)
         self._clock = host.now_ms
+        self._disk = host._disk
 
     def note_lag(self, lag_ms: int, now_ms: int) -> None:
         self.lag.note(lag_ms, now_ms)
@@ -1676,6 +1902,9 @@ class _HostLiveness(NodeLiveness):
 
     def peer_dead(self, peer: NodeId) -> bool:
         return self._peer_dead(str(peer))
+
+    def may_lead(self) -> bool:
+        return not self._disk.full
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

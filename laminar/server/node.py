@@ -62,6 +62,7 @@ from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
 from laminar.server import rules
 from laminar.server.channels import ChannelCache
 from laminar.server.config import NodeConfig
+from laminar.server.disk import DiskUsage
 from laminar.server.follower import READ_BYTES_MAX, MetadataFollower
 from laminar.server.gossip import ThreadedMembership
 from laminar.server.groups import (
@@ -89,6 +90,8 @@ _LOG = logging.getLogger(__name__)
 _IDENTITY_FILE = "node.json"
 _CLUSTER_META = "cluster"
 _PEER_META = "peer"  # the member's peer (replication) address
+_DISK_META = "disk"  # "full" while the member's disk is below its watermark (absent: space)
+_DISK_FULL = "full"
 _JOIN_POLL_S = 0.05
 _EARLY_EVENTS_MAX = 10_000
 _SNAPSHOT_CHUNKS_PER_BATCH = 3
@@ -222,6 +225,7 @@ class Node:
         *,
         log_factory: LogFactory,
         clock: Callable[[], float] | None,
+        disk_usage: Callable[[], DiskUsage] | None = None,
     ) -> None:
         assert identity.cluster_id is not None
         self.config = config
@@ -245,9 +249,11 @@ class Node:
             host_config=config.host,
             log_factory=log_factory,
             clock=clock,
+            disk_usage=disk_usage,
             retention_of=self._retention_of,
             peer_alive=self._alive_peers.__contains__,
             peer_dead=lambda node_id: node_id in self._dead_since_ms,
+            on_disk_full=self._on_disk_full,
         )
         self.transport = PeerTransport(
             self.node_id,
@@ -290,8 +296,11 @@ class Node:
         *,
         log_factory: LogFactory = SegmentLog.open,
         clock: Callable[[], float] | None = None,
+        disk_usage: Callable[[], DiskUsage] | None = None,
     ) -> Node:
-        """Start membership, learn the cluster id, build the node and start it."""
+        """Start membership, learn the cluster id, build the node and start it.
+        ``disk_usage``: the data directory's free space (default ``statvfs``; tests
+        inject their own)."""
         os.makedirs(config.data_dir, exist_ok=True)
         held = quarantined_bytes(config.data_dir)
         if held:
@@ -329,7 +338,15 @@ class Node:
         node: Node | None = None
         try:
             await _learn_cluster_id(config, identity, membership)
-            node = cls(config, identity, membership, events, log_factory=log_factory, clock=clock)
+            node = cls(
+                config,
+                identity,
+                membership,
+                events,
+                log_factory=log_factory,
+                clock=clock,
+                disk_usage=disk_usage,
+            )
             await node._start(founding)
         except BaseException:
             if node is not None:
@@ -504,6 +521,22 @@ class Node:
             self.transport.forget(gone)
             self._dead_since_ms.pop(gone, None)
         self._known_members = current
+        self.host.set_full_peers(
+            m.node_id
+            for m in view
+            if not m.state.is_gone and m.metadata_dict().get(_DISK_META) == _DISK_FULL
+        )
+        self._replan()
+
+    def _on_disk_full(self, full: bool) -> None:
+        """The host found this node's disk full, or with space again: gossip it (peers
+        stop handing it leaderships, and refuse writes without a majority with
+        space), and move it last in the targets (not the preferred leader)."""
+        if self._stopping:
+            return
+        self.membership.update_local(
+            metadata=_gossip_metadata(self.cluster_id, self.config.peer, disk_full=full)
+        )
         self._replan()
 
     def placement_members(self) -> list[PlacementMember]:
@@ -549,9 +582,10 @@ class Node:
             for name, topic in self.metadata.topics.items()
         }
         self._targets = rules.placement_targets(self.placement_members(), topics)
+        full = self.host.full_nodes()
         for key, target in self._targets.items():
             if target:
-                self.host.set_target(key, target)
+                self.host.set_target(key, rules.full_last(target, full))
 
     def _accept_replica(self, key: TopicPartition) -> bool:
         """Whether a message for a partition this node lacks may create its replica.
@@ -734,10 +768,15 @@ class Node:
         if self.metadata.applied_offset < replica.core.high_watermark:
             return
         members = self.placement_members()
-        eligible = sum(1 for member in members if member.eligible)
+        full = self.host.full_nodes()
+        eligible = sum(1 for member in members if member.eligible and member.node_id not in full)
         spec = TopicSpec(GROUPS_TOPIC, GROUPS_PARTITIONS, GROUPS_REPLICATION_MAX)
         founders = rules.plan_topic(
-            GROUPS_TOPIC, GROUPS_PARTITIONS, max(1, min(GROUPS_REPLICATION_MAX, eligible)), members
+            GROUPS_TOPIC,
+            GROUPS_PARTITIONS,
+            max(1, min(GROUPS_REPLICATION_MAX, eligible)),
+            members,
+            full,
         )
         batch = create_topic_command(spec, founders, uuid.uuid4().hex)
         result = await self.host.produce(METADATA_KEY, batch, Acks.ALL, timeout_s)
@@ -796,10 +835,14 @@ class Node:
         await self.follower.wait_applied(offset, timeout_s)
 
 
-def _gossip_metadata(cluster_id: str | None, peer: str) -> tuple[tuple[str, str], ...]:
+def _gossip_metadata(
+    cluster_id: str | None, peer: str, *, disk_full: bool = False
+) -> tuple[tuple[str, str], ...]:
     entries = [(_PEER_META, peer)]
     if cluster_id:
         entries.insert(0, (_CLUSTER_META, cluster_id))
+    if disk_full:
+        entries.append((_DISK_META, _DISK_FULL))
     return tuple(entries)
 
 

@@ -12,15 +12,18 @@ table tests in ``tests/server/test_rules.py``.
   Redpanda's node-availability timeout), so that a slow restart or a short
   partition does not re-copy every partition it held.
 - :func:`join_decision`: what a starting node does about the cluster id.
-- :func:`plan_topic`: the founding replicas of a new topic.
+- :func:`plan_topic`: the founding replicas of a new topic (never on a node out
+  of disk space).
 - :func:`shutdown_successor`: to whom a stopping leader hands a partition.
+- :func:`full_last`: a target as given to the replica host, nodes out of disk
+  space moved last (never the preferred leader, yet still replicas).
 - The in-sync rule lives with the commit rule, :func:`laminar.replica.quorum.in_sync`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from laminar.errors import InvalidTopicError
@@ -81,18 +84,29 @@ def placement_targets(
 
 
 def plan_topic(
-    name: str, partitions: int, replication_factor: int, members: Sequence[PlacementMember]
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    members: Sequence[PlacementMember],
+    full: Collection[str] = (),
 ) -> list[tuple[str, ...]]:
     """The founding replicas of each partition of a new topic.
 
-    Raises :class:`InvalidTopicError` when fewer members than the replication
-    factor can hold replicas (alive, weight > 0).
+    Members in ``full`` (out of disk space) found nothing: placement ranks the
+    others, and once a full node has space again the leaders move the replicas
+    placement gives it there. Raises :class:`InvalidTopicError` when fewer members
+    than the replication factor can hold replicas (alive, weight > 0, not full).
     """
-    eligible = sum(1 for member in members if member.eligible)
+    eligible_ids = sorted(member.node_id for member in members if member.eligible)
+    full_ids = [node for node in eligible_ids if node in full]
+    if full_ids:
+        members = [member for member in members if member.node_id not in full]
+    eligible = len(eligible_ids) - len(full_ids)
     if replication_factor > eligible:
+        out_of_space = f" ({', '.join(full_ids)} out of disk space)" if full_ids else ""
         raise InvalidTopicError(
-            f"replication factor {replication_factor} needs as many nodes with weight > 0; "
-            f"the cluster has {eligible}"
+            f"replication factor {replication_factor} needs as many nodes with weight > 0 "
+            f"and disk space; the cluster has {eligible}{out_of_space}"
         )
     return [
         replicas(partition_key(name, partition), members, replication_factor)
@@ -150,6 +164,16 @@ def join_decision(
     if waited_ms >= join_wait_ms:
         return JoinDecision(Join.NO_CLUSTER)
     return JoinDecision(Join.WAIT)
+
+
+def full_last(target: tuple[str, ...], full: Collection[str]) -> tuple[str, ...]:
+    """``target`` with the nodes in ``full`` (out of disk space) moved to its end, in
+    their order: the first replica is the preferred leader, and the successor of a
+    dead leader is the next one, so neither is a node that may not lead. The set of
+    replicas does not change (a full node keeps its replicas)."""
+    if not full or not any(node in full for node in target):
+        return target
+    return tuple(n for n in target if n not in full) + tuple(n for n in target if n in full)
 
 
 def shutdown_successor(

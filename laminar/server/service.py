@@ -496,6 +496,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             )
             for d in host.damaged()
         ]
+        disk = host.disk_status()
         return pb.DescribeClusterResponse(
             cluster_id=node.cluster_id,
             node_id=node.node_id,
@@ -503,6 +504,12 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             partitions=partitions,
             fenced=fenced,
             damaged=damaged,
+            disk=pb.NodeDisk(
+                free_bytes=disk.free_bytes,
+                total_bytes=disk.total_bytes,
+                watermark_bytes=disk.watermark_bytes,
+                full=disk.full,
+            ),
         )
 
     @_guarded
@@ -550,7 +557,11 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if spec.name in node.metadata.topics:
             raise TopicExistsError(f"topic {spec.name!r} already exists")
         founders = rules.plan_topic(
-            spec.name, spec.partitions, spec.replication_factor, node.placement_members()
+            spec.name,
+            spec.partitions,
+            spec.replication_factor,
+            node.placement_members(),
+            node.host.full_nodes(),
         )
         command_id = uuid.uuid4().hex
         offset = await self._propose_metadata(create_topic_command(spec, founders, command_id))

@@ -160,6 +160,14 @@ class ProcessCluster:
 
         wait_for(up, timeout_s, f"node{node.index} to answer")
 
+    def all_see_each_other(self) -> bool:
+        """Whether every node's membership says every node of the cluster is alive."""
+        for node in self.nodes:
+            response = self.stub(node).Metadata(pb.MetadataRequest(), timeout=2)
+            if sum(1 for m in response.members if m.state == "alive") != len(self.nodes):
+                return False
+        return True
+
     def kill(self, node: NodeProcess) -> None:
         if node.process is not None and node.running:
             node.process.send_signal(signal.SIGKILL)

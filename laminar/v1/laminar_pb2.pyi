@@ -32,6 +32,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONFIG: _ClassVar[ErrorCode]
     FENCED: _ClassVar[ErrorCode]
     GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
+    STORAGE_FULL: _ClassVar[ErrorCode]
 ACKS_ALL: Acks
 ACKS_LEADER: Acks
 ACKS_NONE: Acks
@@ -52,6 +53,7 @@ CLUSTER_ID_MISMATCH: ErrorCode
 CONFIG: ErrorCode
 FENCED: ErrorCode
 GROUP_NOT_EMPTY: ErrorCode
+STORAGE_FULL: ErrorCode
 
 class ProduceRequest(_message.Message):
     __slots__ = ("topic", "partition", "batches", "acks", "timeout_ms")
@@ -333,21 +335,35 @@ class DamagedReplica(_message.Message):
     quarantine: str
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., reason: _Optional[str] = ..., damaged_for_ms: _Optional[int] = ..., quarantine: _Optional[str] = ...) -> None: ...
 
+class NodeDisk(_message.Message):
+    __slots__ = ("free_bytes", "total_bytes", "watermark_bytes", "full")
+    FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    free_bytes: int
+    total_bytes: int
+    watermark_bytes: int
+    full: bool
+    def __init__(self, free_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., watermark_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
+
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("cluster_id", "node_id", "members", "partitions", "fenced", "damaged")
+    __slots__ = ("cluster_id", "node_id", "members", "partitions", "fenced", "damaged", "disk")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
     DAMAGED_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     node_id: str
     members: _containers.RepeatedCompositeFieldContainer[Member]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionHealth]
     fenced: _containers.RepeatedCompositeFieldContainer[FencedReplica]
     damaged: _containers.RepeatedCompositeFieldContainer[DamagedReplica]
-    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionHealth, _Mapping]]] = ..., fenced: _Optional[_Iterable[_Union[FencedReplica, _Mapping]]] = ..., damaged: _Optional[_Iterable[_Union[DamagedReplica, _Mapping]]] = ...) -> None: ...
+    disk: NodeDisk
+    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionHealth, _Mapping]]] = ..., fenced: _Optional[_Iterable[_Union[FencedReplica, _Mapping]]] = ..., damaged: _Optional[_Iterable[_Union[DamagedReplica, _Mapping]]] = ..., disk: _Optional[_Union[NodeDisk, _Mapping]] = ...) -> None: ...
 
 class RecoverPartitionRequest(_message.Message):
     __slots__ = ("topic", "partition", "accept_data_loss")
@@ -666,7 +682,7 @@ class DeleteGroupResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ErrorDetail(_message.Message):
-    __slots__ = ("code", "message", "leader_id", "leader_address", "start_offset", "end_offset", "offset", "producer_id", "base_sequence", "expected_sequence", "group", "member_id", "reason", "member_count")
+    __slots__ = ("code", "message", "leader_id", "leader_address", "start_offset", "end_offset", "offset", "producer_id", "base_sequence", "expected_sequence", "group", "member_id", "reason", "member_count", "nodes")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -681,6 +697,7 @@ class ErrorDetail(_message.Message):
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
     code: ErrorCode
     message: str
     leader_id: str
@@ -695,4 +712,5 @@ class ErrorDetail(_message.Message):
     member_id: str
     reason: str
     member_count: int
-    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., offset: _Optional[int] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ..., expected_sequence: _Optional[int] = ..., group: _Optional[str] = ..., member_id: _Optional[str] = ..., reason: _Optional[str] = ..., member_count: _Optional[int] = ...) -> None: ...
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., offset: _Optional[int] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ..., expected_sequence: _Optional[int] = ..., group: _Optional[str] = ..., member_id: _Optional[str] = ..., reason: _Optional[str] = ..., member_count: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -247,6 +247,7 @@ class FakeServicer(pb_grpc.LaminarServicer):
                 node_id=self.node_id,
                 members=cluster.members_proto(),
                 partitions=health,
+                disk=cluster.disks.get(self.node_id),
             )
 
     def UpdateNode(self, request, context):
@@ -287,6 +288,8 @@ class FakeCluster:
         self.topics: dict[str, FakeTopic] = {}
         self.nodes: dict[str, FakeNode] = {}
         self.members: dict[str, pb.Member] = {}
+        self.disks: dict[str, pb.NodeDisk] = {}
+        """What each node's DescribeCluster says of its disk (none: not said)."""
         for index in range(node_count):
             node_id = f"n{index}"
             node = FakeNode(self, node_id)

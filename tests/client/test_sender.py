@@ -38,6 +38,7 @@ from laminar.errors import (
     OutOfOrderSequenceError,
     RecordFormatError,
     StorageError,
+    StorageFullError,
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
@@ -652,6 +653,7 @@ def test_fail_all_spares_batches_in_an_attempt() -> None:
         (NodeUnreachableError("x"), Verdict.RETRY),
         (AttemptTimeoutError("x"), Verdict.RETRY),
         (StorageError("fenced"), Verdict.RETRY),
+        (StorageFullError("no space", ("n2", "n3")), Verdict.FATAL),
         (RuntimeError("transport surprise"), Verdict.RETRY),
         (RecordFormatError("x"), Verdict.FATAL),
         (InvalidInputError("x"), Verdict.FATAL),

@@ -22,6 +22,7 @@ from laminar.errors import ConfigError
 from laminar.records import next_offset, with_leader_fields
 from laminar.segment import FsyncPolicy, LogConfig, SegmentLog
 from laminar.segment.fallocate import reserve
+from laminar.segment.files import SegmentFiles
 from tests.segment.support import simple_batch
 
 # Stamped now, so that a reopened segment does not roll by age at its next append.
@@ -191,6 +192,36 @@ def test_a_failed_reservation_is_logged_and_retried_a_step_later(
     assert len(asked) == 2 and asked[1][0] == BATCH_BYTES + 256 * KIB
     assert [r.message for r in caplog.records if "cannot reserve" in r.message] != []
     assert _read_all(log) == stored
+
+
+@pytest.mark.usefixtures("reserving")
+def test_a_step_the_node_cannot_spare_is_not_reserved_and_asked_again_a_step_later(
+    tmp_path: Path,
+) -> None:
+    """The node's watermark (``SegmentFiles.may_reserve``) refuses a step: no blocks
+    are reserved beyond what the appends write, and the next step asks again."""
+    asked: list[int] = []
+    spare = {"bytes": 0}
+
+    def may_reserve(length_bytes: int) -> bool:
+        asked.append(length_bytes)
+        return length_bytes <= spare["bytes"]
+
+    files = SegmentFiles(may_reserve=may_reserve)
+    config = LogConfig(fsync_policy=FsyncPolicy.NEVER, retention_ms=None)
+    log = SegmentLog.open(str(tmp_path / "log"), config, files=files)
+    try:
+        stored = _append_all(log, [BATCH] * 3)
+        path = _segment(log, 0)
+        assert asked == [BATCH_BYTES + 256 * KIB]
+        assert _allocated(path) < 3 * BATCH_BYTES + BLOCK  # nothing reserved ahead
+        spare["bytes"] = 64 * MIB
+        stored += _append_all(log, [BIG] * 3)  # past the refused step: asked again
+        assert len(asked) == 2
+        assert _allocated(path) >= os.path.getsize(path) + 256 * KIB
+        assert _read_all(log) == stored
+    finally:
+        log.close()
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from laminar.cli import main
 from laminar.errors import ConfigError
 from laminar.replica.config import ReplicaConfig
 from laminar.server.config import build_config, load_toml
@@ -98,10 +99,34 @@ def test_tables_configure_the_parts_of_a_node(tmp_path: Path) -> None:
     assert config.log.segment_bytes_max == 1 << 20
 
 
+def test_disk_watermark_options_override_the_host_table(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        'data_dir = "d"\n[host]\ndisk_free_bytes_min = 1000\ndisk_free_percent_min = 5\n'
+    )
+    from_file = build_config({}, load_toml(str(path)))
+    assert from_file.host.disk_free_bytes_min == 1000
+    assert from_file.host.disk_free_percent_min == 5.0  # an integer in TOML is fine
+    options = {"disk_free_bytes_min": 8 << 20, "disk_free_percent_min": None}
+    config = build_config(options, load_toml(str(path)))
+    assert config.host.disk_free_bytes_min == 8 << 20
+    assert config.host.disk_free_percent_min == 5.0
+    with pytest.raises(ConfigError, match="disk_free_percent_min"):
+        build_config({"data_dir": "d", "disk_free_percent_min": 100.0})
+
+
+def test_node_start_help_documents_the_disk_watermark(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["node", "start", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--disk-free-bytes-min" in text and "--disk-free-percent-min" in text
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ('data_dir = "d"\n[host]\nproduce_calls_max = 0', "produce_calls_max"),
+        ('data_dir = "d"\n[host]\ndisk_free_bytes_min = -1', "disk_free_bytes_min"),
+        ('data_dir = "d"\n[host]\ndisk_check_ms = 0', "disk_check_ms"),
         ('data_dir = "d"\n[service]\ncalls_max = 0', "calls_max"),
         ('data_dir = "d"\n[service]\nbogus = 1', "unknown key"),
         ('data_dir = "d"\nreplica_move_grace_ms = -1', "replica_move_grace_ms"),

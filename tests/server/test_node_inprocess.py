@@ -9,6 +9,8 @@ synced (what a power loss would leave). Waits are on conditions with deadlines.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from laminar.segment.config import LogConfig
 from laminar.segment.memory import MemoryLog
 from laminar.segment.storage import LogStorage
 from laminar.server.config import NodeConfig, ServiceConfig
+from laminar.server.disk import DiskUsage
 from laminar.server.host import HostConfig
 from laminar.server.node import Node
 from laminar.server.service import RateLimitedLog
@@ -285,3 +288,63 @@ def test_rate_limited_log_says_how_many_lines_it_skipped(caplog: pytest.LogCaptu
         "malformed Produce request refused",
         "malformed Fetch request refused (99 more since the last such line)",
     ]
+
+
+@run
+async def test_a_full_node_is_gossiped_hands_over_founds_nothing_and_comes_back(
+    tmp_path: Path,
+) -> None:
+    """The node's part of a full disk (issue 28): gossip tells the peers, the targets
+    put the full node last, a new topic is founded elsewhere, and once space is
+    back the node is again the preferred leader it was."""
+    free_bytes = {index: 100 << 20 for index in range(3)}
+    nodes: list[Node] = []
+    for index in range(3):
+        usage = functools.partial(lambda i: DiskUsage(free_bytes[i], 100 << 20), index)
+        base = config(tmp_path, index)
+        watermark = dataclasses.replace(
+            base.host, disk_free_bytes_min=10 << 20, disk_free_percent_min=0.0
+        )
+        node_config = dataclasses.replace(base, host=watermark)
+        nodes.append(await Node.open(node_config, log_factory=MemoryDisks().open, disk_usage=usage))
+    channels: list[grpc.aio.Channel] = []
+    try:
+        await wait_until(lambda: all(len(n.members()) == 3 for n in nodes), "the members")
+        await create_topic(nodes, channels)
+        full = leader_of(nodes, (TOPIC, 0))
+        assert full is not None
+        others = [node for node in nodes if node is not full]
+        free_bytes[nodes.index(full)] = 1 << 20
+
+        def told() -> bool:
+            return all(full.node_id in node.host.full_nodes() for node in others)
+
+        await wait_until(told, "the peers to hear that the node is full")
+        await wait_until(lambda: leader_of(others, (TOPIC, 0)), "a leader with space")
+        for node in nodes:  # still a replica everywhere, but last: never preferred
+            replica = node.host.get((TOPIC, 0))
+            assert replica is not None and replica.core.target is not None
+            assert replica.core.target[-1] == full.node_id
+        status = await stub(full, channels).DescribeCluster(pb.DescribeClusterRequest(), timeout=5)
+        assert status.disk.full and status.disk.watermark_bytes == 10 << 20
+        request = pb.CreateTopicRequest(
+            name="later",
+            config=pb.TopicConfig(
+                partitions=6, replication_factor=2, retention_bytes=-1, retention_ms=-1
+            ),
+        )
+        await wait_until(lambda: leader_of(nodes, ("__cluster", 0)) in others, "metadata moved")
+        admin = leader_of(nodes, ("__cluster", 0))
+        assert admin is not None
+        await stub(admin, channels).CreateTopic(request, timeout=DEADLINE_S)
+        await wait_until(lambda: "later" in full.metadata.topics, "the new topic everywhere")
+        founders = full.metadata.topics["later"].founding_replicas
+        assert all(full.node_id not in replicas for replicas in founders), founders
+
+        free_bytes[nodes.index(full)] = 100 << 20
+        await wait_until(lambda: not any(n.host.full_nodes() for n in nodes), "space back")
+        await wait_until(lambda: leader_of(nodes, (TOPIC, 0)) is full, "its leadership back")
+    finally:
+        for channel in channels:
+            await channel.close()
+        await stop_nodes(nodes)

@@ -11,6 +11,7 @@ from laminar.placement import PlacementMember
 from laminar.server.rules import (
     METADATA_PARTITION,
     Join,
+    full_last,
     join_decision,
     placement_members,
     placement_targets,
@@ -84,6 +85,23 @@ def test_plan_topic_refuses_more_replicas_than_eligible_members() -> None:
     assert [len(group) for group in plan_topic("t", 3, 2, members)] == [2, 2, 2]
     with pytest.raises(InvalidTopicError, match="the cluster has 2"):
         plan_topic("t", 1, 3, members)
+
+
+def test_plan_topic_founds_nothing_on_a_node_out_of_disk_space() -> None:
+    members = [PlacementMember(name) for name in ("a", "b", "c", "d")]
+    founders = plan_topic("t", 20, 3, members, full={"b"})
+    assert all(len(group) == 3 and "b" not in group for group in founders)
+    # The others keep the places they would have had: the ranking without b.
+    assert founders == plan_topic("t", 20, 3, [m for m in members if m.node_id != "b"])
+    with pytest.raises(InvalidTopicError, match=r"has 2 \(b, d out of disk space\)"):
+        plan_topic("t", 1, 3, members, full={"b", "d"})
+
+
+def test_full_nodes_go_last_in_a_target_and_stay_in_it() -> None:
+    assert full_last(("a", "b", "c"), {"a"}) == ("b", "c", "a")
+    assert full_last(("a", "b", "c"), {"a", "b"}) == ("c", "a", "b")
+    assert full_last(("a", "b", "c"), {"x"}) == ("a", "b", "c")
+    assert full_last(("a", "b", "c"), ()) == ("a", "b", "c")
 
 
 @pytest.mark.parametrize(
