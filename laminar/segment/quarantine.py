@@ -2,9 +2,9 @@
 
 When a replica's storage is found damaged (a batch failing its checksums, a state
 file with no valid copy, an unreadable committed file), the files involved are
-copied (the damaged segment, which the log keeps up to the damage; later segments
-hold nothing damaged and are deleted, to be repaired from the peers) or moved (a
-file replaced anew) to
+copied (the damaged segment from the damage on, up to 64 MiB: the log keeps what
+comes before; later segments hold nothing damaged and are deleted, to be repaired
+from the peers) or moved (a file replaced anew) to
 ``quarantine/<topic>/<partition>/<time>/``, with ``note.json`` saying what was
 found where: the file, the offset and byte position of the first damaged batch,
 the stored and computed checksums when a checksum failed, the reason and the
@@ -29,6 +29,10 @@ from laminar.segment.statefile import fsync_directory
 _LOG = logging.getLogger(__name__)
 
 QUARANTINE_DIR = "quarantine"
+EXCERPT_BYTES_MAX = 64 << 20
+"""The most of a damaged segment kept from the damage on: enough to study the
+damaged batch and its neighbours, not a second copy of a 1 GiB segment (a disk
+that rots may be short of space too)."""
 NOTE_FILE = "note.json"
 
 
@@ -69,9 +73,13 @@ def set_aside(
     *,
     copy: Sequence[str] = (),
     move: Sequence[str] = (),
+    excerpts: Sequence[tuple[str, int]] = (),
 ) -> str | None:
     """Copy ``copy`` and move ``move`` (paths; missing ones are skipped) into a new
-    quarantine directory of the replica with ``note``; its path. Durable when it
+    quarantine directory of the replica with ``note``; its path. ``excerpts``:
+    ``(path, position)``, the bytes of ``path`` from ``position`` on (what a cut at
+    ``position`` drops: the damaged batch and what followed it), at most
+    :data:`EXCERPT_BYTES_MAX`, kept as ``<name>.from-<position>``. Durable when it
     returns (the files, the note and the directories are fsynced).
 
     Never fails for want of space or a failing disk, since the replica must open
@@ -97,6 +105,15 @@ def set_aside(
             except OSError as error:
                 missing.append(f"no copy of {os.path.basename(path)} ({error.strerror})")
                 _remove(target)
+    for path, position in excerpts:
+        target = os.path.join(directory, f"{os.path.basename(path)}.from-{position}")
+        try:
+            _copy_range(path, position, EXCERPT_BYTES_MAX, target)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            missing.append(f"no copy of {os.path.basename(path)} ({error.strerror})")
+            _remove(target)
     for path in move:
         if os.path.exists(path):
             try:
@@ -122,6 +139,17 @@ def set_aside(
         _LOG.error("cannot write %s: %s", note_path, error)
         return None
     return directory
+
+
+def _copy_range(path: str, position: int, length: int, target: str) -> None:
+    with open(path, "rb") as source, open(target, "wb") as sink:
+        source.seek(position)
+        left = length
+        while left > 0 and (chunk := source.read(min(left, 1 << 20))):
+            sink.write(chunk)
+            left -= len(chunk)
+        sink.flush()
+        os.fsync(sink.fileno())
 
 
 def _remove(path: str) -> None:

@@ -213,6 +213,13 @@ class HostConfig:
     50 ms in the ``local`` membership preset, 200 ms in ``lan``), so that the new
     leaders know not to hand them straight back; it still has the space above
     the watermark meanwhile.
+    ``recovery_bytes_per_s``: how fast the replicas this node leads may send log
+    data, all together, to replicas catching up as learners (one healing from
+    damaged storage, or a new one placed here), as Redpanda's
+    ``raft_learner_recovery_rate``; 0: no limit. Catching up at full speed took
+    the disk and links the partitions' own writes need (on one machine's disk: a
+    producer's p99 from 6.5 ms to 950 ms while a replica caught up at 351 MB/s).
+    A 1 GiB replica heals in about 11 s at the default.
     """
 
     produce_calls_max: int = 10_000
@@ -230,6 +237,7 @@ class HostConfig:
     disk_free_percent_min: float = 1.0
     disk_check_ms: int = 500
     disk_handover_delay_ms: int = 400
+    recovery_bytes_per_s: int = 100 << 20
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -252,6 +260,8 @@ class HostConfig:
         check_thresholds(self.disk_free_bytes_min, self.disk_free_percent_min, self.disk_check_ms)
         if self.disk_handover_delay_ms < 0:
             raise ConfigError("disk_handover_delay_ms must be >= 0")
+        if self.recovery_bytes_per_s < 0:
+            raise ConfigError("recovery_bytes_per_s must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -698,7 +708,8 @@ class ReplicaHost:
         self, key: PartitionKey, error: CorruptSegmentError, paths: Sequence[str], action: str
     ) -> None:
         note = DamageNote.of_segment(f"{key[0]}/{key[1]}", error, action)
-        self._note_damage(key, note, set_aside(self._data_dir, *key, note, copy=paths))
+        excerpts = [(path, error.position if path == error.path else 0) for path in paths]
+        self._note_damage(key, note, set_aside(self._data_dir, *key, note, excerpts=excerpts))
 
     def _note_damage(self, key: PartitionKey, note: DamageNote, directory: str | None) -> None:
         self.counters["damaged_replicas"] += 1
@@ -1887,6 +1898,7 @@ class _HostLiveness(NodeLiveness):
         self.lag = LoopLag(host._config.election_timeout_min_ms / 4)
         self._clock = host.now_ms
         self._disk = host._disk
+        self.recovery = TokenBucket(host.config.recovery_bytes_per_s, RECOVERY_BURST_S)
 
     def note_lag(self, lag_ms: int, now_ms: int) -> None:
         self.lag.note(lag_ms, now_ms)
@@ -1905,6 +1917,40 @@ class _HostLiveness(NodeLiveness):
 
     def may_lead(self) -> bool:
         return not self._disk.full
+
+    def recovery_grant(self) -> int:
+        return self.recovery.available(time.monotonic())
+
+    def recovery_spend(self, count: int) -> None:
+        self.recovery.spend(count)
+
+
+RECOVERY_BURST_S = 0.25
+"""The recovery budget a node may spend at once: a quarter second of its rate, more
+than a leader's heartbeat interval (when a leader out of budget sends on)."""
+
+
+class TokenBucket:
+    """Bytes per second with a burst of ``burst_s`` of them; ``rate`` 0: no limit.
+    :meth:`spend` may take more than is available (a batch larger than the
+    grant): the debt delays the next grants."""
+
+    def __init__(self, rate: int, burst_s: float) -> None:
+        self.rate = rate
+        self.capacity = rate * burst_s
+        self._tokens = self.capacity
+        self._at = time.monotonic()
+
+    def available(self, now: float) -> int:
+        if self.rate == 0:
+            return 1 << 62
+        self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        return max(0, int(self._tokens))
+
+    def spend(self, count: int) -> None:
+        if self.rate:
+            self._tokens -= count
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from laminar.errors import CorruptSegmentError
+from laminar.segment import quarantine
 from laminar.segment.quarantine import DamageNote, quarantined_bytes, set_aside
 
 
@@ -92,6 +93,21 @@ def test_no_quarantine_directory_still_removes_what_must_go(tmp_path: Path) -> N
     state.write_bytes(b"state")
     assert set_aside(str(data_dir), "t", 0, _note(), move=[str(state)]) is None
     assert not state.exists()
+
+
+def test_an_excerpt_keeps_a_segment_from_the_damage_on_capped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(quarantine, "EXCERPT_BYTES_MAX", 5)
+    segment = tmp_path / "00000000000000000100.log"
+    segment.write_bytes(b"0123456789abcdef")
+    directory = set_aside(
+        str(tmp_path), "t", 0, _note(), excerpts=[(str(segment), 4), (str(tmp_path / "gone"), 0)]
+    )
+    assert directory is not None
+    kept = Path(directory) / "00000000000000000100.log.from-4"
+    assert kept.read_bytes() == b"45678"
+    assert segment.read_bytes() == b"0123456789abcdef"
 
 
 def test_quarantined_bytes_of_a_data_dir_without_quarantine_is_zero(tmp_path: Path) -> None:

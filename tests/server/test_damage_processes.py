@@ -3,7 +3,7 @@
 A 3-node cluster of real node processes (64 KiB segments, so each partition has
 several sealed segments) holds topic ``dmg``, one partition per kind of damage,
 and topic ``calm``, left alone. Once every replica holds every record, node 2 is
-stopped, one file of each ``dmg`` partition's replica on it is damaged (a flipped
+killed (a stopped node leaves the cluster), one file of each ``dmg`` partition's replica on it is damaged (a flipped
 byte, garbage, or a lost slot: see ``KINDS``), and the node is started again.
 Then, as the crash suite does for torn writes:
 
@@ -14,9 +14,11 @@ Then, as the crash suite does for torn writes:
 - every acknowledged record is read back exactly, from the damaged replica itself
   (every batch's checksum verified) and through the Consumer.
 
-One slot of the state file damaged costs nothing: the other slot holds the state
-before the last save, which is what a save torn by a crash leaves (the two cannot
-be told apart; ``docs/design.md``, "Damaged storage", says what that costs).
+One slot of the state file damaged (the older copy, or the one not written yet)
+costs nothing: the other holds the state. (Rot in the newest slot makes the
+replica fall back to the state before its last save, as a save torn by a crash
+does: the two cannot be told apart; ``docs/design.md``, "Damaged storage", says
+what that costs; ``tests/segment/test_state.py`` covers the fallback.)
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ KINDS = (
 )
 """``dmg`` partition ``p`` gets damage ``KINDS[p]``."""
 QUARANTINED = {"sealed_segment", "active_segment", "state_both_slots", "committed"}
+HEALING = {"sealed_segment", "active_segment", "state_both_slots"}
+"""Kinds that cost the replica entries or its vote: it heals as a learner. (A
+garbage committed file costs nothing: it is set aside and written anew.)"""
 TOPIC = "dmg"
 CALM = "calm"
 CALM_PARTITIONS = 2
@@ -117,13 +122,15 @@ def damage(directory: Path, kind: str) -> None:
             decode_slot(data[i * slot_bytes : (i + 1) * slot_bytes], slot_bytes) for i in (0, 1)
         ]
         valid = [(slot[0], i) for i, slot in enumerate(slots) if slot is not None]
+        assert valid, "want a state to damage"
         if kind == "state_one_slot":
-            assert len(valid) == 2, "want both slots written, to damage the newest"
-            hit = [max(valid)[1]]
+            # The slot a save would go to next: the older copy, or the one never
+            # written (a replica that saved once, as when it was founded).
+            hit = 1 - max(valid)[1]
+            data[hit * slot_bytes : hit * slot_bytes + 64] = Random(3).randbytes(64)
         else:
-            hit = [0, 1]
-        for slot in hit:
-            data[slot * slot_bytes + 30] ^= 0x5A  # inside the payload: its checksum fails
+            for _, slot in valid:
+                data[slot * slot_bytes + 30] ^= 0x5A  # inside the payload: its checksum fails
         path.write_bytes(bytes(data))
     elif kind == "committed":
         path = directory / "committed"
@@ -199,7 +206,11 @@ def damaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Damaged]:
         while len(batch_positions(segments(partition_dir(victim, *active))[-1])) < 3:
             produced[active] += produce(cluster, *active, len(produced[active]), 100)
         wait_caught_up(cluster, victim)
-        assert cluster.terminate(victim) == 0
+        committed = partition_dir(victim, TOPIC, KINDS.index("committed")) / "committed"
+        wait_for(committed.exists, SETTLE_S, "the committed file to be written")
+        # Killed, not stopped: a stopped node gossips that it left, and placement
+        # moves its replicas away at once (they would be removed, not healed).
+        cluster.kill(victim)
         for partition, kind in enumerate(KINDS):
             damage(partition_dir(victim, TOPIC, partition), kind)
         log_before = victim.log_path.stat().st_size
@@ -261,8 +272,11 @@ def test_damage_is_named_and_set_aside_with_a_note(damaged: Damaged, kind: str) 
         assert isinstance(note["offset"], int) and isinstance(note["position"], int)
         assert note["expected_checksum"] != note["found_checksum"]
         assert note["expected_checksum"] and note["found_checksum"]
-        # The damaged segment alone is kept: later ones held nothing damaged.
-        assert [p.name for p in quarantine.glob("*.log")] == [Path(str(note["file"])).name]
+        # The damaged segment alone is kept, from the damage on: later ones held
+        # nothing damaged, and the log keeps what came before.
+        kept = f"{Path(str(note['file'])).name}.from-{note['position']}"
+        assert [p.name for p in quarantine.iterdir() if p.name != "note.json"] == [kept]
+        assert (quarantine / kept).stat().st_size > 0
         assert logs, "the valid prefix is kept"
     else:
         name = "state" if kind == "state_both_slots" else "committed"
@@ -304,6 +318,18 @@ def fetch_all(
             skip = offset - header.base_offset
             found.extend(v or b"" for v in decoded.values[max(skip, 0) :])
             offset = header.next_offset
+
+
+def test_the_damaged_replicas_healed_in_place(damaged: Damaged) -> None:
+    """Each damaged replica healed as the same replica (a learner, then a voter
+    again), not by being removed from its group and copied anew."""
+    cluster, victim = damaged.cluster, damaged.victim
+    keys = [(TOPIC, p) for p in range(len(KINDS))]
+    wait_for(lambda: victim_in_sync(cluster, victim, keys), HEAL_S, "in sync")
+    log = new_log(damaged)
+    assert f"replica deleted {TOPIC}/" not in log
+    healed = {p for p in range(len(KINDS)) if KINDS[p] in HEALING}
+    assert log.count("healed: a voter again") >= len(healed)
 
 
 @pytest.mark.parametrize("kind", KINDS)
