@@ -3,8 +3,9 @@
 A 3-node cluster of real node processes (64 KiB segments, so each partition has
 several sealed segments) holds topic ``dmg``, one partition per kind of damage,
 and topic ``calm``, left alone. Once every replica holds every record, node 2 is
-killed (a stopped node leaves the cluster), one file of each ``dmg`` partition's replica on it is damaged (a flipped
-byte, garbage, or a lost slot: see ``KINDS``), and the node is started again.
+killed (a stopped node leaves the cluster), one file of each ``dmg`` partition's
+replica on it is damaged (a flipped byte, garbage, or a lost slot: see
+``KINDS``), and the node is started again.
 Then, as the crash suite does for torn writes:
 
 - the node starts, and its ``calm`` replicas are back in sync within a bound;
