@@ -26,6 +26,12 @@ the first read of a range verifies the checksums of the batches it returns, and 
 corrupt batch raises :class:`CorruptSegmentError` naming the file and offset
 instead of being served. Batches written by this process are known good.
 
+Scrubbing: :meth:`SegmentLog.scrub` re-reads the log in bounded steps for a
+background scrubber and verifies every batch whatever was verified before (bit rot
+happens after the first read); :meth:`SegmentLog.check_batch_at` does the same for
+one batch a reader reports. Both read like reads do (pinned file, ``pread``
+outside the lock) and leave the log's own bookkeeping alone.
+
 Files: a log keeps its active segment's file open; sealed segments' files are
 opened when read and kept in a bounded cache shared by the node's logs
 (:mod:`laminar.segment.files`), so a node's descriptors do not grow with the
