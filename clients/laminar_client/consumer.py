@@ -21,14 +21,15 @@ ends before it) is left for another for a second.
 
 A batch that fails its checksum when the application's thread decodes it (bit rot
 on the replica's disk that its own reads did not catch, or damage in transit), or a
-batch header that fails its checksum in the fetch loop, is not handed out: the
-whole fetch answer is dropped, the partition reads again from its position from
-another replica, and the replica that served it is logged (a WARNING naming it, the
-partition and the offset), counted (``counters["corrupt_batches"]``) and told (the
-``ReportCorruption`` call: the node checks its stored copy and takes its replica out
-of service when it is damaged). Only when every replica served that batch corrupt
-does the application get the :class:`~laminar.errors.ChecksumMismatchError` (the
-partition then waits for a ``seek``).
+batch header that fails its checksum in the fetch loop, is not handed out: the good
+batches before it are, what was fetched after it is dropped, the partition reads
+again from that batch from another replica, and the replica that served it is
+logged (a WARNING naming it, the partition and the offset), counted
+(``counters["corrupt_batches"]``) and told (the ``ReportCorruption`` call: the node
+checks its stored copy and takes its replica out of service when it is damaged).
+Only when every live replica served that batch corrupt does the application get
+the :class:`~laminar.errors.ChecksumMismatchError`, with its position at the batch
+(the partition then waits for a ``seek``).
 
 Positions
 ---------

@@ -416,6 +416,7 @@ class ReplicaHost:
         """Close every replica; waits for a running flush round and the fsync
         threads at most about ``timeout_s`` (a stuck disk must not stop a shutdown)."""
         self._closed = True
+        self._scrubber.close()  # a job under way stops after its current call
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         if self._ticker is not None:
@@ -433,7 +434,6 @@ class ReplicaHost:
             _fail_calls(replica, UnavailableError("node shutting down"))
             self._close_replica(replica)
         self._files_pool.shutdown(wait=False, cancel_futures=True)
-        self._scrubber.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         with contextlib.suppress(TimeoutError):
             remaining_s = max(0.0, deadline - loop.time())

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -91,13 +92,29 @@ class ScrubOutcome:
     batches: int
     calls: int
     damage: CorruptSegmentError | OSError | StorageError | None
-    """Damage found (or a read that failed): the job stopped there."""
+    """Damage found (a corrupt batch, or a read the disk failed): the job stopped there."""
+    failure: OSError | StorageError | None = None
+    """A read that failed for another reason (out of descriptors, say): the replica is
+    skipped for this pass, not fenced."""
 
 
 def charged_bytes(scrubbed_bytes: int, batches: int, calls: int) -> int:
     """What scrubbing costs against the rate: the bytes read, plus a fixed cost per
     batch and per call (:data:`SCRUB_BATCH_BYTES`, :data:`SCRUB_CALL_BYTES`)."""
     return scrubbed_bytes + batches * SCRUB_BATCH_BYTES + calls * SCRUB_CALL_BYTES
+
+
+DAMAGE_ERRNOS = frozenset({errno.EIO, errno.ENOENT, errno.EBADMSG, errno.EUCLEAN})
+"""Read errors that mean the data is damaged or gone: the media failed (``EIO``),
+the filesystem found its own checksums wrong (``EBADMSG``, ``EUCLEAN``), or a
+segment file the log holds is missing (``ENOENT``)."""
+
+
+def is_damage(error: BaseException) -> bool:
+    """Whether a failed read means damaged data (see :data:`DAMAGE_ERRNOS`), rather
+    than a resource the node ran out of."""
+    cause = error if isinstance(error, OSError) else error.__cause__
+    return isinstance(cause, OSError) and cause.errno in DAMAGE_ERRNOS
 
 
 def scrub_logs(
@@ -110,6 +127,7 @@ def scrub_logs(
         cursor = item.cursor
         scrubbed = batches = calls = 0
         damage: CorruptSegmentError | OSError | StorageError | None = None
+        failure: OSError | StorageError | None = None
         done = False
         while budget_bytes > 0 and not stopped():
             try:
@@ -117,8 +135,12 @@ def scrub_logs(
             except LogClosedError:  # the replica was closed (fenced, deleted) meanwhile
                 done = True
                 break
-            except (OSError, StorageError) as error:  # a read failed: damage too
-                damage = error
+            except (OSError, StorageError) as error:
+                if is_damage(error):
+                    damage = error
+                else:
+                    failure = error
+                    done = True
                 break
             calls += 1
             scrubbed += result.scrubbed_bytes
@@ -130,7 +152,9 @@ def scrub_logs(
                 done = cursor is None
                 break
         outcomes.append(
-            ScrubOutcome(item.key, item.log, cursor, done, scrubbed, batches, calls, damage)
+            ScrubOutcome(
+                item.key, item.log, cursor, done, scrubbed, batches, calls, damage, failure
+            )
         )
         if damage is not None or budget_bytes <= 0 or stopped():
             break
@@ -276,6 +300,13 @@ class Scrubber:
             if outcome.damage is not None:
                 self._pass_damage += 1
                 self._on_damage(key, outcome.log, outcome.damage, "scrub")
+            if outcome.failure is not None:
+                _LOG.warning(
+                    "scrub read failed replica=%s/%d node=%s error=%s; skipped this pass",
+                    *key,
+                    self._node_id,
+                    outcome.failure,
+                )
             if outcome.done or outcome.damage is not None:
                 self._cursors.pop(key, None)
                 with contextlib.suppress(ValueError):

@@ -9,6 +9,7 @@ high so that a pass takes milliseconds.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 import os
@@ -18,7 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from laminar.errors import CorruptSegmentError, OffsetOutOfRangeError, UnavailableError
+from laminar.errors import (
+    CorruptSegmentError,
+    OffsetOutOfRangeError,
+    StorageError,
+    UnavailableError,
+)
 from laminar.records import encode_batch
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
@@ -26,7 +32,7 @@ from laminar.segment.config import LogConfig
 from laminar.segment.log import SegmentLog
 from laminar.segment.storage import LogStorage
 from laminar.server.host import HostConfig, ReplicaHost, partition_directory
-from laminar.server.scrub import charged_bytes
+from laminar.server.scrub import ScrubItem, charged_bytes, scrub_logs
 from tests.server import aio
 from tests.server.aio import bounded
 from tests.server.test_host_storage import Cluster
@@ -257,3 +263,33 @@ async def test_a_leader_whose_replication_read_meets_corruption_is_fenced(tmp_pa
         assert result.base_offset >= 1
     finally:
         await cluster.close()
+
+
+class FailingLog:
+    """Stands in for a SegmentLog whose reads fail with ``error``."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def scrub(self, cursor: object, max_bytes: int) -> object:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "damage"),
+    [
+        (OSError(errno.EIO, "Input/output error"), True),
+        (OSError(errno.EBADMSG, "Bad message"), True),
+        (OSError(errno.EMFILE, "Too many open files"), False),
+        (StorageError("cannot open segment file x: Too many open files"), False),
+    ],
+    ids=["eio", "ebadmsg", "emfile", "open-failed"],
+)
+def test_a_failed_scrub_read_is_damage_only_when_the_disk_says_so(
+    error: BaseException, damage: bool
+) -> None:
+    log = FailingLog(error)
+    item = ScrubItem(KEY, log, None)  # type: ignore[arg-type]
+    (outcome,) = scrub_logs([item], 1 << 20, lambda: False)
+    assert (outcome.damage is error) is damage
+    assert (outcome.failure is error) is not damage
