@@ -18,9 +18,10 @@ import pytest
 
 from laminar.errors import CorruptSegmentError, InvalidInputError, OffsetOutOfRangeError
 from laminar.records import HEADER_BYTES
-from laminar.segment import FsyncPolicy, LogConfig, SegmentLog
+from laminar.segment import LogConfig, SegmentLog
 from laminar.segment.log import ScrubCursor, ScrubResult
-from tests.segment.support import FakeClock, simple_batch
+from tests.segment.support import FakeClock, flip, simple_batch
+from tests.segment.test_log_unit import _config as unit_config
 
 SEGMENT_BYTES = 4096
 
@@ -37,14 +38,7 @@ class Stored:
 
 
 def _config(**overrides: Any) -> LogConfig:
-    settings: dict[str, Any] = {
-        "segment_bytes_max": SEGMENT_BYTES,
-        "index_interval_bytes": 256,
-        "fsync_policy": FsyncPolicy.NEVER,
-        "retention_ms": None,
-    }
-    settings.update(overrides)
-    return LogConfig(**settings)
+    return unit_config(**{"segment_bytes_max": SEGMENT_BYTES, **overrides})
 
 
 @pytest.fixture
@@ -78,15 +72,6 @@ def write(log: SegmentLog, count: int, *, records: int = 3, value_bytes: int = 1
 def _segment_base(log: SegmentLog, offset: int) -> int:
     bases = sorted(int(n.split(".")[0]) for n in os.listdir(log.directory) if n.endswith(".log"))
     return max(b for b in bases if b <= offset)
-
-
-def flip(path: str, position: int) -> None:
-    """Flip one bit of the byte at ``position`` in ``path`` (the log stays open)."""
-    with open(path, "r+b") as file:
-        file.seek(position)
-        byte = file.read(1)
-        file.seek(position)
-        file.write(bytes([byte[0] ^ 0x10]))
 
 
 def scrub_pass(

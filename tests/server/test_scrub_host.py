@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import logging
 import os
 import time
@@ -33,6 +32,7 @@ from laminar.segment.log import SegmentLog
 from laminar.segment.storage import LogStorage
 from laminar.server.host import HostConfig, ReplicaHost, partition_directory
 from laminar.server.scrub import ScrubItem, charged_bytes, scrub_logs
+from tests.segment.support import flip
 from tests.server import aio
 from tests.server.aio import bounded
 from tests.server.test_host_storage import Cluster
@@ -81,14 +81,6 @@ def sealed_segment(root: Path, index: int = 1) -> Path:
     files = sorted(directory.glob("*.log"))
     assert len(files) > index + 1, "not enough sealed segments"
     return files[index]
-
-
-def flip(path: Path, position: int) -> None:
-    with open(path, "r+b") as file:
-        file.seek(position)
-        byte = file.read(1)
-        file.seek(position)
-        file.write(bytes([byte[0] ^ 0x10]))
 
 
 @run
@@ -218,28 +210,10 @@ class CorruptReads:
         return log
 
 
-class SlowRetryCluster(Cluster):
-    """test_host_storage's three hosts, with fenced replicas left fenced."""
-
-    def __init__(self, root: Path, disks: CorruptReads) -> None:
-        self.hosts = {
-            name: ReplicaHost(
-                name,
-                str(root / name),
-                ReplicaConfig.local(),
-                LogConfig(),
-                send=functools.partial(self._send, name),
-                host_config=NO_SCRUB,
-                log_factory=disks.open,
-            )
-            for name in ("n1", "n2", "n3")
-        }
-
-
 @run
 async def test_a_leader_whose_replication_read_meets_corruption_is_fenced(tmp_path: Path) -> None:
     disks = CorruptReads()
-    cluster = SlowRetryCluster(tmp_path, disks)
+    cluster = Cluster(tmp_path, disks, NO_SCRUB)  # fenced replicas stay fenced
     await cluster.start()
     try:
         await wait_until(cluster.leader, "a leader")
