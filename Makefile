@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.client_bench --quick
 	$(BIN)/python -m bench.group_bench --quick
 	$(BIN)/python -m bench.repair_bench --quick
+	$(BIN)/python -m bench.scrub_bench --quick
 	$(BIN)/python -m bench.spark_bench --quick
 
 # Peers for the client benchmark (bench/peers.py): nats-server and redis-server from Debian's

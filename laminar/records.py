@@ -712,6 +712,16 @@ def verify_batch(
 ) -> BatchHeader:
     """Validate the whole batch at ``position``: header, length and payload checksum."""
     header = parse_header(batch, position, limits=limits)
+    verify_payload(batch, position, header)
+    return header
+
+
+def verify_payload(
+    batch: bytes | bytearray | memoryview, position: int, header: BatchHeader
+) -> None:
+    """Check the length and payload checksum of the batch at ``position`` whose
+    header :func:`parse_header` returned as ``header`` (:func:`verify_batch`'s second
+    half, for a caller that has the header already)."""
     end = position + header.length
     if len(batch) < end:
         raise TruncatedBatchError(
@@ -722,7 +732,6 @@ def verify_batch(
     actual = xxhash.xxh3_64_intdigest(memoryview(batch)[position + HEADER_BYTES : end])
     if actual != header.payload_checksum:
         raise ChecksumMismatchError("payload", header.payload_checksum, actual)
-    return header
 
 
 def iter_batches(

@@ -1,6 +1,6 @@
-"""Smoke run of the group benchmark's issue-27 phases, so that they do not rot
-(a benchmark nobody runs breaks unnoticed): tiny sizes, one run each, and every
-figure must be printed and on target."""
+"""Smoke runs of benchmarks, so that they do not rot (a benchmark nobody runs breaks
+unnoticed): the group benchmark's issue-27 phases and the scrub benchmark, at tiny
+sizes, one run each, and every figure must be printed and on target."""
 
 from __future__ import annotations
 
@@ -34,4 +34,27 @@ def test_group_bench_zombie_close_and_compaction_phases_run() -> None:
     assert figures["close_commit_lag_commit_in_revoke"] == 0
     assert figures["groups_log_bytes_after_4k_commits"] > 0
     assert figures["groups_replay_s_after_4k_commits"] > 0
+    assert "targets missed: none" in lines
+
+
+def test_scrub_bench_runs() -> None:
+    """The scrubber's CPU figures (issue 28) on 8 MiB, with 2 s windows (~20 s)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.scrub_bench",
+        "--quick",
+        "--data-mib",
+        "8",
+        "--window-s",
+        "2",
+    ]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    figures = json.loads(lines[-1])
+    for suffix in ("", "_1kib_batches"):
+        for name in ("scrub_cpu_pct", "scrub_read_mib_s", "idle_cpu_pct", "scrub_cpu_ms_per_mib"):
+            assert name + suffix in figures
+        assert figures["scrub_read_mib_s" + suffix] > 0.5  # the node did scrub
     assert "targets missed: none" in lines

@@ -19,6 +19,18 @@ KIP-392); a replica that does not answer is skipped for a while (the client's
 node health), one that answers with an error or is behind the position (its log
 ends before it) is left for another for a second.
 
+A batch that fails its checksum when the application's thread decodes it (bit rot
+on the replica's disk that its own reads did not catch, or damage in transit), or a
+batch header that fails its checksum in the fetch loop, is not handed out: the good
+batches before it are, what was fetched after it is dropped, the partition reads
+again from that batch from another replica, and the replica that served it is
+logged (a WARNING naming it, the partition and the offset), counted
+(``counters["corrupt_batches"]``) and told (the ``ReportCorruption`` call: the node
+checks its stored copy and takes its replica out of service when it is damaged).
+Only when every live replica served that batch corrupt does the application get
+the :class:`~laminar.errors.ChecksumMismatchError`, with its position at the batch
+(the partition then waits for a ``seek``).
+
 Positions
 ---------
 ``position(tp)`` is the offset of the next record the application will get (the
@@ -60,17 +72,20 @@ from laminar.errors import (
     NoAnswerError,
     OffsetOutOfRangeError,
     RecordDeserializationError,
+    RecordFormatError,
     RetriableError,
     UnavailableError,
     UnknownTopicOrPartitionError,
 )
 from laminar.groups.entries import Subscription
 from laminar.records import (
+    BatchHeader,
     ColumnView,
     Header,
     column_view,
     decode_batch,
     iter_batches,
+    verify_batch,
 )
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread
@@ -97,6 +112,8 @@ OffsetReset = Literal["earliest", "latest", "error"]
 _AVOID_S = 1.0
 """How long a replica that answered a fetch with an error (or whose log ends before
 the position) is left for the others."""
+_REPORTS_MAX = 16
+"""Corruption reports to nodes under way at once; more are only logged."""
 
 
 class TopicPartition(NamedTuple):
@@ -135,6 +152,7 @@ class _Chunk:
         "nbytes",
         "next_offset",
         "offset_min",
+        "source",
         "tp",
     )
 
@@ -147,6 +165,7 @@ class _Chunk:
         next_offset: int,
         high_watermark: int,
         error: LaminarError | None = None,
+        source: str = "",
     ) -> None:
         self.tp = tp
         self.epoch = epoch
@@ -156,6 +175,39 @@ class _Chunk:
         self.high_watermark = high_watermark
         self.nbytes = len(data)
         self.error = error
+        self.source = source  # the address of the replica that served it
+
+
+class _CorruptChunkError(Exception):
+    """A batch of a fetch answer failed verification (raised on the application's
+    thread, handled by :meth:`_Reader._corrupted`)."""
+
+    def __init__(self, offset: int, error: RecordFormatError) -> None:
+        super().__init__(str(error))
+        self.offset = offset
+        """Where the failing batch starts (the offset after the good batches before
+        it, or the chunk's first offset): the partition reads again from there."""
+        self.error = error
+
+
+def _verified(chunk: _Chunk, stop_offset: int | None = None) -> list[tuple[int, BatchHeader]]:
+    """The whole batches of a fetch answer (up to the one holding ``stop_offset``),
+    header and payload checksums verified: ``(position, header)`` each; raises
+    :class:`_CorruptChunkError` at the first that fails."""
+    batches: list[tuple[int, BatchHeader]] = []
+    data = chunk.data
+    size = len(data)
+    position = 0
+    offset = chunk.offset_min
+    try:
+        while position < size and (stop_offset is None or offset < stop_offset):
+            header = verify_batch(data, position)
+            batches.append((position, header))
+            position += header.length
+            offset = header.next_offset
+    except RecordFormatError as error:
+        raise _CorruptChunkError(offset, error) from None
+    return batches
 
 
 class ConsumerBatch(Generic[_K, _V]):
@@ -255,6 +307,8 @@ class _Partition:
     retries: int = 0
     halted: bool = False  # an error was handed to the application: stop until a seek
     unknown_since_s: float | None = None
+    corrupt_at: int = -1  # the offset of a batch the replicas in corrupt_from served corrupt
+    corrupt_from: set[str] | None = None
 
 
 class _Inbox:
@@ -336,7 +390,13 @@ class _Core:
         self.partitions: dict[TopicPartition, _Partition] = {}
         self.buffered = 0
         self._room: asyncio.Event | None = None
-        self.counters = {"fetches": 0, "fetch_errors": 0, "replica_switches": 0}
+        self.counters = {
+            "fetches": 0,
+            "fetch_errors": 0,
+            "replica_switches": 0,
+            "corrupt_batches": 0,
+        }
+        self._reports: set[asyncio.Task[None]] = set()
 
     # -- commands (on the loop)
 
@@ -362,6 +422,7 @@ class _Core:
         state.resolved = offset
         state.halted = False
         state.unknown_since_s = None
+        state.corrupt_from = None
         self.release(self._inbox.drop(tp))
         self._start(state)
 
@@ -394,7 +455,10 @@ class _Core:
     async def close(self) -> None:
         for state in self.partitions.values():
             self._stop(state)
+        for report in self._reports:
+            report.cancel()
         tasks = [s.task for s in self.partitions.values() if s.task is not None]
+        tasks += self._reports
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self._transport.close()
@@ -472,10 +536,18 @@ class _Core:
             data = response.batches
             if not data:
                 continue
-            next_offset = _next_offset(data, offset)
+            try:
+                next_offset = _next_offset(data, offset)
+            except _CorruptChunkError as corrupt:  # a damaged batch header: drop the answer
+                assert address is not None
+                if self._note_corrupt(state, address, corrupt.offset, corrupt.error):
+                    self._halt(state, corrupt.error)
+                continue  # the same offset again, from another replica
             state.fetch_offset = next_offset
             self.buffered += len(data)
-            self._inbox.put(_Chunk(tp, epoch, data, offset, next_offset, response.high_watermark))
+            self._inbox.put(
+                _Chunk(tp, epoch, data, offset, next_offset, response.high_watermark, None, address)
+            )
 
     async def _reset_offset(self, tp: TopicPartition) -> int:
         offsets = await asyncio.to_thread(self._client.list_offsets, tp.topic, [tp.partition])
@@ -578,6 +650,117 @@ class _Core:
             return False
         return all(self._avoided(state, replica, now_s) for replica in replicas)
 
+    def corrupt(
+        self,
+        tp: TopicPartition,
+        epoch: int,
+        address: str,
+        offset: int,
+        error: RecordFormatError,
+    ) -> None:
+        """The application found that a fetch answer ``address`` served holds a batch
+        failing verification at ``offset`` (the records before it were good, and are
+        handed out): drop what was fetched ahead and read again from ``offset``, from
+        another replica; once every replica served it corrupt, hand ``error`` to the
+        application instead."""
+        state = self.partitions.get(tp)
+        if state is None or state.epoch != epoch:
+            return  # seeked, paused or unassigned meanwhile: nothing to read again
+        everywhere = self._note_corrupt(state, address, offset, error)
+        self._stop(state)
+        state.epoch += 1
+        state.fetch_offset = offset
+        self.release(self._inbox.drop(tp))
+        if everywhere:
+            self._halt(state, error)
+        else:
+            self._start(state)
+
+    def _note_corrupt(
+        self, state: _Partition, address: str, offset: int, error: RecordFormatError
+    ) -> bool:
+        """``address`` served the batch at ``offset`` corrupt: log, count and report it,
+        and leave that replica for another; whether every replica served it so."""
+        tp = state.tp
+        self.counters["corrupt_batches"] += 1
+        _LOG.warning(
+            "%s/%d: the replica at %s served a corrupt batch at offset %d (%s); "
+            "reading it from another replica and reporting it",
+            tp.topic,
+            tp.partition,
+            address,
+            offset,
+            error,
+        )
+        self._report(address, tp, offset)
+        if state.corrupt_from is None or state.corrupt_at != offset:
+            state.corrupt_at, state.corrupt_from = offset, set()
+        state.corrupt_from.add(address)
+        self._avoid_all(state, address)
+        state.replica = None
+        everywhere = self._corrupt_everywhere(state, state.corrupt_from)
+        if everywhere:
+            _LOG.error(
+                "%s/%d: every replica served the batch at offset %d corrupt: %s",
+                tp.topic,
+                tp.partition,
+                offset,
+                error,
+            )
+        return everywhere
+
+    def _corrupt_everywhere(self, state: _Partition, corrupt_from: set[str]) -> bool:
+        """Whether every live replica of the partition is in ``corrupt_from``."""
+        try:
+            replicas = self._client.cache.read_targets(
+                state.tp.topic, state.tp.partition, 0.0, refresh=False
+            )
+        except LaminarError:
+            return False
+        return all(replica in corrupt_from for replica in replicas)
+
+    def _report(self, address: str, tp: TopicPartition, offset: int) -> None:
+        """Tell the node at ``address`` (in the background) that it served the batch
+        at ``offset`` corrupt."""
+        if len(self._reports) >= _REPORTS_MAX:
+            _LOG.info("%s/%d: too many reports under way; not reporting %s", *tp, address)
+            return
+        task = asyncio.get_running_loop().create_task(self._send_report(address, tp, offset))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _send_report(self, address: str, tp: TopicPartition, offset: int) -> None:
+        request = pb.ReportCorruptionRequest(topic=tp.topic, partition=tp.partition, offset=offset)
+        try:
+            response = await self._transport.call(
+                address,
+                "ReportCorruption",
+                request,
+                pb.ReportCorruptionResponse,
+                timeout_s=self._attempt_timeout_s,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            _LOG.info("%s/%d: reporting offset %d to %s failed: %s", *tp, offset, address, error)
+            return
+        if response.damaged:
+            _LOG.warning(
+                "%s/%d: the node at %s found its stored batch at offset %d damaged (%s); "
+                "its replica is out of service",
+                *tp,
+                address,
+                offset,
+                response.reason,
+            )
+        else:
+            _LOG.info(
+                "%s/%d: the node at %s found its stored batch at offset %d intact",
+                *tp,
+                address,
+                offset,
+            )
+
     def _out_of_range(self, state: _Partition, offset: int, error: OffsetOutOfRangeError) -> None:
         """The position is outside the partition's log: apply ``auto_offset_reset``."""
         tp = state.tp
@@ -621,10 +804,14 @@ def _paused(state: _Partition) -> bool:
 
 
 def _next_offset(data: bytes, offset: int) -> int:
-    """The offset after the last batch of a fetch answer (never before ``offset``)."""
+    """The offset after the last batch of a fetch answer (never before ``offset``);
+    the headers' checksums are verified (:class:`_CorruptChunkError` if one fails)."""
     last = 0
-    for _, header in iter_batches(data, verify=False):
-        last = header.next_offset
+    try:
+        for _, header in iter_batches(data, verify=False):
+            last = header.next_offset
+    except RecordFormatError as error:
+        raise _CorruptChunkError(max(last, offset), error) from None
     return max(last, offset)
 
 
@@ -696,7 +883,8 @@ class _ConsumerBase(Generic[_K, _V]):
 
     @property
     def counters(self) -> dict[str, int]:
-        """Fetches, failed fetches and replica switches so far."""
+        """Fetches, failed fetches, replica switches and corrupt batches (served by a
+        replica, read again from another) so far."""
         return dict(self._core.counters)
 
     def assignment(self) -> frozenset[TopicPartition]:
@@ -797,11 +985,11 @@ class _ConsumerBase(Generic[_K, _V]):
         self, chunk: _Chunk, stop_offset: int | None = None
     ) -> list[ConsumerRecord[_K, _V]]:
         """Every data record of a fetch answer at or after the offset asked for (and
-        before ``stop_offset``), checksums verified."""
+        before ``stop_offset``), checksums verified (:class:`_CorruptChunkError` if not)."""
         topic, partition = chunk.tp
         records: list[ConsumerRecord[_K, _V]] = []
         view = memoryview(chunk.data)
-        for position, header in iter_batches(view):
+        for position, header in _verified(chunk, stop_offset):
             if header.is_control or header.next_offset <= chunk.offset_min:
                 continue
             if stop_offset is not None and header.base_offset >= stop_offset:
@@ -814,13 +1002,16 @@ class _ConsumerBase(Generic[_K, _V]):
             records.extend(self._records_of(topic, partition, batch, start, stop))
         return records
 
-    def _chunk_batches(self, chunk: _Chunk, max_records: int) -> list[ConsumerBatch[_K, _V]]:
-        """A fetch answer as :class:`ConsumerBatch` slices of at most ``max_records``
-        (checksums verified)."""
+    def _chunk_batches(
+        self, chunk: _Chunk, max_records: int, stop_offset: int | None = None
+    ) -> list[ConsumerBatch[_K, _V]]:
+        """A fetch answer (its batches before ``stop_offset``, a batch start) as
+        :class:`ConsumerBatch` slices of at most ``max_records`` (checksums verified:
+        :class:`_CorruptChunkError` if not)."""
         topic, partition = chunk.tp
         batches: list[ConsumerBatch[_K, _V]] = []
         view = memoryview(chunk.data)
-        for position, header in iter_batches(view):
+        for position, header in _verified(chunk, stop_offset):
             if header.is_control or header.next_offset <= chunk.offset_min:
                 continue
             batch = view[position : position + header.length]
@@ -1066,6 +1257,8 @@ class _Reader(_ConsumerBase[_K, _V]):
             records = self._chunk_records(chunk)
         except RecordDeserializationError as error:
             return self._poisoned(chunk, error)
+        except _CorruptChunkError as corrupt:
+            return self._corrupted(chunk, corrupt)
         if not records:
             self._positions[chunk.tp] = chunk.next_offset
             return None
@@ -1084,6 +1277,31 @@ class _Reader(_ConsumerBase[_K, _V]):
             raise error
         self._poison[tp] = error
         return tp, good, error.offset
+
+    def _corrupted(
+        self, chunk: _Chunk, corrupt: _CorruptChunkError
+    ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
+        """A batch of ``chunk`` failed verification: hand out the records of the
+        good batches before it, while the core reads the partition again from the
+        failed batch, from another replica (see :meth:`_Core.corrupt`)."""
+        try:
+            good = self._chunk_records(chunk, corrupt.offset)
+        except RecordDeserializationError as error:
+            return self._poisoned(chunk, error)  # the failed batch is read again after
+        self._read_elsewhere(chunk, corrupt)
+        if not good:
+            return None
+        return chunk.tp, good, corrupt.offset
+
+    def _read_elsewhere(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
+        """What was handed out of ``chunk`` ends before its failed batch: the core
+        reads the partition again from there (the position), from another replica."""
+        self._corrupt_in_core(chunk, corrupt)
+        self._after_seek(chunk.tp, corrupt.offset)
+
+    def _corrupt_in_core(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
+        """Run :meth:`_Core.corrupt` for ``chunk`` (the facade's loop)."""
+        raise NotImplementedError
 
     def _raise_poison(self) -> None:
         for tp in list(self._poison):
@@ -1179,17 +1397,26 @@ class _Reader(_ConsumerBase[_K, _V]):
         rest is read again from the position: when this generator is closed, or when
         the next iteration starts (:meth:`_settle_abandoned`), whichever is first."""
         tp = chunk.tp
+        corrupt: _CorruptChunkError | None = None
+        try:
+            batches = self._chunk_batches(chunk, max_records)
+        except _CorruptChunkError as error:  # hand out the good batches before it
+            corrupt = error
+            batches = self._chunk_batches(chunk, max_records, error.offset)
         marker = self._interrupts
         self._open_chunk = chunk
         try:
-            for batch in self._chunk_batches(chunk, max_records):
+            for batch in batches:
                 if self._stop_handing_out(chunk, marker):
                     break
                 self._positions[tp] = batch.next_offset
                 yield batch
             else:
-                self._positions[tp] = chunk.next_offset
                 self._open_chunk = None
+                if corrupt is None:
+                    self._positions[tp] = chunk.next_offset
+                else:
+                    self._read_elsewhere(chunk, corrupt)
         finally:
             if self._open_chunk is chunk:
                 self._open_chunk = None
@@ -1559,6 +1786,11 @@ class Consumer(_Reader[_K, _V]):
         if not self._closed and tp in self._epochs:
             self._seek_core(tp)
 
+    def _corrupt_in_core(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
+        self._on_loop(
+            self._core.corrupt, chunk.tp, chunk.epoch, chunk.source, corrupt.offset, corrupt.error
+        )
+
     def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
         self._on_loop(self._core.seek, tp, offset)
         self._after_seek(tp, offset)
@@ -1841,6 +2073,9 @@ class AsyncConsumer(_Reader[_K, _V]):
     def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
         self._core.seek(tp, offset)
         self._after_seek(tp, offset)
+
+    def _corrupt_in_core(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
+        self._core.corrupt(chunk.tp, chunk.epoch, chunk.source, corrupt.offset, corrupt.error)
 
     def _refetch(self, tp: TopicPartition) -> None:
         if not self._closed and tp in self._epochs:

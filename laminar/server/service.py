@@ -362,6 +362,23 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         )
 
     @_guarded
+    async def ReportCorruption(  # noqa: N802
+        self, request: pb.ReportCorruptionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportCorruptionResponse:
+        """A consumer got a batch failing its checksum from this node: re-verify the
+        stored batch; damage fences the replica (see ``ReplicaHost.check_reported``)."""
+        key = self._key(request.topic, request.partition, internal=True)
+        if request.offset < 0:
+            raise InvalidInputError(f"offset must be >= 0, got {request.offset}")
+        host = self._node.host
+        if host.get(key) is None and not host.is_fenced(key):
+            raise self._no_replica(key)
+        damage = await host.check_reported(key, request.offset)
+        if damage is None:
+            return pb.ReportCorruptionResponse(damaged=False)
+        return pb.ReportCorruptionResponse(damaged=True, reason=str(damage))
+
+    @_guarded
     async def ListOffsets(  # noqa: N802
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListOffsetsResponse:

@@ -143,6 +143,24 @@ class FetchResponse(_message.Message):
     served_by: str
     def __init__(self, batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., served_by: _Optional[str] = ...) -> None: ...
 
+class ReportCorruptionRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ReportCorruptionResponse(_message.Message):
+    __slots__ = ("damaged", "reason")
+    DAMAGED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    damaged: bool
+    reason: str
+    def __init__(self, damaged: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class ListOffsetsRequest(_message.Message):
     __slots__ = ("topic", "partitions", "timestamp_ms")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

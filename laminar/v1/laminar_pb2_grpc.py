@@ -56,6 +56,11 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.ReportCorruption = channel.unary_unary(
+                '/laminar.v1.Laminar/ReportCorruption',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.ReportCorruptionRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.ReportCorruptionResponse.FromString,
+                _registered_method=True)
         self.Metadata = channel.unary_unary(
                 '/laminar.v1.Laminar/Metadata',
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.MetadataRequest.SerializeToString,
@@ -163,6 +168,15 @@ class LaminarServicer:
     def ListOffsets(self, request, context):
         """Per partition, from any replica: the log start offset, the high watermark and,
         when asked, the first committed offset at or after a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportCorruption(self, request, context):
+        """A consumer got a batch that failed its checksum from this node's replica: the
+        node re-verifies the stored batch and takes the replica out of service when it
+        is damaged (another replica leads and serves; the damage is repaired from them).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -300,6 +314,11 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.ListOffsetsRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'ReportCorruption': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportCorruption,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.ReportCorruptionRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.ReportCorruptionResponse.SerializeToString,
             ),
             'Metadata': grpc.unary_unary_rpc_method_handler(
                     servicer.Metadata,
@@ -487,6 +506,33 @@ class Laminar:
             '/laminar.v1.Laminar/ListOffsets',
             laminar_dot_v1_dot_laminar__pb2.ListOffsetsRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportCorruption(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/ReportCorruption',
+            laminar_dot_v1_dot_laminar__pb2.ReportCorruptionRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.ReportCorruptionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,8 +3,10 @@
 One `FakeCluster` runs several `FakeNode`s, each a grpc.server on an ephemeral
 port, sharing one in-memory state (topics, logs, leaders). Tests script failures
 with `fail_next(node_id, method, *errors)` (an error; `("after", error)` to fail
-after doing the work; a `threading.Event` to hang until it is set) and read the
-call log in `calls`.
+after doing the work; a `threading.Event` to hang until it is set), make a node's
+replica serve a batch with a flipped byte with `corrupt_on(node_id, topic,
+partition, base_offset)` (its ReportCorruption answers "damaged" for that batch),
+and read the call log in `calls`.
 """
 
 from __future__ import annotations
@@ -146,13 +148,34 @@ class FakeServicer(pb_grpc.LaminarServicer):
                     continue
                 if out and request.max_bytes and len(out) + len(batch) > request.max_bytes:
                     break
+                start = len(out)
                 out += batch
+                flipped = cluster.corrupt.get(
+                    (self.node_id, request.topic, request.partition, header.base_offset)
+                )
+                if flipped is not None:
+                    out[start + flipped % len(batch)] ^= 0x01
             return pb.FetchResponse(
                 batches=bytes(out),
                 high_watermark=part.end_offset,
                 log_start_offset=part.log_start,
                 served_by=self.node_id,
             )
+
+    def ReportCorruption(self, request, context):
+        self._enter("ReportCorruption", request, context)
+        cluster = self.cluster
+        with cluster.lock:
+            part = self._partition(context, request.topic, request.partition)
+            for batch in part.batches:
+                (_, header), *_ = list(iter_batches(batch))
+                if header.base_offset <= request.offset < header.next_offset:
+                    where = (self.node_id, request.topic, request.partition, header.base_offset)
+                    damaged = where in cluster.corrupt
+                    return pb.ReportCorruptionResponse(
+                        damaged=damaged, reason="flipped" if damaged else ""
+                    )
+            abort(context, OffsetOutOfRangeError(request.offset, part.log_start, part.end_offset))
 
     def ListOffsets(self, request, context):
         self._enter("ListOffsets", request, context)
@@ -285,6 +308,9 @@ class FakeCluster:
         self.changed = threading.Condition(self.lock)
         self.calls: list[tuple[str, str, object]] = []
         self.failures: dict[tuple[str, str], list] = defaultdict(list)
+        # (node, topic, partition, base offset) -> the byte of that batch the node
+        # serves flipped (negative: from the end).
+        self.corrupt: dict[tuple[str, str, int, int], int] = {}
         self.topics: dict[str, FakeTopic] = {}
         self.nodes: dict[str, FakeNode] = {}
         self.members: dict[str, pb.Member] = {}
@@ -315,6 +341,14 @@ class FakeCluster:
     def fail_next(self, node_id: str, method: str, *errors) -> None:
         with self.lock:
             self.failures[(node_id, method)].extend(errors)
+
+    def corrupt_on(
+        self, node_id: str, topic: str, partition: int, base_offset: int, byte: int = -1
+    ) -> None:
+        """Make ``node_id`` serve the batch at ``base_offset`` with byte ``byte``
+        flipped (default: the payload's last; 0-71 are in the checksummed header)."""
+        with self.lock:
+            self.corrupt[(node_id, topic, partition, base_offset)] = byte
 
     def calls_to(self, method: str) -> list[str]:
         with self.lock:

@@ -20,6 +20,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import json
+import logging
 import random
 import signal
 import threading
@@ -39,6 +40,7 @@ from laminar_client import (
 )
 
 from laminar.errors import (
+    ChecksumMismatchError,
     InvalidInputError,
     OffsetOutOfRangeError,
     StorageError,
@@ -1038,6 +1040,96 @@ def test_a_persistent_non_retriable_fetch_error_reaches_the_reader(
     reader.assign([TP0])
     with pytest.raises(StorageError):
         reader.read(1, timeout_s=1.0)
+
+
+def report_calls(cluster: FakeCluster) -> list[tuple[str, int, int]]:
+    """Every ReportCorruption the fake saw: node, partition, offset."""
+    with cluster.lock:
+        return [
+            (node, request.partition, request.offset)  # type: ignore[attr-defined]
+            for node, method, request in cluster.calls
+            if method == "ReportCorruption"
+        ]
+
+
+@pytest.mark.parametrize("how", ["records", "batches"])
+def test_a_replica_serving_a_corrupt_batch_is_left_for_another_and_reported(
+    cluster: FakeCluster,
+    consumer: Callable[..., Facade],
+    caplog: pytest.LogCaptureFixture,
+    how: str,
+) -> None:
+    cluster.add_topic(TOPIC)
+    append_values(cluster, TP0, 5)  # 0-4
+    append_values(cluster, TP0, 5, start=5)  # 5-9: n0 serves this batch corrupt
+    append_values(cluster, TP0, 5, start=10)  # 10-14
+    cluster.corrupt_on("n0", TOPIC, 0, 5)
+    reader = consumer(client_zone="z0")  # n0 first
+    reader.assign([TP0])
+    with caplog.at_level(logging.WARNING, logger="laminar_client.consumer"):
+        if how == "records":
+            got = reader.read(15)
+            assert [(r.offset, r.value) for r in got] == [(i, b"0-%d" % i) for i in range(15)]
+        else:
+            batches = reader.batches(15, max_records=100)
+            assert [(b.first_offset, b.next_offset) for b in batches] == [(0, 5), (5, 10), (10, 15)]
+            assert [r.value for b in batches for r in b] == [b"0-%d" % i for i in range(15)]
+    assert reader.quiet() == []
+    assert reader.position(TP0) == 15
+    assert reader.consumer.counters["corrupt_batches"] == 1
+    # The first fetch went to n0, the read again of offset 5 elsewhere.
+    calls = fetch_calls(cluster)
+    assert calls[0] == ("n0", 0, 0)
+    assert next(node for node, _, offset in calls if offset == 5) in ("n1", "n2")
+    wait_until(lambda: report_calls(cluster) == [("n0", 0, 5)], what="the report to n0")
+    address = cluster.address_of("n0")
+    assert any(
+        r.levelno == logging.WARNING
+        and address in r.getMessage()
+        and "t/0" in r.getMessage()
+        and "offset 5" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+
+
+def test_a_corrupt_batch_header_is_read_from_another_replica(
+    cluster: FakeCluster, consumer: Callable[..., Facade]
+) -> None:
+    cluster.add_topic(TOPIC)
+    append_values(cluster, TP0, 5)
+    append_values(cluster, TP0, 5, start=5)
+    cluster.corrupt_on("n0", TOPIC, 0, 5, byte=30)  # in the checksummed header
+    reader = consumer(client_zone="z0")
+    reader.assign([TP0])
+    assert offsets(reader.read(10), TP0) == list(range(10))
+    assert reader.quiet() == []
+    assert reader.consumer.counters["corrupt_batches"] == 1
+    wait_until(lambda: report_calls(cluster) == [("n0", 0, 5)], what="the report to n0")
+
+
+def test_every_replica_serving_a_corrupt_batch_raises_to_the_application(
+    cluster: FakeCluster, consumer: Callable[..., Facade]
+) -> None:
+    cluster.add_topic(TOPIC)
+    append_values(cluster, TP0, 5)  # 0-4
+    append_values(cluster, TP0, 5, start=5)  # 5-9: corrupt everywhere
+    append_values(cluster, TP0, 5, start=10)
+    for node in ("n0", "n1", "n2"):
+        cluster.corrupt_on(node, TOPIC, 0, 5)
+    reader = consumer()
+    reader.assign([TP0])
+    stream = reader.stream()
+    # The good records before the batch come first, then its error.
+    assert [r.offset for r in stream.take(5)] == [0, 1, 2, 3, 4]
+    with pytest.raises(ChecksumMismatchError):
+        stream.next()
+    assert reader.position(TP0) == 5
+    assert reader.consumer.counters["corrupt_batches"] == 3
+    every_replica = [("n0", 0, 5), ("n1", 0, 5), ("n2", 0, 5)]
+    wait_until(lambda: sorted(report_calls(cluster)) == every_replica, what="three reports")
+    # Past it, reading goes on.
+    reader.seek(TP0, 10)
+    assert offsets(reader.read(5), TP0) == [10, 11, 12, 13, 14]
 
 
 def test_stopped_replica_fails_over_without_loss_or_duplicate(

@@ -64,3 +64,13 @@ def open_files_under(directory: Path | str) -> list[str]:
         if target.startswith(root):
             paths.append(target)
     return sorted(paths)
+
+
+def flip(path: Path | str, position: int) -> None:
+    """Flip one bit of the byte at ``position`` in the file at ``path``: bit rot,
+    even under a log that has the file open (its reads see the page cache)."""
+    with open(path, "r+b") as file:
+        file.seek(position)
+        byte = file.read(1)
+        file.seek(position)
+        file.write(bytes([byte[0] ^ 0x10]))

@@ -145,7 +145,7 @@ async def test_a_reopen_that_fails_again_keeps_the_replica_fenced(tmp_path: Path
 class Cluster:
     """Three hosts of one group in one process; bundles go through the event loop."""
 
-    def __init__(self, root: Path, disks: Disks) -> None:
+    def __init__(self, root: Path, disks: Disks, host_config: HostConfig = FAST_RETRY) -> None:
         self.hosts: dict[str, ReplicaHost] = {}
         for name in ("n1", "n2", "n3"):
             self.hosts[name] = ReplicaHost(
@@ -154,7 +154,7 @@ class Cluster:
                 ReplicaConfig.local(),
                 LogConfig(),
                 send=functools.partial(self._send, name),
-                host_config=FAST_RETRY,
+                host_config=host_config,
                 log_factory=disks.open,
             )
 
