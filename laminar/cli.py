@@ -296,7 +296,17 @@ def _add_cluster_commands(commands: Any) -> None:
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     status = actions.add_parser(
-        "status", help="members (state, weight, zone) and partition leaders and replicas"
+        "status",
+        help="members (state, weight, zone, free disk) and partition leaders and replicas",
+        description=(
+            "Members with their state, weight, zone, address and data directory's free "
+            "space (DISK 'full' below the node's watermark: it leads nothing and takes "
+            "no new replicas); every partition's leader, replicas, voters, in-sync "
+            "replicas and whether it is under-replicated; then the replicas healing "
+            "from damaged storage (where their damaged files were set aside, under "
+            "<data>/quarantine/) and the replicas out of service after a storage "
+            "failure, if any."
+        ),
     )
     status.set_defaults(handler=_cluster_status)
 

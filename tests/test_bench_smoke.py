@@ -1,6 +1,7 @@
 """Smoke runs of benchmarks, so that they do not rot (a benchmark nobody runs breaks
-unnoticed): the group benchmark's issue-27 phases and the scrub benchmark, at tiny
-sizes, one run each, and every figure must be printed and on target."""
+unnoticed): the group benchmark's issue-27 phases, the scrub benchmark and the repair
+benchmark's repair phase, at tiny sizes, one run each; every figure must be printed,
+and on target where the size allows it."""
 
 from __future__ import annotations
 
@@ -58,3 +59,29 @@ def test_scrub_bench_runs() -> None:
             assert name + suffix in figures
         assert figures["scrub_read_mib_s" + suffix] > 0.5  # the node did scrub
     assert "targets missed: none" in lines
+
+
+def test_repair_bench_repair_phase_runs() -> None:
+    """A damaged 8 MiB replica repaired from its peers under a producer, at the
+    default and without a budget (~20 s). The ratios are printed, not asserted:
+    at this size a repair takes a fraction of a second."""
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.repair_bench",
+        "--quick",
+        "--only",
+        "repair",
+        "--size-mib",
+        "8",
+        "--variants",
+        "default,unlimited",
+    ]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    figures = json.loads(lines[-1])
+    for suffix in ("", "_unlimited"):
+        for name in ("repair_mb_s", "repair_vs_raw_read", "produce_p99_during_repair_vs_idle"):
+            assert figures[name + suffix] > 0
+    assert sum("repaired copy identical to the leader's" in line for line in lines) == 2

@@ -218,10 +218,13 @@ class HostConfig:
     ``recovery_bytes_per_s``: how fast the replicas this node leads may send log
     data, all together, to replicas catching up as learners (one healing from
     damaged storage, or a new one placed here), as Redpanda's
-    ``raft_learner_recovery_rate``; 0: no limit. Catching up at full speed took
-    the disk and links the partitions' own writes need (on one machine's disk: a
-    producer's p99 from 6.5 ms to 950 ms while a replica caught up at 351 MB/s).
-    A 1 GiB replica heals in about 11 s at the default.
+    ``raft_learner_recovery_rate`` and CockroachDB's snapshot rate (32 MiB/s
+    there too); 0: no limit. Catching up at full speed took the disk, CPU and
+    links the partitions' own writes need (three nodes on one 2-core machine: a
+    producer's p99 6x its idle p99 while a replica caught up at 244 MB/s, 2.1x at
+    100 MiB/s, 1.2x at the default; ``bench/repair_bench.py``). A 1 GiB replica
+    heals in about 33 s at the default; a node's replicas led by several nodes
+    heal that much faster together.
     ``scrub_bytes_per_s``: the scrubber re-reads every replica's log at this rate,
     verifying every batch's checksums even where reads verified it before, and
     fences a replica whose disk rotted (:mod:`laminar.server.scrub`; 0 turns it
@@ -249,7 +252,7 @@ class HostConfig:
     disk_free_percent_min: float = 1.0
     disk_check_ms: int = 500
     disk_handover_delay_ms: int = 400
-    recovery_bytes_per_s: int = 100 << 20
+    recovery_bytes_per_s: int = 32 << 20
     scrub_bytes_per_s: int = 16 << 20
     scrub_pass_min_ms: int = 60_000
 
