@@ -1601,7 +1601,7 @@ def _uint32(value: int, name: str) -> int:
     """``value`` for a ``uint32`` field; :class:`InvalidInputError` outside it (the
     node judges the range that matters)."""
     if not 0 <= value < 1 << 32:
-        raise InvalidInputError(f"{name} must be >= 1, got {value}")
+        raise InvalidInputError(f"{name} must be a positive integer, got {value}")
     return value
 
 
