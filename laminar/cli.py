@@ -5,7 +5,10 @@ bootstrapping from ``--bootstrap`` (comma-separated ``host:port`` gRPC addresses
 default: the ``LAMINAR_BOOTSTRAP`` environment variable, else ``127.0.0.1:7100``,
 the first node of ``scripts/local_cluster.sh``). Any error prints one line,
 ``laminar: error: <message>``, to stderr and exits non-zero (1 for a Laminar or
-I/O error, 2 for bad usage, 130 when interrupted); never a traceback.
+I/O error, 2 for bad usage, 130 when interrupted); never a traceback. When every
+bootstrap address refuses the connection (nothing listens there) a command fails
+within about a second, saying so and how to start a local cluster; errors that
+can pass (a node starting, an election) are retried until ``--timeout``.
 
 ``laminar node ...`` comes from :func:`laminar.server.cli.register`, when the
 server package is installed. Contract for that function: it adds parsers to the
@@ -36,10 +39,12 @@ from laminar_client import (
     PartitionOffsets,
     Producer,
     RecordMetadata,
+    TopicMetadata,
 )
 from laminar_client.client import UNKNOWN_TOPIC_WAIT_S
 
 from laminar.errors import (
+    ClusterUnreachableError,
     GroupNotEmptyError,
     InvalidInputError,
     LaminarError,
@@ -62,6 +67,10 @@ def _node_register() -> Callable[[Any], None] | None:
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7100"
 BOOTSTRAP_ENV = "LAMINAR_BOOTSTRAP"
+LOCAL_CLUSTER_HINT = (
+    "`scripts/local_cluster.sh start` (it prints the export LAMINAR_BOOTSTRAP=... line "
+    "to use), or give running nodes' gRPC addresses in --bootstrap or $LAMINAR_BOOTSTRAP."
+)
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -99,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=30.0,
         metavar="SECONDS",
-        help="deadline of each call, retries included (default: 30)",
+        help=(
+            "deadline of each call, retries included (default: 30); a call gives up "
+            "within about a second when every bootstrap address refuses the connection"
+        ),
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_topic_commands(commands)
@@ -118,31 +130,44 @@ def _add_topic_commands(commands: Any) -> None:
     topic = commands.add_parser("topic", help="create, list, describe or delete topics")
     actions = topic.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    create = actions.add_parser("create", help="create a topic")
+    create = actions.add_parser(
+        "create",
+        help="create a topic",
+        description=(
+            "Create a topic. A setting left out takes the cluster's default, and "
+            "'topic describe' marks it so: --partitions the nodes' [service] "
+            "default_partitions (1), --replication-factor their "
+            "default_replication_factor (3) capped at the live nodes with weight > 0, "
+            "retention unlimited."
+        ),
+    )
     create.add_argument("name", help="topic name")
     create.add_argument(
-        "--partitions", type=_positive_int, required=True, metavar="N", help="partition count"
+        "--partitions",
+        type=_positive_int,
+        metavar="N",
+        help="partition count (default: the cluster's, 1 unless the nodes set another)",
     )
     create.add_argument(
         "--replication-factor",
         type=_positive_int,
-        required=True,
         metavar="R",
-        help="replicas per partition",
+        help=(
+            "replicas per partition (default: the cluster's, 3 unless the nodes set "
+            "another, capped at the live nodes with weight > 0)"
+        ),
     )
     create.add_argument(
         "--retention-bytes",
         type=int,
-        default=-1,
         metavar="B",
-        help="keep at most this many bytes per partition (default: -1, unlimited)",
+        help="keep at most this many bytes per partition; -1: unlimited (default)",
     )
     create.add_argument(
         "--retention-ms",
         type=int,
-        default=-1,
         metavar="MS",
-        help="keep records this many milliseconds (default: -1, unlimited)",
+        help="keep records this many milliseconds; -1: unlimited (default)",
     )
     create.set_defaults(handler=_topic_create)
 
@@ -453,17 +478,24 @@ def _out() -> TextIO:
 
 def _topic_create(args: argparse.Namespace) -> int:
     with _client(args) as client:
+        for option, value in (("bytes", args.retention_bytes), ("ms", args.retention_ms)):
+            if value is not None and (value < -1 or value == 0):
+                raise InvalidInputError(f"--retention-{option} must be > 0 or -1, got {value}")
+        # -1 is unlimited, the cluster's default: left unset, as it is when not given.
+        retention_bytes = args.retention_bytes if args.retention_bytes != -1 else None
+        retention_ms = args.retention_ms if args.retention_ms != -1 else None
         topic = client.create_topic(
             args.name,
             args.partitions,
             args.replication_factor,
-            retention_bytes=args.retention_bytes,
-            retention_s=None if args.retention_ms < 0 else args.retention_ms / 1000,
+            retention_bytes=retention_bytes,
+            retention_s=None if retention_ms is None else retention_ms / 1000,
         )
     config = topic.config
     print(
-        f"created topic {topic.name}: partitions={config.partitions} "
-        f"replication_factor={config.replication_factor}",
+        f"created topic {topic.name}: "
+        f"{_setting(topic, 'partitions', str(config.partitions))} "
+        f"{_setting(topic, 'replication_factor', str(config.replication_factor))}",
         file=_out(),
     )
     return 0
@@ -483,10 +515,11 @@ def _topic_describe(args: argparse.Namespace) -> int:
     topic = metadata.topic(args.name)
     config = topic.config
     print(
-        f"topic {topic.name}: partitions={config.partitions} "
-        f"replication_factor={config.replication_factor} "
-        f"retention_bytes={_limit(config.retention_bytes)} "
-        f"retention_ms={_limit(config.retention_ms)}",
+        f"topic {topic.name}: "
+        f"{_setting(topic, 'partitions', str(config.partitions))} "
+        f"{_setting(topic, 'replication_factor', str(config.replication_factor))} "
+        f"{_setting(topic, 'retention_bytes', _limit(config.retention_bytes))} "
+        f"{_setting(topic, 'retention_ms', _limit(config.retention_ms))}",
         file=_out(),
     )
     rows = [
@@ -1063,6 +1096,11 @@ class _open_input:  # noqa: N801 - used like open()
             self._file.close()
 
 
+def _setting(topic: TopicMetadata, name: str, value: str) -> str:
+    """``name=value``, marked ``(default)`` when the cluster's default set it."""
+    return f"{name}={value}" + (" (default)" if name in topic.defaults else "")
+
+
 def _limit(value: int) -> str:
     return "unlimited" if value < 0 else str(value)
 
@@ -1232,6 +1270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (LaminarError, OSError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if isinstance(error, ClusterUnreachableError):
+            message += f" Start a local cluster with {LOCAL_CLUSTER_HINT}"
         print(f"laminar: error: {message}", file=sys.stderr)
         return EXIT_ERROR
 

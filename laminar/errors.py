@@ -23,7 +23,9 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     ├── RetriableError                   the operation may succeed if retried
     │   ├── NotLeaderError               this replica is not the leader (leader hint attached)
     │   ├── UnavailableError             no quorum / not enough replicas
-    │   │   └── NodeUnreachableError     (client) the connection to the node failed
+    │   │   ├── NodeUnreachableError     (client) the connection to the node failed
+    │   │   │   └── NodeRefusedError     (client) nothing listens there (refused, no such host)
+    │   │   └── ClusterUnreachableError  (client) no node ever answered: every address refused
     │   ├── RequestTimeoutError          the deadline passed before an answer
     │   │   ├── AttemptTimeoutError      (client) the node did not answer one attempt in time
     │   │   └── DeliveryTimeoutError     (client) a record not acknowledged in delivery_timeout_s
@@ -220,6 +222,23 @@ class NoAnswerError(RetriableError):
 
 class NodeUnreachableError(NoAnswerError, UnavailableError):
     """Client side: the connection to the node failed (refused, reset, closed mid-call)."""
+
+
+class NodeRefusedError(NodeUnreachableError):
+    """Client side: nothing listens at the node's address: the connection was refused,
+    or the host name does not resolve."""
+
+
+class ClusterUnreachableError(UnavailableError):
+    """Client side: no node has answered this client yet, and every address it knows
+    (its bootstrap list) refused the connection or does not resolve, for the
+    client's ``connect_grace_s``: no cluster runs there. ``addresses`` are those
+    addresses. Not raised once any node has answered: then a refused connection is
+    a node restarting, retried until the call's deadline."""
+
+    def __init__(self, message: str, *, addresses: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.addresses = addresses
 
 
 class AttemptTimeoutError(NoAnswerError, RequestTimeoutError):

@@ -13,7 +13,7 @@ CLUSTER=scripts/local_cluster.sh
 PY=.venv/bin/python
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-laminar() { "$PY" -m laminar.cli --bootstrap 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102 "$@"; }
+laminar() { "$PY" -m laminar.cli "$@"; }  # every node, from LAMINAR_BOOTSTRAP (below)
 
 if compgen -G "$LAMINAR_CLUSTER_DIR/node*.pid" >/dev/null; then
     echo "a local cluster seems to run under $LAMINAR_CLUSTER_DIR; stop it first:" >&2
@@ -24,10 +24,12 @@ rm -rf "$LAMINAR_CLUSTER_DIR"
 trap '$CLUSTER stop >/dev/null 2>&1 || true' EXIT
 
 step "start a 3-node cluster on 127.0.0.1 (data and logs in $LAMINAR_CLUSTER_DIR/)"
-$CLUSTER start 3
+started="$($CLUSTER start 3)"
+echo "$started"
+eval "$started"  # export LAMINAR_BOOTSTRAP=<every node>
 
-step "create topic 'demo': 3 partitions, replication factor 3"
-laminar topic create demo --partitions 3 --replication-factor 3
+step "create topic 'demo': 3 partitions, the cluster's default replication factor (3)"
+laminar topic create demo --partitions 3
 laminar topic describe demo
 
 step "produce 1,000 records to demo/0 (acks=all: on a majority of replicas, fsynced)"
@@ -60,4 +62,4 @@ step "stop the cluster"
 $CLUSTER stop
 trap - EXIT
 echo
-echo "demo done: try it yourself with scripts/local_cluster.sh start 3 and python -m laminar.cli --help"
+echo "demo done: try it yourself with eval \"\$(scripts/local_cluster.sh start 3)\" and .venv/bin/laminar --help"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run a local Laminar cluster on loopback.
 #
-#   scripts/local_cluster.sh start N     start N nodes (node 0 bootstraps), wait until ready
+#   scripts/local_cluster.sh start N     start N nodes (node 0 bootstraps), wait until
+#                                        ready, print export LAMINAR_BOOTSTRAP=<all nodes>
 #   scripts/local_cluster.sh stop        stop every node this script started (SIGTERM)
-#   scripts/local_cluster.sh status      which nodes run, and the cluster as node 0 sees it
+#   scripts/local_cluster.sh status      which nodes run, and the cluster as they see it
 #   scripts/local_cluster.sh kill ID     SIGKILL node ID (a crash)
 #   scripts/local_cluster.sh restart ID  start node ID again (after kill or stop)
 #   scripts/local_cluster.sh logs ID     print node ID's log
@@ -21,7 +22,7 @@ GRPC_BASE=7100
 PEER_BASE=7200
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -41,7 +42,7 @@ check_id() {
 start_node() {
     local id="$1" extra=()
     if running "$id"; then
-        echo "node $id already runs (pid $(pid_of "$id"))"
+        echo "# node $id already runs (pid $(pid_of "$id"))"
         return
     fi
     mkdir -p "$ROOT/node$id"
@@ -87,7 +88,13 @@ start)
     for ((i = 0; i < count; i++)); do
         wait_ready "$i" "$count"
     done
-    echo "$count nodes ready; bootstrap address 127.0.0.1:$GRPC_BASE"
+    addresses="127.0.0.1:$GRPC_BASE"
+    for ((i = 1; i < count; i++)); do
+        addresses+=",127.0.0.1:$((GRPC_BASE + i))"
+    done
+    echo "# $count nodes ready. Point the laminar command at every node (then it works"
+    echo "# while any node runs): run this line, or eval \"\$($0 start $count)\""
+    echo "export LAMINAR_BOOTSTRAP=$addresses"
     ;;
 stop)
     shopt -s nullglob
@@ -111,17 +118,19 @@ stop)
     ;;
 status)
     shopt -s nullglob
+    live=""
     for dir in "$ROOT"/node*/; do
         id="${dir%/}"
         id="${id##*/node}"
         if running "$id"; then
             echo "node $id: running (pid $(pid_of "$id")), grpc 127.0.0.1:$((GRPC_BASE + id))"
+            live+="${live:+,}127.0.0.1:$((GRPC_BASE + id))"
         else
             echo "node $id: stopped"
         fi
     done
-    if running 0; then
-        "$PYTHON" -m laminar.cli --bootstrap "127.0.0.1:$GRPC_BASE" cluster status || true
+    if [[ -n "$live" ]]; then
+        "$PYTHON" -m laminar.cli --bootstrap "$live" cluster status || true
     fi
     ;;
 kill)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from laminar_client import Client, PartitionOffsets, key_partition
 from laminar import cli
 from laminar.errors import InvalidInputError
 from laminar.records import decode_batch, encode_batch
+from laminar.testing.processes import free_port
 from laminar.v1 import laminar_pb2 as pb
 from tests.client.fake_server import FakeCluster
 
@@ -104,7 +107,7 @@ def test_bootstrap_default_from_environment(monkeypatch) -> None:
     [
         [],
         ["topic"],
-        ["topic", "create", "x"],
+        ["topic", "create"],
         ["topic", "create", "x", "--partitions", "0", "--replication-factor", "1"],
         ["produce", "t", "--partition", "1", "--key-partitioning"],
         ["consume", "t", "--format", "xml"],
@@ -522,3 +525,42 @@ def test_produce_interrupted_exits_130_after_closing(cluster: FakeCluster, capsy
     assert captured.out == "produced 2 records to t/0 at offsets 0..1\n"
     assert "Traceback" not in captured.err
     assert stored(cluster, "t", 0) == [(None, b"one"), (None, b"two")]
+
+
+def test_with_no_cluster_a_command_fails_within_two_seconds_and_says_what_to_do() -> None:
+    """As a user runs it (a process of its own, the default --timeout of 30 s):
+    nothing listens at the bootstrap address."""
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "laminar.cli", "--bootstrap", address, "cluster", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"laminar: error: no Laminar node answered at {address} ")
+    assert "(connection refused)" in lines[0] and "scripts/local_cluster.sh start" in lines[0]
+    assert elapsed <= 2.0, elapsed
+
+
+def test_topic_create_leaves_unset_settings_to_the_cluster(cluster: FakeCluster, capsys) -> None:
+    assert run(cluster, "topic", "create", "plain") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "created topic plain: partitions=1 (default) replication_factor=3 (default)"
+    assert run(cluster, "topic", "describe", "plain") == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "topic plain: partitions=1 (default) replication_factor=3 (default) "
+        "retention_bytes=unlimited (default) retention_ms=unlimited (default)"
+    )
+    assert run(cluster, "topic", "create", "some", "--replication-factor", "2") == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "created topic some: partitions=1 (default) replication_factor=2"
+    )
+    assert run(cluster, "topic", "create", "bad", "--retention-ms", "0") == 1
+    assert "--retention-ms must be > 0 or -1" in capsys.readouterr().err

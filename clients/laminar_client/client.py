@@ -36,6 +36,7 @@ from typing import Literal, TypeVar
 from google.protobuf.message import Message
 
 from laminar.errors import (
+    ClusterUnreachableError,
     InvalidInputError,
     LaminarError,
     NotLeaderError,
@@ -59,13 +60,12 @@ from laminar_client.metadata import (
     MemberInfo,
     NodeDisk,
     PartitionHealth,
-    TopicConfig,
     TopicMetadata,
     answers_settled,
     merge_answers,
 )
 from laminar_client.retry import RetryPolicy
-from laminar_client.transport import NoAnswerError, Transport, UnaryTransport
+from laminar_client.transport import NoAnswerError, NodeRefusedError, Transport, UnaryTransport
 
 AcksMode = Literal["all", "leader", "none"]
 ACKS: dict[str, pb.Acks] = {"all": pb.ACKS_ALL, "leader": pb.ACKS_LEADER, "none": pb.ACKS_NONE}
@@ -80,6 +80,10 @@ this, so an answer normally arrives, and a leader that hangs costs only this lon
 DEFAULT_METADATA_TIMEOUT_S = 1.0
 """Deadline of one ``Metadata`` RPC: a node that cannot answer this in a second is
 not the one to learn the cluster from."""
+DEFAULT_CONNECT_GRACE_S = 1.0
+"""How long every bootstrap address may refuse a new client before its calls give up
+(:class:`ClusterUnreachableError`): long enough for a node that is starting to
+open its port, short enough that a command run with no cluster fails at once."""
 DEFAULT_METADATA_ANSWERS_MAX = 4
 """Most nodes whose ``Metadata`` answers one refresh merges: the three replicas of a
 partition (replication factor 3) and one node, answering first, that hosts none."""
@@ -208,6 +212,15 @@ class _Deadline:
         return self._at_s - self._clock()
 
 
+def cluster_unreachable(reasons: dict[str, str]) -> ClusterUnreachableError:
+    """The error for bootstrap addresses that all refused (address -> reason)."""
+    listed = ", ".join(f"{address} ({reason})" for address, reason in reasons.items())
+    return ClusterUnreachableError(
+        f"no Laminar node answered at {listed}: is the cluster running there?",
+        addresses=tuple(reasons),
+    )
+
+
 class MetadataCache:
     """The client's view of the cluster, merged from the answers of several nodes.
 
@@ -262,6 +275,10 @@ class MetadataCache:
         self._last_good_address: str | None = None
         self._leader_hints: dict[tuple[str, int], str] = {}
         self._health = NodeHealth(retry if retry is not None else RetryPolicy())
+        self._ever_answered = False
+        # Addresses whose connections were refused (or names did not resolve) in a
+        # row: when the streak began, and in what words (see refused_everywhere).
+        self._refused: dict[str, tuple[float, str]] = {}
 
     # ------------------------------------------------------------------ snapshots
 
@@ -340,15 +357,39 @@ class MetadataCache:
         with self._lock:
             self._health.answered(address)
             self._last_good_address = address
+            self._ever_answered = True
+            self._refused.pop(address, None)
 
-    def node_failed(self, address: str) -> None:
-        """``address`` did not answer: skip it for a while and drop hints that point at it."""
+    def node_failed(self, address: str, error: BaseException | None = None) -> None:
+        """``address`` did not answer (``error``, when known, says how): skip it for a
+        while and drop hints that point at it."""
         with self._lock:
-            self._health.failed(address, self._clock())
+            now = self._clock()
+            if isinstance(error, NodeRefusedError):
+                reason = "name not resolved" if "resolv" in str(error) else "connection refused"
+                since = self._refused.get(address, (now, reason))[0]
+                self._refused[address] = (since, reason)
+            else:
+                self._refused.pop(address, None)
+            self._health.failed(address, now)
             if self._last_good_address == address:
                 self._last_good_address = None
             self._drop_hints_to(address)
             self._stale = True
+
+    def refused_everywhere(self) -> tuple[float, dict[str, str]] | None:
+        """While no node has ever answered this client and every bootstrap address
+        refused its last connection (or did not resolve): how long since the first
+        of those refusals, and each address's reason; else None."""
+        with self._lock:
+            if self._ever_answered:
+                return None
+            refused = {a: self._refused.get(a) for a in dict.fromkeys(self._bootstrap)}
+            if not refused or any(streak is None for streak in refused.values()):
+                return None
+            first = min(streak[0] for streak in refused.values() if streak is not None)
+            reasons = {a: streak[1] for a, streak in refused.items() if streak is not None}
+            return self._clock() - first, reasons
 
     def skipped(self, address: str) -> bool:
         """Whether ``address`` failed recently and is avoided while others are left."""
@@ -471,7 +512,7 @@ class MetadataCache:
                     timeout_s=min(remaining_s, self._metadata_timeout_s),
                 )
             except NoAnswerError as error:
-                self.node_failed(address)
+                self.node_failed(address, error)
                 errors.append(str(error))
                 continue
             except LaminarError as error:
@@ -485,6 +526,9 @@ class MetadataCache:
                 continue
             answers.append(answer)
         if not answers:
+            refused = self.refused_everywhere()
+            if refused is not None:  # nothing listens at any address: say so plainly
+                raise cluster_unreachable(refused[1])
             detail = "; ".join(errors[-3:]) or "deadline passed"
             raise UnavailableError(f"no node answered a metadata request ({detail})")
         snapshot = merge_answers(answers)
@@ -590,7 +634,14 @@ class Client:
       node that hangs costs one attempt, not the call; a produce asks the server to
       give up 0.5 s sooner, a long-poll fetch adds its ``max_wait_s``. Topic
       creation and deletion are not idempotent and get the whole deadline;
-    - ``metadata_timeout_s``: the deadline of one ``Metadata`` RPC.
+    - ``metadata_timeout_s``: the deadline of one ``Metadata`` RPC;
+    - ``connect_grace_s``: a call gives up with :class:`ClusterUnreachableError`
+      once every bootstrap address has refused the connection (or not resolved)
+      for this long and no node has ever answered the client: nothing listens
+      there, so waiting out ``timeout_s`` would not help. Once a node has answered,
+      a refused connection is taken for a node restarting and retried until the
+      call's deadline, as is every other error that can pass (an election, a node
+      that does not answer in time).
 
     ``retry`` bounds the retries and says how long a node that did not answer is
     skipped; ``metadata_max_age_s`` is how long a metadata snapshot is trusted when
@@ -609,6 +660,7 @@ class Client:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         attempt_timeout_s: float = DEFAULT_ATTEMPT_TIMEOUT_S,
         metadata_timeout_s: float = DEFAULT_METADATA_TIMEOUT_S,
+        connect_grace_s: float = DEFAULT_CONNECT_GRACE_S,
         retry: RetryPolicy | None = None,
         metadata_max_age_s: float = 60.0,
         metadata_answers_max: int = DEFAULT_METADATA_ANSWERS_MAX,
@@ -621,7 +673,10 @@ class Client:
             raise InvalidInputError(
                 "timeout_s, attempt_timeout_s and metadata_timeout_s must be > 0"
             )
+        if connect_grace_s < 0:
+            raise InvalidInputError(f"connect_grace_s must be >= 0, got {connect_grace_s}")
         self.timeout_s = timeout_s
+        self.connect_grace_s = connect_grace_s
         self.attempt_timeout_s = attempt_timeout_s
         self.retry = retry if retry is not None else RetryPolicy()
         self._rng = rng if rng is not None else random.Random()
@@ -835,7 +890,9 @@ class Client:
                 unknown_since = self._clock() if unknown_since is None else unknown_since
                 if self._clock() - unknown_since >= UNKNOWN_TOPIC_WAIT_S:
                     raise unknown
-            self._backoff(backoffs, deadline, call.error())
+            refusing_s = self._check_refused(call.error())
+            grace_left_s = None if refusing_s is None else self.connect_grace_s - refusing_s
+            self._backoff(backoffs, deadline, call.error(), grace_left_s)
             backoffs += 1
             for partition in pending:
                 call.tried[partition].clear()
@@ -899,7 +956,7 @@ class Client:
                 timeout_s=max(0.0, min(deadline.remaining_s(), self.attempt_timeout_s)),
             )
         except NoAnswerError as error:
-            self.cache.node_failed(address)
+            self.cache.node_failed(address, error)
             call.failed(partitions, address, error)
             return
         except (RetriableError, UnknownTopicOrPartitionError) as error:
@@ -978,25 +1035,36 @@ class Client:
     def create_topic(
         self,
         name: str,
-        partitions: int,
-        replication_factor: int,
+        partitions: int | None = None,
+        replication_factor: int | None = None,
         *,
-        retention_bytes: int = -1,
+        retention_bytes: int | None = None,
         retention_s: float | None = None,
         timeout_s: float | None = None,
     ) -> TopicMetadata:
         """Create a topic; :class:`~laminar.grpc_errors.TopicExistsError` if it exists.
 
-        ``retention_bytes`` (-1: unlimited) and ``retention_s`` (None: unlimited; kept
-        as whole milliseconds, at least 1) bound each partition's log by size and age.
-        Not idempotent, so one attempt may take the whole deadline: a creation that
-        was merely slow is not retried into ``TopicExistsError``.
+        A setting left None takes the cluster's default, and the topic's
+        :attr:`~TopicMetadata.defaults` says so: ``partitions`` the nodes'
+        ``[service] default_partitions`` (1), ``replication_factor`` their
+        ``default_replication_factor`` (3) capped at the live nodes with weight > 0,
+        retention unlimited. ``retention_bytes`` (-1: unlimited) and ``retention_s``
+        (kept as whole milliseconds, at least 1) bound each partition's log by size
+        and age. Not idempotent, so one attempt may take the whole deadline: a
+        creation that was merely slow is not retried into ``TopicExistsError``.
         """
         if retention_s is not None and not 0 < retention_s < float("inf"):
             raise InvalidInputError(f"retention_s must be > 0 (None: unlimited), got {retention_s}")
-        retention_ms = -1 if retention_s is None else max(1, round(retention_s * 1000))
-        config = TopicConfig(partitions, replication_factor, retention_bytes, retention_ms)
-        request = pb.CreateTopicRequest(name=name, config=config.to_proto())
+        config = pb.TopicConfig()  # a field left unset: the cluster's default
+        if partitions is not None:
+            config.partitions = _uint32(partitions, "partitions")
+        if replication_factor is not None:
+            config.replication_factor = _uint32(replication_factor, "replication_factor")
+        if retention_bytes is not None:
+            config.retention_bytes = retention_bytes
+        if retention_s is not None:
+            config.retention_ms = max(1, round(retention_s * 1000))
+        request = pb.CreateTopicRequest(name=name, config=config)
         response = self._admin(
             "CreateTopic", request, pb.CreateTopicResponse, timeout_s, whole_deadline=True
         )
@@ -1471,7 +1539,7 @@ class Client:
                 last_error = error
             except NoAnswerError as error:
                 assert target is not None
-                self.cache.node_failed(target)
+                self.cache.node_failed(target, error)
                 failed_this_round.add(target)
                 last_error = error
                 move_on = True
@@ -1485,6 +1553,7 @@ class Client:
             else:
                 self.cache.node_answered(target)
                 return result
+            refusing_s = self._check_refused(last_error)
             if attempts >= policy.attempts_max:
                 raise last_error
             if candidates:
@@ -1492,17 +1561,48 @@ class Client:
             if move_on and round_size == 1 and address is None and not rebuilt_at_once:
                 rebuilt_at_once = True  # the one candidate is out: the next round differs
                 continue
-            self._backoff(backoffs, deadline, last_error)
+            # While every address refuses, look again as soon as the grace is over.
+            grace_left_s = None if refusing_s is None else self.connect_grace_s - refusing_s
+            self._backoff(backoffs, deadline, last_error, grace_left_s)
             backoffs += 1
             rebuilt_at_once = False
             failed_this_round.clear()
 
-    def _backoff(self, backoffs: int, deadline: _Deadline, error: LaminarError) -> None:
-        """Wait before the next round, or raise ``error`` if the deadline would pass."""
+    def _check_refused(self, error: LaminarError) -> float | None:
+        """Raise :class:`ClusterUnreachableError` (from ``error``) once every bootstrap
+        address has refused this client for ``connect_grace_s`` and none ever
+        answered; else how long they have all refused (None: they have not)."""
+        refused = self.cache.refused_everywhere()
+        if refused is None:
+            return None
+        refusing_s, reasons = refused
+        if refusing_s < self.connect_grace_s:
+            return refusing_s
+        raise cluster_unreachable(reasons) from error
+
+    def _backoff(
+        self,
+        backoffs: int,
+        deadline: _Deadline,
+        error: LaminarError,
+        delay_max_s: float | None = None,
+    ) -> None:
+        """Wait before the next round (at most ``delay_max_s``), or raise ``error`` if
+        the deadline would pass."""
         delay_s = self.retry.backoff_ms(backoffs, self._rng) / 1000
+        if delay_max_s is not None:
+            delay_s = max(0.0, min(delay_s, delay_max_s))
         if deadline.remaining_s() <= delay_s:
             raise error
         self._sleep(delay_s)
+
+
+def _uint32(value: int, name: str) -> int:
+    """``value`` for a ``uint32`` field; :class:`InvalidInputError` outside it (the
+    node judges the range that matters)."""
+    if not 0 <= value < 1 << 32:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value}")
+    return value
 
 
 def _name(topic: TopicMetadata) -> str:

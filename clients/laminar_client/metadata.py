@@ -122,6 +122,10 @@ class TopicMetadata:
     name: str
     config: TopicConfig
     partitions: tuple[PartitionMetadata, ...]
+    defaults: tuple[str, ...] = ()
+    """The :class:`TopicConfig` fields the cluster's defaults set at creation (the
+    request left them out): ``partitions``, ``replication_factor``,
+    ``retention_bytes``, ``retention_ms``."""
 
     @classmethod
     def from_proto(cls, info: pb.TopicInfo) -> TopicMetadata:
@@ -133,6 +137,7 @@ class TopicMetadata:
             name=info.name,
             config=TopicConfig.from_proto(info.config),
             partitions=tuple(partitions),
+            defaults=tuple(info.defaults),
         )
 
 

@@ -13,6 +13,7 @@ first node is still a good source of metadata, the second is skipped for a while
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
@@ -24,6 +25,7 @@ from laminar.errors import (
     AttemptTimeoutError,
     LaminarError,
     NoAnswerError,
+    NodeRefusedError,
     NodeUnreachableError,
     RequestTimeoutError,
     UnavailableError,
@@ -51,6 +53,7 @@ _R = TypeVar("_R", bound=Message)
 __all__ = [
     "AttemptTimeoutError",
     "NoAnswerError",
+    "NodeRefusedError",
     "NodeUnreachableError",
     "Transport",
     "UnaryTransport",
@@ -146,17 +149,25 @@ def call_error(address: str, rpc_error: grpc.RpcError) -> LaminarError:
     return error
 
 
+_REFUSED = re.compile(r"connection refused|errors resolving|dns resolution failed", re.IGNORECASE)
+"""gRPC core's words for an address where nothing listens (``ECONNREFUSED``) or a
+name that does not resolve, in an ``UNAVAILABLE`` it raised itself."""
+
+
 def no_answer(error: LaminarError, rpc_error: grpc.RpcError) -> LaminarError:
     """``error`` as a :class:`NoAnswerError` when no Laminar code answered the call.
 
     Every error a node sends carries the typed detail in its trailing metadata;
-    an ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` without it came from gRPC itself.
+    an ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` without it came from gRPC itself
+    (:class:`NodeRefusedError` when nothing listens at the address).
     """
     method = getattr(rpc_error, "trailing_metadata", None)  # grpc.Call or aio's AioRpcError
     trailing = method() if callable(method) else None
     if any(key == ERROR_METADATA_KEY for key, _ in trailing or ()):
         return error
     if type(error) is UnavailableError:
+        if _REFUSED.search(str(error)):
+            return NodeRefusedError(*error.args)
         return NodeUnreachableError(*error.args)
     if type(error) is RequestTimeoutError:
         return AttemptTimeoutError(*error.args)

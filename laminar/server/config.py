@@ -30,6 +30,7 @@ from laminar.membership.config import MembershipConfig
 from laminar.replica.config import ReplicaConfig
 from laminar.segment.config import LogConfig
 from laminar.server.host import HostConfig
+from laminar.server.metadata import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
 from laminar.server.transport import TransportConfig
 
 PRESETS = ("local", "lan")
@@ -61,6 +62,14 @@ class ServiceConfig:
     log_interval_ms: int = 10_000
     """At most one log line per kind (malformed request, internal error) this often;
     the lines skipped are counted in the next one."""
+    default_partitions: int = 1
+    """Partitions of a topic created without a partition count (Kafka's
+    ``num.partitions``, 1 there too). The node leading ``__cluster/0`` applies its
+    own value: set it alike on every node."""
+    default_replication_factor: int = 3
+    """Replication factor of a topic created without one (Kafka's
+    ``default.replication.factor``), capped at the live nodes with weight > 0 when
+    the topic is created (a one-node cluster gets 1). Set it alike on every node."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -78,6 +87,12 @@ class ServiceConfig:
             raise ConfigError("fetch_wait_ms_max and log_interval_ms must be >= 0")
         if not 0 < self.fetch_bytes_max <= self.request_bytes_max:
             raise ConfigError("need 0 < fetch_bytes_max <= request_bytes_max")
+        if not 1 <= self.default_partitions <= PARTITIONS_MAX:
+            raise ConfigError(f"default_partitions must be in [1, {PARTITIONS_MAX}]")
+        if not 1 <= self.default_replication_factor <= REPLICATION_FACTOR_MAX:
+            raise ConfigError(
+                f"default_replication_factor must be in [1, {REPLICATION_FACTOR_MAX}]"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ Commands::
 
     {"v": 1, "op": "create_topic", "id": str, "name": str, "partitions": int,
      "replication_factor": int, "retention_bytes": int, "retention_ms": int,
-     "replicas": [[node id, ...], ...]}        # founding replicas per partition
+     "replicas": [[node id, ...], ...],        # founding replicas per partition
+     "defaults": [field name, ...]}            # set by the cluster's defaults (optional)
     {"v": 1, "op": "delete_topic", "id": str, "name": str}
     {"v": 1, "op": "snapshot", "chunk_v": 1, "snapshot_id": str, "as_of": int, ...}
 
@@ -86,6 +87,9 @@ class TopicSpec:
     replication_factor: int
     retention_bytes: int = -1  # -1: unlimited
     retention_ms: int = -1
+    defaults: tuple[str, ...] = ()
+    """The fields (``partitions``, ``replication_factor``, ``retention_bytes``,
+    ``retention_ms``) the cluster's defaults set because the request left them out."""
 
     def validate(self) -> None:
         """Raise :class:`InvalidTopicError` naming the first bad field."""
@@ -231,6 +235,7 @@ class MetadataState:
                     replication_factor=int(command["replication_factor"]),
                     retention_bytes=int(command["retention_bytes"]),
                     retention_ms=int(command["retention_ms"]),
+                    defaults=tuple(str(f) for f in command.get("defaults", ())),
                 )
                 if spec.name in self.topics:
                     return None
@@ -340,6 +345,12 @@ class MetadataState:
             "applied_count": self.applied_count,
             "topics": [_topic_fields(topic) for topic in self.topics.values()],
             "tombstones": [[*_topic_fields(c.topic), c.offset] for c in self.tombstones],
+            # A key of its own, so that a node that predates it reads the rest.
+            "defaults": {
+                name: list(topic.spec.defaults)
+                for name, topic in self.topics.items()
+                if topic.spec.defaults
+            },
         }
         data: bytes = msgpack.packb(body)
         return data
@@ -364,10 +375,10 @@ def _topic_fields(topic: TopicState) -> list[Any]:
     ]
 
 
-def _topic_from(fields: list[Any]) -> TopicState:
+def _topic_from(fields: list[Any], defaults: tuple[str, ...] = ()) -> TopicState:
     name, partitions, factor, retention_bytes, retention_ms, founders, command_id, offset = fields
     spec = TopicSpec(
-        str(name), int(partitions), int(factor), int(retention_bytes), int(retention_ms)
+        str(name), int(partitions), int(factor), int(retention_bytes), int(retention_ms), defaults
     )
     replicas = tuple(tuple(str(n) for n in group) for group in founders)
     return TopicState(spec, replicas, str(command_id), int(offset))
@@ -378,8 +389,9 @@ def _restore_payload(payload: bytes) -> tuple[dict[str, TopicState], list[Change
     if not isinstance(body, dict) or body.get("v") != SNAPSHOT_VERSION:
         raise ValueError(f"unsupported metadata snapshot version {body!r:.40}")
     topics = {}
+    defaults = body.get("defaults", {})
     for fields in body["topics"]:
-        topic = _topic_from(fields)
+        topic = _topic_from(fields, tuple(str(f) for f in defaults.get(fields[0], ())))
         topics[topic.spec.name] = topic
     tombstones = [
         Change("deleted", _topic_from(fields[:-1]), int(fields[-1]))
@@ -414,6 +426,7 @@ def create_topic_command(
             "retention_bytes": spec.retention_bytes,
             "retention_ms": spec.retention_ms,
             "replicas": [list(group) for group in founding_replicas],
+            "defaults": list(spec.defaults),
         }
     )
 

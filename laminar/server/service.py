@@ -559,18 +559,30 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTopicResponse:
         node = self._node
-        config = request.config
-        if not request.HasField("config"):
-            raise InvalidTopicError("a topic needs a config (partitions, replication factor...)")
-        spec = TopicSpec(  # 0 is refused by validate(): no silent defaults
+        config = request.config  # unset: every field takes the cluster's default
+        defaults: list[str] = []
+
+        def chosen(name: str, default: int) -> int:
+            if config.HasField(name):
+                value: int = getattr(config, name)
+                return value  # 0 is refused by validate(), as the proto says
+            defaults.append(name)
+            return default
+
+        eligible = sum(member.eligible for member in node.placement_members())
+        spec = TopicSpec(
             name=request.name,
-            partitions=config.partitions,
-            replication_factor=config.replication_factor,
-            retention_bytes=config.retention_bytes,
-            retention_ms=config.retention_ms,
+            partitions=chosen("partitions", self._config.default_partitions),
+            replication_factor=chosen(
+                "replication_factor",
+                max(1, min(self._config.default_replication_factor, eligible)),
+            ),
+            retention_bytes=chosen("retention_bytes", -1),
+            retention_ms=chosen("retention_ms", -1),
+            defaults=tuple(defaults),
         )
         spec.validate()
-        self._require_metadata_leader()
+        self._require_metadata_leader()  # whose settings give the defaults
         if spec.name in node.metadata.topics:
             raise TopicExistsError(f"topic {spec.name!r} already exists")
         founders = rules.plan_topic(
@@ -910,6 +922,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 retention_ms=spec.retention_ms,
             ),
             partitions=partitions,
+            defaults=list(spec.defaults),
         )
 
 

@@ -56,6 +56,7 @@ class FakePartition:
 class FakeTopic:
     config: pb.TopicConfig
     partitions: list[FakePartition]
+    defaults: list[str] = field(default_factory=list)
 
 
 def abort(context: grpc.ServicerContext, error: LaminarError) -> None:
@@ -228,12 +229,23 @@ class FakeServicer(pb_grpc.LaminarServicer):
             if request.name in cluster.topics:
                 abort(context, TopicExistsError(f"topic {request.name!r} already exists"))
             nodes = sorted(cluster.nodes)
-            rf = request.config.replication_factor
+            # Unset fields take the cluster's defaults, as a node's do.
+            config = pb.TopicConfig(
+                partitions=1, replication_factor=min(3, len(nodes)), retention_bytes=-1,
+                retention_ms=-1,
+            )  # fmt: skip
+            defaults = []
+            for name in ("partitions", "replication_factor", "retention_bytes", "retention_ms"):
+                if request.config.HasField(name):
+                    setattr(config, name, getattr(request.config, name))
+                else:
+                    defaults.append(name)
+            rf = config.replication_factor
             partitions = []
-            for index in range(request.config.partitions):
+            for index in range(config.partitions):
                 replicas = [nodes[(index + i) % len(nodes)] for i in range(rf)]
                 partitions.append(FakePartition(replicas=replicas, leader=replicas[0]))
-            cluster.topics[request.name] = FakeTopic(request.config, partitions)
+            cluster.topics[request.name] = FakeTopic(config, partitions, defaults)
             return pb.CreateTopicResponse(topic=cluster.topic_proto(request.name))
 
     def DeleteTopic(self, request, context):
@@ -386,7 +398,9 @@ class FakeCluster:
                     voters=part.replicas,
                 )
             )
-        return pb.TopicInfo(name=name, config=topic.config, partitions=infos)
+        return pb.TopicInfo(
+            name=name, config=topic.config, partitions=infos, defaults=topic.defaults
+        )
 
     def stop(self) -> None:
         for node in self.nodes.values():

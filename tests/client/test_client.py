@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 from laminar_client import (
     AttemptTimeoutError,
     Client,
+    ClusterUnreachableError,
     IdempotentProducer,
     NoAnswerError,
     NodeUnreachableError,
@@ -31,6 +33,7 @@ from laminar.errors import (
 )
 from laminar.grpc_errors import TopicExistsError
 from laminar.records import decode_records, encode_batch, parse_header
+from laminar.testing.processes import free_port
 from laminar.v1 import laminar_pb2 as pb
 from tests.client.fake_server import FakeCluster
 
@@ -436,3 +439,54 @@ def test_concurrent_producers_survive_a_leader_change(cluster: FakeCluster) -> N
     assert not errors
     assert sorted(offsets) == list(range(80))
     assert cluster.calls_to("Produce").count("n1") == 40
+
+
+def test_a_new_client_gives_up_soon_when_every_bootstrap_address_refuses() -> None:
+    """Nothing listens at either address: each call fails after the 1 s grace
+    (not the 30 s timeout), naming the addresses."""
+    addresses = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    with Client(addresses, timeout_s=30) as client:
+        for call in (
+            client.describe_cluster,
+            client.list_topics,
+            lambda: client.list_offsets("t", [0]),
+            client.metadata,
+        ):
+            started = time.monotonic()
+            with pytest.raises(ClusterUnreachableError) as raised:
+                call()
+            assert time.monotonic() - started < 2.0
+            assert raised.value.addresses == tuple(addresses)
+            assert all(f"{a} (connection refused)" in str(raised.value) for a in addresses)
+
+
+def test_a_name_that_does_not_resolve_fails_as_soon() -> None:
+    with Client("no-such-host.invalid:7100", timeout_s=30) as client:
+        started = time.monotonic()
+        with pytest.raises(ClusterUnreachableError, match="name not resolved"):
+            client.list_topics()
+        assert time.monotonic() - started < 2.0
+
+
+def test_one_bootstrap_address_refusing_is_not_the_cluster_unreachable(
+    cluster: FakeCluster,
+) -> None:
+    with Client([f"127.0.0.1:{free_port()}", *cluster.bootstrap.split(",")], timeout_s=5) as client:
+        assert client.list_topics() == []
+
+
+def test_once_a_node_answered_a_refused_connection_is_retried_until_the_deadline() -> None:
+    """A client that has reached the cluster takes a refusal for a node restarting:
+    it retries to the call's deadline rather than giving up after the grace."""
+    fake = FakeCluster(1)
+    try:
+        with Client(fake.bootstrap, timeout_s=4) as client:
+            assert client.list_topics() == []
+            fake.stop()
+            started = time.monotonic()
+            with pytest.raises(NoAnswerError):  # not ClusterUnreachableError
+                client.list_topics()
+            # Past the grace (1 s), to within a backoff (at most 1 s) of the deadline.
+            assert time.monotonic() - started > 2.5
+    finally:
+        fake.stop()

@@ -13,6 +13,8 @@ uses its own topic); tests that kill, restart, add or drain nodes get their own.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -555,7 +557,7 @@ def test_malformed_and_oversized_requests_get_status_codes(shared: Shared) -> No
         error = create(name)
         assert error.code() == invalid, name  # type: ignore[attr-defined]
         assert detail_code(error) == pb.INVALID_TOPIC, name
-    # 0 is proto3's "unset": refused, never a silent default.
+    # A field set to 0 is refused, never a silent default (an unset one takes it).
     for partitions, factor, retention in (
         (10_001, 3, -1),
         (1, 8, -1),
@@ -568,9 +570,10 @@ def test_malformed_and_oversized_requests_get_status_codes(shared: Shared) -> No
         error = create("settings", partitions, factor, retention)
         assert error.code() == invalid, (partitions, factor)  # type: ignore[attr-defined]
         assert detail_code(error) == pb.INVALID_TOPIC
-    missing = pb.CreateTopicRequest(name="no-config")
-    error = rpc_error(lambda: admin_stub.CreateTopic(missing, timeout=10))
-    assert detail_code(error) == pb.INVALID_TOPIC
+    missing = pb.CreateTopicRequest(name="no-config")  # every field the cluster's default
+    created = admin_stub.CreateTopic(missing, timeout=10).topic
+    assert (created.config.partitions, created.config.replication_factor) == (1, 3)
+    assert len(created.defaults) == 4
     error = create("strict")
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS  # type: ignore[attr-defined]
     error = rpc_error(
@@ -595,6 +598,42 @@ def test_malformed_and_oversized_requests_get_status_codes(shared: Shared) -> No
     assert result.high_watermark > before
     for node in cluster.nodes:
         wait_values(client, "strict", 0, node_id(node), good + after)
+
+
+def laminar_command(*argv: str, bootstrap: str) -> subprocess.CompletedProcess[str]:
+    """The ``laminar`` command as a user runs it, with ``LAMINAR_BOOTSTRAP`` set."""
+    environment = {**os.environ, "LAMINAR_BOOTSTRAP": bootstrap}
+    return subprocess.run(
+        [sys.executable, "-m", "laminar.cli", *argv],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_topic_create_without_settings_takes_the_clusters_defaults(shared: Shared) -> None:
+    bootstrap = ",".join(node.grpc for node in shared.cluster.nodes)
+    done = laminar_command("topic", "create", "newcomer", bootstrap=bootstrap)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (
+        "created topic newcomer: partitions=1 (default) replication_factor=3 (default)"
+    )
+    done = laminar_command("topic", "describe", "newcomer", bootstrap=bootstrap)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (
+        "topic newcomer: partitions=1 (default) replication_factor=3 (default) "
+        "retention_bytes=unlimited (default) retention_ms=unlimited (default)"
+    )
+    done = laminar_command(
+        "topic", "create", "chosen", "--partitions", "2", "--retention-ms", "60000",
+        bootstrap=bootstrap,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (
+        "created topic chosen: partitions=2 replication_factor=3 (default)"
+    )
 
 
 def test_public_produce_to_the_metadata_partition_is_refused(shared: Shared) -> None:

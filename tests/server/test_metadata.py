@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
+import msgpack
 import pytest
 
 from laminar.errors import InvalidTopicError, OffsetOutOfRangeError
-from laminar.records import encode_batch, iter_batches, with_leader_fields
+from laminar.records import decode_batch, encode_batch, iter_batches, with_leader_fields
 from laminar.server.follower import MetadataFollower
 from laminar.server.metadata import (
     Change,
     MetadataState,
     TopicSpec,
+    _restore_payload,
     create_topic_command,
     delete_topic_command,
     snapshot_commands,
@@ -256,3 +258,22 @@ def test_a_metadata_snapshot_that_disagrees_with_the_replay_keeps_the_log() -> N
     good.apply(log)
     follower.apply(_stamped(snapshot_commands(good, "snap-good"), follower.applied_offset))
     assert [s.snapshot_id for s in follower.take_snapshots()] == ["snap-good"]
+
+
+def test_the_fields_the_cluster_defaulted_survive_the_log_and_a_snapshot() -> None:
+    spec = TopicSpec("orders", 1, 3, defaults=("partitions", "replication_factor"))
+    state = MetadataState()
+    state.apply(_log(create_topic_command(spec, [("a", "b", "c")], "id1")))
+    assert state.topics["orders"].spec.defaults == ("partitions", "replication_factor")
+    topics, _, _ = _restore_payload(state.snapshot_payload())
+    assert topics == state.topics
+    # A command and a snapshot from before the field: nothing was defaulted.
+    old = msgpack.unpackb(state.snapshot_payload())
+    del old["defaults"]
+    topics, _, _ = _restore_payload(msgpack.packb(old))
+    assert topics["orders"].spec.defaults == ()
+    command = msgpack.unpackb(decode_batch(create_topic_command(spec, [("a",)], "x")).values[0])
+    del command["defaults"]
+    fresh = MetadataState()
+    fresh.apply(_log(encode_batch([msgpack.packb({**command, "replication_factor": 1})])))
+    assert fresh.topics["orders"].spec.defaults == ()

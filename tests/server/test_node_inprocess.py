@@ -348,3 +348,53 @@ async def test_a_full_node_is_gossiped_hands_over_founds_nothing_and_comes_back(
         for channel in channels:
             await channel.close()
         await stop_nodes(nodes)
+
+
+@run
+async def test_topic_settings_left_unset_take_the_clusters_defaults(tmp_path: Path) -> None:
+    """A generic gRPC client that leaves TopicConfig fields unset (proto3 field
+    presence) gets the metadata leader's defaults, listed in ``defaults``; an
+    explicit 0 is still refused. Two nodes: the replication factor default (3) is
+    capped at the 2 nodes with weight > 0."""
+    disks = MemoryDisks()
+    service = ServiceConfig(default_partitions=4)
+    nodes = [
+        await Node.open(
+            dataclasses.replace(config(tmp_path, index), service=service), log_factory=disks.open
+        )
+        for index in range(2)
+    ]
+    channels: list[grpc.aio.Channel] = []
+    try:
+        await wait_until(lambda: all(len(n.members()) == 2 for n in nodes), "both nodes")
+        await wait_until(lambda: leader_of(nodes, ("__cluster", 0)), "a metadata leader")
+        admin = leader_of(nodes, ("__cluster", 0))
+        assert admin is not None
+        api = stub(admin, channels)
+        created = await api.CreateTopic(pb.CreateTopicRequest(name="all"), timeout=DEADLINE_S)
+        config_ = created.topic.config
+        assert (config_.partitions, config_.replication_factor) == (4, 2)
+        assert (config_.retention_bytes, config_.retention_ms) == (-1, -1)
+        assert list(created.topic.defaults) == [
+            "partitions",
+            "replication_factor",
+            "retention_bytes",
+            "retention_ms",
+        ]
+        some = pb.CreateTopicRequest(name="some", config=pb.TopicConfig(partitions=2))
+        created = await api.CreateTopic(some, timeout=DEADLINE_S)
+        assert created.topic.config.partitions == 2
+        assert "partitions" not in created.topic.defaults
+        assert "replication_factor" in created.topic.defaults
+        answer = await api.Metadata(pb.MetadataRequest(topics=["some"]), timeout=5)
+        assert list(answer.topics[0].defaults) == list(created.topic.defaults)
+        for zero in (pb.TopicConfig(partitions=0), pb.TopicConfig(replication_factor=0)):
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await api.CreateTopic(
+                    pb.CreateTopicRequest(name="zero", config=zero), timeout=DEADLINE_S
+                )
+            assert type(error_from_rpc(raised.value)).__name__ == "InvalidTopicError"
+    finally:
+        for channel in channels:
+            await channel.close()
+        await stop_nodes(nodes)
