@@ -640,10 +640,20 @@ def test_public_produce_to_the_metadata_partition_is_refused(shared: Shared) -> 
     """``__cluster/0`` is readable through Fetch (metadata catch-up), but a client must
     not be able to append to it: its records are catalogue commands every node applies."""
     cluster = shared.cluster
-    offsets_before = {
-        node.index: cluster.stub(node).Metadata(pb.MetadataRequest(), timeout=5).metadata_offset
-        for node in cluster.nodes
-    }
+
+    def metadata_offsets() -> dict[int, int]:
+        return {
+            node.index: cluster.stub(node).Metadata(pb.MetadataRequest(), timeout=5).metadata_offset
+            for node in cluster.nodes
+        }
+
+    # Earlier tests' topic changes may still be applying on some node.
+    wait_for(
+        lambda: len(set(metadata_offsets().values())) == 1,
+        SETTLE_S,
+        "every node to have applied the same metadata",
+    )
+    offsets_before = metadata_offsets()
     request = pb.ProduceRequest(
         topic="__cluster", partition=0, batches=[encode_batch([b"not a command"])]
     )
