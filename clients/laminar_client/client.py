@@ -331,8 +331,15 @@ class MetadataCache:
             return snapshot
         return self.refresh(timeout_s, focus)
 
-    def refresh(self, timeout_s: float, focus: tuple[str, int] | None = None) -> ClusterMetadata:
-        """Ask nodes for ``Metadata`` (see the class docstring) and keep the merged answer."""
+    def refresh(
+        self,
+        timeout_s: float,
+        focus: tuple[str, int] | None = None,
+        *,
+        avoid: str | None = None,
+    ) -> ClusterMetadata:
+        """Ask nodes for ``Metadata`` (see the class docstring) and keep the merged
+        answer; never ``avoid`` (a node known not to answer now)."""
         deadline = _Deadline(timeout_s, self._clock)
         with self._lock:
             generation = self._generation
@@ -353,7 +360,7 @@ class MetadataCache:
                     return snapshot
                 self._refreshes_started += 1
                 started = self._refreshes_started
-            snapshot = self._refresh(deadline, focus)
+            snapshot = self._refresh(deadline, focus, avoid)
             with self._lock:
                 self._latest_refresh_started = started
             return snapshot
@@ -412,8 +419,8 @@ class MetadataCache:
         """Ask the replicas again (about the first of ``keys``) whether a live node
         other than the one at ``address`` leads any of ``keys`` now: its address, or
         None (the same leader, an election under way, or no answer in time)."""
-        try:
-            snapshot = self.refresh(timeout_s, keys[0])
+        try:  # not from the silent node itself: its answer would wait out the timeout
+            snapshot = self.refresh(timeout_s, keys[0], avoid=address)
         except LaminarError:
             return None
         for topic, partition in keys:
@@ -527,9 +534,11 @@ class MetadataCache:
 
     # ------------------------------------------------------------------ refresh
 
-    def _refresh(self, deadline: _Deadline, focus: tuple[str, int] | None) -> ClusterMetadata:
+    def _refresh(
+        self, deadline: _Deadline, focus: tuple[str, int] | None, avoid: str | None = None
+    ) -> ClusterMetadata:
         answers: list[ClusterMetadata] = []
-        asked: set[str] = set()
+        asked: set[str] = {avoid} if avoid is not None else set()
         errors: list[str] = []
         while len(answers) < self._answers_max and not answers_settled(answers, focus):
             address = self._next_source(answers, asked, focus)
