@@ -28,6 +28,7 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   │   └── ClusterUnreachableError  (client) no node ever answered: every address refused
     │   ├── RequestTimeoutError          the deadline passed before an answer
     │   │   ├── AttemptTimeoutError      (client) the node did not answer one attempt in time
+    │   │   │   └── LeaderMovedError     (client) abandoned: another replica leads meanwhile
     │   │   └── DeliveryTimeoutError     (client) a record not acknowledged in delivery_timeout_s
     │   ├── NoAnswerError                (client) base of the two: the node never answered
     │   └── BufferFullError              (client) the producer's buffer stayed full for max_block_s
@@ -244,6 +245,12 @@ class ClusterUnreachableError(UnavailableError):
 class AttemptTimeoutError(NoAnswerError, RequestTimeoutError):
     """Client side: the node did not answer before the attempt's deadline (stopped,
     cut off or overloaded)."""
+
+
+class LeaderMovedError(AttemptTimeoutError):
+    """Client side: an attempt to a partition's leader that had not answered yet was
+    abandoned because the other replicas name a new leader (the old one is paused,
+    cut off or hung); its outcome is unknown, as after a timeout."""
 
 
 class DeliveryTimeoutError(RequestTimeoutError):

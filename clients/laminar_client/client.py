@@ -39,6 +39,7 @@ from laminar.errors import (
     ClusterUnreachableError,
     InvalidInputError,
     LaminarError,
+    LeaderMovedError,
     NotLeaderError,
     OffsetOutOfRangeError,
     RequestTimeoutError,
@@ -65,7 +66,13 @@ from laminar_client.metadata import (
     merge_answers,
 )
 from laminar_client.retry import RetryPolicy
-from laminar_client.transport import NoAnswerError, NodeRefusedError, Transport, UnaryTransport
+from laminar_client.transport import (
+    NoAnswerError,
+    NodeRefusedError,
+    PendingCall,
+    Transport,
+    UnaryTransport,
+)
 
 AcksMode = Literal["all", "leader", "none"]
 ACKS: dict[str, pb.Acks] = {"all": pb.ACKS_ALL, "leader": pb.ACKS_LEADER, "none": pb.ACKS_NONE}
@@ -84,6 +91,14 @@ DEFAULT_CONNECT_GRACE_S = 1.0
 """How long every bootstrap address may refuse a new client before its calls give up
 (:class:`ClusterUnreachableError`): long enough for a node that is starting to
 open its port, short enough that a command run with no cluster fails at once."""
+DEFAULT_LEADER_CHECK_S = 0.5
+"""A write its leader has not answered within this long makes the client ask the
+partition's other replicas whether a new leader took over (then, every
+:data:`LEADER_CHECK_INTERVAL_S`): a leader that is paused or cut off answers
+nothing, and waiting out the attempt (3 s) kept its partitions from writes that
+long after the others had elected a new one (a dead leader's refused connection
+is noticed at once)."""
+LEADER_CHECK_INTERVAL_S = 0.25
 DEFAULT_METADATA_ANSWERS_MAX = 4
 """Most nodes whose ``Metadata`` answers one refresh merges: the three replicas of a
 partition (replication factor 3) and one node, answering first, that hosts none."""
@@ -316,8 +331,15 @@ class MetadataCache:
             return snapshot
         return self.refresh(timeout_s, focus)
 
-    def refresh(self, timeout_s: float, focus: tuple[str, int] | None = None) -> ClusterMetadata:
-        """Ask nodes for ``Metadata`` (see the class docstring) and keep the merged answer."""
+    def refresh(
+        self,
+        timeout_s: float,
+        focus: tuple[str, int] | None = None,
+        *,
+        avoid: str | None = None,
+    ) -> ClusterMetadata:
+        """Ask nodes for ``Metadata`` (see the class docstring) and keep the merged
+        answer; never ``avoid`` (a node known not to answer now)."""
         deadline = _Deadline(timeout_s, self._clock)
         with self._lock:
             generation = self._generation
@@ -338,7 +360,7 @@ class MetadataCache:
                     return snapshot
                 self._refreshes_started += 1
                 started = self._refreshes_started
-            snapshot = self._refresh(deadline, focus)
+            snapshot = self._refresh(deadline, focus, avoid)
             with self._lock:
                 self._latest_refresh_started = started
             return snapshot
@@ -390,6 +412,25 @@ class MetadataCache:
             first = min(streak[0] for streak in refused.values() if streak is not None)
             reasons = {a: streak[1] for a, streak in refused.items() if streak is not None}
             return self._clock() - first, reasons
+
+    def leader_moved(
+        self, keys: Sequence[tuple[str, int]], address: str, timeout_s: float
+    ) -> str | None:
+        """Ask the replicas again (about the first of ``keys``) whether a live node
+        other than the one at ``address`` leads any of ``keys`` now: its address, or
+        None (the same leader, an election under way, or no answer in time)."""
+        try:  # not from the silent node itself: its answer would wait out the timeout
+            snapshot = self.refresh(timeout_s, keys[0], avoid=address)
+        except LaminarError:
+            return None
+        for topic, partition in keys:
+            if snapshot.find_partition(topic, partition) is None:
+                continue
+            leader = snapshot.live_leader(topic, partition)
+            moved = snapshot.address_of(leader) if leader is not None else None
+            if moved is not None and moved != address:
+                return moved
+        return None
 
     def skipped(self, address: str) -> bool:
         """Whether ``address`` failed recently and is avoided while others are left."""
@@ -493,9 +534,11 @@ class MetadataCache:
 
     # ------------------------------------------------------------------ refresh
 
-    def _refresh(self, deadline: _Deadline, focus: tuple[str, int] | None) -> ClusterMetadata:
+    def _refresh(
+        self, deadline: _Deadline, focus: tuple[str, int] | None, avoid: str | None = None
+    ) -> ClusterMetadata:
         answers: list[ClusterMetadata] = []
-        asked: set[str] = set()
+        asked: set[str] = {avoid} if avoid is not None else set()
         errors: list[str] = []
         while len(answers) < self._answers_max and not answers_settled(answers, focus):
             address = self._next_source(answers, asked, focus)
@@ -641,7 +684,12 @@ class Client:
       there, so waiting out ``timeout_s`` would not help. Once a node has answered,
       a refused connection is taken for a node restarting and retried until the
       call's deadline, as is every other error that can pass (an election, a node
-      that does not answer in time).
+      that does not answer in time);
+    - ``leader_check_s``: a write that its leader has not answered within this long
+      makes the client ask the partition's other replicas whether a new leader took
+      over, and then every 0.25 s; if one did, the attempt is abandoned
+      (:class:`LeaderMovedError`, its outcome unknown as after a timeout) and the
+      write goes to the new leader. None: wait out ``attempt_timeout_s``.
 
     ``retry`` bounds the retries and says how long a node that did not answer is
     skipped; ``metadata_max_age_s`` is how long a metadata snapshot is trusted when
@@ -661,6 +709,7 @@ class Client:
         attempt_timeout_s: float = DEFAULT_ATTEMPT_TIMEOUT_S,
         metadata_timeout_s: float = DEFAULT_METADATA_TIMEOUT_S,
         connect_grace_s: float = DEFAULT_CONNECT_GRACE_S,
+        leader_check_s: float | None = DEFAULT_LEADER_CHECK_S,
         retry: RetryPolicy | None = None,
         metadata_max_age_s: float = 60.0,
         metadata_answers_max: int = DEFAULT_METADATA_ANSWERS_MAX,
@@ -675,6 +724,10 @@ class Client:
             )
         if connect_grace_s < 0:
             raise InvalidInputError(f"connect_grace_s must be >= 0, got {connect_grace_s}")
+        if leader_check_s is not None and leader_check_s <= 0:
+            raise InvalidInputError(f"leader_check_s must be > 0 or None, got {leader_check_s}")
+        self.leader_check_s = leader_check_s
+        self._metadata_timeout_s = metadata_timeout_s
         self.timeout_s = timeout_s
         self.connect_grace_s = connect_grace_s
         self.attempt_timeout_s = attempt_timeout_s
@@ -754,14 +807,53 @@ class Client:
                 acks=acks_value,
                 timeout_ms=max(1, int(server_timeout_s * 1000)),
             )
-            response = self.transport.call(
-                address, "Produce", request, pb.ProduceResponse, timeout_s=attempt_s
+            response = self._watched_call(
+                address, "Produce", request, pb.ProduceResponse, attempt_s, [(topic, partition)]
             )
             return list(response.base_offsets)
 
         return self._with_retries(
             attempt, self._deadline(timeout_s), topic=topic, partition=partition
         )
+
+    def _watched_call(
+        self,
+        address: str,
+        method: str,
+        request: Message,
+        response_type: type[_M],
+        attempt_s: float,
+        keys: Sequence[tuple[str, int]],
+    ) -> _M:
+        """A write to the leader of ``keys`` at ``address``; while it has not been
+        answered after ``leader_check_s``, abandoned (:class:`LeaderMovedError`) as
+        soon as the other replicas name a new leader."""
+        start = getattr(self.transport, "start", None)
+        if self.leader_check_s is None or start is None or attempt_s <= self.leader_check_s:
+            return self.transport.call(address, method, request, response_type, timeout_s=attempt_s)
+        pending: PendingCall[_M] = start(
+            address, method, request, response_type, timeout_s=attempt_s
+        )
+        ends_at = self._clock() + attempt_s
+        wait_s = self.leader_check_s
+        while True:
+            response = pending.result(wait_s)
+            if response is not None:
+                return response
+            remaining_s = ends_at - self._clock()
+            if remaining_s <= 0:
+                wait_s = 1.0  # gRPC's own deadline ends the call
+                continue
+            moved = self.cache.leader_moved(
+                keys, address, min(remaining_s, self._metadata_timeout_s)
+            )
+            if moved is not None:
+                pending.cancel()
+                raise LeaderMovedError(
+                    f"{address}: no answer to {method} while {moved} leads "
+                    f"{keys[0][0]}/{keys[0][1]} now: abandoned (it may have been written)"
+                )
+            wait_s = LEADER_CHECK_INTERVAL_S
 
     # ------------------------------------------------------------------ fetch
 

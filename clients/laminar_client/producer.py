@@ -47,6 +47,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, cast
 
+from google.protobuf.message import Message
 from typing_extensions import TypeVar
 
 from laminar.errors import (
@@ -55,6 +56,7 @@ from laminar.errors import (
     ClientClosedError,
     InvalidInputError,
     LaminarError,
+    LeaderMovedError,
     NoAnswerError,
     NotLeaderError,
     OutOfOrderSequenceError,
@@ -73,7 +75,13 @@ from laminar.records import (
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread, Unimplemented
 from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State, Verdict
-from laminar_client.client import ACKS, UNKNOWN_TOPIC_WAIT_S, AcksMode, Client
+from laminar_client.client import (
+    ACKS,
+    LEADER_CHECK_INTERVAL_S,
+    UNKNOWN_TOPIC_WAIT_S,
+    AcksMode,
+    Client,
+)
 from laminar_client.metadata import ClusterMetadata
 from laminar_client.partitioner import StickyPartitioner, key_partition
 from laminar_client.retry import RetryPolicy
@@ -91,6 +99,7 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 _K = TypeVar("_K", default=bytes)  # without serializers, keys and values are bytes
 _V = TypeVar("_V", default=bytes)
+_M = TypeVar("_M", bound=Message)
 
 _RECORD_OVERHEAD_BYTES = 16
 """Bytes a record costs in a batch beyond its key, value and headers (timestamp and
@@ -802,8 +811,13 @@ class _Core:
             )
             self.counters["batches_sent"] += len(items)
             self.counters["multi_partition_requests"] += 1
-            response = await self._transport.call(
-                address, "ProduceMany", request, pb.ProduceManyResponse, timeout_s=attempt_s
+            response = await self._watched(
+                address,
+                "ProduceMany",
+                request,
+                pb.ProduceManyResponse,
+                attempt_s,
+                [(batch.topic, batch.partition) for _, batch in items],
             )
         except asyncio.CancelledError:
             for sender, batch in items:
@@ -865,8 +879,13 @@ class _Core:
                 timeout_ms=max(1, int(server_s * 1000)),
             )
             self.counters["batches_sent"] += 1
-            response = await self._transport.call(
-                address, "Produce", request, pb.ProduceResponse, timeout_s=attempt_s
+            response = await self._watched(
+                address,
+                "Produce",
+                request,
+                pb.ProduceResponse,
+                attempt_s,
+                [(batch.topic, batch.partition)],
             )
         except asyncio.CancelledError:
             if batch.state is State.SENDING:
@@ -881,6 +900,48 @@ class _Core:
             sender.acked(batch, offsets[0] if offsets else -1)
         self.counters["restamps"] = sum(s.restamps for s in self._senders.values())
         self.wake()
+
+    async def _watched(
+        self,
+        address: str,
+        method: str,
+        request: Message,
+        response_type: type[_M],
+        attempt_s: float,
+        keys: list[tuple[str, int]],
+    ) -> _M:
+        """A write to the leader of ``keys`` at ``address``; while it has not been
+        answered after the client's ``leader_check_s``, abandoned
+        (:class:`LeaderMovedError`) as soon as the other replicas name a new leader
+        (:meth:`laminar_client.Client._watched_call` for the synchronous client)."""
+        call = self._transport.call(address, method, request, response_type, timeout_s=attempt_s)
+        check_s = self._client.leader_check_s
+        if check_s is None or attempt_s <= check_s:
+            return await call
+        pending = asyncio.ensure_future(call)
+        try:
+            ends_at = time.monotonic() + attempt_s
+            wait_s = check_s
+            while True:
+                done, _ = await asyncio.wait({pending}, timeout=wait_s)
+                if done:
+                    return pending.result()
+                remaining_s = ends_at - time.monotonic()
+                wait_s = LEADER_CHECK_INTERVAL_S
+                if remaining_s <= 0:
+                    continue  # gRPC's own deadline ends the call
+                moved = await asyncio.to_thread(
+                    self._client.cache.leader_moved, keys, address, min(remaining_s, 1.0)
+                )
+                if moved is not None:
+                    raise LeaderMovedError(
+                        f"{address}: no answer to {method} while {moved} leads "
+                        f"{keys[0][0]}/{keys[0][1]} now: abandoned (it may have been written)"
+                    )
+        finally:
+            if not pending.done():
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
 
     async def _target(self, batch: _Batch) -> str:
         cache = self._client.cache

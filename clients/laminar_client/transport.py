@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -130,6 +130,25 @@ class Transport:
             raise call_error(address, rpc_error) from None
         return response
 
+    def start(
+        self,
+        address: str,
+        method: str,
+        request: Message,
+        response_type: type[_R],
+        *,
+        timeout_s: float,
+    ) -> PendingCall[_R]:
+        """Start the call :meth:`call` makes, without waiting for it."""
+        if timeout_s <= 0:
+            raise RequestTimeoutError(f"deadline passed before calling {method} on {address}")
+        callable_ = self.channel(address).unary_unary(
+            SERVICE_PATH + method,
+            request_serializer=serialize,
+            response_deserializer=response_type.FromString,
+        )
+        return PendingCall(address, callable_.future(request, timeout=timeout_s))
+
     def close(self) -> None:
         """Close every channel; later calls raise."""
         with self._lock:
@@ -138,6 +157,30 @@ class Transport:
             self._closed = True
         for channel in channels:
             channel.close()
+
+
+class PendingCall(Generic[_R]):
+    """A call under way (:meth:`Transport.start`): wait for it in steps, or cancel it."""
+
+    __slots__ = ("_address", "_future")
+
+    def __init__(self, address: str, future: Any) -> None:
+        self._address = address
+        self._future = future
+
+    def result(self, wait_s: float) -> _R | None:
+        """The answer if it comes within ``wait_s``, else None (still under way); the
+        errors :meth:`Transport.call` raises."""
+        try:
+            response: _R = self._future.result(timeout=max(0.0, wait_s))
+        except grpc.FutureTimeoutError:
+            return None
+        except grpc.RpcError as rpc_error:
+            raise call_error(self._address, rpc_error) from None
+        return response
+
+    def cancel(self) -> None:
+        self._future.cancel()
 
 
 def call_error(address: str, rpc_error: grpc.RpcError) -> LaminarError:

@@ -490,3 +490,49 @@ def test_once_a_node_answered_a_refused_connection_is_retried_until_the_deadline
             assert time.monotonic() - started > 2.5
     finally:
         fake.stop()
+
+
+def test_a_write_its_silent_leader_holds_goes_to_the_new_leader_soon(
+    cluster: FakeCluster,
+) -> None:
+    """The leader hangs (paused or cut off) and the other replicas name a new one:
+    the client abandons the attempt after leader_check_s instead of waiting out the
+    3 s attempt timeout."""
+    cluster.add_topic("t")
+    part = cluster.partition("t", 0)
+    old = part.leader
+    release = threading.Event()
+    try:
+        with make_client(cluster) as client:
+            assert client.produce("t", 0, batch(b"a")) == [0]
+            cluster.fail_next(old, "Produce", release)  # the old leader answers nothing
+            with cluster.lock:
+                part.leader = next(n for n in part.replicas if n != old)  # elected
+            started = time.monotonic()
+            assert client.produce("t", 0, batch(b"b")) == [1]
+            assert time.monotonic() - started < 1.5
+            assert client.attempt_timeout_s == 3.0
+    finally:
+        release.set()
+    assert cluster.calls_to("Produce").count(old) == 2
+
+
+def test_a_slow_leader_that_still_leads_is_waited_for_not_written_twice(
+    cluster: FakeCluster,
+) -> None:
+    cluster.add_topic("t")
+    part = cluster.partition("t", 0)
+    release = threading.Event()
+    cluster.fail_next(part.leader, "Produce", release)
+    timer = threading.Timer(1.2, release.set)  # answers after 1.2 s: checked, not moved
+    timer.start()
+    try:
+        with make_client(cluster) as client:
+            started = time.monotonic()
+            assert client.produce("t", 0, batch(b"a")) == [0]
+            assert time.monotonic() - started >= 1.1
+    finally:
+        timer.cancel()
+        release.set()
+    assert cluster.calls_to("Produce") == [part.leader]
+    assert len(cluster.calls_to("Metadata")) >= 3  # it did look (0.5 s, then every 0.25 s)

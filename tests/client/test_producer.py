@@ -778,3 +778,25 @@ def test_a_node_without_produce_many_gets_one_partition_per_request(h: Harness) 
     assert sorted(r.value for r in records.values() if r.value) == sorted(
         b"v%d" % i for i in range(40)
     )
+
+
+def test_batches_a_silent_leader_holds_go_to_the_new_leader_soon(h: Harness) -> None:
+    """The leader stops answering (paused, cut off) and the other replicas name a
+    new one: the producer abandons the attempts after leader_check_s (0.5 s) and
+    sends to the new leader, instead of waiting out the 3 s attempt timeout; the
+    records are stored once."""
+    cluster = h.cluster
+    cluster.add_topic("t")
+    part = cluster.partition("t", 0)
+    producer = h.producer()
+    producer.send("t", b"first", partition=0).result(5)
+    old = part.leader
+    h.hang(old)
+    with cluster.lock:
+        part.leader = next(n for n in part.replicas if n != old)
+    started = time.monotonic()
+    futures = [producer.send("t", b"v%d" % n, partition=0) for n in range(20)]
+    for future in futures:
+        future.result(5)
+    assert time.monotonic() - started < 1.5
+    assert stored_values(cluster, "t") == [b"first", *(b"v%d" % n for n in range(20))]
