@@ -62,7 +62,9 @@ def register(subparsers: Any) -> None:
     start.add_argument(
         "--preset",
         choices=PRESETS,
-        help="timing preset (default local: fast, for tests)",
+        help="timing and grace preset (default lan: a data-centre network, replicas of a "
+        "dead node move after 5 minutes; local: nodes on one machine, fast failover and "
+        "10 s graces, for tests, demos and scripts/local_cluster.sh)",
     )
     start.add_argument(
         "--no-fsync",

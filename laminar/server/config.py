@@ -11,10 +11,12 @@ classes: ``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
 ``[transport]`` (:class:`~laminar.server.transport.TransportConfig`) and ``[log]``
 (:class:`~laminar.segment.config.LogConfig`; retention comes from each topic).
 
-Two presets: ``local`` (nodes on one machine: fast failure detection and failover,
-short graces; the default, for tests and ``scripts/local_cluster.sh``) and ``lan``
-(a data-centre network: the libraries' LAN defaults, and replicas of a dead node
-move only after five minutes).
+Two presets: ``lan`` (a data-centre network: the libraries' LAN defaults, and
+replicas of a dead node move only after five minutes; the default of ``laminar node
+start`` and :func:`build_config`) and ``local`` (nodes on one machine: fast failure
+detection and failover, short graces; for tests, demos and
+``scripts/local_cluster.sh``, which pass ``--preset local``). The dataclass defaults
+and :meth:`NodeConfig.local` are the ``local`` preset (what in-process tests build).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from laminar.server.metadata import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
 from laminar.server.transport import TransportConfig
 
 PRESETS = ("local", "lan")
+DEFAULT_PRESET = "lan"
+"""The preset of ``laminar node start`` without ``--preset`` (production timings)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +189,12 @@ class NodeConfig:
 
     @classmethod
     def local(cls, data_dir: str, **changes: Any) -> NodeConfig:
-        """Nodes on one machine: fast failover, short graces (the default preset)."""
+        """Nodes on one machine: fast failover, short graces (tests, local clusters)."""
         return cls(data_dir=data_dir, **changes)
 
     @classmethod
     def lan(cls, data_dir: str, **changes: Any) -> NodeConfig:
-        """Nodes on a data-centre network."""
+        """Nodes on a data-centre network (the default of ``laminar node start``)."""
         values: dict[str, Any] = {
             "preset": "lan",
             "replica_move_grace_ms": 300_000,
@@ -279,7 +283,7 @@ def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = N
         values["seeds"] = tuple(str(s).strip() for s in seeds)
     if "weight" in values and values["weight"] is not None:
         values["weight"] = float(values["weight"])
-    preset = values.pop("preset", "local")
+    preset = values.pop("preset", DEFAULT_PRESET)
     if preset not in PRESETS:
         raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
     if "data_dir" not in values:

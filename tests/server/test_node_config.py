@@ -9,7 +9,7 @@ import pytest
 from laminar.cli import main
 from laminar.errors import ConfigError
 from laminar.replica.config import ReplicaConfig
-from laminar.server.config import build_config, load_toml
+from laminar.server.config import NodeConfig, build_config, load_toml
 
 
 def test_options_override_file_override_preset(tmp_path: Path) -> None:
@@ -73,8 +73,22 @@ def test_missing_file() -> None:
         load_toml("/nonexistent/laminar.toml")
 
 
+def test_the_default_preset_is_lan() -> None:
+    # An operator who starts a node without --preset gets production timings, not
+    # the local preset's (fast, for tests).
+    config = build_config({"data_dir": "d"})
+    assert config.preset == "lan"
+    assert config == NodeConfig.lan("d")
+
+
+def test_node_start_help_names_the_default_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["node", "start", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default lan" in text and "default local" not in text
+
+
 def test_presets_set_the_two_graces_and_every_part() -> None:
-    local = build_config({"data_dir": "d"})
+    local = build_config({"data_dir": "d", "preset": "local"})
     lan = build_config({"data_dir": "d", "preset": "lan"})
     assert local.replica_move_grace_ms == 10_000
     assert lan.replica_move_grace_ms == 300_000  # replicas move after minutes on a LAN
