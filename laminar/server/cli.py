@@ -90,7 +90,12 @@ def register(subparsers: Any) -> None:
         help="the same watermark as a percentage of the filesystem's size; the larger of "
         "the two applies (default 1; 0: off; [host] disk_free_percent_min)",
     )
-    start.add_argument("--config", metavar="FILE", help="TOML file with the same keys")
+    start.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file of settings (`laminar node config --defaults` prints every one, "
+        "documented; `laminar node config --check FILE` validates a file)",
+    )
     start.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     start.set_defaults(handler=_start)
     config = node_commands.add_parser(

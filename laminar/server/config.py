@@ -10,6 +10,10 @@ classes: ``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
 (:class:`~laminar.server.host.HostConfig`), ``[service]`` (:class:`ServiceConfig`),
 ``[transport]`` (:class:`~laminar.server.transport.TransportConfig`) and ``[log]``
 (:class:`~laminar.segment.config.LogConfig`; retention comes from each topic).
+``laminar node config --defaults`` (:mod:`laminar.server.config_file`) prints every
+key with its default and documentation; ``--check FILE`` validates a file. A bad
+value is one :class:`~laminar.errors.ConfigError` line naming where it is (``[host]
+recovery_bytes_per_s``), the value, and the rule it breaks.
 
 Two presets: ``lan`` (a data-centre network: the libraries' LAN defaults, and
 replicas of a dead node move only after five minutes; the default of ``laminar node
