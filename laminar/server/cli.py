@@ -1,4 +1,5 @@
-"""``laminar node start``: run a broker node in the foreground.
+"""``laminar node start``: run a broker node in the foreground; ``laminar node config``:
+print every setting (``--defaults``) or check a config file (``--check``).
 
 Registered into the ``laminar`` command by :func:`register`. SIGTERM or SIGINT stops
 the node gracefully (leaderships handed over, ``left`` gossiped); a second signal
@@ -17,7 +18,8 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from laminar.errors import LaminarError
-from laminar.server.config import PRESETS, build_config, load_toml
+from laminar.server.config import DEFAULT_PRESET, PRESETS, build_config, load_toml
+from laminar.server.config_file import DATA_DIR_EXAMPLE, check_file, defaults_toml
 from laminar.tuning import raise_open_files_limit, tune_allocator, tune_grpc, tune_numpy
 
 _T = TypeVar("_T")
@@ -25,7 +27,7 @@ _LOG = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
-    """Add ``node start`` to the ``laminar`` command's subparsers."""
+    """Add ``node start`` and ``node config`` to the ``laminar`` command's subparsers."""
     node = subparsers.add_parser("node", help="run a broker node")
     node_commands = node.add_subparsers(dest="node_command", required=True)
     start = node_commands.add_parser(
@@ -62,7 +64,9 @@ def register(subparsers: Any) -> None:
     start.add_argument(
         "--preset",
         choices=PRESETS,
-        help="timing preset (default local: fast, for tests)",
+        help="timing and grace preset (default lan: a data-centre network, replicas of a "
+        "dead node move after 5 minutes; local: nodes on one machine, fast failover and "
+        "10 s graces, for tests, demos and scripts/local_cluster.sh)",
     )
     start.add_argument(
         "--no-fsync",
@@ -86,9 +90,59 @@ def register(subparsers: Any) -> None:
         help="the same watermark as a percentage of the filesystem's size; the larger of "
         "the two applies (default 1; 0: off; [host] disk_free_percent_min)",
     )
-    start.add_argument("--config", metavar="FILE", help="TOML file with the same keys")
+    start.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file of settings (`laminar node config --defaults` prints every one, "
+        "documented; `laminar node config --check FILE` validates a file)",
+    )
     start.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     start.set_defaults(handler=_start)
+    config = node_commands.add_parser(
+        "config",
+        help="print every node setting with its default, or check a config file",
+        description="Print a complete, commented TOML file of every node setting with "
+        "its value in a preset (--defaults), or check a file as `laminar node start "
+        "--config FILE` would read it (--check: exit 0 and the settings that differ from "
+        "the file's preset, or one line naming the table, the key, the value and what is "
+        "allowed, and exit 1).",
+    )
+    action = config.add_mutually_exclusive_group(required=True)
+    action.add_argument(
+        "--defaults", action="store_true", help="print every setting with its default"
+    )
+    action.add_argument("--check", metavar="FILE", help="validate a TOML config file")
+    config.add_argument(
+        "--preset",
+        choices=PRESETS,
+        default=DEFAULT_PRESET,
+        help=f"with --defaults: the preset whose values to print (default {DEFAULT_PRESET})",
+    )
+    config.add_argument(
+        "--data-dir",
+        default=DATA_DIR_EXAMPLE,
+        help=f"with --defaults: the data_dir to write (default {DATA_DIR_EXAMPLE})",
+    )
+    config.set_defaults(handler=_config)
+
+
+def _config(args: argparse.Namespace) -> int:
+    if args.defaults:
+        sys.stdout.write(defaults_toml(args.preset, args.data_dir))
+        return 0
+    try:
+        config, differences = check_file(args.check)
+    except LaminarError as error:
+        print(f"laminar node config: {args.check}: {error}", file=sys.stderr)
+        return 1
+    count = len(differences)
+    print(
+        f"{args.check}: valid, preset {config.preset}; {count} setting"
+        f"{'' if count == 1 else 's'} differ{'s' if count == 1 else ''} from it"
+    )
+    for line in differences:
+        print(f"  {line}")
+    return 0
 
 
 def run_loop(main: Coroutine[Any, Any, _T]) -> _T:

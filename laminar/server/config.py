@@ -10,16 +10,25 @@ classes: ``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
 (:class:`~laminar.server.host.HostConfig`), ``[service]`` (:class:`ServiceConfig`),
 ``[transport]`` (:class:`~laminar.server.transport.TransportConfig`) and ``[log]``
 (:class:`~laminar.segment.config.LogConfig`; retention comes from each topic).
+``laminar node config --defaults`` (:mod:`laminar.server.config_file`) prints every
+key with its default and documentation; ``--check FILE`` validates a file. A bad
+value is one :class:`~laminar.errors.ConfigError` line naming where it is (``[host]
+recovery_bytes_per_s``), the value, and the rule it breaks.
 
-Two presets: ``local`` (nodes on one machine: fast failure detection and failover,
-short graces; the default, for tests and ``scripts/local_cluster.sh``) and ``lan``
-(a data-centre network: the libraries' LAN defaults, and replicas of a dead node
-move only after five minutes).
+Two presets: ``lan`` (a data-centre network: the libraries' LAN defaults, and
+replicas of a dead node move only after five minutes; the default of ``laminar node
+start`` and :func:`build_config`) and ``local`` (nodes on one machine: fast failure
+detection and failover, short graces; for tests, demos and
+``scripts/local_cluster.sh``, which pass ``--preset local``). The dataclass defaults
+and :meth:`NodeConfig.local` are the ``local`` preset (what in-process tests build).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +43,8 @@ from laminar.server.metadata import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
 from laminar.server.transport import TransportConfig
 
 PRESETS = ("local", "lan")
+DEFAULT_PRESET = "lan"
+"""The preset of ``laminar node start`` without ``--preset`` (production timings)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +112,8 @@ class NodeConfig:
     :func:`build_config` (which also reads options and TOML)."""
 
     data_dir: str
+    """Directory of the node's id, cluster id and every replica's log; only this
+    node may use it. Back it up (or restore it) only while the node is stopped."""
     gossip: str = "127.0.0.1:7000"
     """``host:port`` for SWIM gossip (UDP, with TCP push-pull on the same port)."""
     grpc: str = "127.0.0.1:7100"
@@ -185,12 +198,12 @@ class NodeConfig:
 
     @classmethod
     def local(cls, data_dir: str, **changes: Any) -> NodeConfig:
-        """Nodes on one machine: fast failover, short graces (the default preset)."""
+        """Nodes on one machine: fast failover, short graces (tests, local clusters)."""
         return cls(data_dir=data_dir, **changes)
 
     @classmethod
     def lan(cls, data_dir: str, **changes: Any) -> NodeConfig:
-        """Nodes on a data-centre network."""
+        """Nodes on a data-centre network (the default of ``laminar node start``)."""
         values: dict[str, Any] = {
             "preset": "lan",
             "replica_move_grace_ms": 300_000,
@@ -244,30 +257,49 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "metadata_wait_ms": int,
     "metadata_call_timeout_ms": int,
 }
-_TABLES = ("replica", "membership", "host", "service", "transport", "log")
+TABLES = ("replica", "membership", "host", "service", "transport", "log")
+"""The TOML tables, each the fields of the :class:`NodeConfig` field of its name."""
 _TABLE_OPTIONS = {"disk_free_bytes_min": "host", "disk_free_percent_min": "host"}
 """Command-line options that set a field of a part's table (over the file's value)."""
+NOT_IN_FILE: dict[str, dict[str, str]] = {
+    "log": {
+        "fsync_policy": "the node fsyncs each write itself: see the top-level fsync key",
+        "fsync_interval_ms": "the node fsyncs each write itself: see the top-level fsync key",
+        "retention_bytes": "retention is set per topic (laminar topic create --retention-bytes)",
+        "retention_ms": "retention is set per topic (laminar topic create --retention-ms)",
+    }
+}
+"""Fields of a part's config that a node sets itself: refused in the file, with why."""
+_EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = None) -> NodeConfig:
     """Merge command-line ``options`` (None = not given) over TOML ``file_values``
-    over the preset's defaults."""
+    over the preset's defaults (:data:`DEFAULT_PRESET` unless ``preset`` is given).
+
+    A bad value raises :class:`ConfigError` naming where it is (``[host]
+    recovery_bytes_per_s``), the value, and what is allowed, on one line."""
     values: dict[str, Any] = {}
     file_values = dict(file_values or {})
-    tables = {name: file_values.pop(name, {}) for name in _TABLES}
+    tables = {name: file_values.pop(name, {}) for name in TABLES}
     options = dict(options)
     for key, table in _TABLE_OPTIONS.items():
         value = options.pop(key, None)
         if value is not None:
             if not isinstance(tables[table], dict):
-                raise ConfigError(f"[{table}] must be a table")
+                raise ConfigError(f"[{table}] must be a table, got {toml_value(tables[table])}")
             tables[table] = {**tables[table], key: value}
     for key, value in file_values.items():
         expected = _TOP_LEVEL.get(key)
         if expected is None:
-            raise ConfigError(f"unknown config key {key!r}")
+            raise ConfigError(
+                f"unknown config key {key!r}{_suggestion(key, [*_TOP_LEVEL, *TABLES])}"
+            )
         if not isinstance(value, expected) or isinstance(value, bool) is not (expected is bool):
-            raise ConfigError(f"config key {key!r} has the wrong type: {value!r}")
+            raise ConfigError(
+                f"config key {key} = {toml_value(value)} has the wrong type: expected "
+                f"{_describe_type(expected)}"
+            )
         values[key] = value
     for key, value in options.items():
         if value is not None:
@@ -279,9 +311,9 @@ def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = N
         values["seeds"] = tuple(str(s).strip() for s in seeds)
     if "weight" in values and values["weight"] is not None:
         values["weight"] = float(values["weight"])
-    preset = values.pop("preset", "local")
+    preset = values.pop("preset", DEFAULT_PRESET)
     if preset not in PRESETS:
-        raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+        raise ConfigError(f"preset = {toml_value(preset)}: must be one of {', '.join(PRESETS)}")
     if "data_dir" not in values:
         raise ConfigError("--data-dir is required (or data_dir in the config file)")
     data_dir = values.pop("data_dir")
@@ -290,24 +322,90 @@ def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = N
         values[name] = _override(getattr(base, name), overrides, name)
     try:
         return dataclasses.replace(base, **values)
-    except TypeError as error:
-        raise ConfigError(str(error)) from None
+    except (TypeError, ValueError) as error:
+        raise ConfigError(_located(None, base, values, error)) from None
 
 
-def _override(base: Any, overrides: dict[str, Any], table: str) -> Any:
+def toml_value(value: object) -> str:
+    """``value`` written as TOML (integers with ``_`` every three digits)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:_}"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    return repr(value)
+
+
+def _override(base: Any, overrides: object, table: str) -> Any:
     if not isinstance(overrides, dict):
-        raise ConfigError(f"[{table}] must be a table")
-    names = {f.name for f in dataclasses.fields(base)}
-    overrides = dict(overrides)
+        raise ConfigError(f"[{table}] must be a table, got {toml_value(overrides)}")
+    names = [f.name for f in dataclasses.fields(base)]
+    changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in names:
-            raise ConfigError(f"unknown key {key!r} in [{table}]")
-        expected = type(getattr(base, key))
-        if expected is float and type(value) is int:
-            overrides[key] = float(value)  # TOML writes 5 for 5.0
-        elif type(value) is not expected:
-            raise ConfigError(f"[{table}] {key} has the wrong type: {value!r}")
+            raise ConfigError(f"unknown key {key!r} in [{table}]{_suggestion(key, names)}")
+        reason = NOT_IN_FILE.get(table, {}).get(key)
+        if reason is not None:
+            raise ConfigError(f"[{table}] {key} cannot be set in the node's file: {reason}")
+        current = getattr(base, key)
+        if dataclasses.is_dataclass(current):
+            changes[key] = _override(current, value, f"{table}.{key}")
+        else:
+            changes[key] = _coerce(table, key, value, current)
     try:
-        return dataclasses.replace(base, **overrides)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"[{table}]: {error}") from None
+        return dataclasses.replace(base, **changes)
+    except (TypeError, ValueError) as error:  # ConfigError and BatchLimitError are both
+        raise ConfigError(_located(table, base, changes, error)) from None
+
+
+def _coerce(table: str, key: str, value: object, current: object) -> object:
+    """``value`` as the type of the field's ``current`` value, or a clear error."""
+    expected = type(current)
+    if expected is float and type(value) is int:
+        return float(value)  # TOML writes 5 for 5.0
+    if type(value) is not expected:
+        raise ConfigError(
+            f"[{table}] {key} = {toml_value(value)} has the wrong type: expected "
+            f"{_describe_type(expected)}"
+        )
+    return value
+
+
+def _located(table: str | None, base: Any, changes: dict[str, Any], error: Exception) -> str:
+    """The error of a config class's ``__post_init__`` prefixed with the settings
+    that caused it: ``[host] recovery_bytes_per_s = -1: ... (other_field is 5)``."""
+    message = str(error)
+    mentioned = [f.name for f in dataclasses.fields(base) if _mentions(message, f.name)]
+    scalar = [k for k, v in changes.items() if not dataclasses.is_dataclass(v)]
+    blamed = [k for k in scalar if k in mentioned] or scalar
+    settings = ", ".join(f"{key} = {toml_value(changes[key])}" for key in blamed)
+    where = f"[{table}] " if table is not None else ""
+    others = [
+        f"{name} is {toml_value(getattr(base, name))}"
+        for name in mentioned
+        if name not in changes and not dataclasses.is_dataclass(getattr(base, name))
+    ]
+    context = f" ({', '.join(others)})" if others else ""
+    return f"{where}{settings}: {message}{context}" if settings else f"{where}{message}"
+
+
+def _mentions(message: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", message) is not None
+
+
+def _suggestion(key: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(key, names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _describe_type(expected: type | tuple[type, ...]) -> str:
+    if isinstance(expected, tuple):
+        return "a number"
+    if expected is list or expected is tuple:
+        return "an array"
+    return _EXPECTED.get(expected, expected.__name__)

@@ -137,15 +137,18 @@ def test_async_producer_and_consumer_round_trip(cluster: ProcessCluster) -> None
     asyncio.run(run())
 
 
-def test_the_readme_example_runs(cluster: ProcessCluster) -> None:
-    """The README's Python example, against this cluster (so it cannot rot)."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    source = readme.split("```python\n", 1)[1].split("```", 1)[0]
+@pytest.mark.parametrize("page", ["README.md", "docs/client.md"])
+def test_the_readme_example_runs(cluster: ProcessCluster, page: str) -> None:
+    """The first Python example of the README and of the client guide, against this
+    cluster (so they cannot rot)."""
+    text = (Path(__file__).parents[2] / page).read_text()
+    source = text.split("```python\n", 1)[1].split("```", 1)[0]
     source = source.replace('"127.0.0.1:7100"', repr(bootstrap(cluster)))
+    topic = f"orders-{Path(page).stem.lower()}"
     with Client(bootstrap(cluster)) as client:
-        client.create_topic("orders-readme", 6, 3)
-    source = source.replace('"orders"', '"orders-readme"')
-    exec(compile(source, "README.md", "exec"), {})
+        client.create_topic(topic, 6, 3)
+    source = source.replace('"orders"', repr(topic))
+    exec(compile(source, page, "exec"), {})
 
 
 def test_keyed_records_over_many_partitions_share_requests(cluster: ProcessCluster) -> None:

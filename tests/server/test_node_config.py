@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,9 @@ import pytest
 from laminar.cli import main
 from laminar.errors import ConfigError
 from laminar.replica.config import ReplicaConfig
-from laminar.server.config import build_config, load_toml
+from laminar.server.config import NOT_IN_FILE, TABLES, NodeConfig, build_config, load_toml
+from laminar.server.config_file import DATA_DIR_EXAMPLE, defaults_toml, field_docs
+from laminar.server.transport import TransportConfig
 
 
 def test_options_override_file_override_preset(tmp_path: Path) -> None:
@@ -73,8 +77,22 @@ def test_missing_file() -> None:
         load_toml("/nonexistent/laminar.toml")
 
 
+def test_the_default_preset_is_lan() -> None:
+    # An operator who starts a node without --preset gets production timings, not
+    # the local preset's (fast, for tests).
+    config = build_config({"data_dir": "d"})
+    assert config.preset == "lan"
+    assert config == NodeConfig.lan("d")
+
+
+def test_node_start_help_names_the_default_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["node", "start", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default lan" in text and "default local" not in text
+
+
 def test_presets_set_the_two_graces_and_every_part() -> None:
-    local = build_config({"data_dir": "d"})
+    local = build_config({"data_dir": "d", "preset": "local"})
     lan = build_config({"data_dir": "d", "preset": "lan"})
     assert local.replica_move_grace_ms == 10_000
     assert lan.replica_move_grace_ms == 300_000  # replicas move after minutes on a LAN
@@ -137,3 +155,125 @@ def test_bad_tables(tmp_path: Path, text: str, message: str) -> None:
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         build_config({}, load_toml(str(path)))
+
+
+@pytest.mark.parametrize("preset", ["lan", "local"])
+def test_defaults_file_parses_back_to_the_preset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], preset: str
+) -> None:
+    assert main(["node", "config", "--defaults", "--preset", preset]) == 0
+    text = capsys.readouterr().out
+    values = tomllib.loads(text)
+    expected = build_config({"data_dir": DATA_DIR_EXAMPLE, "preset": preset})
+    assert build_config({}, values) == expected
+    path = tmp_path / "node.toml"
+    path.write_text(text)
+    assert main(["node", "config", "--check", str(path)]) == 0
+    assert f"valid, preset {preset}; 0 settings differ" in capsys.readouterr().out
+
+
+def _fields(config: object, table: str | None) -> list[tuple[str | None, str, object]]:
+    found: list[tuple[str | None, str, object]] = []
+    for item in dataclasses.fields(config):  # type: ignore[arg-type]
+        value = getattr(config, item.name)
+        if dataclasses.is_dataclass(value):
+            found += _fields(value, f"{table}.{item.name}" if table else item.name)
+        else:
+            found.append((table, item.name, value))
+    return found
+
+
+def test_defaults_list_every_setting_with_its_documentation() -> None:
+    config = NodeConfig.lan(DATA_DIR_EXAMPLE)
+    text = defaults_toml("lan")
+    sections = {None: text.split("\n[", 1)[0]}
+    for section in text.split("\n[")[1:]:
+        header, body = section.split("]\n", 1)
+        sections[header] = body
+    settings = _fields(config, None)
+    assert len(settings) > 100
+    for table, name, value in settings:
+        body = sections[table]
+        if name in NOT_IN_FILE.get(table or "", {}):
+            assert f"# {name}: not set here" in body
+        elif value is None:
+            assert f"# {name} is not set by default." in body
+        else:
+            assert f"\n{name} = " in f"\n{body}", (table, name)
+    # Every field is documented, in its attribute docstring or its class docstring.
+    classes = {type(config)} | {type(getattr(config, t)) for t in TABLES}
+    classes |= {type(config.log.limits), type(config.transport.limits)}
+    for cls in classes:
+        docs = field_docs(cls)
+        for item in dataclasses.fields(cls):
+            if not dataclasses.is_dataclass(getattr(config, item.name, None)):
+                assert docs.get(item.name), f"{cls.__name__}.{item.name} has no documentation"
+
+
+def test_field_docs_reads_attribute_and_class_docstrings() -> None:
+    assert field_docs(NodeConfig)["fsync"].startswith("Fsync appended batches")
+    transport = field_docs(TransportConfig)
+    assert transport["backoff_initial_ms"] == transport["backoff_max_ms"]
+    assert transport["queue_max"].startswith("Frames waiting per destination")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[host]\nrecovery_bytes_per_s = -5\n",
+            "[host] recovery_bytes_per_s = -5: recovery_bytes_per_s must be >= 0",
+        ),
+        (
+            "[replica]\nheartbeat_interval_ms = 1500\n",
+            "[replica] heartbeat_interval_ms = 1_500: heartbeat_interval_ms must be below "
+            "election_timeout_min_ms (election_timeout_min_ms is 1_000)",
+        ),
+        (
+            '[replica]\nheartbeat_interval_ms = "fast"\n',
+            '[replica] heartbeat_interval_ms = "fast" has the wrong type: expected an integer',
+        ),
+        (
+            "[replica]\nheartbeat_intervl_ms = 50\n",
+            "unknown key 'heartbeat_intervl_ms' in [replica] (did you mean "
+            "'heartbeat_interval_ms'?)",
+        ),
+        (
+            "[log.limits]\nrecord_count_max = 0\n",
+            "[log.limits] record_count_max = 0: record_count_max must be in (0, ",
+        ),
+        ("[log]\nretention_ms = 1000\n", "[log] retention_ms cannot be set in the node's file"),
+        ("replica_move_grace_ms = -1\n", "replica_move_grace_ms = -1: "),
+        ('preset = "fast"\n', 'preset = "fast": must be one of local, lan'),
+        ("[host]\nscrub = 1\n[host.x]\n", "unknown key 'scrub' in [host]"),
+        ("[service]\nfetch_bytes_max = [1]\n", "[service] fetch_bytes_max = [1] has the wrong"),
+    ],
+)
+def test_check_names_the_table_field_value_and_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(f'data_dir = "d"\n{text}')
+    assert main(["node", "config", "--check", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"laminar node config: {path}: {message}")
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_check_lists_what_differs_from_the_preset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        'preset = "lan"\nweight = 2\n[host]\nscrub_bytes_per_s = 0\n'
+        "[transport.limits]\nmessages_max = 500\n"
+    )
+    assert main(["node", "config", "--check", str(path)]) == 0  # data_dir may come later
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"{path}: valid, preset lan; 3 settings differ from it",
+        "  weight = 2.0 (preset: not set)",
+        "  [host] scrub_bytes_per_s = 0 (preset: 16_777_216)",
+        "  [transport.limits] messages_max = 500 (preset: 100_000)",
+    ]
