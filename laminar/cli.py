@@ -349,6 +349,25 @@ def _add_cluster_commands(commands: Any) -> None:
     zone.add_argument("zone", help="zone label")
     zone.set_defaults(handler=_cluster_set_zone)
 
+    maintenance = actions.add_parser(
+        "maintenance",
+        help="put a node in maintenance before a long stop, or take it out",
+        description=(
+            "enter: the node hands its leaderships to in-sync replicas and leads "
+            "nothing, and while it is down its replicas stay (they are not re-placed "
+            "and re-copied) for up to the nodes' maintenance_grace_ms (4 hours by "
+            "default) instead of replica_move_grace_ms; when it returns it catches up "
+            "from where it was. The state is in the cluster metadata: it holds while "
+            "the node is down, and is shown by `cluster status`. exit: the node may "
+            "lead again (it gets its preferred leaderships back) and a stop is treated "
+            "as any failure again. Only exit clears it. Drain (weight 0) is for a node "
+            "that goes away for good: its replicas move."
+        ),
+    )
+    maintenance.add_argument("change", choices=("enter", "exit"), help="enter or exit")
+    maintenance.add_argument("node", help="node id or gRPC address (the node may be down)")
+    maintenance.set_defaults(handler=_cluster_maintenance)
+
 
 def _add_partition_commands(commands: Any) -> None:
     partition = commands.add_parser(
@@ -936,6 +955,29 @@ def _cluster_status(args: argparse.Namespace) -> int:
     )
     under = sum(p.under_replicated for p in description.partitions)
     print(f"\n{under} of {len(description.partitions)} partitions under-replicated", file=_out())
+    if description.maintenance:
+        print(
+            f"\nin maintenance: {', '.join(description.maintenance)} (leads nothing; its "
+            "replicas stay while it is down, up to maintenance_grace_ms; "
+            "`laminar cluster maintenance exit NODE` ends it)",
+            file=_out(),
+        )
+    if description.incompatible_peers:
+        print("\npeers refused for an incompatible protocol version:", file=_out())
+        _table(
+            ["NODE", "PEER", "ADDRESS", "PEER_VERSION", "FOR_S", "REASON"],
+            [
+                [
+                    i.node_id,
+                    i.peer_id or "-",
+                    i.address or "-",
+                    str(i.protocol_version),
+                    f"{i.refused_for_ms / 1000:.0f}",
+                    i.reason,
+                ]
+                for i in description.incompatible_peers
+            ],
+        )
     if description.damaged:
         print("\nreplicas healing from damaged storage (damaged files set aside):", file=_out())
         _table(
@@ -984,6 +1026,28 @@ def _bytes(count: int) -> str:
             return f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+def _cluster_maintenance(args: argparse.Namespace) -> int:
+    enter = args.change == "enter"
+    with _client(args) as client:
+        node_id = _node_id(client.metadata(refresh=True), args.node)
+        in_maintenance = client.set_maintenance(node_id, enter)
+    state = "in maintenance" if node_id in in_maintenance else "out of maintenance"
+    print(
+        f"node {node_id}: {state} (in maintenance: {', '.join(in_maintenance) or 'none'})",
+        file=_out(),
+    )
+    return 0
+
+
+def _node_id(metadata: ClusterMetadata, node: str) -> str:
+    """A node id given by node id or by gRPC address; an id no member has is kept
+    (a node reaped from gossip may still be in maintenance)."""
+    if node in metadata.members:
+        return node
+    member = next((m for m in metadata.members.values() if m.grpc_address == node), None)
+    return member.node_id if member is not None else node
 
 
 def _cluster_drain(args: argparse.Namespace) -> int:

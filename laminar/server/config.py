@@ -133,6 +133,12 @@ class NodeConfig:
     dead node led elect a new leader within about an election timeout. A member that
     left gracefully is replaced at once. ``local`` 10 s, ``lan`` 5 min (Redpanda's
     node-availability timeout plays the same part)."""
+    maintenance_grace_ms: int = 14_400_000
+    """How long a dead member in maintenance (``laminar cluster maintenance enter``)
+    keeps its replicas, when longer than ``replica_move_grace_ms``: an OS upgrade or
+    a disk swap should not re-copy every partition the node held; it catches up from
+    where it was when it returns. 4 hours in both presets. Each node applies its
+    own value: set the same on every node."""
     join_wait_ms: int = 60_000
     """A new node gives up joining when its seeds show no cluster for this long."""
     restart_wait_ms: int = 10_000
@@ -173,6 +179,7 @@ class NodeConfig:
             raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         for name in (
             "replica_move_grace_ms",
+            "maintenance_grace_ms",
             "join_wait_ms",
             "restart_wait_ms",
             "handover_timeout_ms",
@@ -237,6 +244,7 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "fsync": bool,
     "preset": str,
     "replica_move_grace_ms": int,
+    "maintenance_grace_ms": int,
     "join_wait_ms": int,
     "restart_wait_ms": int,
     "handover_timeout_ms": int,

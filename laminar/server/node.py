@@ -77,6 +77,8 @@ from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
     Change,
+    MaintenanceChange,
+    MetadataChange,
     MetadataState,
     TopicSpec,
     create_topic_command,
@@ -280,6 +282,11 @@ class Node:
         self._health = health.aio.HealthServicer()
         self.server = self._build_server()
         self._dead_since_ms: dict[str, int] = {}
+        self._gone: dict[str, tuple[Member, int]] = {}
+        """Members declared dead or that left -> (their last entry, since when), kept
+        after gossip reaps them (``reap_after_ms``, seconds) until placement's grace
+        for them ends (minutes, or hours in maintenance): placement must not forget
+        a member before its grace is over."""
         self._targets: dict[TopicPartition, tuple[str, ...]] = {}
         self._peer_addresses: dict[str, str] = {}
         self._known_members: set[NodeId] = set()
@@ -374,6 +381,8 @@ class Node:
         for member in self.membership.view():  # dead before this node was built
             if member.state is MemberState.DEAD:
                 self._dead_since_ms.setdefault(member.node_id, now_ms)
+            if member.state.is_gone:
+                self._gone.setdefault(member.node_id, (member, now_ms))
         self._known_members = {member.node_id for member in self.membership.view()}
         self._replan()
         self.follower.start()
@@ -498,15 +507,25 @@ class Node:
         self._peer_addresses.pop(node_id, None)  # it may have moved
         loop = asyncio.get_running_loop()
         was_dead = False
-        if event.kind is EventKind.DEAD:
-            self._dead_since_ms.setdefault(node_id, self.host.now_ms())
+        if event.kind in (EventKind.DEAD, EventKind.LEFT):
+            since_ms = self._gone.get(node_id, (event.member, self.host.now_ms()))[1]
+            self._gone[node_id] = (event.member, since_ms)
             # Placement keeps a dead member's replicas through the move grace (a
-            # restart, a short partition); replan when it expires. Leadership does
-            # not wait: the hint below starts elections in the groups it led.
+            # restart, a short partition), one in maintenance through the
+            # maintenance grace even when it left; replan when they expire.
+            # Leadership does not wait: the hint below starts elections in the
+            # groups it led.
             grace_s = self.config.replica_move_grace_ms / 1000
             loop.call_later(grace_s + 0.05, self._replan)
+            maintenance_grace_s = self.config.maintenance_grace_ms / 1000
+            if maintenance_grace_s > grace_s:  # in case it is (or enters) maintenance
+                loop.call_later(maintenance_grace_s + 0.05, self._replan)
+        if event.kind is EventKind.DEAD:
+            self._dead_since_ms.setdefault(node_id, self.host.now_ms())
         elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.LEFT):
             was_dead = self._dead_since_ms.pop(node_id, None) is not None
+        if event.kind in (EventKind.JOINED, EventKind.ALIVE):
+            self._gone.pop(node_id, None)
         if event.kind in (EventKind.DEAD, EventKind.LEFT):
             self.host.hint_leader_dead(node_id)
         if event.kind is EventKind.LEFT:
@@ -540,13 +559,25 @@ class Node:
         self._replan()
 
     def placement_members(self) -> list[PlacementMember]:
-        return rules.placement_members(
-            self.membership.view(),
+        """The members as placement sees them: the view, and the members gossip
+        reaped while their grace lasts (dropped once it is over)."""
+        view = list(self.membership.view())
+        in_view = {member.node_id for member in view}
+        now_ms = self.host.now_ms()
+        view += [member for node_id, (member, _) in self._gone.items() if node_id not in in_view]
+        members = rules.placement_members(
+            view,
             self.node_id,
-            self._dead_since_ms,
-            self.host.now_ms(),
+            {node_id: since_ms for node_id, (_member, since_ms) in self._gone.items()},
+            now_ms,
             self.config.replica_move_grace_ms,
+            self.metadata.maintenance,
+            self.config.maintenance_grace_ms,
         )
+        for placed in members:
+            if not placed.alive and placed.node_id not in in_view:
+                del self._gone[placed.node_id]  # reaped, and its grace is over
+        return members
 
     def update_self(self, weight: float | None, zone: str | None) -> Member:
         """Change this node's weight or zone: saved, gossiped, and placement follows.
@@ -582,7 +613,7 @@ class Node:
             for name, topic in self.metadata.topics.items()
         }
         self._targets = rules.placement_targets(self.placement_members(), topics)
-        full = self.host.full_nodes()
+        full = self.host.full_nodes() | self.host.maintenance_nodes()  # may not lead
         for key, target in self._targets.items():
             if target:
                 self.host.set_target(key, rules.full_last(target, full))
@@ -677,9 +708,12 @@ class Node:
         await asyncio.sleep(0.2)
         return b""
 
-    def _on_changes(self, changes: list[Change]) -> None:
+    def _on_changes(self, changes: list[MetadataChange]) -> None:
         for change in changes:
-            self._apply_change(change)
+            if isinstance(change, MaintenanceChange):
+                self.host.set_maintenance(self.metadata.maintenance)
+            else:
+                self._apply_change(change)
         self._replan()
 
     def _apply_change(self, change: Change) -> None:
