@@ -22,6 +22,7 @@ import argparse
 import importlib
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -50,6 +51,7 @@ from laminar.errors import (
     LaminarError,
     RequestTimeoutError,
 )
+from laminar.rolling import expand_command, rolling_restart
 
 
 def _node_register() -> Callable[[Any], None] | None:
@@ -367,6 +369,42 @@ def _add_cluster_commands(commands: Any) -> None:
     maintenance.add_argument("change", choices=("enter", "exit"), help="enter or exit")
     maintenance.add_argument("node", help="node id or gRPC address (the node may be down)")
     maintenance.set_defaults(handler=_cluster_maintenance)
+
+    rolling = actions.add_parser(
+        "rolling-restart",
+        help="restart every node in turn, never leaving a partition without a majority",
+        description=(
+            "For each node in turn: check that every partition it is a voter of has a "
+            "leader and every other voter in sync (else stop and say which, before "
+            "touching it); put it in maintenance and wait until it leads nothing; run "
+            "--command (which must stop and start the node, and return once it "
+            "started); wait until it is alive and in sync in every partition it holds; "
+            "take it out of maintenance; next. A step that fails or outlasts "
+            "--step-timeout stops the run and leaves the node as that step left it "
+            "(in maintenance once the command ran: `laminar cluster maintenance exit "
+            "NODE` ends it). For a cluster of scripts/local_cluster.sh: "
+            "`scripts/local_cluster.sh rolling-restart`."
+        ),
+    )
+    rolling.add_argument(
+        "--command",
+        required=True,
+        help="shell command restarting one node; %%n is its node id, %%a its gRPC "
+        "address, %%%% a %% (e.g. 'systemctl restart laminar@%%n')",
+    )
+    rolling.add_argument(
+        "--nodes",
+        metavar="ID[,ID...]",
+        help="the nodes to restart, in this order (default: every member, by node id)",
+    )
+    rolling.add_argument(
+        "--step-timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="longest wait for a hand-over, the command, or a catch-up (default 300)",
+    )
+    rolling.set_defaults(handler=_cluster_rolling_restart)
 
 
 def _add_partition_commands(commands: Any) -> None:
@@ -1038,6 +1076,37 @@ def _cluster_maintenance(args: argparse.Namespace) -> int:
         f"node {node_id}: {state} (in maintenance: {', '.join(in_maintenance) or 'none'})",
         file=_out(),
     )
+    return 0
+
+
+def _cluster_rolling_restart(args: argparse.Namespace) -> int:
+    nodes = [n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None
+    out = _out()
+
+    with _client(args) as client:
+        addresses = {m.node_id: m.grpc_address for m in client.describe_cluster().members}
+
+        def restart(node_id: str) -> None:
+            command = expand_command(args.command, node_id, addresses.get(node_id, ""))
+            print(f"{node_id}: running {command}", file=out, flush=True)
+            done = subprocess.run(command, shell=True, timeout=args.step_timeout, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"`{command}` exited with status {done.returncode}")
+
+        restarted = rolling_restart(
+            client,
+            restart,
+            nodes=nodes,
+            step_timeout_s=args.step_timeout,
+            report=lambda line: print(line, file=out, flush=True),
+        )
+    for step in restarted:
+        print(
+            f"{step.node_id}: handed over in {step.handover_s:.1f} s, restarted in "
+            f"{step.restart_s:.1f} s, caught up in {step.catch_up_s:.1f} s",
+            file=out,
+        )
+    print(f"restarted {len(restarted)} nodes", file=out)
     return 0
 
 
