@@ -31,7 +31,7 @@ from laminar.replica.config import ReplicaConfig
 from laminar.segment.config import LogConfig
 from laminar.server.host import HostConfig
 from laminar.server.metadata import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
-from laminar.server.transport import TransportConfig
+from laminar.server.transport import PROTOCOL_VERSION, TransportConfig
 
 PRESETS = ("local", "lan")
 
@@ -153,6 +153,10 @@ class NodeConfig:
     """A node without a replica of ``__cluster/0`` long-polls it this long per call."""
     metadata_call_timeout_ms: int = 5_000
     """The deadline of one metadata catch-up call to another node."""
+    protocol_version: int = PROTOCOL_VERSION
+    """The peer protocol version the node speaks and gossips. A test hook (the
+    environment variable ``LAMINAR_TEST_PROTOCOL_VERSION`` of ``laminar node
+    start``), not a setting: a node only speaks its own version's protocol."""
     replica: ReplicaConfig = field(default_factory=ReplicaConfig.local)
     membership: MembershipConfig = field(default_factory=membership_presets.local)
     host: HostConfig = field(default_factory=HostConfig)
@@ -187,6 +191,8 @@ class NodeConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if not 1 <= self.protocol_version <= 255:
+            raise ConfigError(f"protocol_version must be in [1, 255], got {self.protocol_version}")
         if self.metadata_wait_ms < 0 or self.metadata_call_timeout_ms <= self.metadata_wait_ms:
             raise ConfigError("need 0 <= metadata_wait_ms < metadata_call_timeout_ms")
 

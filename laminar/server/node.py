@@ -85,7 +85,12 @@ from laminar.server.metadata import (
     snapshot_commands,
 )
 from laminar.server.service import LaminarService, add_to_server
-from laminar.server.transport import PeerTransport
+from laminar.server.transport import (
+    IncompatiblePeer,
+    PeerTransport,
+    compatible_versions,
+    incompatibility,
+)
 from laminar.v1 import laminar_pb2, laminar_pb2_grpc
 
 _LOG = logging.getLogger(__name__)
@@ -94,6 +99,9 @@ _CLUSTER_META = "cluster"
 _PEER_META = "peer"  # the member's peer (replication) address
 _DISK_META = "disk"  # "full" while the member's disk is below its watermark (absent: space)
 _DISK_FULL = "full"
+_PROTOCOL_META = "proto"  # the member's peer protocol version (absent: 1, before issue 30)
+_INCOMPATIBLE_MAX = 1024
+"""Most peers remembered as refused for their protocol version (oldest dropped)."""
 _JOIN_POLL_S = 0.05
 _EARLY_EVENTS_MAX = 10_000
 _SNAPSHOT_CHUNKS_PER_BATCH = 3
@@ -264,6 +272,8 @@ class Node:
             on_delivered=self.host.flush_now,
             config=config.transport,
             local_host=_host_of(config.peer),
+            protocol_version=config.protocol_version,
+            on_incompatible=self._refused_hello,
         )
         self.channels = ChannelCache(config.service.channels_max)
         self.follower = MetadataFollower(
@@ -282,6 +292,8 @@ class Node:
         self._health = health.aio.HealthServicer()
         self.server = self._build_server()
         self._dead_since_ms: dict[str, int] = {}
+        self._incompatible: dict[str, IncompatiblePeer] = {}
+        """Peers refused for their protocol version (by gossip or at a hello)."""
         self._gone: dict[str, tuple[Member, int]] = {}
         """Members declared dead or that left -> (their last entry, since when), kept
         after gossip reaps them (``reap_after_ms``, seconds) until placement's grace
@@ -334,7 +346,7 @@ class Node:
                 grpc_address=config.grpc,
                 weight=identity.weight,
                 zone=identity.zone,
-                metadata=_gossip_metadata(identity.cluster_id, config.peer),
+                metadata=_gossip_metadata(config, identity.cluster_id),
             ),
             config.cluster_key.encode(),
             seeds=config.seeds,
@@ -383,6 +395,8 @@ class Node:
                 self._dead_since_ms.setdefault(member.node_id, now_ms)
             if member.state.is_gone:
                 self._gone.setdefault(member.node_id, (member, now_ms))
+            elif member.node_id != self.node_id:
+                self._check_protocol(member)
         self._known_members = {member.node_id for member in self.membership.view()}
         self._replan()
         self.follower.start()
@@ -530,6 +544,8 @@ class Node:
             self.host.hint_leader_dead(node_id)
         if event.kind is EventKind.LEFT:
             self.transport.forget(node_id)
+        if event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.UPDATED):
+            self._check_protocol(event.member)
         view = self.membership.view()
         self._alive_peers.clear()
         self._alive_peers.update(m.node_id for m in view if not m.state.is_gone)
@@ -547,6 +563,55 @@ class Node:
         )
         self._replan()
 
+    # ------------------------------------------------------------------ protocol versions
+
+    @property
+    def protocol_version(self) -> int:
+        return self.config.protocol_version
+
+    def incompatible_peers(self) -> list[IncompatiblePeer]:
+        return list(self._incompatible.values())
+
+    def _check_protocol(self, member: Member) -> None:
+        """Note (and log, once) a member that gossips an incompatible protocol
+        version; forget it once it gossips a compatible one (upgraded)."""
+        version = _protocol_version_of(member)
+        own = self.config.protocol_version
+        if version is not None and compatible_versions(own, version):
+            self._incompatible.pop(member.node_id, None)
+            return
+        reason = (
+            incompatibility(own, version)
+            if version is not None
+            else "gossips a protocol version that is not a number"
+        )
+        self._note_incompatible(member.node_id, version or 0, reason, "gossip")
+
+    def _refused_hello(self, source: str, version: int) -> None:
+        """The transport refused a connection from ``source`` for its version."""
+        self._note_incompatible(
+            source, version, incompatibility(self.config.protocol_version, version), "hello"
+        )
+
+    def _note_incompatible(self, node_id: str, version: int, reason: str, seen_in: str) -> None:
+        known = self._incompatible.get(node_id)
+        if known is not None and known.protocol_version == version:
+            return
+        address = self.peer_address_of(node_id) or ""
+        _LOG.warning(
+            "incompatible peer node=%s peer=%s address=%s seen_in=%s: %s; refused",
+            self.node_id,
+            node_id,
+            address or "-",
+            seen_in,
+            reason,
+        )
+        since_ms = known.since_ms if known is not None else self.host.now_ms()
+        self._incompatible[node_id] = IncompatiblePeer(node_id, address, version, reason, since_ms)
+        if len(self._incompatible) > _INCOMPATIBLE_MAX:
+            del self._incompatible[next(iter(self._incompatible))]
+        self._replan()  # it holds no replicas
+
     def _on_disk_full(self, full: bool) -> None:
         """The host found this node's disk full, or with space again: gossip it (peers
         stop handing it leaderships, and refuse writes without a majority with
@@ -554,7 +619,7 @@ class Node:
         if self._stopping:
             return
         self.membership.update_local(
-            metadata=_gossip_metadata(self.cluster_id, self.config.peer, disk_full=full)
+            metadata=_gossip_metadata(self.config, self.cluster_id, disk_full=full)
         )
         self._replan()
 
@@ -573,6 +638,7 @@ class Node:
             self.config.replica_move_grace_ms,
             self.metadata.maintenance,
             self.config.maintenance_grace_ms,
+            self._incompatible,
         )
         for placed in members:
             if not placed.alive and placed.node_id not in in_view:
@@ -870,14 +936,21 @@ class Node:
 
 
 def _gossip_metadata(
-    cluster_id: str | None, peer: str, *, disk_full: bool = False
+    config: NodeConfig, cluster_id: str | None, *, disk_full: bool = False
 ) -> tuple[tuple[str, str], ...]:
-    entries = [(_PEER_META, peer)]
+    entries = [(_PEER_META, config.peer), (_PROTOCOL_META, str(config.protocol_version))]
     if cluster_id:
         entries.insert(0, (_CLUSTER_META, cluster_id))
     if disk_full:
         entries.append((_DISK_META, _DISK_FULL))
     return tuple(entries)
+
+
+def _protocol_version_of(member: Member) -> int | None:
+    """The protocol version a member gossips: 1 when it gossips none (a node from
+    before versions were gossiped), None when it is not a number."""
+    text = member.metadata_dict().get(_PROTOCOL_META, "1")
+    return int(text) if text.isdigit() and len(text) <= 3 else None
 
 
 async def _learn_cluster_id(
@@ -911,7 +984,7 @@ async def _learn_cluster_id(
             case rules.Join.ADOPT:
                 identity.cluster_id = decision.cluster_id
                 identity.save(config.data_dir)
-                membership.update_local(metadata=_gossip_metadata(identity.cluster_id, config.peer))
+                membership.update_local(metadata=_gossip_metadata(config, identity.cluster_id))
                 _LOG.info("joined cluster %s", identity.cluster_id)
                 return
             case rules.Join.NO_CLUSTER:

@@ -46,6 +46,7 @@ def placement_members(
     replica_move_grace_ms: int,
     maintenance: Collection[str] = (),
     maintenance_grace_ms: int = 0,
+    refused: Collection[str] = (),
 ) -> list[PlacementMember]:
     """The membership view as placement sees it.
 
@@ -54,12 +55,16 @@ def placement_members(
     ``maintenance_grace_ms`` when it is in ``maintenance`` and that is longer; a
     member that left holds none, unless it is in maintenance (then it is as dead:
     a graceful stop). ``view`` may hold members gossip already reaped: their
-    grace is not over. This node always counts as alive.
+    grace is not over. A member in ``refused`` (its protocol version is
+    incompatible: no replication with it) holds none. This node always counts as
+    alive.
     """
     members = []
     for member in view:
         if member.node_id == self_id:
             alive = True
+        elif member.node_id in refused:
+            alive = False
         elif member.state is MemberState.DEAD or (
             member.state is MemberState.LEFT and member.node_id in maintenance
         ):

@@ -62,6 +62,7 @@ from laminar.server.metadata import (
     maintenance_command,
     validate_node_id,
 )
+from laminar.server.transport import IncompatiblePeer
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 
@@ -106,6 +107,13 @@ class NodeApi(Protocol):
     def grpc_address_of(self, node_id: str | None) -> str | None: ...
 
     def placement_members(self) -> list[PlacementMember]: ...
+
+    @property
+    def protocol_version(self) -> int: ...
+
+    def incompatible_peers(self) -> list[IncompatiblePeer]:
+        """Peers refused for their protocol version."""
+        ...
 
     def update_self(self, weight: float | None, zone: str | None) -> Member:
         """Change this node's weight and/or zone; returns it as a member."""
@@ -530,6 +538,17 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 full=disk.full,
             ),
             maintenance=list(node.metadata.maintenance),
+            incompatible_peers=[
+                pb.IncompatiblePeer(
+                    node_id=peer.node_id,
+                    address=peer.address,
+                    protocol_version=peer.protocol_version,
+                    reason=peer.reason,
+                    refused_for_ms=max(0, now_ms - peer.since_ms),
+                )
+                for peer in node.incompatible_peers()
+            ],
+            protocol_version=node.protocol_version,
         )
 
     @_guarded

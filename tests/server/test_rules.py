@@ -87,6 +87,13 @@ def test_a_maintenance_grace_shorter_than_the_move_grace_does_not_shorten_it() -
     assert members[1].alive
 
 
+def test_a_member_of_an_incompatible_protocol_version_holds_no_replicas() -> None:
+    members = placement_members(
+        [member("a"), member("b"), member("c")], "a", {}, 0, GRACE_MS, refused=("b",)
+    )
+    assert [(m.node_id, m.alive) for m in members] == [("a", True), ("b", False), ("c", True)]
+
+
 def test_this_node_always_counts_as_alive() -> None:
     members = placement_members([member("a", MemberState.SUSPECT)], "a", {}, 0, GRACE_MS)
     assert members[0].alive
