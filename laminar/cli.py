@@ -332,7 +332,8 @@ def _add_cluster_commands(commands: Any) -> None:
             "replicas and whether it is under-replicated; then the replicas healing "
             "from damaged storage (where their damaged files were set aside, under "
             "<data>/quarantine/) and the replicas out of service after a storage "
-            "failure, if any."
+            "failure, if any; the nodes in maintenance; and the peers a node refuses "
+            "for an incompatible protocol version (adjacent versions interoperate)."
         ),
     )
     status.set_defaults(handler=_cluster_status)
@@ -403,6 +404,14 @@ def _add_cluster_commands(commands: Any) -> None:
         default=300.0,
         metavar="SECONDS",
         help="longest wait for a hand-over, the command, or a catch-up (default 300)",
+    )
+    rolling.add_argument(
+        "--settle-timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long the check before each node may wait for every other voter to be "
+        "in sync before the run stops (default 30)",
     )
     rolling.set_defaults(handler=_cluster_rolling_restart)
 
@@ -1098,6 +1107,7 @@ def _cluster_rolling_restart(args: argparse.Namespace) -> int:
             restart,
             nodes=nodes,
             step_timeout_s=args.step_timeout,
+            settle_timeout_s=args.settle_timeout,
             report=lambda line: print(line, file=out, flush=True),
         )
     for step in restarted:

@@ -274,6 +274,22 @@ def test_cluster_maintenance_enter_exit_and_status(cluster: FakeCluster, capsys)
     assert run(cluster, "cluster", "maintenance", "pause", "n1") == 2  # argparse
 
 
+def test_rolling_restart_stops_before_a_node_a_majority_needs(
+    cluster: FakeCluster, capsys, tmp_path
+) -> None:
+    # The fake reports partition t/1 with no voter in sync: stopping any of its
+    # voters could cost its majority, so nothing is touched and the command never runs.
+    cluster.add_topic("t", partitions=2)
+    ran = tmp_path / "ran"
+    argv = ["cluster", "rolling-restart", "--command", f"touch {ran}", "--settle-timeout", "0.2"]
+    assert run(cluster, *argv) == 1
+    err = capsys.readouterr().err
+    assert "laminar: error: stopped before n0 (asked for 0.2 s): t/0: voter" in err
+    assert "is not in sync" in err
+    assert cluster.calls_to("SetMaintenance") == []
+    assert not ran.exists()
+
+
 def test_cluster_status_lists_peers_refused_for_their_protocol_version(
     cluster: FakeCluster, capsys
 ) -> None:
