@@ -746,9 +746,15 @@ class KeyedLoad:
 
 
 def read_back(client: Client, topic: str, partitions: int) -> list[bytes]:
+    """Every value of ``topic``, read from each partition's leader: a follower stops
+    at its own high watermark, which may trail the leader's by a heartbeat."""
+    leaders = {
+        h.partition: h.leader for h in client.describe_cluster().partitions if h.topic == topic
+    }
     values = []
     for partition in range(partitions):
-        values += [record.value or b"" for record in client.records(topic, partition, 0)]
+        records = client.records(topic, partition, 0, replica=leaders.get(partition))
+        values += [record.value or b"" for record in records]
     return values
 
 

@@ -31,6 +31,7 @@ action and the clock as inputs.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -105,14 +106,20 @@ def leaderships(description: ClusterDescription, node_id: str) -> list[str]:
 
 
 def expand_command(template: str, node_id: str, grpc_address: str) -> str:
-    """``template`` with ``%n`` the node id, ``%a`` its gRPC address, ``%%`` a ``%``."""
+    """``template`` with ``%n`` the node id, ``%a`` its gRPC address, ``%%`` a ``%``;
+    the node id and the address are quoted for the shell when they need it (a node
+    id may hold any character but NUL)."""
     out = []
     index = 0
     while index < len(template):
         char = template[index]
         if char == "%" and index + 1 < len(template):
             code = template[index + 1]
-            replacement = {"n": node_id, "a": grpc_address, "%": "%"}.get(code)
+            replacement = {
+                "n": shlex.quote(node_id),
+                "a": shlex.quote(grpc_address),
+                "%": "%",
+            }.get(code)
             if replacement is not None:
                 out.append(replacement)
                 index += 2

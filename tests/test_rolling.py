@@ -83,6 +83,7 @@ def test_the_command_template() -> None:
         "systemctl restart laminar@n3"
     )
     assert expand_command("x %a %% %q %", "n3", "h:1") == "x h:1 % %q %"
+    assert expand_command("stop %n", "a; rm -rf /", "h:1") == "stop 'a; rm -rf /'"
 
 
 class FakeClient:
