@@ -53,8 +53,9 @@ def majority_refusal(description: ClusterDescription, node_id: str) -> str | Non
     """Why stopping ``node_id`` now could cost a partition its majority, or None.
 
     Refused when the node is not a member, or some partition it is a voter of has
-    no leader, or has another voter out of sync with its leader (the node would
-    then be needed for a majority, or the partition is in trouble already).
+    no leader, no other voter (replication factor 1), or another voter out of sync
+    with its leader (the node would then be needed for a majority, or the
+    partition is in trouble already).
     """
     if node_id not in {member.node_id for member in description.members}:
         return f"{node_id} is not a member of the cluster"
@@ -64,6 +65,8 @@ def majority_refusal(description: ClusterDescription, node_id: str) -> str | Non
         name = f"{health.topic}/{health.partition}"
         if health.leader is None:
             return f"{name} has no leader"
+        if len(health.voters) == 1:
+            return f"{name} has no other replica: stopping {node_id} stops its writes and reads"
         behind = [v for v in health.voters if v != node_id and v not in health.in_sync]
         if behind:
             return (

@@ -57,6 +57,10 @@ def test_stopping_a_node_that_a_majority_needs_is_refused() -> None:
     )
     assert majority_refusal(cluster(health(0, leader=None)), "c") == "t/0 has no leader"
     assert majority_refusal(cluster(health(0)), "z") == "z is not a member of the cluster"
+    single = health(3, leader="c", in_sync=("c",), voters=("c",))
+    assert majority_refusal(cluster(single), "c") == (
+        "t/3 has no other replica: stopping c stops its writes and reads"
+    )
     # A partition the node holds no vote in is not its concern.
     other = health(2, in_sync=("a",), voters=("a", "b"))
     assert majority_refusal(cluster(other), "c") is None
