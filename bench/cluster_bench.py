@@ -47,6 +47,24 @@ and are encoded before timing starts.
   both: the client asks the other replicas for a new leader when a write has not
   been answered in 0.5 s (``Client(leader_check_s=...)``), instead of waiting out
   the 3 s attempt timeout.
+* ``rolling_restart_write_gap_s``: a keyed, idempotent :class:`~laminar_client.Producer`
+  (``acks=all``) sends ``--rolling-rate`` records/s (10,000) to a 6-partition RF 3
+  topic while every node is restarted in turn by :func:`laminar.rolling.rolling_restart`
+  (maintenance, SIGTERM and start, catch-up, maintenance exit); the longest time any
+  partition went without an acknowledged record, from the first restart on.
+  ``rolling_restart_failed_records``: records whose delivery failed;
+  ``rolling_restart_duplicates``: records read back more than once;
+  ``rolling_restart_lost_records``: acknowledged records not read back;
+  ``rolling_restart_s``: the whole rolling restart.
+* ``maintenance_replicas_moved``: a cluster of its own whose nodes move replicas
+  after a 2 s move grace and forget dead members after 3 s; a node put in
+  maintenance is stopped for ``--maintenance-down-s`` (8 s) while records are
+  written, then started; the partitions whose placement or voters lost it at any
+  moment meanwhile (target 0). ``maintenance_catch_up_s``: from its start (it
+  answers gRPC) until it holds every partition up to the leader's high watermark.
+* ``write_gap_after_kill_s_lan``: ``write_gap_after_kill_s`` on a cluster of its own
+  with the ``lan`` preset (failure detection in seconds, not tenths), one kill per
+  ``--repeat``.
 * ``shutdown_s_max``: at the end, every node is stopped with SIGTERM one after
   the other (the idle phase's 300 partitions are still there, so each hands over
   its leaderships); the longest time from signal to exit.
@@ -116,6 +134,9 @@ PHASES = (
     "gap",
     "pause",
     "isolate",
+    "rolling_restart",
+    "maintenance",
+    "gap_lan",
     "shutdown",
 )
 GAP_PARTITIONS = 6
@@ -129,6 +150,11 @@ TARGETS: dict[str, tuple[str, float]] = {
     "write_gap_after_kill_s": ("<=", 2),
     "write_gap_after_isolate_s": ("<=", 1.5),
     "write_gap_after_pause_s": ("<=", 1.5),
+    "rolling_restart_write_gap_s": ("<=", 0.2),
+    "rolling_restart_failed_records": ("<=", 0),
+    "rolling_restart_duplicates": ("<=", 0),
+    "rolling_restart_lost_records": ("<=", 0),
+    "maintenance_replicas_moved": ("<=", 0),
     "shutdown_s_max": ("<=", 5),
     "idle_cpu_pct_per_node": ("<=", 10),
 }
@@ -284,12 +310,12 @@ def run_async(coroutine: Coroutine[Any, Any, float]) -> float:
 class Bench:
     """A 3-node cluster, its client and the helpers the phases share."""
 
-    def __init__(self, cluster: ProcessCluster) -> None:
+    def __init__(self, cluster: ProcessCluster, extra_args: list[str] | None = None) -> None:
         self.cluster = cluster
-        node = cluster.add_node(bootstrap=True)
+        node = cluster.add_node(bootstrap=True, extra_args=extra_args)
         cluster.wait_ready(node)
         for _ in range(2):
-            cluster.add_node()
+            cluster.add_node(extra_args=extra_args)
         for node in cluster.nodes:
             cluster.wait_ready(node)
         wait_for(self._all_see_three, 60, "every node to see 3 alive members")
@@ -391,8 +417,24 @@ class Bench:
         wait_for(ask, 30, f"one leader of {topic}/0")
         return found[0]
 
-    def high_watermark(self, node: NodeProcess, topic: str) -> int:
-        return int(self.partitions(node, [topic])[0].high_watermark)
+    def high_watermark(self, node: NodeProcess, topic: str, partition: int = 0) -> int:
+        return int(self.partitions(node, [topic])[partition].high_watermark)
+
+    def leader_of(self, topic: str, partition: int) -> NodeProcess:
+        """The running node that says it leads ``topic/partition``."""
+        found: list[NodeProcess] = []
+
+        def ask() -> bool:
+            found[:] = [
+                node
+                for node in self.cluster.nodes
+                if node.running
+                and self.partitions(node, [topic])[partition].leader == node.node_id()
+            ]
+            return len(found) == 1
+
+        wait_for(ask, 30, f"one leader of {topic}/{partition}")
+        return found[0]
 
     def close(self) -> None:
         self.client.close()
@@ -615,11 +657,17 @@ class Writers:
 
 
 def gap_phase(bench: Bench, results: dict[str, float], args: argparse.Namespace) -> None:
-    topic = "gaps"
+    gaps = kill_gaps(bench, "gaps", args.repeat)
+    results["write_gap_after_kill_s"] = statistics.median(gaps)
+    results["write_gap_after_kill_max_s"] = max(gaps)
+
+
+def kill_gaps(bench: Bench, topic: str, repeat: int) -> list[float]:
+    """The longest write gap of ``repeat`` SIGKILLs of partition 0's leader."""
     bench.create_topic(topic, GAP_PARTITIONS, 3)
     cluster = bench.cluster
     gaps = []
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         victim = bench.leader(topic)
         bootstrap = [victim.grpc] + [n.grpc for n in cluster.nodes if n is not victim]
         with Writers(bootstrap, topic, GAP_PARTITIONS) as writers:
@@ -629,12 +677,212 @@ def gap_phase(bench: Bench, results: dict[str, float], args: argparse.Namespace)
             writers.wait_all_acked_after(killed_at + 0.5, 60)
             time.sleep(0.5)
             gaps.append(writers.longest_gap_s(killed_at))
-        results["write_gap_after_kill_s"] = statistics.median(gaps)
-        results["write_gap_after_kill_max_s"] = max(gaps)
         cluster.start(victim)
         cluster.wait_ready(victim)
         wait_for(bench._all_see_three, 60, "the restarted node to be alive everywhere")
         bench.wait_led([topic], 3)
+    return gaps
+
+
+class KeyedLoad:
+    """A keyed, idempotent producer (``acks=all``) sending ``rate`` records/s on a
+    thread of its own, each value unique; the acknowledgement times per partition,
+    and the failures."""
+
+    def __init__(self, bootstrap: list[str], topic: str, partitions: int, rate: int) -> None:
+        from laminar_client import Producer
+
+        self.producer: Any = Producer(bootstrap, acks="all", delivery_timeout_s=60)
+        self.topic = topic
+        self.rate = rate
+        self.acks: dict[int, list[float]] = {p: [] for p in range(partitions)}
+        self.acked = 0
+        self.failed = 0
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> KeyedLoad:
+        self._thread.start()
+        wait_for(lambda: all(self.acks.values()), 30, "every partition's first ack")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.producer.flush()
+        self.producer.close()
+
+    def _done(self, metadata: Any, error: BaseException | None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if error is not None:
+                self.failed += 1
+            else:
+                self.acked += 1
+                self.acks[metadata.partition].append(now)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            while self.sent < due:
+                self.producer.send(
+                    self.topic,
+                    str(self.sent).encode(),
+                    key=f"key-{self.sent % 1000}".encode(),
+                    callback=self._done,
+                )
+                self.sent += 1
+            time.sleep(0.005)
+
+    def longest_gap_s(self, since: float, until: float) -> float:
+        """The longest stretch without an ack on any partition that ends after
+        ``since``, up to ``until``."""
+        longest = 0.0
+        with self._lock:
+            stamps_by_partition = [list(times) for times in self.acks.values()]
+        for stamps in stamps_by_partition:
+            before = [t for t in stamps if t <= since]
+            previous = before[-1] if before else since
+            for stamp in [t for t in stamps if since < t <= until] + [until]:
+                longest = max(longest, stamp - previous)
+                previous = stamp
+        return longest
+
+
+def read_back(client: Client, topic: str, partitions: int) -> list[bytes]:
+    """Every value of ``topic``, read from each partition's leader: a follower stops
+    at its own high watermark, which may trail the leader's by a heartbeat."""
+    leaders = {
+        h.partition: h.leader for h in client.describe_cluster().partitions if h.topic == topic
+    }
+    values = []
+    for partition in range(partitions):
+        records = client.records(topic, partition, 0, replica=leaders.get(partition))
+        values += [record.value or b"" for record in records]
+    return values
+
+
+def restart_node(cluster: ProcessCluster, node_id: str) -> None:
+    """Stop a node with SIGTERM and start it again (what ``--command`` would do)."""
+    node = next(n for n in cluster.nodes if f"node{n.index}" == node_id)
+    cluster.terminate(node)
+    cluster.start(node)
+    cluster.wait_ready(node)
+
+
+def rolling_restart_phase(
+    bench: Bench, results: dict[str, float], args: argparse.Namespace
+) -> None:
+    from laminar.rolling import rolling_restart
+
+    topic = "rolling"
+    bench.create_topic(topic, GAP_PARTITIONS, 3)
+    cluster = bench.cluster
+    with KeyedLoad(
+        [n.grpc for n in cluster.nodes], topic, GAP_PARTITIONS, args.rolling_rate
+    ) as load:
+        time.sleep(1.0)  # a steady stream before the first restart
+        started = time.monotonic()
+        steps = rolling_restart(
+            bench.client,
+            lambda node_id: restart_node(cluster, node_id),
+            step_timeout_s=120,
+        )
+        finished = time.monotonic()
+        time.sleep(1.0)  # and after the last one
+        results["rolling_restart_write_gap_s"] = load.longest_gap_s(started, finished)
+        results["rolling_restart_s"] = finished - started
+    results["rolling_restart_failed_records"] = load.failed
+    values = read_back(bench.client, topic, GAP_PARTITIONS)
+    results["rolling_restart_duplicates"] = len(values) - len(set(values))
+    results["rolling_restart_lost_records"] = max(0, load.acked - len(set(values)))
+    results["rolling_restart_records"] = load.acked
+    results["rolling_restart_handover_s_max"] = max(step.handover_s for step in steps)
+    wait_for(bench._all_see_three, 60, "every node alive after the rolling restart")
+
+
+MAINTENANCE_CONFIG = """
+replica_move_grace_ms = 2000
+maintenance_grace_ms = 3600000
+
+[membership]
+gossip_to_dead_ms = 2000
+reap_after_ms = 3000
+"""
+
+
+def maintenance_phase(results: dict[str, float], args: argparse.Namespace) -> None:
+    """A cluster of its own with short graces (see the module docstring)."""
+    topic = "maint"
+    with (
+        tempfile.TemporaryDirectory(prefix="laminar-bench-maintenance-") as root,
+        ProcessCluster(Path(root), preset="local", fsync=args.fsync) as cluster,
+    ):
+        config = Path(root) / "node.toml"
+        config.write_text(MAINTENANCE_CONFIG)
+        bench = Bench(cluster, extra_args=["--config", str(config)])
+        try:
+            bench.create_topic(topic, GAP_PARTITIONS, 3)
+            victim = bench.leader(topic)
+            victim_id = victim.node_id()
+            client = bench.client
+            client.set_maintenance(victim_id, True)
+            wait_for(
+                lambda: all(h.leader != victim_id for h in client.describe_cluster().partitions),
+                30,
+                f"{victim_id} to hand over",
+            )
+            cluster.terminate(victim)
+            stopped = time.monotonic()
+            moved: set[int] = set()
+            batch = make_batches(1, records=100)[0]
+            while time.monotonic() - stopped < args.maintenance_down_s:
+                for partition in range(GAP_PARTITIONS):
+                    client.produce(topic, partition, batch)
+                for health in client.describe_cluster().partitions:
+                    if health.topic == topic and (
+                        victim_id not in health.replicas or victim_id not in health.voters
+                    ):
+                        moved.add(health.partition)
+                time.sleep(0.1)
+            results["maintenance_replicas_moved"] = len(moved)
+            cluster.start(victim)
+            cluster.wait_ready(victim)
+            back = time.monotonic()
+            leaders = {
+                p: bench.high_watermark(bench.leader_of(topic, p), topic, p)
+                for p in range(GAP_PARTITIONS)
+            }
+            wait_for(
+                lambda: all(
+                    bench.high_watermark(victim, topic, p) >= leaders[p]
+                    for p in range(GAP_PARTITIONS)
+                ),
+                120,
+                f"{victim_id} to catch up",
+            )
+            results["maintenance_catch_up_s"] = time.monotonic() - back
+            client.set_maintenance(victim_id, False)
+        finally:
+            bench.close()
+
+
+def gap_lan_phase(results: dict[str, float], args: argparse.Namespace) -> None:
+    """``write_gap_after_kill_s`` on a ``lan`` cluster of its own."""
+    with (
+        tempfile.TemporaryDirectory(prefix="laminar-bench-lan-") as root,
+        ProcessCluster(Path(root), preset="lan", fsync=args.fsync) as cluster,
+    ):
+        bench = Bench(cluster)
+        try:
+            gaps = kill_gaps(bench, "gaps_lan", args.repeat)
+            results["write_gap_after_kill_s_lan"] = statistics.median(gaps)
+            results["write_gap_after_kill_max_s_lan"] = max(gaps)
+        finally:
+            bench.close()
 
 
 PAUSE_S = 3.6
@@ -873,6 +1121,12 @@ def run_phase(
             isolate_phase(results, args)
         elif phase == "idle":
             idle_phase(bench, results, sizes)
+        elif phase == "rolling_restart":
+            rolling_restart_phase(bench, results, args)
+        elif phase == "maintenance":
+            maintenance_phase(results, args)
+        elif phase == "gap_lan":
+            gap_lan_phase(results, args)
         elif phase == "shutdown":
             shutdown_phase(bench, results)
     except Exception as error:  # report, keep measuring the rest
@@ -913,6 +1167,15 @@ def main() -> None:
         "--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}"
     )
     parser.add_argument("--profile", type=Path, metavar="DIR", help="run nodes under cProfile")
+    parser.add_argument(
+        "--rolling-rate", type=int, default=10_000, help="records/s during the rolling restart"
+    )
+    parser.add_argument(
+        "--maintenance-down-s",
+        type=float,
+        default=8.0,
+        help="how long the node in maintenance stays stopped (move grace 2 s, reap 3 s)",
+    )
     parser.add_argument("--serve-echo", metavar="HOST:PORT", help=argparse.SUPPRESS)
     parser.add_argument("--isolate-inside", metavar="NETNS", help=argparse.SUPPRESS)
     args = parser.parse_args()

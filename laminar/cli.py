@@ -22,6 +22,7 @@ import argparse
 import importlib
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -50,6 +51,7 @@ from laminar.errors import (
     LaminarError,
     RequestTimeoutError,
 )
+from laminar.rolling import expand_command, rolling_restart
 
 
 def _node_register() -> Callable[[Any], None] | None:
@@ -330,7 +332,8 @@ def _add_cluster_commands(commands: Any) -> None:
             "replicas and whether it is under-replicated; then the replicas healing "
             "from damaged storage (where their damaged files were set aside, under "
             "<data>/quarantine/) and the replicas out of service after a storage "
-            "failure, if any."
+            "failure, if any; the nodes in maintenance; and the peers a node refuses "
+            "for an incompatible protocol version (adjacent versions interoperate)."
         ),
     )
     status.set_defaults(handler=_cluster_status)
@@ -348,6 +351,69 @@ def _add_cluster_commands(commands: Any) -> None:
     zone.add_argument("node", help="node id or gRPC address")
     zone.add_argument("zone", help="zone label")
     zone.set_defaults(handler=_cluster_set_zone)
+
+    maintenance = actions.add_parser(
+        "maintenance",
+        help="put a node in maintenance before a long stop, or take it out",
+        description=(
+            "enter: the node hands its leaderships to in-sync replicas and leads "
+            "nothing, and while it is down its replicas stay (they are not re-placed "
+            "and re-copied) for up to the nodes' maintenance_grace_ms (4 hours by "
+            "default) instead of replica_move_grace_ms; when it returns it catches up "
+            "from where it was. The state is in the cluster metadata: it holds while "
+            "the node is down, and is shown by `cluster status`. exit: the node may "
+            "lead again (it gets its preferred leaderships back) and a stop is treated "
+            "as any failure again. Only exit clears it. Drain (weight 0) is for a node "
+            "that goes away for good: its replicas move."
+        ),
+    )
+    maintenance.add_argument("change", choices=("enter", "exit"), help="enter or exit")
+    maintenance.add_argument("node", help="node id or gRPC address (the node may be down)")
+    maintenance.set_defaults(handler=_cluster_maintenance)
+
+    rolling = actions.add_parser(
+        "rolling-restart",
+        help="restart every node in turn, never leaving a partition without a majority",
+        description=(
+            "For each node in turn: check that every partition it is a voter of has a "
+            "leader and every other voter in sync (else stop and say which, before "
+            "touching it); put it in maintenance and wait until it leads nothing; run "
+            "--command (which must stop and start the node, and return once it "
+            "started); wait until it is alive and in sync in every partition it holds; "
+            "take it out of maintenance; next. A step that fails or outlasts "
+            "--step-timeout stops the run and leaves the node as that step left it "
+            "(in maintenance once the command ran: `laminar cluster maintenance exit "
+            "NODE` ends it). For a cluster of scripts/local_cluster.sh: "
+            "`scripts/local_cluster.sh rolling-restart`."
+        ),
+    )
+    rolling.add_argument(
+        "--command",
+        required=True,
+        help="shell command restarting one node; %%n is its node id, %%a its gRPC "
+        "address, %%%% a %% (e.g. 'systemctl restart laminar@%%n')",
+    )
+    rolling.add_argument(
+        "--nodes",
+        metavar="ID[,ID...]",
+        help="the nodes to restart, in this order (default: every member, by node id)",
+    )
+    rolling.add_argument(
+        "--step-timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="longest wait for a hand-over, the command, or a catch-up (default 300)",
+    )
+    rolling.add_argument(
+        "--settle-timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long the check before each node may wait for every other voter to be "
+        "in sync before the run stops (default 30)",
+    )
+    rolling.set_defaults(handler=_cluster_rolling_restart)
 
 
 def _add_partition_commands(commands: Any) -> None:
@@ -936,6 +1002,29 @@ def _cluster_status(args: argparse.Namespace) -> int:
     )
     under = sum(p.under_replicated for p in description.partitions)
     print(f"\n{under} of {len(description.partitions)} partitions under-replicated", file=_out())
+    if description.maintenance:
+        print(
+            f"\nin maintenance: {', '.join(description.maintenance)} (leads nothing; its "
+            "replicas stay while it is down, up to maintenance_grace_ms; "
+            "`laminar cluster maintenance exit NODE` ends it)",
+            file=_out(),
+        )
+    if description.incompatible_peers:
+        print("\npeers refused for an incompatible protocol version:", file=_out())
+        _table(
+            ["NODE", "PEER", "ADDRESS", "PEER_VERSION", "FOR_S", "REASON"],
+            [
+                [
+                    i.node_id,
+                    i.peer_id or "-",
+                    i.address or "-",
+                    str(i.protocol_version),
+                    f"{i.refused_for_ms / 1000:.0f}",
+                    i.reason,
+                ]
+                for i in description.incompatible_peers
+            ],
+        )
     if description.damaged:
         print("\nreplicas healing from damaged storage (damaged files set aside):", file=_out())
         _table(
@@ -984,6 +1073,60 @@ def _bytes(count: int) -> str:
             return f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+def _cluster_maintenance(args: argparse.Namespace) -> int:
+    enter = args.change == "enter"
+    with _client(args) as client:
+        node_id = _node_id(client.metadata(refresh=True), args.node)
+        in_maintenance = client.set_maintenance(node_id, enter)
+    state = "in maintenance" if node_id in in_maintenance else "out of maintenance"
+    print(
+        f"node {node_id}: {state} (in maintenance: {', '.join(in_maintenance) or 'none'})",
+        file=_out(),
+    )
+    return 0
+
+
+def _cluster_rolling_restart(args: argparse.Namespace) -> int:
+    nodes = [n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None
+    out = _out()
+
+    with _client(args) as client:
+        addresses = {m.node_id: m.grpc_address for m in client.describe_cluster().members}
+
+        def restart(node_id: str) -> None:
+            command = expand_command(args.command, node_id, addresses.get(node_id, ""))
+            print(f"{node_id}: running {command}", file=out, flush=True)
+            done = subprocess.run(command, shell=True, timeout=args.step_timeout, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"`{command}` exited with status {done.returncode}")
+
+        restarted = rolling_restart(
+            client,
+            restart,
+            nodes=nodes,
+            step_timeout_s=args.step_timeout,
+            settle_timeout_s=args.settle_timeout,
+            report=lambda line: print(line, file=out, flush=True),
+        )
+    for step in restarted:
+        print(
+            f"{step.node_id}: handed over in {step.handover_s:.1f} s, restarted in "
+            f"{step.restart_s:.1f} s, caught up in {step.catch_up_s:.1f} s",
+            file=out,
+        )
+    print(f"restarted {len(restarted)} nodes", file=out)
+    return 0
+
+
+def _node_id(metadata: ClusterMetadata, node: str) -> str:
+    """A node id given by node id or by gRPC address; an id no member has is kept
+    (a node reaped from gossip may still be in maintenance)."""
+    if node in metadata.members:
+        return node
+    member = next((m for m in metadata.members.values() if m.grpc_address == node), None)
+    return member.node_id if member is not None else node
 
 
 def _cluster_drain(args: argparse.Namespace) -> int:

@@ -6,7 +6,11 @@
 #   scripts/local_cluster.sh stop        stop every node this script started (SIGTERM)
 #   scripts/local_cluster.sh status      which nodes run, and the cluster as they see it
 #   scripts/local_cluster.sh kill ID     SIGKILL node ID (a crash)
-#   scripts/local_cluster.sh restart ID  start node ID again (after kill or stop)
+#   scripts/local_cluster.sh restart ID  stop node ID (SIGTERM) if it runs, start it again
+#   scripts/local_cluster.sh rolling-restart [OPTIONS]
+#                                        restart every node in turn through `laminar
+#                                        cluster rolling-restart` (maintenance, restart,
+#                                        catch-up; stops if a majority would be lost)
 #   scripts/local_cluster.sh logs ID     print node ID's log
 #
 # Node I gossips on 127.0.0.1:(7000+I), serves gRPC on 127.0.0.1:(7100+I) and takes
@@ -22,7 +26,7 @@ GRPC_BASE=7100
 PEER_BASE=7200
 
 usage() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -143,14 +147,30 @@ kill)
     fi
     ;;
 restart)
-    check_id "${2:-}"
-    if running "$2"; then
-        kill -TERM "$(pid_of "$2")"
-        for _ in $(seq 1 200); do running "$2" || break; sleep 0.1; done
+    id="${2:-}"
+    id="${id#node}"  # the node id (node3) works too
+    check_id "$id"
+    if running "$id"; then
+        kill -TERM "$(pid_of "$id")"
+        for _ in $(seq 1 200); do running "$id" || break; sleep 0.1; done
     fi
-    start_node "$2"
-    wait_ready "$2" 1
-    echo "restarted node $2"
+    start_node "$id"
+    wait_ready "$id" 1
+    echo "restarted node $id"
+    ;;
+rolling-restart)
+    shopt -s nullglob
+    live=""
+    for dir in "$ROOT"/node*/; do
+        id="${dir%/}"
+        id="${id##*/node}"
+        if running "$id"; then
+            live+="${live:+,}127.0.0.1:$((GRPC_BASE + id))"
+        fi
+    done
+    [[ -n "$live" ]] || { echo "no node runs under $ROOT" >&2; exit 1; }
+    "$PYTHON" -m laminar.cli --bootstrap "$live" cluster rolling-restart \
+        --command "$0 restart %n" "${@:2}"
     ;;
 logs)
     check_id "${2:-}"

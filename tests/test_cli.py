@@ -260,6 +260,57 @@ def test_cluster_status_and_node_updates(cluster: FakeCluster, capsys) -> None:
     assert "unknown node 'n9'" in capsys.readouterr().err
 
 
+def test_cluster_maintenance_enter_exit_and_status(cluster: FakeCluster, capsys) -> None:
+    assert run(cluster, "cluster", "maintenance", "enter", cluster.address_of("n1")) == 0
+    assert "node n1: in maintenance (in maintenance: n1)" in capsys.readouterr().out
+    assert cluster.maintenance == ["n1"]
+    # A node gossip no longer knows may still be taken out by its id.
+    assert run(cluster, "cluster", "maintenance", "enter", "gone") == 0
+    capsys.readouterr()
+    assert run(cluster, "cluster", "status") == 0
+    assert "in maintenance: n1, gone (leads nothing;" in capsys.readouterr().out
+    assert run(cluster, "cluster", "maintenance", "exit", "n1") == 0
+    assert "node n1: out of maintenance (in maintenance: gone)" in capsys.readouterr().out
+    assert run(cluster, "cluster", "maintenance", "pause", "n1") == 2  # argparse
+
+
+def test_rolling_restart_stops_before_a_node_a_majority_needs(
+    cluster: FakeCluster, capsys, tmp_path
+) -> None:
+    # The fake reports partition t/1 with no voter in sync: stopping any of its
+    # voters could cost its majority, so nothing is touched and the command never runs.
+    cluster.add_topic("t", partitions=2)
+    ran = tmp_path / "ran"
+    argv = ["cluster", "rolling-restart", "--command", f"touch {ran}", "--settle-timeout", "0.2"]
+    assert run(cluster, *argv) == 1
+    err = capsys.readouterr().err
+    assert "laminar: error: stopped before n0 (asked for 0.2 s): t/0: voter" in err
+    assert "is not in sync" in err
+    assert cluster.calls_to("SetMaintenance") == []
+    assert not ran.exists()
+
+
+def test_cluster_status_lists_peers_refused_for_their_protocol_version(
+    cluster: FakeCluster, capsys
+) -> None:
+    assert run(cluster, "cluster", "status") == 0
+    assert "incompatible protocol" not in capsys.readouterr().out
+    cluster.incompatible_peers["n0"] = [
+        pb.IncompatiblePeer(
+            node_id="n7",
+            address="127.0.0.9:7200",
+            protocol_version=1,
+            reason="too old",
+            refused_for_ms=4000,
+        )
+    ]
+    assert run(cluster, "cluster", "status") == 0
+    out = capsys.readouterr().out
+    assert "peers refused for an incompatible protocol version" in out
+    row = next(line for line in out.splitlines() if line.startswith("n0") and "n7" in line)
+    assert row.split()[:5] == ["n0", "n7", "127.0.0.9:7200", "1", "4"]
+
+
 def test_cluster_status_shows_each_nodes_free_space_and_disk_state(
     cluster: FakeCluster, capsys
 ) -> None:

@@ -58,6 +58,7 @@ from laminar_client.metadata import (
     ClusterMetadata,
     DamagedReplica,
     FencedReplica,
+    IncompatiblePeer,
     MemberInfo,
     NodeDisk,
     PartitionHealth,
@@ -1197,6 +1198,7 @@ class Client:
         fenced: list[FencedReplica] = []
         damaged: list[DamagedReplica] = []
         disks: list[NodeDisk] = []
+        incompatible: list[IncompatiblePeer] = []
         for member in first.members:
             if member.state != "alive" or not member.grpc_address:
                 continue
@@ -1221,6 +1223,7 @@ class Client:
             fenced.extend(answer.fenced)
             damaged.extend(answer.damaged)
             disks.extend(answer.disks)
+            incompatible.extend(answer.incompatible_peers)
             for health in answer.partitions:
                 found.setdefault((health.topic, health.partition), health)
         with contextlib.suppress(LaminarError):
@@ -1244,7 +1247,23 @@ class Client:
             fenced=tuple(fenced),
             damaged=tuple(damaged),
             disks=tuple(disks),
+            incompatible_peers=tuple(incompatible),
         )
+
+    def set_maintenance(
+        self, node_id: str, enter: bool, *, timeout_s: float | None = None
+    ) -> tuple[str, ...]:
+        """Put node ``node_id`` in maintenance (``enter``) or take it out; returns the
+        nodes in maintenance once the change applied. Idempotent. In maintenance a
+        node hands its leaderships to in-sync replicas and leads nothing, and while
+        it is down its replicas stay for up to the nodes' ``maintenance_grace_ms``
+        (instead of ``replica_move_grace_ms``); it catches up when it returns. The
+        state is in the cluster metadata: it holds while the node is down, and only
+        ``enter=False`` clears it."""
+        request = pb.SetMaintenanceRequest(node_id=node_id, enter=enter)
+        response = self._admin("SetMaintenance", request, pb.SetMaintenanceResponse, timeout_s)
+        self.cache.invalidate()
+        return tuple(response.maintenance)
 
     def recover_partition(
         self, topic: str, partition: int, *, timeout_s: float | None = None

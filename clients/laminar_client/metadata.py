@@ -465,6 +465,29 @@ class DamagedReplica:
 
 
 @dataclass(frozen=True, slots=True)
+class IncompatiblePeer:
+    """Node ``node_id`` refused ``peer_id`` (at ``address``) for its protocol version."""
+
+    node_id: str
+    peer_id: str
+    address: str
+    protocol_version: int
+    reason: str
+    refused_for_ms: int
+
+    @classmethod
+    def from_proto(cls, node_id: str, peer: pb.IncompatiblePeer) -> IncompatiblePeer:
+        return cls(
+            node_id,
+            peer.node_id,
+            peer.address,
+            peer.protocol_version,
+            peer.reason,
+            peer.refused_for_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class NodeDisk:
     """Node ``node_id``'s data directory as it last measured it (bytes). The node is
     ``full`` while ``free_bytes`` is below ``watermark_bytes``: it leads nothing and
@@ -495,6 +518,11 @@ class ClusterDescription:
     """Replicas healing from damaged storage (each node reports its own)."""
     disks: tuple[NodeDisk, ...] = ()
     """Each answering node's free space and full-disk state (each reports its own)."""
+    maintenance: tuple[str, ...] = ()
+    """The nodes in maintenance (cluster metadata: they lead nothing, and keep their
+    replicas while down for up to the nodes' ``maintenance_grace_ms``)."""
+    incompatible_peers: tuple[IncompatiblePeer, ...] = ()
+    """Peers a node refused for an incompatible protocol version (each reports its own)."""
 
     @classmethod
     def from_proto(cls, response: pb.DescribeClusterResponse) -> ClusterDescription:
@@ -509,4 +537,9 @@ class ClusterDescription:
             fenced=tuple(FencedReplica.from_proto(response.node_id, f) for f in response.fenced),
             damaged=tuple(DamagedReplica.from_proto(response.node_id, d) for d in response.damaged),
             disks=disks,
+            maintenance=tuple(response.maintenance),
+            incompatible_peers=tuple(
+                IncompatiblePeer.from_proto(response.node_id, peer)
+                for peer in response.incompatible_peers
+            ),
         )

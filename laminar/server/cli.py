@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from laminar.errors import LaminarError
+from laminar.errors import ConfigError, LaminarError
 from laminar.server.config import DEFAULT_PRESET, PRESETS, build_config, load_toml
 from laminar.server.config_file import DATA_DIR_EXAMPLE, check_file, defaults_toml
 from laminar.tuning import raise_open_files_limit, tune_allocator, tune_grpc, tune_numpy
@@ -181,6 +183,13 @@ def _start(args: argparse.Namespace) -> int:
             },
             file_values,
         )
+        test_version = os.environ.get("LAMINAR_TEST_PROTOCOL_VERSION")
+        if test_version:  # a test hook: a node of another version (laminar.server.transport)
+            if not test_version.isdigit():
+                raise ConfigError(
+                    f"LAMINAR_TEST_PROTOCOL_VERSION must be a number: {test_version!r}"
+                )
+            config = dataclasses.replace(config, protocol_version=int(test_version))
         tune_allocator()
         tune_grpc()
         tune_numpy()

@@ -40,7 +40,7 @@ from laminar.replica.config import ReplicaConfig
 from laminar.segment.config import LogConfig
 from laminar.server.host import HostConfig
 from laminar.server.metadata import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
-from laminar.server.transport import TransportConfig
+from laminar.server.transport import PROTOCOL_VERSION, TransportConfig
 
 PRESETS = ("local", "lan")
 DEFAULT_PRESET = "lan"
@@ -146,6 +146,12 @@ class NodeConfig:
     dead node led elect a new leader within about an election timeout. A member that
     left gracefully is replaced at once. ``local`` 10 s, ``lan`` 5 min (Redpanda's
     node-availability timeout plays the same part)."""
+    maintenance_grace_ms: int = 14_400_000
+    """How long a dead member in maintenance (``laminar cluster maintenance enter``)
+    keeps its replicas, when longer than ``replica_move_grace_ms``: an OS upgrade or
+    a disk swap should not re-copy every partition the node held; it catches up from
+    where it was when it returns. 4 hours in both presets. Each node applies its
+    own value: set the same on every node."""
     join_wait_ms: int = 60_000
     """A new node gives up joining when its seeds show no cluster for this long."""
     restart_wait_ms: int = 10_000
@@ -160,6 +166,10 @@ class NodeConfig:
     """A node without a replica of ``__cluster/0`` long-polls it this long per call."""
     metadata_call_timeout_ms: int = 5_000
     """The deadline of one metadata catch-up call to another node."""
+    protocol_version: int = PROTOCOL_VERSION
+    """The peer protocol version the node speaks and gossips. A test hook (the
+    environment variable ``LAMINAR_TEST_PROTOCOL_VERSION`` of ``laminar node
+    start``), not a setting: a node only speaks its own version's protocol."""
     replica: ReplicaConfig = field(default_factory=ReplicaConfig.local)
     membership: MembershipConfig = field(default_factory=membership_presets.local)
     host: HostConfig = field(default_factory=HostConfig)
@@ -186,6 +196,7 @@ class NodeConfig:
             raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         for name in (
             "replica_move_grace_ms",
+            "maintenance_grace_ms",
             "join_wait_ms",
             "restart_wait_ms",
             "handover_timeout_ms",
@@ -193,6 +204,8 @@ class NodeConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if not 1 <= self.protocol_version <= 255:
+            raise ConfigError(f"protocol_version must be in [1, 255], got {self.protocol_version}")
         if self.metadata_wait_ms < 0 or self.metadata_call_timeout_ms <= self.metadata_wait_ms:
             raise ConfigError("need 0 <= metadata_wait_ms < metadata_call_timeout_ms")
 
@@ -250,6 +263,7 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "fsync": bool,
     "preset": str,
     "replica_move_grace_ms": int,
+    "maintenance_grace_ms": int,
     "join_wait_ms": int,
     "restart_wait_ms": int,
     "handover_timeout_ms": int,
@@ -262,6 +276,11 @@ TABLES = ("replica", "membership", "host", "service", "transport", "log")
 _TABLE_OPTIONS = {"disk_free_bytes_min": "host", "disk_free_percent_min": "host"}
 """Command-line options that set a field of a part's table (over the file's value)."""
 NOT_IN_FILE: dict[str, dict[str, str]] = {
+    "": {
+        "protocol_version": (
+            "a test hook (LAMINAR_TEST_PROTOCOL_VERSION): a node speaks its release's protocol"
+        ),
+    },
     "log": {
         "fsync_policy": "the node fsyncs each write itself: see the top-level fsync key",
         "fsync_interval_ms": "the node fsyncs each write itself: see the top-level fsync key",

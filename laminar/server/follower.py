@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from laminar.errors import OffsetOutOfRangeError
 from laminar.replica.core import ReplicaCore
-from laminar.server.metadata import Change, MetadataState
+from laminar.server.metadata import MetadataChange, MetadataState
 
 _LOG = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class MetadataFollower:
         state: MetadataState,
         local: Callable[[], ReplicaCore | None],
         fetch_remote: Callable[[int], Awaitable[bytes]],
-        on_changes: Callable[[list[Change]], None],
+        on_changes: Callable[[list[MetadataChange]], None],
         advance_start: Callable[[int], None] = lambda offset: None,
     ) -> None:
         self.state = state

@@ -45,6 +45,14 @@ gossip, :meth:`ReplicaHost.set_full_peers`). Once a check finds space again, the
 node leads and takes replicas again, and reopens the replicas fenced for want of
 space, without a restart.
 
+Maintenance (``laminar cluster maintenance enter NODE``; the state is in the
+cluster metadata, :meth:`ReplicaHost.set_maintenance`). A node in maintenance may
+not lead either, and hands its leaderships to in-sync peers on the same schedule
+as a full node (``disk_handover_delay_ms`` after it learnt it, so that its peers
+have applied the same metadata and do not hand them straight back), but it keeps
+taking replicas and writes count it as usual: it is about to stop, not short of
+space.
+
 Damaged storage. Damage found when a replica is opened (a batch failing its
 checksums anywhere in the log: the active segment's recovery, or the core's
 reading of the whole log at start; a state file with no valid copy; an unreadable
@@ -440,7 +448,9 @@ class ReplicaHost:
         self._full_nodes: frozenset[NodeId] = frozenset()
         """Nodes out of disk space: the peers gossip says are full, and this one when
         it is. Empty on a healthy cluster, so a produce checks nothing more."""
-        self._handover_due_ms = _NO_WAKE  # while full: the next pass of _hand_over_for_space
+        self._maintenance: frozenset[NodeId] = frozenset()
+        """Nodes in maintenance (the cluster metadata says so): they may not lead."""
+        self._handover_due_ms = _NO_WAKE  # while full or in maintenance: next _hand_over
         self._segment_logs = log_factory == SegmentLog.open
         self._segment_files = SegmentFiles(
             self.config.segment_files_max, may_reserve=self._disk.may_reserve
@@ -1428,7 +1438,9 @@ class ReplicaHost:
         voters = [
             str(voter)
             for voter in core.group_config.voters
-            if voter not in self._full_nodes and not self._liveness.peer_dead(voter)
+            if voter not in self._full_nodes
+            and voter not in self._maintenance
+            and not self._liveness.peer_dead(voter)
         ]
         matches = {str(peer): offset for peer, offset in core.match_offsets().items()}
         successor = rules.shutdown_successor(self.node_id, voters, matches)
@@ -1489,19 +1501,57 @@ class ReplicaHost:
                 status.total_bytes,
                 status.watermark_bytes,
             )
-            self._handover_due_ms = _NO_WAKE
+            if not self.in_maintenance:
+                self._handover_due_ms = _NO_WAKE
             for key, fenced in list(self._fenced.items()):
                 if fenced.no_space:
                     self._fenced[key] = replace(fenced, retry_at_ms=min(fenced.retry_at_ms, now))
         if self._on_disk_full is not None:
             self._on_disk_full(status.full)
 
-    def _hand_over_for_space(self, now: int) -> None:
-        """(While full.) Hand each leadership of this node to the in-sync voter with
-        space whose log matches furthest; a group with none keeps this leader (it
-        writes into the space left above the watermark, and a write that finds none
-        fences the replica, which hands over then)."""
-        full = self._full_nodes
+    # ------------------------------------------------------------------ maintenance
+
+    @property
+    def in_maintenance(self) -> bool:
+        """Whether the cluster metadata puts this node in maintenance."""
+        return self.node_id in self._maintenance
+
+    def maintenance_nodes(self) -> frozenset[str]:
+        return frozenset(str(node) for node in self._maintenance)
+
+    def set_maintenance(self, nodes: Iterable[str]) -> None:
+        """The nodes in maintenance, as the cluster metadata last said (see the
+        module docstring). This node entering it hands its leaderships over
+        ``disk_handover_delay_ms`` from now, then again every ``disk_check_ms`` while
+        some remain; leaving it lets its cores lead again."""
+        before = self.in_maintenance
+        self._maintenance = frozenset(NodeId(node) for node in nodes)
+        if self.in_maintenance == before:
+            return
+        if self.in_maintenance:
+            _LOG.warning(
+                "node %s in maintenance: handing over leaderships in %d ms, leading nothing",
+                self.node_id,
+                self.config.disk_handover_delay_ms,
+            )
+            self._handover_due_ms = min(
+                self._handover_due_ms, self._now() + self.config.disk_handover_delay_ms
+            )
+            waiter = self._tick_waiter  # the tick loop may be in a long sleep: end it
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        else:
+            _LOG.warning("node %s out of maintenance: may lead again", self.node_id)
+            if not self._disk.full:
+                self._handover_due_ms = _NO_WAKE
+
+    def _hand_over_leaderships(self, now: int) -> None:
+        """(While full or in maintenance.) Hand each leadership of this node to the
+        in-sync voter that may lead whose log matches furthest; a group with none
+        keeps this leader (a full one writes into the space left above the
+        watermark, and a write that finds none fences the replica, which hands over
+        then)."""
+        barred = self._full_nodes | self._maintenance
         for replica in list(self._replicas.values()):
             core = replica.core
             if core.role is not Role.LEADER or core.transferring_to is not None:
@@ -1509,7 +1559,7 @@ class ReplicaHost:
             candidates = [
                 str(voter)
                 for voter in core.in_sync_voters(now)
-                if voter not in full and not self._liveness.peer_dead(voter)
+                if voter not in barred and not self._liveness.peer_dead(voter)
             ]
             matches = {str(peer): offset for peer, offset in core.match_offsets().items()}
             successor = rules.shutdown_successor(self.node_id, candidates, matches)
@@ -1637,7 +1687,7 @@ class ReplicaHost:
                 self._disk_changed(now)
             if now >= self._handover_due_ms:
                 self._handover_due_ms = now + self.config.disk_check_ms
-                self._hand_over_for_space(now)
+                self._hand_over_leaderships(now)
             if self._fenced:
                 self._reopen_fenced(now)
             if now >= self._retention_due_ms:
@@ -2014,6 +2064,7 @@ class _HostLiveness(NodeLiveness):
         self.lag = LoopLag(host._config.election_timeout_min_ms / 4)
         self._clock = host.now_ms
         self._disk = host._disk
+        self._host = host
         self.recovery = TokenBucket(host.config.recovery_bytes_per_s, RECOVERY_BURST_S)
 
     def note_lag(self, lag_ms: int, now_ms: int) -> None:
@@ -2032,7 +2083,7 @@ class _HostLiveness(NodeLiveness):
         return self._peer_dead(str(peer))
 
     def may_lead(self) -> bool:
-        return not self._disk.full
+        return not self._disk.full and not self._host.in_maintenance
 
     def recovery_grant(self) -> int:
         return self.recovery.available(time.monotonic())

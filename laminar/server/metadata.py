@@ -13,6 +13,7 @@ Commands::
      "replicas": [[node id, ...], ...],        # founding replicas per partition
      "defaults": [field name, ...]}            # set by the cluster's defaults (optional)
     {"v": 1, "op": "delete_topic", "id": str, "name": str}
+    {"v": 1, "op": "maintenance", "id": str, "node": str, "enter": bool}
     {"v": 1, "op": "snapshot", "chunk_v": 1, "snapshot_id": str, "as_of": int, ...}
 
 A ``snapshot`` record is one chunk of the whole state as of offset ``as_of`` (see
@@ -26,14 +27,23 @@ moved on) *seeks*: it reads from the log start to the first complete snapshot as
 of an offset at or after it, restores it, and applies the log from its ``as_of``.
 Restoring reports, as changes, what a replay from the state's previous applied
 offset would have: the topics created and deleted at or after it (in offset
-order), and the deletion of any topic it held that is gone. ``applied_ids`` (used
+order), the deletion of any topic it held that is gone, and each node whose
+maintenance state differs. ``applied_ids`` (used
 only by the proposer, right after its command applies) is not in snapshots.
 
 Applying is deterministic and idempotent: creating an existing topic or deleting a
 missing one changes nothing (the request that lost the race is told so, because its
 ``id`` is not the one that took effect). A record that does not decode is skipped
 with an error log: it was validated before it was proposed, so it can only come
-from a newer version of Laminar.
+from a newer version of Laminar (a node that predates ``maintenance`` skips it
+so: it keeps re-placing a node in maintenance after its own move grace).
+
+**Maintenance** (``laminar cluster maintenance enter|exit NODE``): the nodes in
+:attr:`MetadataState.maintenance` give up their leaderships and take no new ones,
+and placement keeps their replicas while they are down for up to
+``maintenance_grace_ms`` instead of ``replica_move_grace_ms``
+(:func:`laminar.server.rules.placement_members`). Being in the replicated catalogue,
+the state holds while the node is down and is cleared only by ``exit``.
 """
 
 from __future__ import annotations
@@ -136,6 +146,21 @@ class Change:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class MaintenanceChange:
+    """A node entered (``enter``) or left maintenance."""
+
+    node_id: str
+    enter: bool
+    offset: int
+
+
+MetadataChange = Change | MaintenanceChange
+
+NODE_ID_BYTES_MAX = 64
+"""Longest node id a maintenance command may name (as membership allows)."""
+
+
 class MetadataState:
     """The catalogue as of ``applied_offset`` (the next metadata offset to apply)."""
 
@@ -149,6 +174,8 @@ class MetadataState:
         """Records applied (snapshot chunks not counted): a snapshot's paired check."""
         self.tombstones: deque[Change] = deque(maxlen=TOMBSTONES_MAX)
         """The most recent deletions, oldest first."""
+        self.maintenance: dict[str, int] = {}
+        """Nodes in maintenance -> the offset of the command that put them there."""
         self.bytes_since_snapshot = 0
         self.last_snapshot_bytes = 0
         self._seek: SnapshotAssembler | None = None
@@ -180,9 +207,9 @@ class MetadataState:
         completed, self._completed = self._completed, []
         return completed
 
-    def apply(self, data: bytes) -> list[Change]:
+    def apply(self, data: bytes) -> list[MetadataChange]:
         """Apply the batches in ``data`` (a read of ``__cluster/0``) past the read offset."""
-        changes: list[Change] = []
+        changes: list[MetadataChange] = []
         for position, header in iter_batches(data, verify=False):
             if header.next_offset <= self.read_offset:
                 continue
@@ -214,7 +241,7 @@ class MetadataState:
                 self._counts_at.popitem(last=False)
         return changes
 
-    def _apply_record(self, value: bytes, offset: int) -> Change | None:
+    def _apply_record(self, value: bytes, offset: int) -> MetadataChange | None:
         try:
             command = msgpack.unpackb(value)
             if not isinstance(command, dict) or command.get("v") != _VERSION:
@@ -252,6 +279,8 @@ class MetadataState:
                 change = Change("deleted", deleted, offset)
                 self.tombstones.append(Change("deleted", _tombstone(deleted), offset))
                 return change
+            if op == "maintenance":
+                return self._apply_maintenance(str(command["node"]), bool(command["enter"]), offset)
             raise ValueError(f"unknown op {op!r}")
         except (
             ValueError,
@@ -262,6 +291,16 @@ class MetadataState:
         ) as error:
             _LOG.error("skipping metadata record at offset %d: %s", offset, error)
             return None
+
+    def _apply_maintenance(self, node_id: str, enter: bool, offset: int) -> MetadataChange | None:
+        if enter == (node_id in self.maintenance):
+            return None  # already so: idempotent
+        if enter:
+            self.maintenance[node_id] = offset
+        else:
+            del self.maintenance[node_id]
+        _LOG.info("node %s %s maintenance", node_id, "entered" if enter else "left")
+        return MaintenanceChange(node_id, enter, offset)
 
     def _follow_chunk(self, chunk: SnapshotChunk, offset: int) -> None:
         complete = self._follow.add(chunk, offset)
@@ -284,7 +323,7 @@ class MetadataState:
         self.last_snapshot_bytes = complete.snapshot_bytes
         self._completed.append(complete)
 
-    def _seek_record(self, value: bytes, offset: int) -> list[Change] | None:
+    def _seek_record(self, value: bytes, offset: int) -> list[MetadataChange] | None:
         """A record read while seeking; the changes of a restore once one completes."""
         assert self._seek is not None
         try:
@@ -298,11 +337,17 @@ class MetadataState:
             return None
         assert complete.payload is not None
         try:
-            topics, tombstones, applied_count = _restore_payload(complete.payload)
+            topics, tombstones, applied_count, maintenance = _restore_payload(complete.payload)
         except (ValueError, KeyError, TypeError, InvalidInputError, msgpack.UnpackException) as e:
             _LOG.error("metadata snapshot at %d does not restore: %s", offset, e)
             return None
-        changes = self._restore_changes(topics, tombstones)
+        changes: list[MetadataChange] = []
+        changes += self._restore_changes(topics, tombstones)
+        changes += [
+            MaintenanceChange(node_id, node_id in maintenance, complete.as_of_offset)
+            for node_id in sorted(maintenance.keys() ^ self.maintenance.keys())
+        ]
+        self.maintenance = maintenance
         self.topics = topics
         self.tombstones = deque(tombstones, maxlen=TOMBSTONES_MAX)
         self.applied_count = applied_count
@@ -351,6 +396,7 @@ class MetadataState:
                 for name, topic in self.topics.items()
                 if topic.spec.defaults
             },
+            "maintenance": [[node_id, offset] for node_id, offset in self.maintenance.items()],
         }
         data: bytes = msgpack.packb(body)
         return data
@@ -384,7 +430,9 @@ def _topic_from(fields: list[Any], defaults: tuple[str, ...] = ()) -> TopicState
     return TopicState(spec, replicas, str(command_id), int(offset))
 
 
-def _restore_payload(payload: bytes) -> tuple[dict[str, TopicState], list[Change], int]:
+def _restore_payload(
+    payload: bytes,
+) -> tuple[dict[str, TopicState], list[Change], int, dict[str, int]]:
     body = msgpack.unpackb(payload)
     if not isinstance(body, dict) or body.get("v") != SNAPSHOT_VERSION:
         raise ValueError(f"unsupported metadata snapshot version {body!r:.40}")
@@ -397,7 +445,9 @@ def _restore_payload(payload: bytes) -> tuple[dict[str, TopicState], list[Change
         Change("deleted", _topic_from(fields[:-1]), int(fields[-1]))
         for fields in body["tombstones"]
     ]
-    return topics, tombstones, int(body["applied_count"])
+    # Absent in a snapshot written by a node that predates maintenance: none.
+    maintenance = {str(node_id): int(offset) for node_id, offset in body.get("maintenance", ())}
+    return topics, tombstones, int(body["applied_count"]), maintenance
 
 
 def snapshot_commands(state: MetadataState, snapshot_id: str) -> list[bytes]:
@@ -433,6 +483,21 @@ def create_topic_command(
 
 def delete_topic_command(name: str, command_id: str) -> bytes:
     return _command({"v": _VERSION, "op": "delete_topic", "id": command_id, "name": name})
+
+
+def maintenance_command(node_id: str, enter: bool, command_id: str) -> bytes:
+    """The batch that puts ``node_id`` in maintenance (``enter``) or takes it out."""
+    validate_node_id(node_id)
+    return _command(
+        {"v": _VERSION, "op": "maintenance", "id": command_id, "node": node_id, "enter": enter}
+    )
+
+
+def validate_node_id(node_id: str) -> None:
+    if not node_id or len(node_id.encode()) > NODE_ID_BYTES_MAX or "\x00" in node_id:
+        raise InvalidInputError(
+            f"a node id is 1-{NODE_ID_BYTES_MAX} bytes without NUL, got {node_id!r:.80}"
+        )
 
 
 def _command(command: dict[str, object]) -> bytes:

@@ -77,13 +77,20 @@ from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
     Change,
+    MaintenanceChange,
+    MetadataChange,
     MetadataState,
     TopicSpec,
     create_topic_command,
     snapshot_commands,
 )
 from laminar.server.service import LaminarService, add_to_server
-from laminar.server.transport import PeerTransport
+from laminar.server.transport import (
+    IncompatiblePeer,
+    PeerTransport,
+    compatible_versions,
+    incompatibility,
+)
 from laminar.v1 import laminar_pb2, laminar_pb2_grpc
 
 _LOG = logging.getLogger(__name__)
@@ -92,6 +99,9 @@ _CLUSTER_META = "cluster"
 _PEER_META = "peer"  # the member's peer (replication) address
 _DISK_META = "disk"  # "full" while the member's disk is below its watermark (absent: space)
 _DISK_FULL = "full"
+_PROTOCOL_META = "proto"  # the member's peer protocol version (absent: 1, before issue 30)
+_INCOMPATIBLE_MAX = 1024
+"""Most peers remembered as refused for their protocol version (oldest dropped)."""
 _JOIN_POLL_S = 0.05
 _EARLY_EVENTS_MAX = 10_000
 _SNAPSHOT_CHUNKS_PER_BATCH = 3
@@ -262,6 +272,8 @@ class Node:
             on_delivered=self.host.flush_now,
             config=config.transport,
             local_host=_host_of(config.peer),
+            protocol_version=config.protocol_version,
+            on_incompatible=self._refused_hello,
         )
         self.channels = ChannelCache(config.service.channels_max)
         self.follower = MetadataFollower(
@@ -280,6 +292,13 @@ class Node:
         self._health = health.aio.HealthServicer()
         self.server = self._build_server()
         self._dead_since_ms: dict[str, int] = {}
+        self._incompatible: dict[str, IncompatiblePeer] = {}
+        """Peers refused for their protocol version (by gossip or at a hello)."""
+        self._gone: dict[str, tuple[Member, int]] = {}
+        """Members declared dead or that left -> (their last entry, since when), kept
+        after gossip reaps them (``reap_after_ms``, seconds) until placement's grace
+        for them ends (minutes, or hours in maintenance): placement must not forget
+        a member before its grace is over."""
         self._targets: dict[TopicPartition, tuple[str, ...]] = {}
         self._peer_addresses: dict[str, str] = {}
         self._known_members: set[NodeId] = set()
@@ -327,7 +346,7 @@ class Node:
                 grpc_address=config.grpc,
                 weight=identity.weight,
                 zone=identity.zone,
-                metadata=_gossip_metadata(identity.cluster_id, config.peer),
+                metadata=_gossip_metadata(config, identity.cluster_id),
             ),
             config.cluster_key.encode(),
             seeds=config.seeds,
@@ -374,6 +393,10 @@ class Node:
         for member in self.membership.view():  # dead before this node was built
             if member.state is MemberState.DEAD:
                 self._dead_since_ms.setdefault(member.node_id, now_ms)
+            if member.state.is_gone:
+                self._gone.setdefault(member.node_id, (member, now_ms))
+            elif member.node_id != self.node_id:
+                self._check_protocol(member)
         self._known_members = {member.node_id for member in self.membership.view()}
         self._replan()
         self.follower.start()
@@ -498,19 +521,31 @@ class Node:
         self._peer_addresses.pop(node_id, None)  # it may have moved
         loop = asyncio.get_running_loop()
         was_dead = False
-        if event.kind is EventKind.DEAD:
-            self._dead_since_ms.setdefault(node_id, self.host.now_ms())
+        if event.kind in (EventKind.DEAD, EventKind.LEFT):
+            since_ms = self._gone.get(node_id, (event.member, self.host.now_ms()))[1]
+            self._gone[node_id] = (event.member, since_ms)
             # Placement keeps a dead member's replicas through the move grace (a
-            # restart, a short partition); replan when it expires. Leadership does
-            # not wait: the hint below starts elections in the groups it led.
+            # restart, a short partition), one in maintenance through the
+            # maintenance grace even when it left; replan when they expire.
+            # Leadership does not wait: the hint below starts elections in the
+            # groups it led.
             grace_s = self.config.replica_move_grace_ms / 1000
             loop.call_later(grace_s + 0.05, self._replan)
+            maintenance_grace_s = self.config.maintenance_grace_ms / 1000
+            if maintenance_grace_s > grace_s:  # in case it is (or enters) maintenance
+                loop.call_later(maintenance_grace_s + 0.05, self._replan)
+        if event.kind is EventKind.DEAD:
+            self._dead_since_ms.setdefault(node_id, self.host.now_ms())
         elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.LEFT):
             was_dead = self._dead_since_ms.pop(node_id, None) is not None
+        if event.kind in (EventKind.JOINED, EventKind.ALIVE):
+            self._gone.pop(node_id, None)
         if event.kind in (EventKind.DEAD, EventKind.LEFT):
             self.host.hint_leader_dead(node_id)
         if event.kind is EventKind.LEFT:
             self.transport.forget(node_id)
+        if event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.UPDATED):
+            self._check_protocol(event.member)
         view = self.membership.view()
         self._alive_peers.clear()
         self._alive_peers.update(m.node_id for m in view if not m.state.is_gone)
@@ -528,6 +563,55 @@ class Node:
         )
         self._replan()
 
+    # ------------------------------------------------------------------ protocol versions
+
+    @property
+    def protocol_version(self) -> int:
+        return self.config.protocol_version
+
+    def incompatible_peers(self) -> list[IncompatiblePeer]:
+        return list(self._incompatible.values())
+
+    def _check_protocol(self, member: Member) -> None:
+        """Note (and log, once) a member that gossips an incompatible protocol
+        version; forget it once it gossips a compatible one (upgraded)."""
+        version = _protocol_version_of(member)
+        own = self.config.protocol_version
+        if version is not None and compatible_versions(own, version):
+            self._incompatible.pop(member.node_id, None)
+            return
+        reason = (
+            incompatibility(own, version)
+            if version is not None
+            else "gossips a protocol version that is not a number"
+        )
+        self._note_incompatible(member.node_id, version or 0, reason, "gossip")
+
+    def _refused_hello(self, source: str, version: int) -> None:
+        """The transport refused a connection from ``source`` for its version."""
+        self._note_incompatible(
+            source, version, incompatibility(self.config.protocol_version, version), "hello"
+        )
+
+    def _note_incompatible(self, node_id: str, version: int, reason: str, seen_in: str) -> None:
+        known = self._incompatible.get(node_id)
+        if known is not None and known.protocol_version == version:
+            return
+        address = self.peer_address_of(node_id) or ""
+        _LOG.warning(
+            "incompatible peer node=%s peer=%s address=%s seen_in=%s: %s; refused",
+            self.node_id,
+            node_id,
+            address or "-",
+            seen_in,
+            reason,
+        )
+        since_ms = known.since_ms if known is not None else self.host.now_ms()
+        self._incompatible[node_id] = IncompatiblePeer(node_id, address, version, reason, since_ms)
+        if len(self._incompatible) > _INCOMPATIBLE_MAX:
+            del self._incompatible[next(iter(self._incompatible))]
+        self._replan()  # it holds no replicas
+
     def _on_disk_full(self, full: bool) -> None:
         """The host found this node's disk full, or with space again: gossip it (peers
         stop handing it leaderships, and refuse writes without a majority with
@@ -535,18 +619,31 @@ class Node:
         if self._stopping:
             return
         self.membership.update_local(
-            metadata=_gossip_metadata(self.cluster_id, self.config.peer, disk_full=full)
+            metadata=_gossip_metadata(self.config, self.cluster_id, disk_full=full)
         )
         self._replan()
 
     def placement_members(self) -> list[PlacementMember]:
-        return rules.placement_members(
-            self.membership.view(),
+        """The members as placement sees them: the view, and the members gossip
+        reaped while their grace lasts (dropped once it is over)."""
+        view = list(self.membership.view())
+        in_view = {member.node_id for member in view}
+        now_ms = self.host.now_ms()
+        view += [member for node_id, (member, _) in self._gone.items() if node_id not in in_view]
+        members = rules.placement_members(
+            view,
             self.node_id,
-            self._dead_since_ms,
-            self.host.now_ms(),
+            {node_id: since_ms for node_id, (_member, since_ms) in self._gone.items()},
+            now_ms,
             self.config.replica_move_grace_ms,
+            self.metadata.maintenance,
+            self.config.maintenance_grace_ms,
+            self._incompatible,
         )
+        for placed in members:
+            if not placed.alive and placed.node_id not in in_view:
+                del self._gone[placed.node_id]  # reaped, and its grace is over
+        return members
 
     def update_self(self, weight: float | None, zone: str | None) -> Member:
         """Change this node's weight or zone: saved, gossiped, and placement follows.
@@ -582,7 +679,7 @@ class Node:
             for name, topic in self.metadata.topics.items()
         }
         self._targets = rules.placement_targets(self.placement_members(), topics)
-        full = self.host.full_nodes()
+        full = self.host.full_nodes() | self.host.maintenance_nodes()  # may not lead
         for key, target in self._targets.items():
             if target:
                 self.host.set_target(key, rules.full_last(target, full))
@@ -677,9 +774,12 @@ class Node:
         await asyncio.sleep(0.2)
         return b""
 
-    def _on_changes(self, changes: list[Change]) -> None:
+    def _on_changes(self, changes: list[MetadataChange]) -> None:
         for change in changes:
-            self._apply_change(change)
+            if isinstance(change, MaintenanceChange):
+                self.host.set_maintenance(self.metadata.maintenance)
+            else:
+                self._apply_change(change)
         self._replan()
 
     def _apply_change(self, change: Change) -> None:
@@ -836,14 +936,21 @@ class Node:
 
 
 def _gossip_metadata(
-    cluster_id: str | None, peer: str, *, disk_full: bool = False
+    config: NodeConfig, cluster_id: str | None, *, disk_full: bool = False
 ) -> tuple[tuple[str, str], ...]:
-    entries = [(_PEER_META, peer)]
+    entries = [(_PEER_META, config.peer), (_PROTOCOL_META, str(config.protocol_version))]
     if cluster_id:
         entries.insert(0, (_CLUSTER_META, cluster_id))
     if disk_full:
         entries.append((_DISK_META, _DISK_FULL))
     return tuple(entries)
+
+
+def _protocol_version_of(member: Member) -> int | None:
+    """The protocol version a member gossips: 1 when it gossips none (a node from
+    before versions were gossiped), None when it is not a number."""
+    text = member.metadata_dict().get(_PROTOCOL_META, "1")
+    return int(text) if text.isdigit() and len(text) <= 3 else None
 
 
 async def _learn_cluster_id(
@@ -877,7 +984,7 @@ async def _learn_cluster_id(
             case rules.Join.ADOPT:
                 identity.cluster_id = decision.cluster_id
                 identity.save(config.data_dir)
-                membership.update_local(metadata=_gossip_metadata(identity.cluster_id, config.peer))
+                membership.update_local(metadata=_gossip_metadata(config, identity.cluster_id))
                 _LOG.info("joined cluster %s", identity.cluster_id)
                 return
             case rules.Join.NO_CLUSTER:

@@ -10,13 +10,16 @@ table tests in ``tests/server/test_rules.py``.
   election timeout, and a non-hosting node stops naming it as leader), while its
   *replicas* move only after ``replica_move_grace_ms`` (minutes on a LAN, like
   Redpanda's node-availability timeout), so that a slow restart or a short
-  partition does not re-copy every partition it held.
+  partition does not re-copy every partition it held. A member in maintenance
+  (the cluster metadata says so) keeps them for ``maintenance_grace_ms`` instead,
+  when that is longer (hours: an OS upgrade, a disk swap).
 - :func:`join_decision`: what a starting node does about the cluster id.
 - :func:`plan_topic`: the founding replicas of a new topic (never on a node out
   of disk space).
 - :func:`shutdown_successor`: to whom a stopping leader hands a partition.
-- :func:`full_last`: a target as given to the replica host, nodes out of disk
-  space moved last (never the preferred leader, yet still replicas).
+- :func:`full_last`: a target as given to the replica host, nodes that may not
+  lead (out of disk space, in maintenance) moved last (never the preferred
+  leader, yet still replicas).
 - The in-sync rule lives with the commit rule, :func:`laminar.replica.quorum.in_sync`.
 """
 
@@ -41,20 +44,35 @@ def placement_members(
     dead_since_ms: Mapping[str, int],
     now_ms: int,
     replica_move_grace_ms: int,
+    maintenance: Collection[str] = (),
+    maintenance_grace_ms: int = 0,
+    refused: Collection[str] = (),
 ) -> list[PlacementMember]:
     """The membership view as placement sees it.
 
     Alive and suspect members hold replicas; a dead one keeps them until it has been
-    dead for ``replica_move_grace_ms`` (``dead_since_ms`` says since when); a member
-    that left holds none. This node always counts as alive.
+    dead for ``replica_move_grace_ms`` (``dead_since_ms`` says since when), or for
+    ``maintenance_grace_ms`` when it is in ``maintenance`` and that is longer; a
+    member that left holds none, unless it is in maintenance (then it is as dead:
+    a graceful stop). ``view`` may hold members gossip already reaped: their
+    grace is not over. A member in ``refused`` (its protocol version is
+    incompatible: no replication with it) holds none. This node always counts as
+    alive.
     """
     members = []
     for member in view:
         if member.node_id == self_id:
             alive = True
-        elif member.state is MemberState.DEAD:
+        elif member.node_id in refused:
+            alive = False
+        elif member.state is MemberState.DEAD or (
+            member.state is MemberState.LEFT and member.node_id in maintenance
+        ):
             since = dead_since_ms.get(member.node_id, now_ms)
-            alive = now_ms - since < replica_move_grace_ms
+            grace_ms = replica_move_grace_ms
+            if member.node_id in maintenance:
+                grace_ms = max(grace_ms, maintenance_grace_ms)
+            alive = now_ms - since < grace_ms
         else:
             alive = member.state in (MemberState.ALIVE, MemberState.SUSPECT)
         members.append(
@@ -167,10 +185,11 @@ def join_decision(
 
 
 def full_last(target: tuple[str, ...], full: Collection[str]) -> tuple[str, ...]:
-    """``target`` with the nodes in ``full`` (out of disk space) moved to its end, in
-    their order: the first replica is the preferred leader, and the successor of a
-    dead leader is the next one, so neither is a node that may not lead. The set of
-    replicas does not change (a full node keeps its replicas)."""
+    """``target`` with the nodes in ``full`` (that may not lead: out of disk space, or
+    in maintenance) moved to its end, in their order: the first replica is the
+    preferred leader, and the successor of a dead leader is the next one, so neither
+    is a node that may not lead. The set of replicas does not change (a full node
+    keeps its replicas)."""
     if not full or not any(node in full for node in target):
         return target
     return tuple(n for n in target if n not in full) + tuple(n for n in target if n in full)

@@ -59,7 +59,10 @@ from laminar.server.metadata import (
     TopicState,
     create_topic_command,
     delete_topic_command,
+    maintenance_command,
+    validate_node_id,
 )
+from laminar.server.transport import IncompatiblePeer
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 
@@ -104,6 +107,13 @@ class NodeApi(Protocol):
     def grpc_address_of(self, node_id: str | None) -> str | None: ...
 
     def placement_members(self) -> list[PlacementMember]: ...
+
+    @property
+    def protocol_version(self) -> int: ...
+
+    def incompatible_peers(self) -> list[IncompatiblePeer]:
+        """Peers refused for their protocol version."""
+        ...
 
     def update_self(self, weight: float | None, zone: str | None) -> Member:
         """Change this node's weight and/or zone; returns it as a member."""
@@ -527,6 +537,18 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 watermark_bytes=disk.watermark_bytes,
                 full=disk.full,
             ),
+            maintenance=list(node.metadata.maintenance),
+            incompatible_peers=[
+                pb.IncompatiblePeer(
+                    node_id=peer.node_id,
+                    address=peer.address,
+                    protocol_version=peer.protocol_version,
+                    reason=peer.reason,
+                    refused_for_ms=max(0, now_ms - peer.since_ms),
+                )
+                for peer in node.incompatible_peers()
+            ],
+            protocol_version=node.protocol_version,
         )
 
     @_guarded
@@ -551,6 +573,21 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         zone = request.zone if request.HasField("zone") else None
         me = self._node.update_self(weight, zone)
         return pb.UpdateNodeResponse(member=_member(me))
+
+    @_guarded
+    async def SetMaintenance(  # noqa: N802
+        self, request: pb.SetMaintenanceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetMaintenanceResponse:
+        node = self._node
+        node_id = request.node_id
+        validate_node_id(node_id)
+        if request.enter and node_id not in {m.node_id for m in node.members()}:
+            raise InvalidInputError(f"no member {node_id!r} in this cluster")
+        self._require_metadata_leader()
+        if request.enter != (node_id in node.metadata.maintenance):
+            command = maintenance_command(node_id, request.enter, uuid.uuid4().hex)
+            await self._propose_metadata(command)
+        return pb.SetMaintenanceResponse(maintenance=list(node.metadata.maintenance))
 
     # ------------------------------------------------------------------ admin
 
@@ -592,6 +629,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             node.placement_members(),
             node.host.full_nodes(),
         )
+        # A node in maintenance may be down: it does not found (lead term 1) a partition.
+        founders = [rules.full_last(group, node.metadata.maintenance) for group in founders]
         command_id = uuid.uuid4().hex
         offset = await self._propose_metadata(create_topic_command(spec, founders, command_id))
         topic = node.metadata.topics.get(spec.name)

@@ -14,17 +14,30 @@ Wire protocol
 The sender of a link opens one TCP connection to the peer's *peer address* and
 writes a hello, then frames, and never reads anything but a rejection:
 
-- hello: ``b"LMNP"``, version (u8, 1), cluster id length (u8) and UTF-8 bytes,
-  source node id length (u8) and UTF-8 bytes;
+- hello: ``b"LMNP"``, protocol version (u8, :data:`PROTOCOL_VERSION`), cluster id
+  length (u8) and UTF-8 bytes, source node id length (u8) and UTF-8 bytes;
 - frame: length (u32, big endian, 1 ..= ``WireLimits.bundle_bytes_max``) and one
   encoded bundle (:mod:`laminar.server.wire`).
 
-The receiver checks the hello: another cluster's id (``rejected_cluster``) or a
-malformed hello (``rejected_malformed``) gets a rejection (``0x01``, reason length
+The receiver checks the hello: another cluster's id (``rejected_cluster``), an
+incompatible protocol version (``rejected_version``: see below) or a malformed
+hello (``rejected_malformed``) gets a rejection (``0x01``, reason length
 u8, UTF-8 reason) and the connection is closed. A frame length out of range closes
 the connection (the stream cannot be resynchronised); a frame whose bundle does not
 decode is counted and skipped, the stream lives on. TLS (mTLS) fits under the same
 framing when it lands: ``asyncio`` takes an ``ssl`` context on both ends.
+
+Protocol versions. Every node speaks one protocol version (the hello's, also
+gossiped in its member metadata), and **adjacent versions interoperate**: a node of
+version ``v`` accepts peers of ``v - 1``, ``v`` and ``v + 1``
+(:func:`compatible_versions`), so a rolling upgrade moves a cluster one version at
+a time, with both versions running side by side. A change to the peer or gossip
+wire format that a node of the previous version cannot read must come with a new
+version whose nodes still read and write the previous one; a version that stops
+doing so is two steps newer, and its nodes refuse the old ones (one WARNING line
+naming the peer and both versions, and an entry in ``laminar cluster status``).
+Nodes from before this rule (issue 30) accept version 1 only, so the first bump to
+2 needs every node on a release with this rule first.
 
 Sending. For every destination peer the transport keeps one *link*. A link is in
 one of three states:
@@ -97,6 +110,7 @@ _LOG = logging.getLogger(__name__)
 
 MAGIC: Final = b"LMNP"
 PROTOCOL_VERSION: Final = 1
+"""The peer protocol version this code speaks (see "Protocol versions" above)."""
 _LENGTH: Final = struct.Struct(">I")
 _REJECT: Final = 0x01
 _REJECT_BYTES_MAX: Final = 1 + 1 + 255  # code, reason length, reason
@@ -178,7 +192,8 @@ class TransportCounters:
     ``dropped_full``, ``dropped_unreachable``, ``dropped_oversized``. Receiving:
     ``received`` (handed to ``on_bundle``), ``rejected_malformed`` (a bundle that
     does not decode, a bad hello or frame length), ``rejected_cluster`` (a hello
-    from another cluster), ``handler_errors`` (``on_bundle`` raised),
+    from another cluster), ``rejected_version`` (a hello of an incompatible
+    protocol version), ``handler_errors`` (``on_bundle`` raised),
     ``refused_connections`` (over ``inbound_connections_max``).
     """
 
@@ -189,6 +204,7 @@ class TransportCounters:
     received: int = 0
     rejected_malformed: int = 0
     rejected_cluster: int = 0
+    rejected_version: int = 0
     handler_errors: int = 0
     refused_connections: int = 0
 
@@ -197,6 +213,7 @@ class FrameOutcome(enum.Enum):
     ACCEPTED = "accepted"
     MALFORMED = "malformed"
     WRONG_CLUSTER = "wrong_cluster"
+    INCOMPATIBLE_VERSION = "incompatible_version"
 
 
 class LinkState(enum.Enum):
@@ -205,25 +222,51 @@ class LinkState(enum.Enum):
     BACKOFF = "backoff"
 
 
-def encode_hello(cluster_id: str, source: str) -> bytes:
+def compatible_versions(own: int, peer: int) -> bool:
+    """Whether nodes of protocol versions ``own`` and ``peer`` interoperate: adjacent
+    versions do (module docstring, "Protocol versions")."""
+    return abs(own - peer) <= 1
+
+
+def incompatibility(own: int, peer: int) -> str:
+    """The reason a peer of version ``peer`` is refused, for logs and status."""
+    age = "too old" if peer < own else "too new"
+    return (
+        f"protocol version {peer} is {age} for this node's {own} (adjacent versions interoperate)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IncompatiblePeer:
+    """A peer a node refuses for its protocol version (``laminar cluster status``):
+    seen in gossip or in a hello, ``since_ms`` on the node's clock."""
+
+    node_id: str
+    address: str
+    protocol_version: int
+    reason: str
+    since_ms: int
+
+
+def encode_hello(cluster_id: str, source: str, version: int = PROTOCOL_VERSION) -> bytes:
     """The first bytes a sender writes on a new connection."""
     cluster = cluster_id.encode()
     node = source.encode()
     if not 0 < len(cluster) <= 255 or not 0 < len(node) <= NODE_ID_BYTES_MAX:
         raise InvalidInputError("cluster id and node id must be 1..255 bytes")
-    return MAGIC + bytes((PROTOCOL_VERSION, len(cluster))) + cluster + bytes((len(node),)) + node
+    return MAGIC + bytes((version, len(cluster))) + cluster + bytes((len(node),)) + node
 
 
-def decode_hello(data: bytes | bytearray) -> tuple[str, str, int] | None:
-    """``(cluster_id, source, length)`` of a complete hello at the start of ``data``,
-    or None if more bytes are needed; raises InvalidInputError if it is malformed."""
+def decode_hello(data: bytes | bytearray) -> tuple[str, str, int, int] | None:
+    """``(cluster_id, source, protocol version, length)`` of a complete hello at the
+    start of ``data``, or None if more bytes are needed; raises InvalidInputError if
+    it is malformed (whether its version is compatible is the receiver's call)."""
     if data[: len(MAGIC)] != MAGIC[: len(data)]:
         raise InvalidInputError("not a Laminar peer connection (bad magic)")
     position = len(MAGIC)
     if len(data) <= position + 1:
         return None
-    if data[position] != PROTOCOL_VERSION:
-        raise InvalidInputError(f"unsupported peer protocol version {data[position]}")
+    version = data[position]
     position += 1
     fields = []
     for what in ("cluster id", "node id"):
@@ -239,7 +282,7 @@ def decode_hello(data: bytes | bytearray) -> tuple[str, str, int] | None:
         except UnicodeDecodeError:
             raise InvalidInputError(f"{what} in hello is not UTF-8") from None
         position += 1 + size
-    return fields[0], fields[1], position
+    return fields[0], fields[1], version, position
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -431,15 +474,19 @@ class _ReceiverProtocol(asyncio.Protocol):
             return False
         if hello is None:
             return False
-        cluster_id, source, length = hello
-        outcome = owner.check_hello(cluster_id, source)
-        if outcome is not FrameOutcome.ACCEPTED:
+        cluster_id, source, version, length = hello
+        outcome = owner.check_hello(cluster_id, source, version)
+        if outcome is FrameOutcome.WRONG_CLUSTER:
             self._reject(
                 f"cluster id mismatch: this node belongs to cluster {owner.cluster_id!r}, "
                 f"the connection to {cluster_id!r:.80}"
-                if outcome is FrameOutcome.WRONG_CLUSTER
-                else f"bad source node id {source!r:.80}"
             )
+            return False
+        if outcome is FrameOutcome.INCOMPATIBLE_VERSION:
+            self._reject(incompatibility(owner.protocol_version, version))
+            return False
+        if outcome is not FrameOutcome.ACCEPTED:
+            self._reject(f"bad source node id {source!r:.80}")
             return False
         self._source = source
         del self._buffer[:length]
@@ -463,6 +510,9 @@ class PeerTransport:
     once. ``rng`` draws the backoff jitter. ``local_host``, when given, is the
     source address of outgoing connections (the host of this node's peer address;
     a wildcard such as ``0.0.0.0`` means no particular source).
+    ``protocol_version`` is the version this node speaks (a test hook may set an
+    older one); ``on_incompatible(source, version)`` is told of every connection
+    refused for an incompatible version.
     """
 
     def __init__(
@@ -475,15 +525,19 @@ class PeerTransport:
         config: TransportConfig | None = None,
         rng: random.Random | None = None,
         local_host: str | None = None,
+        protocol_version: int = PROTOCOL_VERSION,
+        on_incompatible: Callable[[str, int], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
+        self.protocol_version = protocol_version
+        self._on_incompatible = on_incompatible
         self.config = config if config is not None else TransportConfig()
         self._on_bundle = on_bundle
         self._on_delivered = on_delivered
         self._rng = rng if rng is not None else random.Random()
         self._source_address = _source_address(local_host)
-        self._hello = encode_hello(cluster_id, node_id)
+        self._hello = encode_hello(cluster_id, node_id, protocol_version)
         self._links: dict[str, _Link] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._counters = TransportCounters()
@@ -739,8 +793,11 @@ class PeerTransport:
 
     # ---------------------------------------------------------------- receiving
 
-    def check_hello(self, cluster_id: str, source: str) -> FrameOutcome:
-        """Whether a connection announcing ``cluster_id`` and ``source`` is accepted."""
+    def check_hello(
+        self, cluster_id: str, source: str, version: int = PROTOCOL_VERSION
+    ) -> FrameOutcome:
+        """Whether a connection announcing ``cluster_id``, ``source`` and protocol
+        ``version`` is accepted."""
         if cluster_id != self.cluster_id:
             self._counters.rejected_cluster += 1
             _LOG.warning(
@@ -753,6 +810,21 @@ class PeerTransport:
         if not source or len(source.encode()) > NODE_ID_BYTES_MAX:
             self._counters.rejected_malformed += 1
             return FrameOutcome.MALFORMED
+        if not compatible_versions(self.protocol_version, version):
+            self._counters.rejected_version += 1
+            _LOG.warning(
+                "refused peer node=%s source=%.80r: %s",
+                self.node_id,
+                source,
+                incompatibility(self.protocol_version, version),
+            )
+            if self._on_incompatible is not None:
+                try:
+                    self._on_incompatible(source, version)
+                except Exception:
+                    self._counters.handler_errors += 1
+                    _LOG.exception("on_incompatible failed node=%s", self.node_id)
+            return FrameOutcome.INCOMPATIBLE_VERSION
         return FrameOutcome.ACCEPTED
 
     def delivered(self) -> None:

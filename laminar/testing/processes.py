@@ -55,6 +55,8 @@ class NodeProcess:
     log_path: Path
     extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables set for this node's process on top of the test's."""
 
     @property
     def gossip(self) -> str:
@@ -101,7 +103,11 @@ class ProcessCluster:
     # ------------------------------------------------------------------ processes
 
     def add_node(
-        self, *, bootstrap: bool = False, extra_args: list[str] | None = None
+        self,
+        *,
+        bootstrap: bool = False,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> NodeProcess:
         index = len(self.nodes)
         node = NodeProcess(
@@ -110,6 +116,7 @@ class ProcessCluster:
             self.root / f"node{index}",
             self.root / f"node{index}.log",
             list(extra_args or []),
+            env=dict(env or {}),
         )
         self.nodes.append(node)
         self.start(node, bootstrap=bootstrap)
@@ -147,7 +154,11 @@ class ProcessCluster:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(node.log_path, "ab")  # noqa: SIM115 - owned by the process
         node.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **node.env} if node.env else None,
         )
         log.close()
 

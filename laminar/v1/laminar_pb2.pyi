@@ -368,7 +368,7 @@ class NodeDisk(_message.Message):
     def __init__(self, free_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., watermark_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("cluster_id", "node_id", "members", "partitions", "fenced", "damaged", "disk")
+    __slots__ = ("cluster_id", "node_id", "members", "partitions", "fenced", "damaged", "disk", "maintenance", "incompatible_peers", "protocol_version")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
@@ -376,6 +376,9 @@ class DescribeClusterResponse(_message.Message):
     FENCED_FIELD_NUMBER: _ClassVar[int]
     DAMAGED_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
+    MAINTENANCE_FIELD_NUMBER: _ClassVar[int]
+    INCOMPATIBLE_PEERS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     node_id: str
     members: _containers.RepeatedCompositeFieldContainer[Member]
@@ -383,7 +386,38 @@ class DescribeClusterResponse(_message.Message):
     fenced: _containers.RepeatedCompositeFieldContainer[FencedReplica]
     damaged: _containers.RepeatedCompositeFieldContainer[DamagedReplica]
     disk: NodeDisk
-    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionHealth, _Mapping]]] = ..., fenced: _Optional[_Iterable[_Union[FencedReplica, _Mapping]]] = ..., damaged: _Optional[_Iterable[_Union[DamagedReplica, _Mapping]]] = ..., disk: _Optional[_Union[NodeDisk, _Mapping]] = ...) -> None: ...
+    maintenance: _containers.RepeatedScalarFieldContainer[str]
+    incompatible_peers: _containers.RepeatedCompositeFieldContainer[IncompatiblePeer]
+    protocol_version: int
+    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionHealth, _Mapping]]] = ..., fenced: _Optional[_Iterable[_Union[FencedReplica, _Mapping]]] = ..., damaged: _Optional[_Iterable[_Union[DamagedReplica, _Mapping]]] = ..., disk: _Optional[_Union[NodeDisk, _Mapping]] = ..., maintenance: _Optional[_Iterable[str]] = ..., incompatible_peers: _Optional[_Iterable[_Union[IncompatiblePeer, _Mapping]]] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+
+class IncompatiblePeer(_message.Message):
+    __slots__ = ("node_id", "address", "protocol_version", "reason", "refused_for_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    address: str
+    protocol_version: int
+    reason: str
+    refused_for_ms: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., protocol_version: _Optional[int] = ..., reason: _Optional[str] = ..., refused_for_ms: _Optional[int] = ...) -> None: ...
+
+class SetMaintenanceRequest(_message.Message):
+    __slots__ = ("node_id", "enter")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTER_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    enter: bool
+    def __init__(self, node_id: _Optional[str] = ..., enter: _Optional[bool] = ...) -> None: ...
+
+class SetMaintenanceResponse(_message.Message):
+    __slots__ = ("maintenance",)
+    MAINTENANCE_FIELD_NUMBER: _ClassVar[int]
+    maintenance: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, maintenance: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RecoverPartitionRequest(_message.Message):
     __slots__ = ("topic", "partition", "accept_data_loss")

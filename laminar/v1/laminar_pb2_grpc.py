@@ -91,6 +91,11 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.FromString,
                 _registered_method=True)
+        self.SetMaintenance = channel.unary_unary(
+                '/laminar.v1.Laminar/SetMaintenance',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.SetMaintenanceRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.SetMaintenanceResponse.FromString,
+                _registered_method=True)
         self.RecoverPartition = channel.unary_unary(
                 '/laminar.v1.Laminar/RecoverPartition',
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionRequest.SerializeToString,
@@ -216,6 +221,17 @@ class LaminarServicer:
 
     def UpdateNode(self, request, context):
         """Change this node's gossiped weight or zone (drain = weight 0).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetMaintenance(self, request, context):
+        """Put a node in maintenance or take it out (`laminar cluster maintenance`): a
+        command in the cluster metadata, so any node may be named, up or down; the
+        metadata leader answers (others answer NOT_LEADER with its address). A node in
+        maintenance leads nothing, and keeps its replicas while down for up to the
+        nodes' maintenance_grace_ms; only exit clears it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -349,6 +365,11 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.UpdateNode,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.SerializeToString,
+            ),
+            'SetMaintenance': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetMaintenance,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.SetMaintenanceRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.SetMaintenanceResponse.SerializeToString,
             ),
             'RecoverPartition': grpc.unary_unary_rpc_method_handler(
                     servicer.RecoverPartition,
@@ -695,6 +716,33 @@ class Laminar:
             '/laminar.v1.Laminar/UpdateNode',
             laminar_dot_v1_dot_laminar__pb2.UpdateNodeRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.UpdateNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetMaintenance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/SetMaintenance',
+            laminar_dot_v1_dot_laminar__pb2.SetMaintenanceRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.SetMaintenanceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -283,6 +283,8 @@ class FakeServicer(pb_grpc.LaminarServicer):
                 members=cluster.members_proto(),
                 partitions=health,
                 disk=cluster.disks.get(self.node_id),
+                maintenance=cluster.maintenance,
+                incompatible_peers=cluster.incompatible_peers.get(self.node_id, []),
             )
 
     def UpdateNode(self, request, context):
@@ -294,6 +296,16 @@ class FakeServicer(pb_grpc.LaminarServicer):
             if request.HasField("zone"):
                 member.zone = request.zone
             return pb.UpdateNodeResponse(member=member)
+
+    def SetMaintenance(self, request, context):
+        self._enter("SetMaintenance", request, context)
+        with self.cluster.lock:
+            maintenance = self.cluster.maintenance
+            if request.enter and request.node_id not in maintenance:
+                maintenance.append(request.node_id)
+            elif not request.enter and request.node_id in maintenance:
+                maintenance.remove(request.node_id)
+            return pb.SetMaintenanceResponse(maintenance=maintenance)
 
 
 class FakeNode:
@@ -327,6 +339,8 @@ class FakeCluster:
         self.nodes: dict[str, FakeNode] = {}
         self.members: dict[str, pb.Member] = {}
         self.disks: dict[str, pb.NodeDisk] = {}
+        self.maintenance: list[str] = []
+        self.incompatible_peers: dict[str, list[pb.IncompatiblePeer]] = {}
         """What each node's DescribeCluster says of its disk (none: not said)."""
         for index in range(node_count):
             node_id = f"n{index}"

@@ -11,6 +11,7 @@ does. Waits are on conditions with deadlines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import os
@@ -276,3 +277,49 @@ async def test_a_full_node_opens_no_new_replica_until_it_has_space(tmp_path: Pat
         )
     finally:
         await cluster.close()
+
+
+@run
+async def test_a_leader_in_maintenance_hands_over_refuses_leadership_and_keeps_counting(
+    tmp_path: Path,
+) -> None:
+    """Maintenance (issue 30) takes the full-disk path for leadership, not for writes:
+    the node hands over and takes no leadership back, yet its acknowledgements still
+    count (a write with the other voter stopped commits with it)."""
+    cluster = Cluster(tmp_path)
+    await cluster.start()
+    try:
+        written = [b"before"]
+        await cluster.produce(b"before")
+        n1 = cluster.hosts["n1"]
+        for host in cluster.hosts.values():  # what the cluster metadata tells every node
+            host.set_maintenance(["n1"])
+        assert n1.in_maintenance and not cluster.hosts["n2"].in_maintenance
+        await wait_until(lambda: cluster.leader() not in (None, "n1"), "n1 to hand over")
+        leader_host = cluster.hosts[cluster.leader() or ""]
+        leading = leader_host.get(KEY)
+        assert leading is not None
+        leader_host.transfer_leadership(KEY, NodeId("n1"))
+        await wait_until(lambda: leading.core.transferring_to == "n1", "the transfer to start")
+        await wait_until(lambda: leading.core.transferring_to is None, "the transfer to end")
+        assert cluster.leader() != "n1"
+        # The third voter stops: the leader and n1 still make a majority.
+        third = next(n for n in ("n2", "n3") if n != cluster.leader())
+        await cluster.hosts[third].close()
+        written.append(b"with n1")
+        end = await cluster.produce(b"with n1") + 1
+        replica = n1.get(KEY)
+        assert replica is not None
+        await wait_until(lambda: replica.core.high_watermark >= end, "n1 to learn the commit")
+        assert cluster.read_all("n1", end) == written
+
+        for name, host in cluster.hosts.items():
+            if name != third:
+                host.set_maintenance([])
+        assert not n1.in_maintenance
+        leader_host.transfer_leadership(KEY, NodeId("n1"))
+        await wait_until(lambda: cluster.leader() == "n1", "n1 to lead again after exit")
+    finally:
+        for host in cluster.hosts.values():
+            with contextlib.suppress(Exception):
+                await host.close()

@@ -7,16 +7,18 @@ import asyncio
 import msgpack
 import pytest
 
-from laminar.errors import InvalidTopicError, OffsetOutOfRangeError
+from laminar.errors import InvalidInputError, InvalidTopicError, OffsetOutOfRangeError
 from laminar.records import decode_batch, encode_batch, iter_batches, with_leader_fields
 from laminar.server.follower import MetadataFollower
 from laminar.server.metadata import (
     Change,
+    MaintenanceChange,
     MetadataState,
     TopicSpec,
     _restore_payload,
     create_topic_command,
     delete_topic_command,
+    maintenance_command,
     snapshot_commands,
     validate_topic_name,
 )
@@ -265,15 +267,96 @@ def test_the_fields_the_cluster_defaulted_survive_the_log_and_a_snapshot() -> No
     state = MetadataState()
     state.apply(_log(create_topic_command(spec, [("a", "b", "c")], "id1")))
     assert state.topics["orders"].spec.defaults == ("partitions", "replication_factor")
-    topics, _, _ = _restore_payload(state.snapshot_payload())
+    topics, _, _, _ = _restore_payload(state.snapshot_payload())
     assert topics == state.topics
     # A command and a snapshot from before the field: nothing was defaulted.
     old = msgpack.unpackb(state.snapshot_payload())
     del old["defaults"]
-    topics, _, _ = _restore_payload(msgpack.packb(old))
+    topics, _, _, _ = _restore_payload(msgpack.packb(old))
     assert topics["orders"].spec.defaults == ()
     command = msgpack.unpackb(decode_batch(create_topic_command(spec, [("a",)], "x")).values[0])
     del command["defaults"]
     fresh = MetadataState()
     fresh.apply(_log(encode_batch([msgpack.packb({**command, "replication_factor": 1})])))
     assert fresh.topics["orders"].spec.defaults == ()
+
+
+def test_maintenance_is_entered_and_left_idempotently_through_the_log() -> None:
+    state = MetadataState()
+    changes = state.apply(
+        _log(
+            maintenance_command("b", True, "m1"),
+            maintenance_command("b", True, "m2"),  # already in: nothing changes
+            maintenance_command("c", False, "m3"),  # not in: nothing changes
+            maintenance_command("c", True, "m4"),
+            maintenance_command("b", False, "m5"),
+        )
+    )
+    assert changes == [
+        MaintenanceChange("b", True, 0),
+        MaintenanceChange("c", True, 3),
+        MaintenanceChange("b", False, 4),
+    ]
+    assert state.maintenance == {"c": 3}
+    assert state.applied_ids["m2"] == 1  # the proposer learns its command applied
+
+
+@pytest.mark.parametrize("node_id", ["", "x" * 65, "a\x00b"])
+def test_a_maintenance_command_refuses_a_bad_node_id(node_id: str) -> None:
+    with pytest.raises(InvalidInputError, match="node id"):
+        maintenance_command(node_id, True, "m")
+
+
+def test_maintenance_survives_a_snapshot_and_old_snapshots_read_as_none() -> None:
+    writer = MetadataState()
+    writer.apply(
+        _log(
+            create_topic_command(TopicSpec("orders", 1, 1), [("a",)], "c1"),
+            maintenance_command("b", True, "m1"),
+            maintenance_command("a", True, "m2"),
+        )
+    )
+    chunks = snapshot_commands(writer, "s")
+    at = writer.applied_offset
+    writer.apply(_stamped(chunks, at))
+    # A node that was away while "a" entered, and "z" was (wrongly) in: it learns
+    # both differences from the snapshot, as a replay would have shown them.
+    behind = MetadataState()
+    behind.apply(_log(maintenance_command("z", True, "old")))
+    behind.rebuild_from(at)
+    changes = behind.apply(_stamped(chunks, at))
+    assert behind.maintenance == writer.maintenance == {"b": 1, "a": 2}
+    maintenance = [c for c in changes if isinstance(c, MaintenanceChange)]
+    assert maintenance == [
+        MaintenanceChange("a", True, at),
+        MaintenanceChange("b", True, at),
+        MaintenanceChange("z", False, at),
+    ]
+    # The payload keeps every key an older node reads, and a snapshot from before
+    # maintenance existed restores with no node in maintenance.
+    body = msgpack.unpackb(writer.snapshot_payload())
+    assert {"v", "applied_count", "topics", "tombstones", "defaults"} <= set(body)
+    del body["maintenance"]
+    topics, _, _, maintenance_restored = _restore_payload(msgpack.packb(body))
+    assert topics == writer.topics and maintenance_restored == {}
+
+
+def test_a_node_that_predates_maintenance_skips_the_command() -> None:
+    """What an older node does with the command (an unknown op): skips it with an
+    error log and goes on applying the log, its applied count in step."""
+    state = MetadataState()
+    state.apply(
+        _log(
+            maintenance_command("b", True, "m1"),
+            create_topic_command(TopicSpec("orders", 1, 1), [("a",)], "c1"),
+        )
+    )
+    command = msgpack.unpackb(decode_batch(maintenance_command("b", True, "m1")).values[0])
+    old = MetadataState()
+    old.apply(
+        _log(
+            encode_batch([msgpack.packb({**command, "op": "from_the_future"})]),
+            create_topic_command(TopicSpec("orders", 1, 1), [("a",)], "c1"),
+        )
+    )
+    assert old.topics == state.topics and old.applied_count == state.applied_count

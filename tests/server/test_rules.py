@@ -49,6 +49,51 @@ def test_a_dead_member_keeps_its_replicas_through_the_move_grace(
     assert [(m.node_id, m.alive) for m in members] == [("a", True), ("b", alive)]
 
 
+@pytest.mark.parametrize(
+    ("in_maintenance", "dead_for_ms", "alive"),
+    [
+        (True, GRACE_MS, True),  # maintenance outlasts the move grace...
+        (True, 10 * GRACE_MS - 1, True),
+        (True, 10 * GRACE_MS, False),  # ...up to its own grace
+        (False, GRACE_MS, False),  # another dead node moves after the move grace
+    ],
+)
+def test_a_dead_member_in_maintenance_keeps_its_replicas_through_the_maintenance_grace(
+    in_maintenance: bool, dead_for_ms: int, alive: bool
+) -> None:
+    now_ms = 1_000_000
+    members = placement_members(
+        [member("a"), member("b", MemberState.DEAD)],
+        "a",
+        {"b": now_ms - dead_for_ms},
+        now_ms,
+        GRACE_MS,
+        maintenance=("b",) if in_maintenance else (),
+        maintenance_grace_ms=10 * GRACE_MS,
+    )
+    assert [(m.node_id, m.alive) for m in members] == [("a", True), ("b", alive)]
+
+
+def test_a_maintenance_grace_shorter_than_the_move_grace_does_not_shorten_it() -> None:
+    members = placement_members(
+        [member("a"), member("b", MemberState.DEAD)],
+        "a",
+        {"b": 0},
+        GRACE_MS - 1,
+        GRACE_MS,
+        maintenance=("b",),
+        maintenance_grace_ms=1,
+    )
+    assert members[1].alive
+
+
+def test_a_member_of_an_incompatible_protocol_version_holds_no_replicas() -> None:
+    members = placement_members(
+        [member("a"), member("b"), member("c")], "a", {}, 0, GRACE_MS, refused=("b",)
+    )
+    assert [(m.node_id, m.alive) for m in members] == [("a", True), ("b", False), ("c", True)]
+
+
 def test_this_node_always_counts_as_alive() -> None:
     members = placement_members([member("a", MemberState.SUSPECT)], "a", {}, 0, GRACE_MS)
     assert members[0].alive

@@ -19,9 +19,11 @@ from laminar.replica.coalesce import PeerBundle
 from laminar.replica.messages import AppendRequest, Heartbeat
 from laminar.replica.types import NodeId
 from laminar.server.transport import (
+    PROTOCOL_VERSION,
     LinkState,
     PeerTransport,
     TransportConfig,
+    compatible_versions,
     decode_hello,
     encode_hello,
 )
@@ -316,7 +318,7 @@ async def test_bad_hellos_are_rejected() -> None:
     try:
         for hello in (
             b"GET / HTTP/1.1\r\n\r\n",
-            b"LMNP\x09" + bytes(20),  # unknown version
+            b"LMNP\x09" + bytes(20),  # version 9 with an empty cluster id
             b"LMNP\x01\x00",  # empty cluster id
             b"LMNP\x01\x03ab\xff\x01x",  # not UTF-8
         ):
@@ -331,9 +333,44 @@ async def test_bad_hellos_are_rejected() -> None:
         await b.close()
 
 
+def test_adjacent_protocol_versions_interoperate() -> None:
+    assert [compatible_versions(5, peer) for peer in (3, 4, 5, 6, 7)] == [
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
+@run
+async def test_a_peer_of_an_adjacent_version_is_accepted_and_one_too_old_refused() -> None:
+    refused: list[tuple[str, int]] = []
+    b = Node("b", protocol_version=3, on_incompatible=lambda *args: refused.append(args))
+    await b.start()
+    # A real link from a node one version older: its bundles arrive.
+    a = Node("a", protocol_version=2)
+    try:
+        a.transport.send("b", b.address, bundle(7))
+        await b.until(lambda: b.numbers() == [7])
+        # One two versions older is refused, told why, and its frames never arrive.
+        reader, writer = await raw_connection(b)
+        writer.write(encode_hello(CLUSTER, "old", 1) + framed(encode_bundle(bundle(8))))
+        answer = await asyncio.wait_for(reader.read(), DEADLINE_S)
+        writer.close()
+        assert answer[:1] == b"\x01"
+        assert b"protocol version 1 is too old for this node's 3" in answer
+        assert b.numbers() == [7]
+        assert b.transport.counters.rejected_version == 1
+        assert refused == [("old", 1)]
+    finally:
+        await a.close()
+        await b.close()
+
+
 def test_hello_round_trip() -> None:
     hello = encode_hello("c1", "node-a")
-    assert decode_hello(hello + b"rest") == ("c1", "node-a", len(hello))
+    assert decode_hello(hello + b"rest") == ("c1", "node-a", PROTOCOL_VERSION, len(hello))
     for cut in range(len(hello)):
         assert decode_hello(hello[:cut]) is None
 
