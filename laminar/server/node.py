@@ -42,6 +42,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from laminar.address import parse_address
 from laminar.errors import (
     ClusterIdMismatchError,
     ConfigError,
@@ -205,10 +206,6 @@ class MemberEventRelay:
             sink(self._early.popleft())
 
 
-def _host_of(address: str) -> str:
-    return address.rpartition(":")[0]
-
-
 class Node:
     """One broker node: ``node = await Node.open(config)``, then ``await node.stop()``.
 
@@ -261,7 +258,7 @@ class Node:
             self.host.on_bundle,
             on_delivered=self.host.flush_now,
             config=config.transport,
-            local_host=_host_of(config.peer),
+            local_host=parse_address(config.peer).host,
         )
         self.channels = ChannelCache(config.service.channels_max)
         self.follower = MetadataFollower(
@@ -323,13 +320,14 @@ class Node:
             config.membership,
             LocalMember(
                 node_id=NodeId(identity.node_id),
-                gossip_address=config.gossip,
-                grpc_address=config.grpc,
+                gossip_address=config.advertised_gossip,
+                grpc_address=config.advertised_grpc,
                 weight=identity.weight,
                 zone=identity.zone,
-                metadata=_gossip_metadata(identity.cluster_id, config.peer),
+                metadata=_gossip_metadata(identity.cluster_id, config.advertised_peer),
             ),
             config.cluster_key.encode(),
+            bind_address=config.gossip,
             seeds=config.seeds,
             incarnation=int(time.time()),
             on_event=events,
@@ -382,10 +380,14 @@ class Node:
         )
         self.ready.set()
         _LOG.info(
-            "node %s ready: cluster %s, gossip %s, grpc %s, peer %s",
+            "node %s ready: cluster %s, gossip %s, grpc %s, peer %s "
+            "(listening on gossip %s, grpc %s, peer %s)",
             self.node_id,
             self.cluster_id,
             self.membership.local.gossip_address,
+            config.advertised_grpc,
+            config.advertised_peer,
+            config.gossip,
             config.grpc,
             config.peer,
         )
@@ -486,7 +488,7 @@ class Node:
         if node_id is None:
             return None
         if node_id == self.node_id:
-            return self.config.grpc
+            return self.config.advertised_grpc
         member = self.membership.member(node_id)
         return member.grpc_address if member is not None else None
 
@@ -535,7 +537,7 @@ class Node:
         if self._stopping:
             return
         self.membership.update_local(
-            metadata=_gossip_metadata(self.cluster_id, self.config.peer, disk_full=full)
+            metadata=_gossip_metadata(self.cluster_id, self.config.advertised_peer, disk_full=full)
         )
         self._replan()
 
@@ -877,7 +879,9 @@ async def _learn_cluster_id(
             case rules.Join.ADOPT:
                 identity.cluster_id = decision.cluster_id
                 identity.save(config.data_dir)
-                membership.update_local(metadata=_gossip_metadata(identity.cluster_id, config.peer))
+                membership.update_local(
+                    metadata=_gossip_metadata(identity.cluster_id, config.advertised_peer)
+                )
                 _LOG.info("joined cluster %s", identity.cluster_id)
                 return
             case rules.Join.NO_CLUSTER:

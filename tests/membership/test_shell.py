@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
+from laminar.address import parse_address
 from laminar.membership import config as presets
 from laminar.membership import shell
 from laminar.membership.core import LocalMember
 from laminar.membership.member import EventKind, MemberEvent, MemberState, NodeId
-from laminar.membership.shell import MembershipNode, parse_address
+from laminar.membership.shell import MembershipNode
 
 KEY = b"shell-test-key"
 HOSTS = ("127.0.0.2", "127.0.0.3")
@@ -55,7 +56,10 @@ async def scenario() -> None:
         assert b.core.joined
 
         # Garbage over UDP and TCP is dropped and counted; the node carries on.
-        host, port = parse_address(a.local.gossip_address)
+        host, port = (
+            parse_address(a.local.gossip_address).host,
+            parse_address(a.local.gossip_address).port,
+        )
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
             udp.sendto(b"\x00" * 40, (host, port))
             udp.sendto(b"x", (host, port))
@@ -104,7 +108,7 @@ def test_gossip_leaves_from_the_node_address(monkeypatch: pytest.MonkeyPatch) ->
     seen.update({("tcp", h): set() for h in HOSTS})
 
     def host_of(node: MembershipNode) -> str:
-        return parse_address(node.local.gossip_address)[0]
+        return parse_address(node.local.gossip_address).host
 
     original_datagram = shell._DatagramEndpoint.datagram_received
     original_connection = MembershipNode._on_connection
