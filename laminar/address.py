@@ -7,8 +7,10 @@ would read as the port) or a host name (``node3.example``).
 
 Resolution rule: a host name is kept as written and resolved when it is used (each
 new connection, and a datagram destination at most :data:`RESOLVE_TTL_S` after the
-last resolution), never once at start-up, so a node that comes back under the same
-name with a new IP address is found again once its old address stops answering.
+last resolution; gRPC channels again after a failed connection, at most every
+:data:`GRPC_RESOLVE_INTERVAL_MS`), never once at start-up, so a node that comes
+back under the same name with a new IP address is found again once its old address
+stops answering.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ RESOLVE_TTL_S = 5.0
 """How long a resolved datagram destination is reused before it is resolved again:
 short, so that a name that moved is followed within a few gossip rounds, long
 enough that resolution costs nothing measurable."""
+GRPC_RESOLVE_INTERVAL_MS = 1_000
+"""``grpc.dns_min_time_between_resolutions_ms`` of every gRPC channel Laminar opens:
+gRPC resolves a name again when a connection fails, but by default at most every
+30 s, which would keep a client away from a moved node for that long."""
 
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 _NUMERIC = re.compile(r"[0-9.]+")
