@@ -9,11 +9,14 @@ and peers must only ever see the advertised ones.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
+from laminar_client import Client, Producer
 
 from laminar.errors import NotLeaderError
 from laminar.grpc_errors import error_from_rpc
@@ -135,3 +138,57 @@ def _leads(nodes: list[Node], node_id: str, key: tuple[str, int]) -> bool:
     node = next(n for n in nodes if n.node_id == node_id)
     replica = node.host.get(key)
     return replica is not None and replica.core.role is Role.LEADER
+
+
+@bounded(DEADLINE_S * 3)
+async def test_a_cluster_on_ipv6_literals(tmp_path: Path) -> None:
+    """Listening, advertising, seeds, peer links and the client all on ``[::1]``."""
+    ports = [(free_port("::1"), free_port("::1"), free_port("::1")) for _ in range(2)]
+    wanted = [
+        NodeConfig.local(
+            str(tmp_path / f"n{index}"),
+            gossip=f"[::1]:{gossip}",
+            grpc=f"[::1]:{grpc_port}",
+            peer=f"[::1]:{peer}",
+            node_id=f"n{index}",
+            bootstrap=index == 0,
+            seeds=() if index == 0 else (f"[::1]:{ports[0][0]}",),
+        )
+        for index, (gossip, grpc_port, peer) in enumerate(ports)
+    ]
+    nodes: list[Node] = []
+    try:
+        for config in wanted:
+            nodes.append(await Node.open(config))
+        await wait_until(lambda: all(len(n.members()) == 2 for n in nodes), "the two to meet")
+        for node in nodes:
+            assert {m.gossip_address for m in node.members()} == {c.gossip for c in wanted}
+        await wait_until(
+            lambda: any(_leads(nodes, c.node_id, ("__cluster", 0)) for c in wanted),
+            "a metadata leader",
+        )
+
+        def use_the_client() -> tuple[set[str], list[bytes | None]]:
+            with Client(",".join(c.grpc for c in wanted), timeout_s=DEADLINE_S) as client:
+                client.create_topic(TOPIC, 1, 2)
+                with Producer(client, acks="all") as producer:
+                    producer.send_and_wait(TOPIC, b"over IPv6", partition=0)
+                members = client.metadata(refresh=True).members.values()
+                addresses = {m.grpc_address for m in members}
+                values = []
+                for config in wanted:  # from each replica: replication ran over IPv6
+                    deadline = time.monotonic() + DEADLINE_S
+                    read: list[bytes | None] = []
+                    while not read and time.monotonic() < deadline:
+                        result = client.fetch(TOPIC, 0, 0, replica=config.node_id)
+                        read = [record.value for record in result.records(0)]
+                        time.sleep(0 if read else 0.05)
+                    values += read
+                return addresses, values
+
+        addresses, values = await asyncio.to_thread(use_the_client)
+        assert addresses == {c.grpc for c in wanted}
+        assert values == [b"over IPv6", b"over IPv6"]
+    finally:
+        for node in nodes:
+            await node.stop(graceful=False)
