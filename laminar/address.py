@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from laminar.errors import ConfigError
@@ -97,6 +98,21 @@ def parse_advertisable(text: str, *, what: str = "address") -> Address:
             "reach; give a host name or address they can use"
         )
     return address
+
+
+def parse_address_list(addresses: str | Sequence[str], *, what: str) -> list[str]:
+    """A comma-separated list (or a sequence) of addresses others can reach, each
+    checked with :func:`parse_advertisable` and kept as written (a host name stays
+    a name, resolved when used); ConfigError if one is bad or none is given."""
+    items = addresses.split(",") if isinstance(addresses, str) else list(addresses)
+    if not all(isinstance(item, str) for item in items):
+        raise ConfigError(f"{what} must be host:port strings, got {addresses!r}")
+    listed = [item.strip() for item in items if item.strip()]
+    if not listed:
+        raise ConfigError(f"{what} needs at least one host:port address")
+    for address in listed:
+        parse_advertisable(address, what=what)
+    return listed
 
 
 def _is_ipv6(host: str) -> bool:

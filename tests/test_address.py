@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
 
-from laminar.address import Address, parse_address, parse_advertisable
-from laminar.errors import ConfigError
+import pytest
+from laminar_client import Client
+from laminar_spark.options import parse_options
+from laminar_spark.write_options import parse_write_options
+
+from laminar.address import Address, parse_address, parse_address_list, parse_advertisable
+from laminar.errors import ConfigError, InvalidInputError
 
 
 @pytest.mark.parametrize(
@@ -88,3 +93,33 @@ def test_a_wildcard_cannot_be_advertised(text: str) -> None:
 def test_refuses_what_is_not_a_string() -> None:
     with pytest.raises(ConfigError, match="string"):
         parse_address(7100)  # type: ignore[arg-type]
+
+
+def test_address_lists_keep_names_and_ipv6_as_written() -> None:
+    listed = parse_address_list(" n1.example:7100, [2001:db8::2]:7100 ,,10.0.0.3:7100", what="x")
+    assert listed == ["n1.example:7100", "[2001:db8::2]:7100", "10.0.0.3:7100"]
+    for bad, message in (
+        ("", "at least one"),
+        ("a:1,::1:7100", "brackets"),
+        ("0.0.0.0:1", "wildcard"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            parse_address_list(bad, what="bootstrap")
+
+
+@pytest.mark.parametrize(
+    "parse",
+    [
+        Client,
+        lambda servers: parse_options({"servers": servers, "subscribe": "t"}),
+        lambda servers: parse_write_options({"servers": servers, "topic": "t"}, streaming=False),
+    ],
+    ids=["client", "spark-read", "spark-write"],
+)
+def test_client_and_spark_refuse_a_bad_server_list_before_connecting(
+    parse: Callable[[str], object],
+) -> None:
+    with pytest.raises(InvalidInputError, match=r"brackets, \[addr\]:port"):
+        parse("n1.example:7100,::1:7100")
+    with pytest.raises(InvalidInputError, match="not an IPv4 address or a host name"):
+        parse("node one:7100")

@@ -35,7 +35,7 @@ from typing import Literal, TypeVar
 
 from google.protobuf.message import Message
 
-from laminar.address import parse_advertisable
+from laminar.address import parse_address_list
 from laminar.errors import (
     ClusterUnreachableError,
     ConfigError,
@@ -113,18 +113,10 @@ _M = TypeVar("_M", bound=Message)
 def _bootstrap_list(bootstrap: str | Sequence[str]) -> list[str]:
     """The bootstrap addresses, checked: IPv4, ``[IPv6]`` or a host name (gRPC
     resolves a name on each connection, and again after one fails)."""
-    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-    if not all(isinstance(item, str) for item in items):
-        raise InvalidInputError(f"bootstrap addresses must be host:port strings, got {items!r}")
-    addresses = [item.strip() for item in items if item.strip()]
-    if not addresses:
-        raise InvalidInputError("bootstrap needs at least one host:port address")
-    for address in addresses:
-        try:
-            parse_advertisable(address, what="bootstrap address")
-        except ConfigError as error:
-            raise InvalidInputError(str(error)) from None
-    return addresses
+    try:
+        return parse_address_list(bootstrap, what="bootstrap")
+    except ConfigError as error:
+        raise InvalidInputError(str(error)) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from laminar.address import parse_address, parse_advertisable
+from laminar.address import parse_address, parse_address_list, parse_advertisable
 from laminar.errors import ConfigError
 from laminar.membership import config as membership_presets
 from laminar.membership.config import MembershipConfig
@@ -311,11 +311,10 @@ def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = N
     for key, value in options.items():
         if value is not None:
             values[key] = value
-    if "seeds" in values:
+    if "seeds" in values:  # "" or [] means none
         seeds = values["seeds"]
-        if isinstance(seeds, str):
-            seeds = [s for s in seeds.split(",") if s.strip()]
-        values["seeds"] = tuple(str(s).strip() for s in seeds)
+        empty = not (seeds.strip() if isinstance(seeds, str) else seeds)
+        values["seeds"] = () if empty else tuple(parse_address_list(seeds, what="seed"))
     if "weight" in values and values["weight"] is not None:
         values["weight"] = float(values["weight"])
     preset = values.pop("preset", "local")
