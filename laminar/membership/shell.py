@@ -191,7 +191,8 @@ class MembershipNode:
 
     @property
     def local(self) -> LocalMember:
-        """This node's attributes (with the bound gossip address once started)."""
+        """This node's attributes, its advertised gossip address among them (an
+        advertised port 0 becomes the bound port once started)."""
         return self._local
 
     @property
