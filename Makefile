@@ -28,7 +28,7 @@ generated-check: $(STAMP)
 check: lint typecheck generated-check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not chaos and not spark_cluster and not disk_full"
+	$(BIN)/python -m pytest -q -m "not chaos and not multihost and not spark_cluster and not disk_full"
 
 # The connector on a Spark standalone cluster (Master, Worker, executor JVMs) and through
 # Spark Connect, in a pytest process of its own (a process has one SparkSession). The

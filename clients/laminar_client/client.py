@@ -35,8 +35,10 @@ from typing import Literal, TypeVar
 
 from google.protobuf.message import Message
 
+from laminar.address import parse_address_list
 from laminar.errors import (
     ClusterUnreachableError,
+    ConfigError,
     InvalidInputError,
     LaminarError,
     LeaderMovedError,
@@ -125,11 +127,12 @@ _M = TypeVar("_M", bound=Message)
 
 
 def _bootstrap_list(bootstrap: str | Sequence[str]) -> list[str]:
-    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-    addresses = [item.strip() for item in items if item.strip()]
-    if not addresses:
-        raise InvalidInputError("bootstrap needs at least one host:port address")
-    return addresses
+    """The bootstrap addresses, checked: IPv4, ``[IPv6]`` or a host name (gRPC
+    resolves a name on each connection, and again after one fails)."""
+    try:
+        return parse_address_list(bootstrap, what="bootstrap")
+    except ConfigError as error:
+        raise InvalidInputError(str(error)) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from laminar.address import GRPC_RESOLVE_INTERVAL_MS
 from laminar.errors import (
     AttemptTimeoutError,
     LaminarError,
@@ -46,6 +47,9 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     # Reconnect quickly to a node that restarts (the gRPC default backs off to 120 s).
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),
+    # Resolve a node's host name again soon after its address stops answering (a
+    # node back under the same name with a new IP); gRPC's default waits 30 s.
+    ("grpc.dns_min_time_between_resolutions_ms", GRPC_RESOLVE_INTERVAL_MS),
 )
 
 _R = TypeVar("_R", bound=Message)

@@ -13,7 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from laminar.errors import InvalidInputError
+from laminar.address import parse_address_list
+from laminar.errors import ConfigError, InvalidInputError
 from laminar_spark.kafka_options import sort_options
 
 __all__ = [
@@ -128,6 +129,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = False)
         raise InvalidInputError(
             "option 'servers' is required: a comma-separated list of host:port addresses"
         )
+    try:
+        parse_address_list(servers, what="option 'servers'")
+    except ConfigError as error:
+        raise InvalidInputError(str(error)) from None
     chosen = [name for name in ("subscribe", "subscribePattern", "assign") if name in named]
     if len(chosen) != 1:
         raise InvalidInputError(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from laminar.errors import InvalidInputError
+from laminar.address import parse_address_list
+from laminar.errors import ConfigError, InvalidInputError
 from laminar.records import Compression
 from laminar_spark.kafka_options import sort_options
 
@@ -77,6 +78,10 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> Write
         raise InvalidInputError(
             "option 'servers' is required: a comma-separated list of host:port addresses"
         )
+    try:
+        parse_address_list(servers, what="option 'servers'")
+    except ConfigError as error:
+        raise InvalidInputError(str(error)) from None
     topic = named.get("topic")
     if topic is not None:
         topic = topic.strip()

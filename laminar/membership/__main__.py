@@ -28,12 +28,13 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from laminar.address import parse_address
 from laminar.errors import ConfigError
 from laminar.membership.codec import validate_identity_fields, validate_metadata
 from laminar.membership.config import PRESETS, MembershipConfig
 from laminar.membership.core import LocalMember
 from laminar.membership.member import MemberEvent, NodeId
-from laminar.membership.shell import MembershipNode, parse_address
+from laminar.membership.shell import MembershipNode
 
 CLUSTER_KEY_ENVIRONMENT = "LAMINAR_CLUSTER_KEY"
 
@@ -140,11 +141,11 @@ def parse_arguments(
         metadata=tuple(sorted(metadata)),
     )
     try:
-        parse_address(args.bind)
+        parse_address(args.bind, what="--bind", port_zero=True)
         for seed in seeds:
-            parse_address(seed)
+            parse_address(seed, what="seed")
         if args.grpc_address:
-            parse_address(args.grpc_address)
+            parse_address(args.grpc_address, what="--grpc-address")
         validate_identity_fields(
             local.node_id, local.gossip_address, local.grpc_address, local.weight, local.zone
         )

@@ -10,12 +10,19 @@ frame; a length above ``stream_bytes_max`` closes the connection. A push-pull
 reply travels on a new connection to the requester's gossip address, like the
 request did.
 
-Source addresses: everything leaves from the host of the node's gossip address,
-so that peers and firewalls can tell nodes apart (on one machine every node would
-otherwise appear as ``127.0.0.1``). Datagrams are sent from the UDP socket bound
-to the gossip address; outgoing TCP connections are bound to its host (port 0).
-A wildcard host (``0.0.0.0``, ``::``) names no single address: then the system
-picks the source.
+Addresses: the node listens on ``bind_address`` (default: its gossip address)
+and gossips ``local.gossip_address``, the address others should use (they differ
+behind NAT, in a container, or when listening on a wildcard). Everything leaves
+from the host of the listen address, so that peers and firewalls can tell nodes
+apart (on one machine every node would otherwise appear as ``127.0.0.1``).
+Datagrams are sent from the UDP socket bound to it; outgoing TCP connections are
+bound to its host (port 0). A wildcard host (``0.0.0.0``, ``::``) names no single
+address: then the system picks the source.
+
+Host names (a member's or seed's gossip address may be one) are resolved when
+used, off the event loop: each TCP connection resolves afresh, and a datagram
+destination is resolved again :data:`~laminar.address.RESOLVE_TTL_S` after the last
+time, so a member that came back under the same name with a new address is found.
 
 Use from other asyncio code (the full node embeds it)::
 
@@ -30,9 +37,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
+from typing import cast
 
+from laminar.address import RESOLVE_TTL_S, Address, parse_address
 from laminar.errors import ConfigError
 from laminar.membership.config import MembershipConfig
 from laminar.membership.core import LocalMember, MembershipCore, Output
@@ -41,15 +51,7 @@ from laminar.membership.member import EventKind, Member, MemberEvent, Metadata
 _LOG = logging.getLogger(__name__)
 _LENGTH_BYTES = 4
 _ADDRESS_CACHE_MAX = 4096
-_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` (or ``[v6]:port``) to a (host, port) pair; ConfigError if bad."""
-    host, separator, port_text = address.rpartition(":")
-    if not separator or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ConfigError(f"address must be host:port, got {address!r}")
-    return host.strip("[]"), int(port_text)
+_SocketAddress = tuple[str, int] | tuple[str, int, int, int]
 
 
 class _DatagramEndpoint(asyncio.DatagramProtocol):
@@ -73,6 +75,7 @@ class MembershipNode:
         local: LocalMember,
         cluster_key: bytes,
         *,
+        bind_address: str | None = None,
         seeds: Sequence[str] = (),
         incarnation: int = 0,
         rng: random.Random | None = None,
@@ -81,9 +84,12 @@ class MembershipNode:
         stream_timeout_s: float = 5.0,
         streams_in_flight_max: int = 64,
     ) -> None:
-        parse_address(local.gossip_address)
+        parse_address(local.gossip_address, what="gossip address", port_zero=True)
+        self._bind = parse_address(
+            bind_address or local.gossip_address, what="gossip listen address", port_zero=True
+        )
         for seed in seeds:
-            parse_address(seed)
+            parse_address(seed, what="seed")
         self._config = config
         self._local = local
         self._cluster_key = cluster_key
@@ -100,7 +106,10 @@ class MembershipNode:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline_ms: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._addresses: dict[str, tuple[str, int]] = {}
+        self._addresses: dict[str, Address] = {}
+        self._resolved: dict[str, tuple[_SocketAddress, float]] = {}
+        self._resolving: dict[str, asyncio.Future[_SocketAddress | None]] = {}
+        self._family = socket.AF_INET
         self._source_address: tuple[str, int] | None = None
         self._leave_done = asyncio.Event()
         self._stopped = False
@@ -109,23 +118,29 @@ class MembershipNode:
     # --------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        """Bind UDP and TCP on the gossip address and start joining the seeds.
+        """Bind UDP and TCP on the listen address and start joining the seeds.
 
-        Port 0 picks a free UDP port and binds TCP to the same number."""
+        Port 0 picks a free UDP port and binds TCP to the same number (and an
+        advertised port 0 becomes that number)."""
         loop = asyncio.get_running_loop()
-        host, port = parse_address(self._local.gossip_address)
+        host = self._bind.host
         transport, _ = await loop.create_datagram_endpoint(
-            lambda: _DatagramEndpoint(self), local_addr=(host, port)
+            lambda: _DatagramEndpoint(self), local_addr=(host, self._bind.port)
         )
         self._transport = transport
+        sock = transport.get_extra_info("socket")
+        self._family = sock.family if sock is not None else socket.AF_INET
         port = transport.get_extra_info("sockname")[1]
         try:
             self._server = await asyncio.start_server(self._on_connection, host, port)
         except OSError:
             transport.close()
             raise
-        local = replace(self._local, gossip_address=f"{host}:{port}")
-        self._source_address = None if host in _WILDCARD_HOSTS else (host, 0)
+        advertised = parse_address(self._local.gossip_address, port_zero=True)
+        if advertised.port == 0:
+            advertised = Address(advertised.host, port)
+        local = replace(self._local, gossip_address=str(advertised))
+        self._source_address = None if self._bind.is_wildcard else (host, 0)
         self._local = local
         self._core = MembershipCore(
             self._config,
@@ -176,7 +191,8 @@ class MembershipNode:
 
     @property
     def local(self) -> LocalMember:
-        """This node's attributes (with the bound gossip address once started)."""
+        """This node's attributes, its advertised gossip address among them (an
+        advertised port 0 becomes the bound port once started)."""
         return self._local
 
     @property
@@ -240,10 +256,9 @@ class MembershipNode:
         if self._stopped:
             return
         transport = self._transport
-        for packet in output.packets:
-            destination = self._resolve(packet.address)
-            if transport is not None and destination is not None:
-                transport.sendto(packet.data, destination)
+        if transport is not None:
+            for packet in output.packets:
+                self._send_packet(transport, packet.address, packet.data)
         for stream in output.streams:
             self._send_stream(stream.address, stream.data)
         for event in output.events:
@@ -283,24 +298,89 @@ class MembershipNode:
         except asyncio.QueueFull:
             self._count("events_dropped")
 
-    def _resolve(self, address: str) -> tuple[str, int] | None:
-        resolved = self._addresses.get(address)
-        if resolved is None:
+    def _parse(self, address: str) -> Address | None:
+        parsed = self._addresses.get(address)
+        if parsed is None:
             try:
-                resolved = parse_address(address)
+                parsed = parse_address(address, port_zero=True)
             except ConfigError:
                 self._count("bad_addresses")
                 return None
             if len(self._addresses) >= _ADDRESS_CACHE_MAX:
                 self._addresses.clear()
-            self._addresses[address] = resolved
-        return resolved
+            self._addresses[address] = parsed
+        return parsed
+
+    def _send_packet(self, transport: asyncio.DatagramTransport, address: str, data: bytes) -> None:
+        """Send a datagram; a host name is resolved first (off the loop, cached
+        for ``RESOLVE_TTL_S``), an IPv4 literal mapped when the socket is IPv6."""
+        destination = self._parse(address)
+        if destination is None:
+            return
+        if not destination.is_name:
+            host = destination.host
+            if self._family == socket.AF_INET6 and not destination.is_ipv6:
+                host = "::ffff:" + host
+            elif self._family == socket.AF_INET and destination.is_ipv6:
+                self._count("bad_addresses")  # an IPv4 socket cannot reach it
+                return
+            transport.sendto(data, (host, destination.port))
+            return
+        cached = self._resolved.get(address)
+        if cached is not None and asyncio.get_running_loop().time() < cached[1]:
+            transport.sendto(data, cached[0])
+            return
+        if len(self._tasks) >= self._streams_in_flight_max:
+            self._count("packets_dropped")
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._resolve_and_send(transport, address, destination, data)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _resolve_and_send(
+        self, transport: asyncio.DatagramTransport, address: str, name: Address, data: bytes
+    ) -> None:
+        pending = self._resolving.get(address)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._resolving[address] = pending
+            try:
+                pending.set_result(await self._lookup(address, name))
+            finally:
+                del self._resolving[address]
+                if not pending.done():  # cancelled: the packets waiting on it are dropped
+                    pending.set_result(None)
+        destination = await asyncio.shield(pending)
+        if destination is not None and not self._stopped:
+            transport.sendto(data, destination)
+
+    async def _lookup(self, address: str, name: Address) -> _SocketAddress | None:
+        loop = asyncio.get_running_loop()
+        flags = socket.AI_V4MAPPED if self._family == socket.AF_INET6 else 0
+        try:
+            async with asyncio.timeout(self._stream_timeout_s):
+                infos = await loop.getaddrinfo(
+                    name.host, name.port, family=self._family, type=socket.SOCK_DGRAM, flags=flags
+                )
+        except (OSError, TimeoutError):
+            self._count("resolve_failures")
+            return None
+        if not infos:
+            self._count("resolve_failures")
+            return None
+        destination = cast(_SocketAddress, infos[0][4])  # AF_INET or AF_INET6 only
+        if len(self._resolved) >= _ADDRESS_CACHE_MAX:
+            self._resolved.clear()
+        self._resolved[address] = (destination, loop.time() + RESOLVE_TTL_S)
+        return destination
 
     def _count(self, name: str) -> None:
         self.shell_counters[name] = self.shell_counters.get(name, 0) + 1
 
     def _send_stream(self, address: str, data: bytes) -> None:
-        destination = self._resolve(address)
+        destination = self._parse(address)
         if destination is None:
             return
         if len(self._tasks) >= self._streams_in_flight_max:
@@ -310,12 +390,13 @@ class MembershipNode:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _write_stream(self, destination: tuple[str, int], data: bytes) -> None:
+    async def _write_stream(self, destination: Address, data: bytes) -> None:
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self._stream_timeout_s):
+                # A host name is resolved by each connection, so a moved member is found.
                 _, writer = await asyncio.open_connection(
-                    *destination, local_addr=self._source_address
+                    destination.host, destination.port, local_addr=self._source_address
                 )
                 writer.write(len(data).to_bytes(_LENGTH_BYTES, "big") + data)
                 await writer.drain()

@@ -10,6 +10,8 @@ from typing import Any
 
 import grpc
 
+from laminar.address import GRPC_RESOLVE_INTERVAL_MS
+
 
 class ChannelCache:
     """At most ``channels_max`` open ``grpc.aio`` channels, least recently used
@@ -17,7 +19,11 @@ class ChannelCache:
 
     def __init__(self, channels_max: int, options: Sequence[tuple[str, Any]] = ()) -> None:
         self._channels_max = channels_max
-        self._options = tuple(options)
+        # A peer's host name is resolved again soon after it stops answering.
+        self._options = (
+            ("grpc.dns_min_time_between_resolutions_ms", GRPC_RESOLVE_INTERVAL_MS),
+            *options,
+        )
         self._channels: OrderedDict[str, grpc.aio.Channel] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
         self.evicted = 0

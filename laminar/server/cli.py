@@ -39,19 +39,29 @@ def register(subparsers: Any) -> None:
         "overrides the preset.",
     )
     start.add_argument("--data-dir", help="directory for the node id and partition data")
+    for name, what, default in (
+        ("gossip", "gossip address, UDP+TCP", "127.0.0.1:7000"),
+        ("grpc", "gRPC API address, for clients and admin tools", "127.0.0.1:7100"),
+        ("peer", "replication address, TCP, for other nodes", "127.0.0.1:7200"),
+    ):
+        start.add_argument(
+            f"--{name}",
+            metavar="HOST:PORT",
+            help=f"{what}, to listen on (default {default}; 0.0.0.0 or [::] listens "
+            f"on every interface and then needs --advertise-{name})",
+        )
+        start.add_argument(
+            f"--advertise-{name}",
+            metavar="HOST:PORT",
+            help=f"the {name} address others are told, a host name or an address "
+            "(behind NAT, in a container, or with a wildcard listen address; "
+            f"default: the --{name} address)",
+        )
     start.add_argument(
-        "--gossip", metavar="HOST:PORT", help="gossip address, UDP+TCP (default 127.0.0.1:7000)"
-    )
-    start.add_argument(
-        "--grpc", metavar="HOST:PORT", help="gRPC API address (default 127.0.0.1:7100)"
-    )
-    start.add_argument(
-        "--peer",
-        metavar="HOST:PORT",
-        help="replication address, TCP, for other nodes (default 127.0.0.1:7200)",
-    )
-    start.add_argument(
-        "--seeds", metavar="HOST:PORT[,...]", help="gossip addresses of nodes to join through"
+        "--seeds",
+        metavar="HOST:PORT[,...]",
+        help="gossip addresses of nodes to join through (host names are resolved when "
+        "used; IPv6 as [addr]:port)",
     )
     start.add_argument(
         "--bootstrap",
@@ -170,6 +180,9 @@ def _start(args: argparse.Namespace) -> int:
                 "gossip": args.gossip,
                 "grpc": args.grpc,
                 "peer": args.peer,
+                "advertise_gossip": args.advertise_gossip,
+                "advertise_grpc": args.advertise_grpc,
+                "advertise_peer": args.advertise_peer,
                 "seeds": args.seeds,
                 "bootstrap": args.bootstrap,
                 "weight": args.weight,
@@ -228,7 +241,7 @@ async def _run(config: Any) -> int:
     # keep it out of the cyclic collector's generations, so that collections (which
     # pause the loop) only walk what was allocated since.
     gc.freeze()
-    print(f"node {node.node_id} ready on {config.grpc}", flush=True)
+    print(f"node {node.node_id} ready on {config.advertised_grpc}", flush=True)
     await stop.wait()
     await node.stop(graceful=True)
     return 0

@@ -1,11 +1,12 @@
 """Configuration of a broker node: command-line options, an optional TOML file, presets.
 
 Precedence: command-line option > TOML file > preset default. The TOML file holds
-the same keys as the long options (``data_dir``, ``gossip``, ``grpc``, ``peer``, ``seeds``,
-``bootstrap``, ``weight``, ``zone``, ``preset``, ``cluster_key``, ``fsync``,
-``node_id``), the node's own fields below (``replica_move_grace_ms`` ...), and
-optional tables for the parts of a node, whose keys are the fields of their config
-classes: ``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
+the same keys as the long options (``data_dir``, ``gossip``, ``grpc``, ``peer``,
+``advertise_gossip``, ``advertise_grpc``, ``advertise_peer``, ``seeds``, ``bootstrap``,
+``weight``, ``zone``, ``preset``, ``cluster_key``, ``fsync``, ``node_id``), the
+node's own fields below (``replica_move_grace_ms`` ...), and optional tables for
+the parts of a node, whose keys are the fields of their config classes:
+``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
 ``[membership]`` (:class:`~laminar.membership.config.MembershipConfig`), ``[host]``
 (:class:`~laminar.server.host.HostConfig`), ``[service]`` (:class:`ServiceConfig`),
 ``[transport]`` (:class:`~laminar.server.transport.TransportConfig`) and ``[log]``
@@ -33,6 +34,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from laminar.address import parse_address, parse_address_list, parse_advertisable
 from laminar.errors import ConfigError
 from laminar.membership import config as membership_presets
 from laminar.membership.config import MembershipConfig
@@ -115,14 +117,26 @@ class NodeConfig:
     """Directory of the node's id, cluster id and every replica's log; only this
     node may use it. Back it up (or restore it) only while the node is stopped."""
     gossip: str = "127.0.0.1:7000"
-    """``host:port`` for SWIM gossip (UDP, with TCP push-pull on the same port)."""
+    """``host:port`` to listen on for SWIM gossip (UDP, with TCP push-pull on the
+    same port). Outgoing gossip leaves from this host too (the system picks the
+    source when it is a wildcard, ``0.0.0.0`` or ``[::]``)."""
     grpc: str = "127.0.0.1:7100"
-    """``host:port`` of the gRPC API (clients and admin tools)."""
+    """``host:port`` to listen on for the gRPC API (clients and admin tools)."""
     peer: str = "127.0.0.1:7200"
-    """``host:port`` (TCP) where other nodes send replication traffic. Outgoing
-    gossip and replication connections leave from these hosts too."""
+    """``host:port`` (TCP) to listen on for other nodes' replication traffic.
+    Outgoing replication connections leave from this host too (or the system's
+    choice for a wildcard)."""
+    advertise_gossip: str | None = None
+    """The gossip address other nodes use to reach this one (behind NAT, in a
+    container, or when listening on a wildcard); None: the listen address, which
+    must then not be a wildcard. A host name is resolved by the others when used."""
+    advertise_grpc: str | None = None
+    """The gRPC address clients and other nodes are told (cluster metadata,
+    ``NOT_LEADER`` hints, ``cluster status``); None: the listen address."""
+    advertise_peer: str | None = None
+    """The replication address other nodes connect to; None: the listen address."""
     seeds: tuple[str, ...] = ()
-    """Gossip addresses of nodes to join through."""
+    """Gossip addresses (IP or host name) of nodes to join through."""
     bootstrap: bool = False
     """Start a new cluster (only the very first node of a cluster)."""
     weight: float | None = None
@@ -182,14 +196,18 @@ class NodeConfig:
         if not self.data_dir:
             raise ConfigError("--data-dir is required")
         for name in ("gossip", "grpc", "peer"):
-            _check_address(name, getattr(self, name))
-        if len({self.gossip, self.grpc, self.peer}) < 3:
-            raise ConfigError(
-                f"gossip ({self.gossip}), grpc ({self.grpc}) and peer ({self.peer}) "
-                "addresses must differ"
-            )
+            _check_addresses(name, getattr(self, name), getattr(self, f"advertise_{name}"))
+        for addresses, kind in (
+            ((self.gossip, self.grpc, self.peer), "listen"),
+            ((self.advertised_gossip, self.advertised_grpc, self.advertised_peer), "advertised"),
+        ):
+            if len({str(parse_address(a)) for a in addresses}) < 3:
+                raise ConfigError(
+                    f"the {kind} gossip ({addresses[0]}), grpc ({addresses[1]}) and peer "
+                    f"({addresses[2]}) addresses must differ"
+                )
         for seed in self.seeds:
-            _check_address("seed", seed)
+            parse_advertisable(seed, what="seed")
         if self.weight is not None and not (self.weight >= 0 and self.weight < float("inf")):
             raise ConfigError(f"weight must be a finite number >= 0, got {self.weight}")
         if self.preset not in PRESETS:
@@ -208,6 +226,21 @@ class NodeConfig:
             raise ConfigError(f"protocol_version must be in [1, 255], got {self.protocol_version}")
         if self.metadata_wait_ms < 0 or self.metadata_call_timeout_ms <= self.metadata_wait_ms:
             raise ConfigError("need 0 <= metadata_wait_ms < metadata_call_timeout_ms")
+
+    @property
+    def advertised_gossip(self) -> str:
+        """The gossip address others are told: ``advertise_gossip`` or ``gossip``."""
+        return self.advertise_gossip or self.gossip
+
+    @property
+    def advertised_grpc(self) -> str:
+        """The gRPC address clients are told: ``advertise_grpc`` or ``grpc``."""
+        return self.advertise_grpc or self.grpc
+
+    @property
+    def advertised_peer(self) -> str:
+        """The replication address others are told: ``advertise_peer`` or ``peer``."""
+        return self.advertise_peer or self.peer
 
     @classmethod
     def local(cls, data_dir: str, **changes: Any) -> NodeConfig:
@@ -228,14 +261,17 @@ class NodeConfig:
         return cls(data_dir=data_dir, **values)
 
 
-def _check_address(name: str, address: str) -> None:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{name} address must be host:port, got {address!r}")
-    if host in ("0.0.0.0", "::", "[::]"):
+def _check_addresses(name: str, listen: str, advertise: str | None) -> None:
+    """A listen address, and the advertised one if given; a wildcard listen address
+    needs an advertised one (others cannot reach a wildcard)."""
+    if advertise is not None:
+        parse_address(listen, what=f"{name} address")
+        parse_advertisable(advertise, what=f"advertise_{name} address")
+    elif parse_address(listen, what=f"{name} address").is_wildcard:
         raise ConfigError(
-            f"{name} address {address!r} is a wildcard; give the address other nodes "
-            "and clients should use"
+            f"{name} address {listen!r} is a wildcard; give the address other nodes "
+            f"and clients should use with --advertise-{name} (advertise_{name} in the "
+            "config file), or listen on that address"
         )
 
 
@@ -254,6 +290,9 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "gossip": str,
     "grpc": str,
     "peer": str,
+    "advertise_gossip": str,
+    "advertise_grpc": str,
+    "advertise_peer": str,
     "seeds": list,
     "bootstrap": bool,
     "weight": (int, float),
@@ -323,11 +362,10 @@ def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = N
     for key, value in options.items():
         if value is not None:
             values[key] = value
-    if "seeds" in values:
+    if "seeds" in values:  # "" or [] means none
         seeds = values["seeds"]
-        if isinstance(seeds, str):
-            seeds = [s for s in seeds.split(",") if s.strip()]
-        values["seeds"] = tuple(str(s).strip() for s in seeds)
+        empty = not (seeds.strip() if isinstance(seeds, str) else seeds)
+        values["seeds"] = () if empty else tuple(parse_address_list(seeds, what="seed"))
     if "weight" in values and values["weight"] is not None:
         values["weight"] = float(values["weight"])
     preset = values.pop("preset", DEFAULT_PRESET)

@@ -31,6 +31,7 @@ class ThreadedMembership:
         local: LocalMember,
         cluster_key: bytes,
         *,
+        bind_address: str | None = None,
         seeds: Sequence[str],
         incarnation: int,
         on_event: Callable[[MemberEvent], None],
@@ -39,6 +40,7 @@ class ThreadedMembership:
             "config": config,
             "local": local,
             "cluster_key": cluster_key,
+            "bind_address": bind_address,
             "seeds": seeds,
             "incarnation": incarnation,
         }

@@ -42,6 +42,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from laminar.address import parse_address
 from laminar.errors import (
     ClusterIdMismatchError,
     ConfigError,
@@ -215,10 +216,6 @@ class MemberEventRelay:
             sink(self._early.popleft())
 
 
-def _host_of(address: str) -> str:
-    return address.rpartition(":")[0]
-
-
 class Node:
     """One broker node: ``node = await Node.open(config)``, then ``await node.stop()``.
 
@@ -271,7 +268,7 @@ class Node:
             self.host.on_bundle,
             on_delivered=self.host.flush_now,
             config=config.transport,
-            local_host=_host_of(config.peer),
+            local_host=parse_address(config.peer).host,
             protocol_version=config.protocol_version,
             on_incompatible=self._refused_hello,
         )
@@ -342,13 +339,14 @@ class Node:
             config.membership,
             LocalMember(
                 node_id=NodeId(identity.node_id),
-                gossip_address=config.gossip,
-                grpc_address=config.grpc,
+                gossip_address=config.advertised_gossip,
+                grpc_address=config.advertised_grpc,
                 weight=identity.weight,
                 zone=identity.zone,
                 metadata=_gossip_metadata(config, identity.cluster_id),
             ),
             config.cluster_key.encode(),
+            bind_address=config.gossip,
             seeds=config.seeds,
             incarnation=int(time.time()),
             on_event=events,
@@ -405,10 +403,14 @@ class Node:
         )
         self.ready.set()
         _LOG.info(
-            "node %s ready: cluster %s, gossip %s, grpc %s, peer %s",
+            "node %s ready: cluster %s, gossip %s, grpc %s, peer %s "
+            "(listening on gossip %s, grpc %s, peer %s)",
             self.node_id,
             self.cluster_id,
             self.membership.local.gossip_address,
+            config.advertised_grpc,
+            config.advertised_peer,
+            config.gossip,
             config.grpc,
             config.peer,
         )
@@ -509,7 +511,7 @@ class Node:
         if node_id is None:
             return None
         if node_id == self.node_id:
-            return self.config.grpc
+            return self.config.advertised_grpc
         member = self.membership.member(node_id)
         return member.grpc_address if member is not None else None
 
@@ -938,7 +940,10 @@ class Node:
 def _gossip_metadata(
     config: NodeConfig, cluster_id: str | None, *, disk_full: bool = False
 ) -> tuple[tuple[str, str], ...]:
-    entries = [(_PEER_META, config.peer), (_PROTOCOL_META, str(config.protocol_version))]
+    entries = [
+        (_PEER_META, config.advertised_peer),
+        (_PROTOCOL_META, str(config.protocol_version)),
+    ]
     if cluster_id:
         entries.insert(0, (_CLUSTER_META, cluster_id))
     if disk_full:

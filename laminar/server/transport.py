@@ -54,8 +54,11 @@ one of three states:
   reconnects after a capped exponential backoff with jitter.
 
 Outgoing connections leave from ``local_host`` when it is given (the host of the
-node's own peer address), so that peers and firewalls see the node's address
-rather than whatever source the routing table picks (``127.0.0.1`` on loopback).
+node's own peer listen address), so that peers and firewalls see the node's address
+rather than whatever source the routing table picks (``127.0.0.1`` on loopback); a
+wildcard listen host leaves the choice to the system. A peer address may be a host
+name: each connection attempt resolves it again, so a peer that came back under
+the same name with a new IP address is reached after the next reconnect.
 
 :meth:`PeerTransport.send` never blocks and never fails for network reasons.
 Consensus tolerates loss (a lost append is retried, a lost heartbeat is superseded
@@ -102,6 +105,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final, cast
 
+from laminar.address import WILDCARD_HOSTS, parse_address
 from laminar.errors import ConfigError, InvalidInputError
 from laminar.replica.coalesce import PeerBundle
 from laminar.server.wire import NODE_ID_BYTES_MAX, WireLimits, decode_bundle, encode_bundle
@@ -285,22 +289,19 @@ def decode_hello(data: bytes | bytearray) -> tuple[str, str, int, int] | None:
     return fields[0], fields[1], version, position
 
 
-def _host_port(address: str) -> tuple[str, int]:
-    """``host:port`` (IPv6 hosts in brackets) as a host and a port number."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-_WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
+def _host_port(address: str, *, what: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets, or a host name, resolved by each connection)."""
+    parsed = parse_address(address, what=what, port_zero=True)
+    return parsed.host, parsed.port
 
 
 def _source_address(local_host: str | None) -> tuple[str, int] | None:
     """``local_addr`` for outgoing connections from ``local_host``, or None to let
     the system pick (no host, or a wildcard, which names no single address)."""
-    if local_host is None:
+    if not local_host:
         return None
     host = local_host.strip("[]")
-    return None if host in _WILDCARD_HOSTS else (host, 0)
+    return None if host in WILDCARD_HOSTS else (host, 0)
 
 
 def _set_socket_options(transport: asyncio.BaseTransport, config: TransportConfig) -> None:
@@ -567,7 +568,7 @@ class PeerTransport:
 
     async def listen(self, address: str) -> None:
         """Accept peers' connections on ``address`` (``host:port``)."""
-        host, port = _host_port(address)
+        host, port = _host_port(address, what="peer listen address")
         self._server = await asyncio.get_running_loop().create_server(
             lambda: _ReceiverProtocol(self), host, port, reuse_address=True
         )
@@ -752,7 +753,7 @@ class PeerTransport:
         loop = asyncio.get_running_loop()
         closed: asyncio.Future[None] = loop.create_future()
         try:
-            host, port = _host_port(link.address)
+            host, port = _host_port(link.address, what="peer address")
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel.
             async with asyncio.timeout(self.config.connect_timeout_ms / 1000):
                 writer, _ = await loop.create_connection(
@@ -761,7 +762,7 @@ class PeerTransport:
                     port,
                     local_addr=self._source_address,
                 )
-        except (OSError, TimeoutError, ValueError) as error:
+        except (OSError, TimeoutError, ValueError) as error:  # ValueError: a bad address
             _LOG.debug("peer unreachable node=%s peer=%s: %s", self.node_id, link.peer_id, error)
             return
         if link.closed:  # retired while connecting: _disconnect missed this connection

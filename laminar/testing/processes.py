@@ -278,7 +278,8 @@ def write_every_partition_after_kill(
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` now (the kernel's pick; another process may take it
     before the caller binds it, which a caller retries)."""
-    with socket.socket() as listener:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as listener:
         listener.bind((host, 0))
         port: int = listener.getsockname()[1]
         return port

@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
+from laminar.address import parse_address
 from laminar.membership import config as presets
 from laminar.membership import shell
 from laminar.membership.core import LocalMember
 from laminar.membership.member import EventKind, MemberEvent, MemberState, NodeId
-from laminar.membership.shell import MembershipNode, parse_address
+from laminar.membership.shell import MembershipNode
 
 KEY = b"shell-test-key"
 HOSTS = ("127.0.0.2", "127.0.0.3")
@@ -55,7 +56,8 @@ async def scenario() -> None:
         assert b.core.joined
 
         # Garbage over UDP and TCP is dropped and counted; the node carries on.
-        host, port = parse_address(a.local.gossip_address)
+        address = parse_address(a.local.gossip_address)
+        host, port = address.host, address.port
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
             udp.sendto(b"\x00" * 40, (host, port))
             udp.sendto(b"x", (host, port))
@@ -104,7 +106,7 @@ def test_gossip_leaves_from_the_node_address(monkeypatch: pytest.MonkeyPatch) ->
     seen.update({("tcp", h): set() for h in HOSTS})
 
     def host_of(node: MembershipNode) -> str:
-        return parse_address(node.local.gossip_address)[0]
+        return parse_address(node.local.gossip_address).host
 
     original_datagram = shell._DatagramEndpoint.datagram_received
     original_connection = MembershipNode._on_connection
@@ -152,3 +154,76 @@ def test_gossip_leaves_from_the_node_address(monkeypatch: pytest.MonkeyPatch) ->
         ("tcp", HOSTS[0]): {HOSTS[1]},
         ("tcp", HOSTS[1]): {HOSTS[0]},
     }
+
+
+async def moving_scenario(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``b`` gossips the name ``b.test``; it stops and comes back with a new
+    incarnation on another address under the same name. ``a`` resolves the name
+    again (the cache lasts RESOLVE_TTL_S) and finds it."""
+    monkeypatch.setattr(shell, "RESOLVE_TTL_S", 0.2)
+    loop = asyncio.get_running_loop()
+    names = {"b.test": "127.0.0.4"}
+    lookups: list[str] = []
+    real_getaddrinfo = loop.getaddrinfo
+
+    async def getaddrinfo(host: object, port: object, **kwargs: object) -> list[object]:
+        if isinstance(host, str) and host in names:
+            lookups.append(names[host])
+            host = names[host]
+        return await real_getaddrinfo(host, port, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.4", 0))
+        port = probe.getsockname()[1]
+
+    def b_at(host: str, incarnation: int) -> MembershipNode:
+        return MembershipNode(
+            presets.local(),
+            LocalMember(NodeId("b"), f"b.test:{port}", "b.test:9002", 1.0, ""),
+            KEY,
+            bind_address=f"{host}:{port}",
+            seeds=[a.local.gossip_address],
+            incarnation=incarnation,
+        )
+
+    a = MembershipNode(
+        presets.local(), LocalMember(NodeId("a"), "127.0.0.1:0", "127.0.0.1:9001", 1.0, ""), KEY
+    )
+    await a.start()
+    b = b_at("127.0.0.4", 1)
+    await b.start()
+    try:
+        assert b.local.gossip_address == f"b.test:{port}"  # advertised, not bound
+        await wait_until(lambda: state_of(a, "b") is MemberState.ALIVE, "a sees b")
+        # a probes b over UDP, through the name resolved to b's first address.
+        await wait_until(lambda: a.counters().get("probes", 0) >= 3, "a to probe b")
+        assert lookups and set(lookups) == {"127.0.0.4"}
+        assert not a.counters().get("probes_failed")
+        await b.stop(leave=False)
+        names["b.test"] = "127.0.0.5"
+        b = b_at("127.0.0.5", 1_000)
+        await b.start()
+        await wait_until(
+            lambda: (
+                (member := a.core.member(NodeId("b"))) is not None
+                and member.incarnation >= 1_000
+                and member.state is MemberState.ALIVE
+            ),
+            "a to see b's new incarnation",
+        )
+        await wait_until(lambda: "127.0.0.5" in lookups, "a to resolve b.test again")
+        # a's probes of b (its only member) now reach b at its new address.
+        probes, failed = a.counters().get("probes", 0), a.counters().get("probes_failed", 0)
+        await wait_until(lambda: a.counters().get("probes", 0) >= probes + 5, "a to probe b")
+        assert a.counters().get("probes_failed", 0) <= failed + 1  # one was under way
+        assert state_of(a, "b") is MemberState.ALIVE
+    finally:
+        await b.stop(leave=False)
+        await a.stop(leave=False)
+
+
+def test_a_member_back_under_its_name_at_a_new_address_is_found_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asyncio.run(moving_scenario(monkeypatch))

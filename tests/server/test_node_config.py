@@ -31,6 +31,44 @@ def test_options_override_file_override_preset(tmp_path: Path) -> None:
     assert config.replica.election_timeout_min_ms == ReplicaConfig.lan().election_timeout_min_ms
 
 
+def test_advertised_addresses_default_to_the_listen_addresses() -> None:
+    config = build_config({"data_dir": "d", "grpc": "10.0.0.9:7100"})
+    assert config.advertised_grpc == "10.0.0.9:7100"
+    assert config.advertised_gossip == config.gossip == "127.0.0.1:7000"
+    assert config.advertised_peer == config.peer
+
+
+def test_wildcard_listen_with_advertised_addresses_options_over_file(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        'data_dir = "/data"\ngossip = "0.0.0.0:7000"\ngrpc = "[::]:7100"\n'
+        'peer = "0.0.0.0:7200"\nadvertise_gossip = "node3.example:7000"\n'
+        'advertise_grpc = "node3.example:7100"\nadvertise_peer = "node3.example:7200"\n'
+        'seeds = ["node1.example:7000", "[2001:db8::1]:7000"]\n'
+    )
+    config = build_config({"advertise_grpc": "[2001:db8::3]:7100"}, load_toml(str(path)))
+    assert config.grpc == "[::]:7100" and config.advertised_grpc == "[2001:db8::3]:7100"
+    assert config.gossip == "0.0.0.0:7000"
+    assert config.advertised_gossip == "node3.example:7000"
+    assert config.advertised_peer == "node3.example:7200"
+    assert config.seeds == ("node1.example:7000", "[2001:db8::1]:7000")
+
+
+def test_wildcard_error_names_the_advertise_option() -> None:
+    with pytest.raises(ConfigError, match="--advertise-peer"):
+        build_config({"data_dir": "d", "peer": "0.0.0.0:7200"})
+
+
+def test_node_start_help_documents_advertised_addresses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["node", "start", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for name in ("gossip", "grpc", "peer"):
+        assert f"--advertise-{name} HOST:PORT" in out
+    assert "needs --advertise-" in out and "a host name or an address" in out
+
+
 def test_seeds_from_a_comma_list() -> None:
     config = build_config({"data_dir": "d", "seeds": "127.0.0.1:1, 127.0.0.2:2"})
     assert config.seeds == ("127.0.0.1:1", "127.0.0.2:2")
@@ -42,7 +80,19 @@ def test_seeds_from_a_comma_list() -> None:
         ({}, "data-dir"),
         ({"data_dir": "d", "grpc": "nohost"}, "host:port"),
         ({"data_dir": "d", "grpc": "0.0.0.0:7100"}, "wildcard"),
-        ({"data_dir": "d", "gossip": "h:70000"}, "host:port"),
+        ({"data_dir": "d", "gossip": "h:70000"}, r"port must be a number in \[1, 65535\]"),
+        ({"data_dir": "d", "grpc": "::1:7100"}, "brackets"),
+        ({"data_dir": "d", "grpc": "0.0.0.0:7100", "advertise_grpc": "[::]:7100"}, "wildcard"),
+        ({"data_dir": "d", "advertise_peer": "bad host:7200"}, "not an IPv4 address"),
+        ({"data_dir": "d", "seeds": "0.0.0.0:7000"}, "seed .* wildcard"),
+        (
+            {
+                "data_dir": "d",
+                "advertise_peer": "n1.example:7100",
+                "advertise_grpc": "n1.example:7100",
+            },
+            "advertised .* must differ",
+        ),
         ({"data_dir": "d", "peer": "h"}, "host:port"),
         ({"data_dir": "d", "peer": "127.0.0.1:7100"}, "must differ"),
         ({"data_dir": "d", "weight": -1.0}, "weight"),
