@@ -325,7 +325,7 @@ NOT_IN_FILE: dict[str, dict[str, str]] = {
         "fsync_interval_ms": "the node fsyncs each write itself: see the top-level fsync key",
         "retention_bytes": "retention is set per topic (laminar topic create --retention-bytes)",
         "retention_ms": "retention is set per topic (laminar topic create --retention-ms)",
-    }
+    },
 }
 """Fields of a part's config that a node sets itself: refused in the file, with why."""
 _EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
