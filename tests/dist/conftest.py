@@ -33,6 +33,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.dist)
 
 
+def clip(text: str, chars: int = 3000) -> str:
+    """The start and the end of a long output (a JVM stack can hide the message)."""
+    if len(text) <= 2 * chars:
+        return text
+    return f"{text[:chars]}\n[...]\n{text[-chars:]}"
+
+
 @dataclass(frozen=True)
 class Venv:
     """A venv with the wheel installed, and a working directory outside the checkout."""
@@ -75,8 +82,8 @@ class Venv:
         )
         if check and result.returncode != 0:
             raise AssertionError(
-                f"{command} exited {result.returncode}\nstdout:\n{result.stdout[-4000:]}"
-                f"\nstderr:\n{result.stderr[-4000:]}"
+                f"{command} exited {result.returncode}\nstdout:\n{clip(result.stdout)}"
+                f"\nstderr:\n{clip(result.stderr)}"
             )
         return result
 

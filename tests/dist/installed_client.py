@@ -94,7 +94,12 @@ def spark_read(servers: str, topic: str, values: list[bytes]) -> int:
                 .load()
             )
 
-        columns = frame().columns
+        try:
+            columns = frame().columns
+        except Exception as error:  # Spark's message, without the JVM's stack
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            head = " ".join(lines[:2])  # py4j's "while calling ...", then Spark's error
+            raise SystemExit(f"spark.read.format('laminar') failed: {head}") from None
         assert columns[:2] == ["key", "value"], columns
 
         def read_all() -> bool:
@@ -119,8 +124,8 @@ def main(argv: list[str]) -> int:
     values = produce_and_consume(servers, topic, count)
     report["consumed"] = len(values)
     if spark:
-        report["pyspark_laminar"] = installed_from("pyspark_laminar")
         report["spark_read"] = spark_read(servers, topic, values)
+        report["pyspark_laminar"] = installed_from("pyspark_laminar")
     print(json.dumps(report), flush=True)
     return 0
 
