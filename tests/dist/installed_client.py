@@ -12,24 +12,14 @@ import json
 import sys
 import sysconfig
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from laminar_client import Client, Consumer, Producer
+
+from laminar.testing.processes import wait_for
+
 DEADLINE_S = 120.0
-
-
-def wait_for(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except Exception as error:  # a condition may fail while things settle
-            last_error = error
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out waiting for {what} ({last_error})")
 
 
 def installed_from(module_name: str) -> str:
@@ -43,8 +33,6 @@ def installed_from(module_name: str) -> str:
 
 
 def produce_and_consume(servers: str, topic: str, count: int) -> list[bytes]:
-    from laminar_client import Client, Consumer, Producer
-
     with Client(servers) as client:
         client.create_topic(topic, 3, 3)
 
@@ -52,7 +40,7 @@ def produce_and_consume(servers: str, topic: str, count: int) -> list[bytes]:
             found = client.metadata(refresh=True).topics.get(topic)
             return found is not None and all(p.leader for p in found.partitions)
 
-        wait_for(led, f"every partition of {topic} to have a leader")
+        wait_for(led, DEADLINE_S, f"every partition of {topic} to have a leader")
     values = [f"value-{i}".encode() for i in range(count)]
     with Producer(servers, acks="all") as producer:
         futures = [
@@ -73,7 +61,7 @@ def produce_and_consume(servers: str, topic: str, count: int) -> list[bytes]:
 
 
 def spark_read(servers: str, topic: str, values: list[bytes]) -> int:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # not in a [client] install
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -108,7 +96,8 @@ def spark_read(servers: str, topic: str, values: list[bytes]) -> int:
             rows = frame().select("value").collect()
             return sorted(bytes(row.value) for row in rows) == sorted(values)
 
-        wait_for(read_all, f"spark.read.format('laminar') to return the {len(values)} records")
+        what = f"spark.read.format('laminar') to return the {len(values)} records"
+        wait_for(read_all, DEADLINE_S, what)
     finally:
         spark.stop()
     return len(values)
