@@ -51,6 +51,19 @@ def test_import_laminar_client_loads_no_server_spark_or_arrow(tmp_path: Path) ->
     assert {package: found for package, found in loaded.items() if found} == {}
 
 
+def test_the_spark_connector_loads_no_server(tmp_path: Path) -> None:
+    """``laminar[spark]`` without ``[server]`` is enough: no module of the connector
+    (the offline reader included: it needs only the segment format) loads the node or
+    what only the ``server`` extra installs."""
+    modules = loaded_modules(
+        "import pyspark_laminar, laminar_spark.offline, laminar_spark.reader, "
+        "laminar_spark.stream, laminar_spark.writer, laminar_spark.producing",
+        tmp_path,
+    )
+    assert "pyspark" in modules and "laminar_spark.offline" in modules
+    assert sorted(under(modules, "laminar.server") | under(modules, "uvloop")) == []
+
+
 def test_the_arrow_conversion_still_loads_numpy_when_asked(tmp_path: Path) -> None:
     """The lazy import is where it is used: ``to_arrow`` still gets numpy and pyarrow."""
     modules = loaded_modules(
