@@ -5,12 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONNECT_STAMP := $(VENV)/.installed-spark-connect
 
-.PHONY: install check test test-spark-cluster bench bench-peers demo clean lint typecheck generated-check
+.PHONY: install check test test-spark-cluster test-dist dist bench bench-peers demo clean lint typecheck generated-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	$(BIN)/pip install --quiet -e '.[dev,server,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,17 +28,29 @@ generated-check: $(STAMP)
 check: lint typecheck generated-check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not chaos and not multihost and not spark_cluster and not disk_full"
+	$(BIN)/python -m pytest -q -m "not chaos and not multihost and not spark_cluster and not disk_full and not dist"
 
 # The connector on a Spark standalone cluster (Master, Worker, executor JVMs) and through
 # Spark Connect, in a pytest process of its own (a process has one SparkSession). The
 # Connect client's packages are the `spark-connect` extra, installed for this tier only.
 $(CONNECT_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,spark,spark-connect]'
+	$(BIN)/pip install --quiet -e '.[dev,server,spark,spark-connect]'
 	touch $(CONNECT_STAMP)
 
 test-spark-cluster: $(CONNECT_STAMP)
 	$(BIN)/python -m pytest -q -m spark_cluster tests/spark_cluster
+
+# The sdist and the wheel (one distribution: laminar, laminar_client, laminar_spark,
+# pyspark_laminar) into dist/, built in an isolated environment by `python -m build`.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+# The wheel installed into fresh venvs outside the checkout ([server,spark] and
+# [client]): nodes from the `laminar` entry point, a client, Spark without a register
+# call; and the systemd unit through systemd-analyze verify (tests/dist, marker `dist`).
+test-dist: $(STAMP)
+	$(BIN)/python -m pytest -q -m dist tests/dist
 
 demo: $(STAMP)
 	scripts/demo.sh

@@ -89,7 +89,6 @@ from laminar.records import (
 )
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread
-from laminar_client.arrow import columns_to_arrow
 from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.groups import GroupOptions, GroupSession, Hook
 from laminar_client.retry import RetryPolicy
@@ -265,6 +264,10 @@ class ConsumerBatch(Generic[_K, _V]):
         """The records as a ``pyarrow.RecordBatch`` (schema:
         :func:`laminar_client.arrow.arrow_schema`); keys and values stay bytes, not
         deserialized."""
+        # Imported here: the Arrow module loads numpy (some 50 ms), which a client
+        # that never asks for Arrow should not pay at import.
+        from laminar_client.arrow import columns_to_arrow
+
         if self._view is None:
             self._view = column_view(self._batch, verify=False)
         return columns_to_arrow(

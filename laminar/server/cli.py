@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import dataclasses
 import gc
+import importlib.util
 import logging
 import os
 import signal
@@ -26,6 +27,11 @@ from laminar.tuning import raise_open_files_limit, tune_allocator, tune_grpc, tu
 
 _T = TypeVar("_T")
 _LOG = logging.getLogger(__name__)
+
+SERVER_MODULES = ("grpc_health", "grpc_reflection")
+"""What a node imports beyond the client's dependencies: the ``laminar[server]`` extra
+(uvloop, the extra's third package, is optional: without it the node runs on asyncio's
+own loop)."""
 
 
 def register(subparsers: Any) -> None:
@@ -166,7 +172,20 @@ def run_loop(main: Coroutine[Any, Any, _T]) -> _T:
     return uvloop.run(main)
 
 
+def missing_server_modules() -> list[str]:
+    """The :data:`SERVER_MODULES` not installed (a ``laminar[client]`` install)."""
+    return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+
+
 def _start(args: argparse.Namespace) -> int:
+    missing = missing_server_modules()
+    if missing:
+        print(
+            f"laminar node: a node needs the server's dependencies, not installed here "
+            f"({', '.join(missing)}): pip install 'laminar[server]'",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

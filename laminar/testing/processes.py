@@ -1,6 +1,7 @@
 """Real broker node processes on loopback, for integration tests and benchmarks.
 
-:class:`ProcessCluster` starts ``python -m laminar.server node start`` processes,
+:class:`ProcessCluster` starts ``python -m laminar.server node start`` processes (or
+another launcher's, e.g. an installed ``laminar`` entry point),
 node ``i`` on its own loopback address ``127.0.0.<base + i>`` (gossip, gRPC and
 peer replication on fixed ports there), with data and logs under a directory it
 owns. It waits on conditions with deadlines (a node is up when its gRPC Metadata
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,9 +86,24 @@ class ProcessCluster:
     """Broker processes on 127.0.0.x; use as a context manager."""
 
     def __init__(
-        self, root: Path, *, host_base: int = 0, preset: str = "local", fsync: bool = True
+        self,
+        root: Path,
+        *,
+        host_base: int = 0,
+        preset: str = "local",
+        fsync: bool = True,
+        launcher: Sequence[str] = (),
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """``launcher``: the command before ``node start ...`` (default: this
+        interpreter's ``python -m laminar.server``); ``cwd`` and ``env``: the nodes'
+        working directory and environment (default: the caller's), e.g. where no
+        checkout can shadow an installed ``laminar``."""
         self.root = root
+        self.launcher = tuple(launcher) or (sys.executable, "-m", "laminar.server")
+        self.cwd = cwd
+        self.env = None if env is None else dict(env)
         self.preset = preset
         self.fsync = fsync
         self.host_base = host_base or _free_host_base()
@@ -125,9 +141,7 @@ class ProcessCluster:
     def start(self, node: NodeProcess, *, bootstrap: bool = False) -> None:
         assert not node.running
         command = [
-            sys.executable,
-            "-m",
-            "laminar.server",
+            *self.launcher,
             "node",
             "start",
             "--data-dir",
@@ -158,7 +172,12 @@ class ProcessCluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **node.env} if node.env else None,
+            cwd=self.cwd,
+            env=(
+                {**(self.env if self.env is not None else os.environ), **node.env}
+                if node.env
+                else self.env
+            ),
         )
         log.close()
 
