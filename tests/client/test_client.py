@@ -129,7 +129,16 @@ def test_retries_stop_at_deadline(cluster: FakeCluster) -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    client = make_client(cluster, retry=policy, clock=lambda: now[0], sleep=sleep)
+    class RealTimeouts(Transport):
+        """Each call gets 5 s of real time: the manual deadline's last milliseconds
+        would otherwise be real gRPC deadlines, which a loaded machine misses."""
+
+        def call(self, address, method, request, response_type, *, timeout_s):  # type: ignore[no-untyped-def]
+            return super().call(address, method, request, response_type, timeout_s=5.0)
+
+    client = make_client(
+        cluster, retry=policy, clock=lambda: now[0], sleep=sleep, transport=RealTimeouts()
+    )
     with client, pytest.raises(UnavailableError):
         client.produce("t", 0, batch(b"x"), timeout_s=0.3)
     # Backoffs of 10-20 ms (jittered) within 0.3 s: between 15 and 31 attempts.
