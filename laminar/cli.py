@@ -352,24 +352,7 @@ def _add_cluster_commands(commands: Any) -> None:
     zone.add_argument("zone", help="zone label")
     zone.set_defaults(handler=_cluster_set_zone)
 
-    maintenance = actions.add_parser(
-        "maintenance",
-        help="put a node in maintenance before a long stop, or take it out",
-        description=(
-            "enter: the node hands its leaderships to in-sync replicas and leads "
-            "nothing, and while it is down its replicas stay (they are not re-placed "
-            "and re-copied) for up to the nodes' maintenance_grace_ms (4 hours by "
-            "default) instead of replica_move_grace_ms; when it returns it catches up "
-            "from where it was. The state is in the cluster metadata: it holds while "
-            "the node is down, and is shown by `cluster status`. exit: the node may "
-            "lead again (it gets its preferred leaderships back) and a stop is treated "
-            "as any failure again. Only exit clears it. Drain (weight 0) is for a node "
-            "that goes away for good: its replicas move."
-        ),
-    )
-    maintenance.add_argument("change", choices=("enter", "exit"), help="enter or exit")
-    maintenance.add_argument("node", help="node id or gRPC address (the node may be down)")
-    maintenance.set_defaults(handler=_cluster_maintenance)
+    add_maintenance_command(actions)
 
     rolling = actions.add_parser(
         "rolling-restart",
@@ -1073,6 +1056,30 @@ def _bytes(count: int) -> str:
             return f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+def add_maintenance_command(actions: Any) -> None:
+    """``maintenance enter|exit NODE`` under ``actions`` (``laminar cluster`` and,
+    as the issue and operators name it, ``laminar node``)."""
+    maintenance = actions.add_parser(
+        "maintenance",
+        help="put a node in maintenance before a long stop, or take it out",
+        description=(
+            "enter: the node hands its leaderships to in-sync replicas and leads "
+            "nothing, and while it is down its replicas stay (they are not re-placed "
+            "and re-copied) for up to the nodes' maintenance_grace_ms (4 hours by "
+            "default) instead of replica_move_grace_ms; when it returns it catches up "
+            "from where it was. The state is in the cluster metadata: it holds while "
+            "the node is down, and is shown by `cluster status`. exit: the node may "
+            "lead again (it gets its preferred leaderships back) and a stop is treated "
+            "as any failure again. Only exit clears it. Drain (weight 0) is for a node "
+            "that goes away for good: its replicas move. `laminar node maintenance` "
+            "and `laminar cluster maintenance` are the same command."
+        ),
+    )
+    maintenance.add_argument("change", choices=("enter", "exit"), help="enter or exit")
+    maintenance.add_argument("node", help="node id or gRPC address (the node may be down)")
+    maintenance.set_defaults(handler=_cluster_maintenance)
 
 
 def _cluster_maintenance(args: argparse.Namespace) -> int:

@@ -620,3 +620,11 @@ def test_topic_create_leaves_unset_settings_to_the_cluster(cluster: FakeCluster,
     )
     assert run(cluster, "topic", "create", "bad", "--retention-ms", "0") == 1
     assert "--retention-ms must be > 0 or -1" in capsys.readouterr().err
+
+
+def test_node_maintenance_is_the_cluster_maintenance_command() -> None:
+    parser = cli.build_parser()
+    for group in ("node", "cluster"):
+        args = parser.parse_args([group, "maintenance", "enter", "n1"])
+        assert args.handler is cli._cluster_maintenance
+        assert (args.change, args.node) == ("enter", "n1")

@@ -35,9 +35,15 @@ own loop)."""
 
 
 def register(subparsers: Any) -> None:
-    """Add ``node start`` and ``node config`` to the ``laminar`` command's subparsers."""
-    node = subparsers.add_parser("node", help="run a broker node")
+    """Add ``node start``, ``node config`` and ``node maintenance`` to the ``laminar``
+    command's subparsers."""
+    node = subparsers.add_parser("node", help="run a broker node, or put one in maintenance")
     node_commands = node.add_subparsers(dest="node_command", required=True)
+    # The client-side command, where an operator looks for it too (laminar.cli is
+    # loaded: it is what calls this function).
+    from laminar.cli import add_maintenance_command
+
+    add_maintenance_command(node_commands)
     start = node_commands.add_parser(
         "start",
         help="start a node in the foreground",
