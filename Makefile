@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONNECT_STAMP := $(VENV)/.installed-spark-connect
 
-.PHONY: install check test test-spark-cluster test-dist dist bench bench-peers demo clean lint typecheck generated-check
+.PHONY: install check test test-spark-cluster test-guide test-dist dist bench bench-peers demo clean lint typecheck generated-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ generated-check: $(STAMP)
 check: lint typecheck generated-check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not chaos and not multihost and not spark_cluster and not disk_full and not dist"
+	$(BIN)/python -m pytest -q -m "not chaos and not multihost and not spark_cluster and not disk_full and not dist and not guide"
 
 # The connector on a Spark standalone cluster (Master, Worker, executor JVMs) and through
 # Spark Connect, in a pytest process of its own (a process has one SparkSession). The
@@ -49,6 +49,11 @@ dist: $(STAMP)
 # The wheel installed into fresh venvs outside the checkout ([server,spark] and
 # [client]): nodes from the `laminar` entry point, a client, Spark without a register
 # call; and the systemd unit through systemd-analyze verify (tests/dist, marker `dist`).
+# Every command of docs/operations.md, in order, against three lan-preset nodes on
+# loopback (tests/test_operations_guide.py, marker `guide`, about 70 s).
+test-guide: $(STAMP)
+	$(BIN)/python -m pytest -q -m guide tests/test_operations_guide.py
+
 test-dist: $(STAMP)
 	$(BIN)/python -m pytest -q -m dist tests/dist
 

@@ -71,7 +71,7 @@ def test_the_guide_marks_its_skipped_blocks_with_a_reason() -> None:
     assert "```bash" not in GUIDE.read_text() and "```shell" not in GUIDE.read_text()
 
 
-@pytest.mark.slow  # about 70 s: three nodes with the lan preset, restarted four times
+@pytest.mark.guide  # about 70 s: three nodes with the lan preset, restarted four times
 def test_every_command_of_the_operations_guide_runs(tmp_path: Path) -> None:
     base = _free_host_base()
     hosts = {
