@@ -231,6 +231,17 @@ class _Deadline:
         return self._at_s - self._clock()
 
 
+def leader_moved_error(
+    address: str, method: str, moved: str, keys: Sequence[tuple[str, int]]
+) -> LeaderMovedError:
+    """The error for an attempt abandoned because ``moved`` leads now."""
+    topic, partition = keys[0]
+    return LeaderMovedError(
+        f"{address}: no answer to {method} while {moved} leads {topic}/{partition} "
+        "now: abandoned (it may have been written)"
+    )
+
+
 def cluster_unreachable(reasons: dict[str, str]) -> ClusterUnreachableError:
     """The error for bootstrap addresses that all refused (address -> reason)."""
     listed = ", ".join(f"{address} ({reason})" for address, reason in reasons.items())
@@ -853,10 +864,7 @@ class Client:
             )
             if moved is not None:
                 pending.cancel()
-                raise LeaderMovedError(
-                    f"{address}: no answer to {method} while {moved} leads "
-                    f"{keys[0][0]}/{keys[0][1]} now: abandoned (it may have been written)"
-                )
+                raise leader_moved_error(address, method, moved, keys)
             wait_s = LEADER_CHECK_INTERVAL_S
 
     # ------------------------------------------------------------------ fetch

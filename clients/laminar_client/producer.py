@@ -56,7 +56,6 @@ from laminar.errors import (
     ClientClosedError,
     InvalidInputError,
     LaminarError,
-    LeaderMovedError,
     NoAnswerError,
     NotLeaderError,
     OutOfOrderSequenceError,
@@ -81,6 +80,7 @@ from laminar_client.client import (
     UNKNOWN_TOPIC_WAIT_S,
     AcksMode,
     Client,
+    leader_moved_error,
 )
 from laminar_client.metadata import ClusterMetadata
 from laminar_client.partitioner import StickyPartitioner, key_partition
@@ -934,10 +934,7 @@ class _Core:
                     self._client.cache.leader_moved, keys, address, min(remaining_s, 1.0)
                 )
                 if moved is not None:
-                    raise LeaderMovedError(
-                        f"{address}: no answer to {method} while {moved} leads "
-                        f"{keys[0][0]}/{keys[0][1]} now: abandoned (it may have been written)"
-                    )
+                    raise leader_moved_error(address, method, moved, keys)
         finally:
             if not pending.done():
                 pending.cancel()

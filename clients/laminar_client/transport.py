@@ -121,13 +121,7 @@ class Transport:
         timeout_s: float,
     ) -> _R:
         """Call ``Laminar/<method>`` on ``address`` with a deadline of ``timeout_s``."""
-        if timeout_s <= 0:
-            raise RequestTimeoutError(f"deadline passed before calling {method} on {address}")
-        callable_ = self.channel(address).unary_unary(
-            SERVICE_PATH + method,
-            request_serializer=serialize,
-            response_deserializer=response_type.FromString,
-        )
+        callable_ = self._callable(address, method, response_type, timeout_s)
         try:
             response: _R = callable_(request, timeout=timeout_s)
         except grpc.RpcError as rpc_error:
@@ -144,14 +138,19 @@ class Transport:
         timeout_s: float,
     ) -> PendingCall[_R]:
         """Start the call :meth:`call` makes, without waiting for it."""
+        callable_ = self._callable(address, method, response_type, timeout_s)
+        return PendingCall(address, callable_.future(request, timeout=timeout_s))
+
+    def _callable(
+        self, address: str, method: str, response_type: type[_R], timeout_s: float
+    ) -> Any:
         if timeout_s <= 0:
             raise RequestTimeoutError(f"deadline passed before calling {method} on {address}")
-        callable_ = self.channel(address).unary_unary(
+        return self.channel(address).unary_unary(
             SERVICE_PATH + method,
             request_serializer=serialize,
             response_deserializer=response_type.FromString,
         )
-        return PendingCall(address, callable_.future(request, timeout=timeout_s))
 
     def close(self) -> None:
         """Close every channel; later calls raise."""
