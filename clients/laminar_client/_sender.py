@@ -14,7 +14,12 @@ the last one written — ``OUT_OF_ORDER_SEQUENCE``, so that batch was certainly 
 written — and accepts any sequence from a producer it does not know):
 
 - **Normal**: up to ``max_in_flight`` (≤ 5, the broker's window) batches in flight,
-  stamped in order with consecutive sequences of one producer id (a *lineage*).
+  stamped in order with consecutive sequences of one producer id (a *lineage*),
+  counted from the oldest unresolved batch: answers cross on the wire, and an
+  acknowledgement of a later batch frees no slot while an earlier one is
+  unresolved (else a written batch whose answer failed could fall out of the
+  broker's window before its retry, be refused as out of order, and be
+  restamped and written twice).
 - **A new lineage** (the first one, or after a restamp) sends one batch and waits
   for its acknowledgement before it pipelines: until the broker knows the producer
   id it accepts any sequence, so a later batch overtaking a failed first one would
@@ -159,6 +164,9 @@ class PartitionSender(Generic[B]):
         self.restamps = 0
         self._acked_end = 0
         self._alone: B | None = None  # the batch resent alone in recovery, if any
+        # The lineage's batches in the order they were stamped, from the oldest
+        # unresolved one on (see _span; those before it are dropped as it advances).
+        self._stamped: deque[B] = deque()
 
     # ------------------------------------------------------------------ state
 
@@ -201,7 +209,7 @@ class PartitionSender(Generic[B]):
                     break  # a lineage starts only when the previous one is resolved
                 self._new_lineage()
             limit = self.max_in_flight if self._lineage_confirmed else 1
-            if len(self._unresolved) >= limit:
+            if self._span() >= limit:
                 break
             batch = self._queue.popleft()
             self._stamp_new(batch)
@@ -301,6 +309,20 @@ class PartitionSender(Generic[B]):
     def _is_head(self, batch: B) -> bool:
         return bool(self._unresolved) and self._unresolved[0] is batch
 
+    def _span(self) -> int:
+        """How many batches were stamped from the oldest unresolved one on, that one
+        included. Answers cross on the wire, so an acknowledgement of a later batch
+        frees no slot while an earlier one is unresolved: the broker remembers the
+        last 5 batches written, and with more written after it, a batch that was
+        written but whose answer failed would be refused as out of order on its retry
+        (not recognised), then restamped and written twice."""
+        if not self._unresolved:
+            return 0
+        head = self._unresolved[0]
+        while self._stamped and self._stamped[0] is not head:
+            self._stamped.popleft()  # resolved: before the oldest unresolved batch
+        return len(self._stamped) if self._stamped else len(self._unresolved)
+
     def _remove(self, batch: B) -> None:
         with contextlib.suppress(ValueError):
             self._unresolved.remove(batch)
@@ -317,6 +339,7 @@ class PartitionSender(Generic[B]):
             return
         batch.stamp(self.producer_id, self._next_sequence)
         self._next_sequence += batch.record_count
+        self._stamped.append(batch)
 
     def _new_lineage(self) -> None:
         assert self._new_producer_id is not None
@@ -324,6 +347,7 @@ class PartitionSender(Generic[B]):
         self._next_sequence = 0
         self._acked_end = 0  # the sequence after the lineage's acknowledged batches
         self._lineage_confirmed = False
+        self._stamped.clear()
 
     def _restamp_unresolved(self) -> None:
         """The oldest unresolved batch is certainly unwritten, and so is every later
@@ -335,3 +359,4 @@ class PartitionSender(Generic[B]):
         for batch in self._unresolved:
             batch.stamp(self.producer_id, self._next_sequence)
             self._next_sequence += batch.record_count
+            self._stamped.append(batch)

@@ -663,3 +663,35 @@ def test_fail_all_spares_batches_in_an_attempt() -> None:
 )
 def test_verdicts(error: BaseException, expected: Verdict) -> None:
     assert verdict(error) is expected
+
+
+def test_an_acknowledgement_overtaking_an_older_attempt_frees_no_slot() -> None:
+    """Answers cross on the wire: batch 1 is written, batch 2's acknowledgement
+    arrives first, and batch 1's answer is lost. Had batch 2's answer freed a slot,
+    batch 6 would go out and push batch 1 out of the broker's window of 5: its retry
+    would be refused as out of order although written, restamped, and written twice
+    (seen once under load in the producer's written-then-failed test)."""
+    sender = make_sender(5)
+    broker = Broker()
+    batches = [FakeBatch(i) for i in range(12)]
+    confirmed_lineage(sender, broker, batches)
+    attempts = send_all(sender)
+    assert [a.batch.ident for a in attempts] == [1, 2, 3, 4, 5]
+    broker.apply(attempts[0])  # batch 1 written; its answer is still on the way
+    deliver(sender, broker, attempts[1])
+    assert send_all(sender) == []  # batch 1 unresolved: no sixth batch
+    for attempt in attempts[2:]:
+        deliver(sender, broker, attempt)
+        assert send_all(sender) == []
+    sender.failed(attempts[0].batch, AttemptTimeoutError("answer lost"))
+    (retry,) = send_all(sender)
+    assert retry == attempts[0]
+    deliver(sender, broker, retry)
+    assert attempts[0].batch.outcome == ("ok", 1)  # recognised: its original offset
+    pending = send_all(sender)
+    while pending:
+        deliver(sender, broker, pending.pop(0))
+        pending += send_all(sender)
+    assert sender.idle and sender.restamps == 0
+    check_log(broker, batches)
+    assert [e.ident for e in broker.log] == list(range(12))
