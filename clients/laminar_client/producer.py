@@ -56,6 +56,7 @@ from laminar.errors import (
     ClientClosedError,
     InvalidInputError,
     LaminarError,
+    LeaderMovedError,
     NoAnswerError,
     NotLeaderError,
     OutOfOrderSequenceError,
@@ -975,6 +976,11 @@ class _Core:
                 # costs little; backing off up to a second made the batches of a
                 # failed node's partitions wait that long after the election.
                 electing = True
+        elif isinstance(error, LeaderMovedError):
+            # Abandoned for a new leader the refreshed metadata names: go there now.
+            # Nothing against the node (it may be a replica holding the write
+            # through an election): it is not skipped.
+            redirect = True
         elif isinstance(error, NoAnswerError) and address is not None:
             cache.node_failed(address)
             redirect = batch.retries == 0
