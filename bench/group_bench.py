@@ -865,16 +865,23 @@ def compaction_label(commits: int) -> str:
 
 
 def call_any(cluster: ProcessCluster, method: str, request: Any, timeout_s: float = 5) -> Any:
-    """One call to whichever node answers it (a NOT_LEADER answer moves on)."""
+    """One call to whichever node answers it (a NOT_LEADER answer moves on), the
+    nodes asked in turn until one answers or ``timeout_s`` passes: a leadership of
+    ``__groups`` moving (a preferred leader taking it back) can have every node
+    answer NOT_LEADER for a moment."""
     last: BaseException | None = None
-    for node in cluster.nodes:
-        try:
-            return getattr(cluster.stub(node), method)(request, timeout=timeout_s)
-        except grpc.RpcError as rpc_error:
-            last = error_from_rpc(rpc_error)
-            if not isinstance(last, RetriableError):
-                raise last from None
-    raise last if last is not None else RuntimeError("no node")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for node in cluster.nodes:
+            try:
+                return getattr(cluster.stub(node), method)(request, timeout=timeout_s)
+            except grpc.RpcError as rpc_error:
+                last = error_from_rpc(rpc_error)
+                if not isinstance(last, RetriableError):
+                    raise last from None
+        if time.monotonic() >= deadline:
+            raise last if last is not None else RuntimeError("no node")
+        time.sleep(0.05)  # a round of refusals: ask again shortly, until the deadline
 
 
 def groups_bytes(node: NodeProcess) -> int:
