@@ -742,7 +742,9 @@ def _consume(args: argparse.Namespace) -> int:
         _client(args) as client,
         _Progress("consumed", lambda: printed, _progress_wanted(args, stdout_busy=True)),
     ):
-        listed = client.list_offsets(topic, numbers)
+        # From the leaders: a follower's high watermark may trail by a heartbeat (a
+        # node just restarted), and every record acknowledged before now is printed.
+        listed = client.list_offsets(topic, numbers, leader=True)
         starts = {n: _start_offset(topic, n, listed[n], args.start) for n in numbers}
         # Without --follow: each partition's end as it was at the start.
         ends = {n: listed[n].high_watermark for n in numbers}
@@ -887,7 +889,7 @@ def _log_ranges(client: Client, topics: Sequence[str]) -> dict[tuple[str, int], 
     for topic in topics:
         try:
             count = _partition_count(client, topic)
-            for partition, offsets in client.list_offsets(topic, range(count)).items():
+            for partition, offsets in client.list_offsets(topic, range(count), leader=True).items():
                 found[(topic, partition)] = offsets
         except LaminarError as error:
             _warn(f"{topic}: {_one_line(error)}")
@@ -913,7 +915,9 @@ def _group_reset_offsets(args: argparse.Namespace) -> int:
         plan: dict[tuple[str, int], int] = {}
         for topic in topics:
             count = _partition_count(client, topic)
-            listed = client.list_offsets(topic, range(count), timestamp_ms=args.timestamp_ms)
+            listed = client.list_offsets(
+                topic, range(count), timestamp_ms=args.timestamp_ms, leader=True
+            )
             for partition, offsets in listed.items():
                 plan[(topic, partition)] = _reset_target(args, offsets)
         if not args.dry_run:

@@ -454,6 +454,28 @@ def test_consume_stops_at_the_high_watermark_seen_at_start(
     assert capsys.readouterr().out.splitlines() == ["a", "b"]
 
 
+def test_consume_reads_to_the_leaders_high_watermark(
+    cluster: FakeCluster, capsys, monkeypatch
+) -> None:
+    """A follower's high watermark may trail the leader's (a node just restarted):
+    the end ``consume`` reads to is the leaders', so every acknowledged record is
+    printed (a CI run of the operations guide printed fewer than it produced)."""
+    cluster.add_topic("t")
+    with Client(cluster.bootstrap) as client:
+        client.produce("t", 0, [encode_batch([b"a", b"b", b"c", b"d"])])
+    real = Client.list_offsets
+
+    def trailing_followers(self, topic, partitions, *, leader=False, **kwargs):
+        answers = real(self, topic, partitions, leader=leader, **kwargs)
+        if leader:
+            return answers
+        return {p: PartitionOffsets(o.log_start_offset, 1, None) for p, o in answers.items()}
+
+    monkeypatch.setattr(Client, "list_offsets", trailing_followers)
+    assert run(cluster, "consume", "t") == 0
+    assert capsys.readouterr().out.splitlines() == ["a", "b", "c", "d"]
+
+
 def test_consume_follow_waits_for_new_records(cluster: FakeCluster, capsys) -> None:
     cluster.add_topic("t")
     with Client(cluster.bootstrap) as client:
