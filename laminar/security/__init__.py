@@ -1,0 +1,1 @@
+"""Security: TLS material, gossip keys, principals, ACLs and the audit log."""
