@@ -9,8 +9,9 @@ the parts of a node, whose keys are the fields of their config classes:
 ``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
 ``[membership]`` (:class:`~laminar.membership.config.MembershipConfig`), ``[host]``
 (:class:`~laminar.server.host.HostConfig`), ``[service]`` (:class:`ServiceConfig`),
-``[transport]`` (:class:`~laminar.server.transport.TransportConfig`) and ``[log]``
-(:class:`~laminar.segment.config.LogConfig`; retention comes from each topic).
+``[transport]`` (:class:`~laminar.server.transport.TransportConfig`), ``[log]``
+(:class:`~laminar.segment.config.LogConfig`; retention comes from each topic),
+``[tls]`` and ``[auth]`` (:mod:`laminar.security.config`).
 ``laminar node config --defaults`` (:mod:`laminar.server.config_file`) prints every
 key with its default and documentation; ``--check FILE`` validates a file. A bad
 value is one :class:`~laminar.errors.ConfigError` line naming where it is (``[host]
@@ -39,6 +40,7 @@ from laminar.errors import ConfigError
 from laminar.membership import config as membership_presets
 from laminar.membership.config import MembershipConfig
 from laminar.replica.config import ReplicaConfig
+from laminar.security.config import AuthConfig, TlsConfig
 from laminar.segment.config import LogConfig
 from laminar.server.host import HostConfig
 from laminar.server.metadata import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
@@ -191,6 +193,10 @@ class NodeConfig:
     transport: TransportConfig = field(default_factory=TransportConfig.local)
     log: LogConfig = field(default_factory=LogConfig)
     """Segment settings of every replica's log; retention comes from each topic."""
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    """TLS of the client API and peer ports (off unless ``cert_file`` is given)."""
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    """Principals, ACLs and the audit log (authorization off by default)."""
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -310,7 +316,7 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "metadata_wait_ms": int,
     "metadata_call_timeout_ms": int,
 }
-TABLES = ("replica", "membership", "host", "service", "transport", "log")
+TABLES = ("replica", "membership", "host", "service", "transport", "log", "tls", "auth")
 """The TOML tables, each the fields of the :class:`NodeConfig` field of its name."""
 _TABLE_OPTIONS = {"disk_free_bytes_min": "host", "disk_free_percent_min": "host"}
 """Command-line options that set a field of a part's table (over the file's value)."""
@@ -425,6 +431,13 @@ def _coerce(table: str, key: str, value: object, current: object) -> object:
     expected = type(current)
     if expected is float and type(value) is int:
         return float(value)  # TOML writes 5 for 5.0
+    if expected is tuple:  # a list of strings
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(
+                f"[{table}] {key} = {toml_value(value)} has the wrong type: expected "
+                "a list of strings"
+            )
+        return tuple(value)
     if type(value) is not expected:
         raise ConfigError(
             f"[{table}] {key} = {toml_value(value)} has the wrong type: expected "

@@ -1,0 +1,81 @@
+"""Security settings of a node: the ``[tls]`` and ``[auth]`` tables of its TOML file.
+
+Both are off by default (``--preset local`` and the demo's first steps run in the
+clear); ``scripts/local_cluster.sh start --secure`` turns them on with a throwaway
+CA and token. docs/operations.md ("Security") shows a production set-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from laminar.errors import ConfigError
+
+CLIENT_AUTH_MODES = ("none", "request", "require")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS of the node's ports: the client API (gRPC) and peer replication.
+
+    Off while ``cert_file`` is empty. On, the gRPC port serves TLS only, the peer
+    port requires mutual TLS (each node's certificate names its node id), and the
+    node's own calls to other nodes present its certificate. The files are read
+    again when they change, so a rotated certificate is used by the next connection
+    with no restart."""
+
+    cert_file: str = ""
+    """PEM certificate chain of this node (server and client use). Empty: TLS off."""
+    key_file: str = ""
+    """PEM private key of ``cert_file``."""
+    ca_file: str = ""
+    """PEM bundle of the CAs whose certificates this node trusts (peers and, with
+    ``client_auth``, clients). Required with TLS on."""
+    client_auth: str = "none"
+    """Client certificates on the gRPC port: ``none`` (not asked for), ``request``
+    (asked for and verified when given; clients without one authenticate by token)
+    or ``require`` (a client without a valid certificate is refused at the handshake)."""
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ConfigError("cert_file and key_file must be given together")
+        if self.client_auth not in CLIENT_AUTH_MODES:
+            raise ConfigError(
+                f"client_auth must be one of {', '.join(CLIENT_AUTH_MODES)}, "
+                f"got {self.client_auth!r}"
+            )
+        if self.enabled and not self.ca_file:
+            raise ConfigError("ca_file is required with TLS on (it verifies the peers)")
+        if not self.enabled and (self.ca_file or self.client_auth != "none"):
+            raise ConfigError("ca_file and client_auth need cert_file and key_file (TLS on)")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the node's ports serve TLS."""
+        return bool(self.cert_file)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """Who is calling the client API (principals) and what they may do (ACLs)."""
+
+    token_file: str = ""
+    """File of bearer tokens (a salted, slow hash of each, with its principal); read
+    again when it changes. Empty: no token is accepted."""
+    principal_rules: tuple[str, ...] = ("DEFAULT",)
+    """Ordered rules mapping a client certificate to a principal, as Kafka's
+    ``ssl.principal.mapping.rules``; the first that matches applies."""
+    authorization: bool = False
+    """With ``true``, every RPC is checked against the ACLs: what no ACL allows is
+    denied, except to ``super_users``."""
+    super_users: tuple[str, ...] = ()
+    """Principals allowed everything (``User:admin``)."""
+    audit_log_file: str = ""
+    """JSON-lines file of authentication failures, denials and admin operations.
+    Empty: no audit log."""
+    audit_log_bytes_max: int = 100 * 1024 * 1024
+    """The audit log's size bound: past it the file is rotated to ``<file>.1``."""
+
+    def __post_init__(self) -> None:
+        if self.audit_log_bytes_max < 4096:
+            raise ConfigError("audit_log_bytes_max must be >= 4096")
