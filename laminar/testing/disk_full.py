@@ -7,7 +7,7 @@ Theory of operation. :func:`disk_full_run` starts three node processes
 directory on a small tmpfs the run mounts (:func:`mounted_tmpfs`, unmounted
 whatever happens) and a watermark of :data:`WATERMARK_BYTES`; creates a topic
 (replication factor 3) and picks a partition that node leads; and has a
-:class:`SteadyWriter` (a :class:`~laminar_client.Producer`, acks=all) write to
+:class:`~laminar.testing.load.PacedWriter` (a :class:`~laminar_client.Producer`, acks=all) write to
 that partition every :data:`SEND_INTERVAL_S`, recording each acknowledgement.
 Then two fills, each followed by freeing the space:
 
@@ -31,24 +31,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 
-from laminar_client import Client, Producer, RecordMetadata
+from laminar_client import Client
 
 from laminar.server.disk import statvfs_usage
-from laminar.testing.chaos import Ack, Findings, check, read_replica
+from laminar.testing.chaos import Findings, check, read_replica
+from laminar.testing.load import PacedWriter
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
 from laminar.v1 import laminar_pb2 as pb
 
@@ -123,70 +120,6 @@ def fill(directory: Path, leave_bytes: int) -> Path:
         os.close(descriptor)
 
 
-@dataclass
-class SteadyWriter:
-    """One record to ``partition`` every :data:`SEND_INTERVAL_S` from a thread, through
-    a :class:`~laminar_client.Producer` (acks=all, idempotent); every
-    acknowledgement is kept, with when it arrived."""
-
-    bootstrap: list[str]
-    topic: str
-    partition: int
-    acks: list[Ack] = field(default_factory=list)
-    sent: set[bytes] = field(default_factory=set)
-    errors: Counter[str] = field(default_factory=Counter)
-    error_examples: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self._producer: Producer[bytes, bytes] = Producer(
-            self.bootstrap, linger_s=0.0, delivery_timeout_s=WAIT_S
-        )
-        self._thread = threading.Thread(target=self._run, name="steady-writer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._producer.flush(WAIT_S)
-        self._producer.close()
-
-    def last_ack_s(self) -> float:
-        with self._lock:
-            return self.acks[-1].at_s if self.acks else -1.0
-
-    def gap_s(self, start_s: float, end_s: float) -> float:
-        """The longest time in ``[start_s, end_s]`` without an acknowledgement."""
-        with self._lock:
-            moments = [start_s, *(a.at_s for a in self.acks if start_s < a.at_s < end_s), end_s]
-        return max(later - earlier for earlier, later in itertools.pairwise(moments))
-
-    def _run(self) -> None:
-        padding = b"." * VALUE_BYTES
-        for sequence in itertools.count():
-            if self._stop.wait(SEND_INTERVAL_S):
-                return
-            value = b"%09d" % sequence + padding
-            with self._lock:
-                self.sent.add(value)
-            self._producer.send(
-                self.topic, value, partition=self.partition, callback=partial(self._done, value)
-            )
-
-    def _done(self, value: bytes, metadata: RecordMetadata, error: BaseException | None) -> None:
-        now_s = time.monotonic()
-        with self._lock:
-            if error is None:
-                self.acks.append(Ack(metadata.partition, metadata.offset, value, now_s))
-                return
-            self.errors[type(error).__name__] += 1
-            if len(self.error_examples) < 5:
-                self.error_examples.append(f"{type(error).__name__}: {error}")
-
-
 @dataclass(frozen=True, slots=True)
 class Phase:
     """One fill of the node's disk and its freeing (see the module docstring)."""
@@ -234,7 +167,13 @@ def disk_full_run(root: Path) -> DiskFullRun:
         node_id = full.node_id()
         with Client(bootstrap) as client:
             partition = _partition_led_by(client, node_id)
-            writer = SteadyWriter(bootstrap, TOPIC, partition)
+            writer = PacedWriter(
+                bootstrap,
+                TOPIC,
+                partition,
+                interval_s=SEND_INTERVAL_S,
+                value=lambda sequence: b"%09d" % sequence + b"." * VALUE_BYTES,
+            )
             writer.start()
             try:
                 started_s = time.monotonic()
@@ -289,7 +228,7 @@ def _partition_led_by(client: Client, node_id: str) -> int:
 def _fill_and_free(
     cluster: ProcessCluster,
     client: Client,
-    writer: SteadyWriter,
+    writer: PacedWriter,
     node: NodeProcess,
     partition: int,
     name: str,

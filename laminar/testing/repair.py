@@ -7,7 +7,7 @@ Theory of operation. :func:`repair_run` starts three node processes
 learner budget ``[host] recovery_bytes_per_s`` set for the run; creates topic
 :data:`TOPIC` (replication factor 3) and fills one partition that the victim,
 node 2, does not lead with ``size_bytes`` of :data:`VALUE_BYTES` records; and
-topic :data:`LOAD_TOPIC`, which a :class:`LoadWriter` writes to
+topic :data:`LOAD_TOPIC`, which a :class:`~laminar.testing.load.PacedWriter` writes to
 :data:`LOAD_RATE` times a second (1 KB, acks=all, no linger), recording each
 record's latency. After :data:`IDLE_WINDOW_S` of writes alone (the idle figure),
 node 2 is killed (SIGKILL: a stopped node leaves the membership and placement
@@ -31,21 +31,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import os
-import statistics
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 
-from laminar_client import Client, Producer, RecordMetadata
+from laminar_client import Client, Producer
 
 from laminar.records import next_offset
 from laminar.testing.disk_full import mounted_tmpfs
+from laminar.testing.load import PacedWriter
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
 from laminar.v1 import laminar_pb2 as pb
 
@@ -68,62 +64,6 @@ FETCH_BYTES = 4 << 20
 REPAIR_WINDOW_MIN_S = 1.0
 """The producer's latency during a repair is taken over at least this long from
 the restart (a small replica heals in less)."""
-
-
-@dataclass
-class LoadWriter:
-    """One record to ``topic``/0 every ``1 / LOAD_RATE`` s from a thread, on a
-    schedule (a late send does not push the later ones back), each latency kept
-    with its send time."""
-
-    bootstrap: list[str]
-    topic: str
-    latencies: list[tuple[float, float]] = field(default_factory=list)
-    errors: Counter[str] = field(default_factory=Counter)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self._producer: Producer[bytes, bytes] = Producer(
-            self.bootstrap, linger_s=0.0, delivery_timeout_s=WAIT_S
-        )
-        self._thread = threading.Thread(target=self._run, name="load-writer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._producer.flush(WAIT_S)
-        self._producer.close()
-
-    def p99_s(self, start_s: float, end_s: float) -> tuple[float, int]:
-        """The 99th percentile latency of the records sent in ``[start_s, end_s)``,
-        and how many there were."""
-        with self._lock:
-            window = sorted(latency for sent, latency in self.latencies if start_s <= sent < end_s)
-        if len(window) < 2:
-            return (window[0] if window else float("nan")), len(window)
-        return statistics.quantiles(window, n=100, method="inclusive")[98], len(window)
-
-    def _run(self) -> None:
-        value = b"l" * LOAD_VALUE_BYTES
-        started = time.monotonic()
-        for sequence in itertools.count():
-            delay = started + sequence / LOAD_RATE - time.monotonic()
-            if self._stop.wait(max(0.0, delay)):
-                return
-            sent = time.monotonic()
-            self._producer.send(self.topic, value, partition=0, callback=partial(self._done, sent))
-
-    def _done(self, sent: float, metadata: RecordMetadata, error: BaseException | None) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if error is None:
-                self.latencies.append((sent, now - sent))
-            else:
-                self.errors[type(error).__name__] += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +119,12 @@ def repair_run(
         partition, leader = _create(client, victim.node_id())
         fill_s = _fill(bootstrap, partition, size_bytes)
         wait_for(lambda: _healed(cluster, client, victim), WAIT_S, "every replica in sync")
-        writer = LoadWriter(bootstrap, LOAD_TOPIC)
+        writer = PacedWriter(
+            bootstrap,
+            LOAD_TOPIC,
+            interval_s=1 / LOAD_RATE,
+            value=lambda _: b"l" * LOAD_VALUE_BYTES,
+        )
         writer.start()
         try:
             idle_from = time.monotonic()
