@@ -40,10 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -52,7 +49,8 @@ from pathlib import Path
 
 from laminar_client import AsyncProducer, Client, Consumer, Producer, RecordMetadata
 
-from bench import peers
+from bench import peers, report
+from bench.report import print_report, run_main
 from laminar.testing.processes import ProcessCluster, wait_for
 from laminar.tuning import tune_numpy
 
@@ -309,13 +307,7 @@ def peer_figures(args: argparse.Namespace, results: dict[str, float]) -> list[st
 
 
 def missed_targets(results: dict[str, float]) -> list[str]:
-    missed = []
-    for name, (op, target) in TARGETS.items():
-        value = results.get(name)
-        if value is None:
-            continue
-        if (op == ">=" and value < target) or (op == "<=" and value > target):
-            missed.append(f"{name} {value:,.2f} (target {op} {target:,})")
+    missed = report.missed_targets(results, TARGETS)
     missed += [
         f"{name} {value:.2f} (target > 1: ahead of the peer)"
         for name, value in results.items()
@@ -353,22 +345,8 @@ def main() -> None:
     results, spreads = laminar_figures(args)
     notes = [] if args.no_peers else peer_figures(args, results)
 
-    width = max(map(len, results))
-    for key, value in results.items():
-        spread = spreads.get(key)
-        extra = ""
-        if spread and len(spread) > 1:
-            extra = f"   (runs: {', '.join(f'{v:,.2f}' for v in spread)})"
-        print(f"{key:<{width}}  {value:,.2f}{extra}")
-    for note in notes:
-        print(note)
-    missed = missed_targets(results)
-    print("targets missed: " + ("; ".join(missed) if missed else "none"))
-    print(json.dumps({key: round(value, 3) for key, value in results.items()}))
+    print_report(results, missed=missed_targets(results), runs=spreads, notes=notes, digits=2)
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        main()
-        sys.exit(0)
-    sys.exit(130)
+    run_main(main)

@@ -122,7 +122,6 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -138,6 +137,7 @@ import grpc
 from laminar_client import Client, Consumer, DeliveryFuture, Producer
 
 from bench.client_bench import create_topic, start_cluster
+from bench.report import load_average, machine_note, missed_targets, print_report, run_main
 from laminar.errors import LaminarError, RetriableError
 from laminar.groups.coordinator import HEARTBEATS_PER_SESSION
 from laminar.groups.entries import Commit, encode_entry
@@ -1194,11 +1194,6 @@ PHASE_RUNNERS: dict[str, Callable[[argparse.Namespace, Environment, Report], Non
 }
 
 
-def load_average() -> str:
-    with open("/proc/loadavg", encoding="ascii") as file:
-        return " ".join(file.read().split()[:3])
-
-
 def measure(args: argparse.Namespace) -> Report:
     report = Report()
     loaded = load_average()
@@ -1214,22 +1209,8 @@ def measure(args: argparse.Namespace) -> Report:
             env = Environment(bootstrap, client, node_pids, events)
             for phase in args.only:
                 PHASE_RUNNERS[phase](args, env, report)
-    report.notes.append(
-        f"machine: {os.cpu_count()} cores, load average (1, 5, 15 min) {loaded} before, "
-        f"{load_average()} after"
-    )
+    report.notes.append(machine_note(loaded))
     return report
-
-
-def missed_targets(results: dict[str, float]) -> list[str]:
-    missed = []
-    for name, (op, target) in TARGETS.items():
-        value = results.get(name)
-        if value is None:
-            continue
-        if (op == ">=" and value < target) or (op == "<=" and value > target):
-            missed.append(f"{name} {value:,.3f} (target {op} {target:,.4g})")
-    return missed
 
 
 def main() -> None:
@@ -1268,21 +1249,13 @@ def main() -> None:
     tune_numpy()
 
     report = measure(args)
-    results = report.results
-    width = max(map(len, results))
-    for key, value in results.items():
-        runs = report.runs.get(key, [])
-        extra = f"   (runs: {', '.join(f'{v:,.3f}' for v in runs)})" if len(runs) > 1 else ""
-        print(f"{key:<{width}}  {value:,.3f}{extra}")
-    for note in report.notes:
-        print(note)
-    missed = missed_targets(results)
-    print("targets missed: " + ("; ".join(missed) if missed else "none"))
-    print(json.dumps({key: round(value, 4) for key, value in results.items()}))
+    print_report(
+        report.results,
+        missed=missed_targets(report.results, TARGETS),
+        runs=report.runs,
+        notes=report.notes,
+    )
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        main()
-        sys.exit(0)
-    sys.exit(130)
+    run_main(main)

@@ -62,17 +62,15 @@ line.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.report import load_average, machine_note, missed_targets, print_report, run_main
 from bench.segment_bench import bench_read, make_batches
 from laminar.server.host import HostConfig
 from laminar.testing.disk_full import (
@@ -226,22 +224,6 @@ PHASES: dict[str, Callable[[argparse.Namespace, Report], None]] = {
 # ----------------------------------------------------------------------------- main
 
 
-def load_average() -> str:
-    with open("/proc/loadavg", encoding="ascii") as file:
-        return " ".join(file.read().split()[:3])
-
-
-def missed_targets(results: dict[str, float]) -> list[str]:
-    missed = []
-    for name, (op, target) in TARGETS.items():
-        value = results.get(name)
-        if value is None:
-            continue
-        if (op == ">=" and value < target) or (op == "<=" and value > target):
-            missed.append(f"{name} {value:,.3f} (target {op} {target:,.4g})")
-    return missed
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one run per figure")
@@ -282,25 +264,14 @@ def main() -> None:
     loaded = load_average()
     for phase in args.only:
         PHASES[phase](args, report)
-    report.notes.append(
-        f"machine: {os.cpu_count()} cores, load average (1, 5, 15 min) {loaded} before, "
-        f"{load_average()} after"
+    report.notes.append(machine_note(loaded))
+    print_report(
+        report.results,
+        missed=missed_targets(report.results, TARGETS),
+        runs=report.runs,
+        notes=report.notes,
     )
-    results = report.results
-    width = max(map(len, results), default=0)
-    for key, value in results.items():
-        runs = report.runs.get(key, [])
-        extra = f"   (runs: {', '.join(f'{v:,.3f}' for v in runs)})" if len(runs) > 1 else ""
-        print(f"{key:<{width}}  {value:,.3f}{extra}")
-    for note in report.notes:
-        print(note)
-    missed = missed_targets(results)
-    print("targets missed: " + ("; ".join(missed) if missed else "none"))
-    print(json.dumps({key: round(value, 4) for key, value in results.items()}))
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        main()
-        sys.exit(0)
-    sys.exit(130)
+    run_main(main)

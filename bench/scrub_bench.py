@@ -46,11 +46,8 @@ line.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -58,7 +55,8 @@ from pathlib import Path
 
 from laminar_client import Client
 
-from bench.group_bench import cpu_s, load_average
+from bench.group_bench import cpu_s
+from bench.report import load_average, machine_note, missed_targets, print_report, run_main
 from laminar.records import encode_batch
 from laminar.server.host import HostConfig
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
@@ -227,31 +225,15 @@ def main() -> None:
         for name, values in figures.items():
             results[name + suffix] = statistics.median(values)
             runs_of[name + suffix] = values
-    width = max(map(len, results))
-    for key, value in results.items():
-        values = runs_of[key]
-        extra = f"   (runs: {', '.join(f'{v:,.3f}' for v in values)})" if len(values) > 1 else ""
-        print(f"{key:<{width}}  {value:,.3f}{extra}")
-    print(
+    notes = [
         f"node: {data_mib:,} MiB in {PARTITIONS} partitions, scrub_bytes_per_s "
         f"{DEFAULT_RATE / 2**20:g} MiB/s, windows of {window_s:g} s, {repeat} run(s); "
-        f"a full pass over 1 TiB at that rate takes {2**40 / DEFAULT_RATE / 3600:.1f} h"
-    )
-    print(
-        f"machine: {os.cpu_count()} cores, load average (1, 5, 15 min) {loaded} before, "
-        f"{load_average()} after"
-    )
-    missed = []
-    for name, (op, target) in TARGETS.items():
-        value = results[name]
-        if (op == "<=" and value > target) or (op == ">=" and value < target):
-            missed.append(f"{name} {value:,.3f} (target {op} {target:g})")
-    print("targets missed: " + ("; ".join(missed) if missed else "none"))
-    print(json.dumps({key: round(value, 4) for key, value in results.items()}))
+        f"a full pass over 1 TiB at that rate takes {2**40 / DEFAULT_RATE / 3600:.1f} h",
+        machine_note(loaded),
+    ]
+    missed = missed_targets(results, TARGETS, unmeasured=True)
+    print_report(results, missed=missed, runs=runs_of, notes=notes)
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        main()
-        sys.exit(0)
-    sys.exit(130)
+    run_main(main)

@@ -30,8 +30,6 @@ object as the last line.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -46,6 +44,7 @@ from laminar_client import Client, Producer
 
 from bench import client_bench
 from bench.client_bench import start_cluster
+from bench.report import missed_targets, print_report, run_main
 from laminar.testing.processes import ProcessCluster, wait_for
 from laminar.tuning import tune_numpy
 
@@ -60,18 +59,6 @@ TARGETS: dict[str, tuple[str, float]] = {
     "cluster_read_rows_s": (">=", 1_500_000),
     "write_rows_s": (">=", 400_000),
 }
-
-
-def missed_targets(results: dict[str, float]) -> list[str]:
-    missed = []
-    for key, (op, target) in TARGETS.items():
-        if key not in results:
-            missed.append(f"{key} not measured")
-            continue
-        value = results[key]
-        if (op == ">=" and value < target) or (op == "<=" and value > target):
-            missed.append(f"{key} {value:,.2f} (target {op} {target:,})")
-    return missed
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -329,18 +316,9 @@ def main() -> None:
     args.records = args.records or (300_000 if args.quick else 2_000_000)
     tune_numpy()
     results, spreads = measure(args)
-    width = max(map(len, results))
-    for key, value in results.items():
-        spread = spreads.get(key)
-        extra = ""
-        if spread and len(spread) > 1:
-            extra = f"   (runs: {', '.join(f'{v:,.0f}' for v in spread)})"
-        print(f"{key:<{width}}  {value:,.2f}{extra}")
-    missed = missed_targets(results)
-    print("targets missed: " + ("; ".join(missed) if missed else "none"))
-    print(json.dumps({key: round(value, 3) for key, value in results.items()}))
+    missed = missed_targets(results, TARGETS, unmeasured=True)
+    print_report(results, missed=missed, runs=spreads, digits=2)
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        main()
+    run_main(main)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -144,3 +146,40 @@ def test_cluster_bench_rolling_restart_and_maintenance_phases_run() -> None:
     assert figures["rolling_restart_write_gap_s"] > 0
     assert figures["rolling_restart_s"] > 0
     assert figures["maintenance_catch_up_s"] >= 0
+
+
+SMALL_RUNS = {
+    "segment_bench": ["--quick", "--repeat", "1"],
+    "placement_bench": ["--runs", "1"],
+    "membership_bench": ["--quick", "--sizes", "10", "--seeds", "2"],
+    "replica_sim_bench": ["--quick", "--repeat", "1"],
+    "client_bench": ["--quick", "--repeat", "1", "--records", "5000", "--no-peers"],
+    "scale_bench": ["--partitions", "30", "--idle-s", "0.5"],
+    "group_assignment": ["--groups", "5"],
+}
+"""The other benchmarks at their smallest: each must run to its end and print its
+figures as the last line (a JSON object), whatever the figures are on this machine."""
+
+
+@pytest.mark.parametrize("bench", sorted(SMALL_RUNS))
+def test_bench_runs_at_its_smallest(bench: str) -> None:
+    argv = [sys.executable, "-m", f"bench.{bench}", *SMALL_RUNS[bench]]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    if bench == "group_assignment":  # prints a table, no JSON line
+        assert last.startswith("assign_ms")
+        return
+    figures = json.loads(last)
+    assert isinstance(figures, dict) and figures
+
+
+def test_every_benchmark_has_a_smoke_run() -> None:
+    """A new benchmark gets its smoke run here (or in a tier of its own, named below)."""
+    smoked = set(SMALL_RUNS) | {"group_bench", "scrub_bench", "repair_bench", "cluster_bench"}
+    elsewhere = {"spark_bench": "tests/spark_cluster/test_spark_bench_smoke.py"}
+    helpers = {"__init__", "peers", "report"}
+    benches = {path.stem for path in (ROOT / "bench").glob("*.py")} - helpers
+    assert benches - smoked - set(elsewhere) == set()
+    for path in elsewhere.values():
+        assert (ROOT / path).exists()
