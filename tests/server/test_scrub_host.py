@@ -129,7 +129,10 @@ async def test_scrubbing_keeps_to_its_rate_and_survives_deleted_replicas(tmp_pat
         elapsed_s = time.monotonic() - started_s
         scrubbed = host.counters["scrub_bytes"] - bytes_before
         batches = host.counters["scrub_batches"] - batches_before
-        assert scrubbed > 4 * 60 * 1000 and batches >= 4 * 60
+        # Passes 2 to 4 of the window ended inside it (a pass is counted when the next
+        # one starts); the first may have ended, in one job, before the counters above
+        # were read (a CI run counted 214 batches against 4 * 60).
+        assert scrubbed > 3 * 60 * 1000 and batches >= 3 * 60
         # Not faster than the rate, which charges per batch (and per call) too; the
         # slack is for the job under way at either end of the window.
         charged = charged_bytes(scrubbed, batches, 0)
