@@ -1,8 +1,8 @@
 """Smoke runs of benchmarks, so that they do not rot (a benchmark nobody runs breaks
 unnoticed): the group benchmark's issue-27 phases, the scrub benchmark, the repair
-benchmark's repair phase and the cluster benchmark's failover, rolling-restart and
-maintenance phases, at tiny sizes, one run each; every figure must be printed, and
-on target where the size allows it."""
+benchmark's repair phase, the cluster benchmark's failover, rolling-restart and
+maintenance phases and the gossip encryption benchmark, at tiny sizes, one run each;
+every figure must be printed, and on target where the size allows it."""
 
 from __future__ import annotations
 
@@ -144,3 +144,12 @@ def test_cluster_bench_rolling_restart_and_maintenance_phases_run() -> None:
     assert figures["rolling_restart_write_gap_s"] > 0
     assert figures["rolling_restart_s"] > 0
     assert figures["maintenance_catch_up_s"] >= 0
+
+
+def test_gossip_crypto_bench_runs() -> None:
+    argv = [sys.executable, "-m", "bench.gossip_crypto_bench", "--packets", "500", "--runs", "3"]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 0 < figures["gossip_seal_open_us"] < 1000
+    assert figures["gossip_seal_us"] > 0 and figures["gossip_open_us"] > 0

@@ -35,10 +35,16 @@ def keyring_path(data_dir: str, config: EncryptionConfig) -> str:
     return config.keyring_file or os.path.join(data_dir, KEYRING_FILE)
 
 
+NO_KEYRING = KeyringState((), encrypt_verify_incoming=False, encrypt_verify_outgoing=False)
+"""A node without a keyring file: no keys, both switches off, so that installing
+the first key on a running plain cluster changes nothing until ``verify`` turns
+the switches on (outgoing on every node, then incoming)."""
+
+
 def load_node_keyring(path: str, cluster_key: str) -> KeyringState:
-    """The saved keyring (empty when there is no file); a keyring holding a key
-    with the default cluster key is refused."""
-    state = load_keyring(path) or KeyringState()
+    """The saved keyring (:data:`NO_KEYRING` when there is no file); a keyring
+    holding a key with the default cluster key is refused."""
+    state = load_keyring(path) or NO_KEYRING
     check_cluster_key(state, cluster_key, path)
     return state
 

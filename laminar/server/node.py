@@ -326,6 +326,8 @@ class Node:
         ``disk_usage``: the data directory's free space (default ``statvfs``; tests
         inject their own)."""
         os.makedirs(config.data_dir, exist_ok=True)
+        keyring_file = keyring_path(config.data_dir, config.gossip_encryption)
+        keyring = load_node_keyring(keyring_file, config.cluster_key)  # before anything is saved
         held = quarantined_bytes(config.data_dir)
         if held:
             _LOG.warning(
@@ -342,8 +344,6 @@ class Node:
             _LOG.info("bootstrapping new cluster %s", identity.cluster_id)
         elif identity.cluster_id is None and not config.seeds:
             raise ConfigError("a new node needs --seeds to join, or --bootstrap to start a cluster")
-        keyring_file = keyring_path(config.data_dir, config.gossip_encryption)
-        keyring = load_node_keyring(keyring_file, config.cluster_key)
         events = MemberEventRelay()
         membership = ThreadedMembership(
             config.membership,

@@ -177,7 +177,7 @@ def test_empty_keyring_passes_everything_through() -> None:
 def test_nonce_prefix_redrawn_when_the_counter_wraps() -> None:
     sender = keyring(KEY_A)
     first = sender.seal(FRAME, NOW_MS)
-    sender._counter = 2**32  # noqa: SLF001 - the wrap would take 4 billion packets
+    sender._counter = 2**32
     wrapped = sender.seal(FRAME, NOW_MS)
     assert wrapped[5:13] != first[5:13]
     assert wrapped[13:17] == b"\x00\x00\x00\x00"
