@@ -1181,9 +1181,9 @@ _KEYRING_DESCRIPTION = (
     "go to every live member and print one line per node; a node that fails is named "
     "and the command exits 1 (run it again: every change is idempotent). Rotation: "
     "install NEW; use NEW; remove OLD (each step on every node before the next). "
-    "Switching a running cluster from plain to encrypted gossip: install KEY; verify "
-    "--incoming off --outgoing off first if the nodes had no key, then verify "
-    "--outgoing on, then verify --incoming on. Each node saves its keyring "
+    "Switching a running cluster from plain to encrypted gossip: install KEY (a node "
+    "started without a keyring file has both switches off, so nothing changes yet), "
+    "then verify --outgoing on, then verify --incoming on. Each node saves its keyring "
     "([gossip_encryption] keyring_file, default <data_dir>/keyring.json) before it "
     "applies a change. Keys are secrets: keep them out of shell history and logs. "
     "See docs/operations.md, 'Gossip encryption'."
@@ -1227,9 +1227,10 @@ def _add_keyring_commands(actions: Any) -> None:
         help="set encrypt_verify_incoming / encrypt_verify_outgoing on every live member",
         description=(
             "--outgoing off: send plain gossip; on: seal it with the primary key. "
-            "--incoming off: accept plain gossip too; on: refuse it. Both are on by "
-            "default; turn them off only while switching a running cluster to "
-            "encryption (outgoing on everywhere before incoming on anywhere)."
+            "--incoming off: accept plain gossip too; on: refuse it. Both are off on a "
+            "node started without a keyring file and on in a file that generate "
+            "--keyring-file writes. Switching a running cluster to encryption: outgoing "
+            "on everywhere before incoming on anywhere."
         ),
     )
     verify.add_argument("--incoming", choices=("on", "off"), help="refuse plain gossip")

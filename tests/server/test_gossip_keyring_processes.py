@@ -5,10 +5,12 @@ node's view and fails the test if any member is ever declared dead."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 
 from laminar.cli import main as laminar
 from laminar.membership.codec import Codec
+from laminar.membership.crypto import EncryptionConfig, Keyring
 from laminar.membership.keyring import KeyringState, format_key, load_keyring, save_keyring
 from laminar.membership.messages import Ping
 from laminar.testing.processes import NodeProcess, ProcessCluster, free_port, wait_for
@@ -146,11 +149,23 @@ def test_key_rotated_across_five_nodes_without_restart_or_death(
         )
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "primary" in str(refused.value.details())
+    # The running membership dropped the old key: a packet under it is refused.
+    before = counter(cluster, cluster.nodes[2], "dropped_unknown_key")
+    send_ping(cluster.nodes[2], "node2", KEY_OLD)
+    wait_for(
+        lambda: counter(cluster, cluster.nodes[2], "dropped_unknown_key") > before,
+        10,
+        "node2 to refuse a packet under the removed key",
+    )
 
 
-def send_plain_ping(node: NodeProcess, target_id: str) -> None:
+def send_ping(node: NodeProcess, target_id: str, key: bytes | None = None) -> None:
+    """A ping under the right cluster key, plain or sealed with ``key``."""
     codec = Codec(CLUSTER_KEY.encode(), metadata_bytes_max=512)
     frame = codec.seal([codec.encode(Ping(1, target_id, "intruder", "127.0.0.1:9"))])
+    if key is not None:
+        sealer = Keyring(KeyringState((key,)), EncryptionConfig(), os.urandom)
+        frame = sealer.seal(frame, time.time_ns() // 1_000_000)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.sendto(frame, (node.host, int(node.gossip.rsplit(":", 1)[1])))
 
@@ -171,13 +186,17 @@ def test_live_switch_from_plain_to_encrypted_gossip(
     assert watch.gone == []
     first = cluster.nodes[0]
     before = keyrings(cluster)[0].counters.get("dropped_plain", 0)
-    send_plain_ping(first, "node0")  # right cluster key, but plain: refused now
+    send_ping(first, "node0")  # right cluster key, but plain: refused now
+    wait_for(
+        lambda: counter(cluster, first, "dropped_plain") > before,
+        10,
+        "node0 to refuse a plain gossip packet",
+    )
 
-    def refused() -> bool:
-        answer = cluster.stub(first).GossipKeyring(pb.GossipKeyringRequest(), timeout=5)
-        return answer.counters.get("dropped_plain", 0) > before
 
-    wait_for(refused, 10, "node0 to refuse a plain gossip packet")
+def counter(cluster: ProcessCluster, node: NodeProcess, name: str) -> int:
+    answer = cluster.stub(node).GossipKeyring(pb.GossipKeyringRequest(), timeout=5)
+    return int(answer.counters.get(name, 0))
 
 
 def test_default_cluster_key_refused_once_encryption_is_on(tmp_path: Path) -> None:
