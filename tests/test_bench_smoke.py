@@ -1,8 +1,8 @@
 """Smoke runs of benchmarks, so that they do not rot (a benchmark nobody runs breaks
 unnoticed): the group benchmark's issue-27 phases, the scrub benchmark, the repair
-benchmark's repair phase and the cluster benchmark's failover, rolling-restart and
-maintenance phases, at tiny sizes, one run each; every figure must be printed, and
-on target where the size allows it."""
+benchmark's repair phase, the cluster benchmark's failover, rolling-restart and
+maintenance phases and the gossip encryption benchmark, at tiny sizes, one run each;
+every figure must be printed, and on target where the size allows it."""
 
 from __future__ import annotations
 
@@ -176,10 +176,25 @@ def test_bench_runs_at_its_smallest(bench: str) -> None:
 
 def test_every_benchmark_has_a_smoke_run() -> None:
     """A new benchmark gets its smoke run here (or in a tier of its own, named below)."""
-    smoked = set(SMALL_RUNS) | {"group_bench", "scrub_bench", "repair_bench", "cluster_bench"}
+    smoked = set(SMALL_RUNS) | {
+        "group_bench",
+        "scrub_bench",
+        "repair_bench",
+        "cluster_bench",
+        "gossip_crypto_bench",
+    }
     elsewhere = {"spark_bench": "tests/spark_cluster/test_spark_bench_smoke.py"}
     helpers = {"__init__", "peers", "report"}
     benches = {path.stem for path in (ROOT / "bench").glob("*.py")} - helpers
     assert benches - smoked - set(elsewhere) == set()
     for path in elsewhere.values():
         assert (ROOT / path).exists()
+
+
+def test_gossip_crypto_bench_runs() -> None:
+    argv = [sys.executable, "-m", "bench.gossip_crypto_bench", "--packets", "500", "--runs", "3"]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 0 < figures["gossip_seal_open_us"] < 1000
+    assert figures["gossip_seal_us"] > 0 and figures["gossip_open_us"] > 0

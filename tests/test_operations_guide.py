@@ -108,10 +108,14 @@ def test_every_command_of_the_operations_guide_runs(tmp_path: Path) -> None:
     )
     assert process.returncode == 0, f"{output[-6000:]}{logs}"
     assert not leftover, "the guide left processes running"
-    assert output.count("valid, preset lan; 5 settings differ") == 3  # the three node.toml
+    assert output.count("valid, preset lan; 6 settings differ") == 3  # the three node.toml
     assert "[host] recovery_bytes_per_s = -5: recovery_bytes_per_s must be >= 0" in output
     assert "exit status 1" in output
     assert "0 of 3 partitions under-replicated" in output
+    # Gossip encryption: switched on, then rotated, each `list` ending with one key
+    # held by and primary on the three nodes.
+    assert output.count("verify incoming on, outgoing on") >= 6
+    assert len(re.findall(r"^[A-Za-z0-9+/]{43}=\s+3/3\s+3/3$", output, re.MULTILINE)) == 2
 
 
 def _group_alive(pgid: int) -> bool:

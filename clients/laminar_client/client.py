@@ -60,6 +60,7 @@ from laminar_client.metadata import (
     ClusterMetadata,
     DamagedReplica,
     FencedReplica,
+    GossipKeyring,
     IncompatiblePeer,
     MemberInfo,
     NodeDisk,
@@ -78,6 +79,14 @@ from laminar_client.transport import (
 )
 
 AcksMode = Literal["all", "leader", "none"]
+KeyringAction = Literal["list", "install", "use", "remove", "set-verify"]
+_KEYRING_ACTIONS: dict[str, pb.KeyringAction] = {
+    "list": pb.KEYRING_LIST,
+    "install": pb.KEYRING_INSTALL,
+    "use": pb.KEYRING_USE,
+    "remove": pb.KEYRING_REMOVE,
+    "set-verify": pb.KEYRING_SET_VERIFY,
+}
 ACKS: dict[str, pb.Acks] = {"all": pb.ACKS_ALL, "leader": pb.ACKS_LEADER, "none": pb.ACKS_NONE}
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -1347,6 +1356,37 @@ class Client:
             )
             self.cache.invalidate()
             return MemberInfo.from_proto(response.member)
+
+        return self._with_retries(attempt, self._deadline(timeout_s), address=address)
+
+    def gossip_keyring(
+        self,
+        address: str,
+        action: KeyringAction = "list",
+        *,
+        key: bytes = b"",
+        encrypt_verify_incoming: bool | None = None,
+        encrypt_verify_outgoing: bool | None = None,
+        timeout_s: float | None = None,
+    ) -> GossipKeyring:
+        """List or change the gossip keyring of the node at ``address``: ``install``,
+        ``use`` (make primary) or ``remove`` ``key``, or ``set-verify`` either switch.
+        Every change is idempotent, so it is retried like a read."""
+        request = pb.GossipKeyringRequest(action=_KEYRING_ACTIONS[action], key=key)
+        if encrypt_verify_incoming is not None:
+            request.encrypt_verify_incoming = encrypt_verify_incoming
+        if encrypt_verify_outgoing is not None:
+            request.encrypt_verify_outgoing = encrypt_verify_outgoing
+
+        def attempt(target: str, remaining_s: float) -> GossipKeyring:
+            response = self.transport.call(
+                target,
+                "GossipKeyring",
+                request,
+                pb.GossipKeyringResponse,
+                timeout_s=min(remaining_s, self.attempt_timeout_s),
+            )
+            return GossipKeyring.from_proto(response)
 
         return self._with_retries(attempt, self._deadline(timeout_s), address=address)
 

@@ -543,3 +543,30 @@ class ClusterDescription:
                 for peer in response.incompatible_peers
             ),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class GossipKeyring:
+    """One node's gossip encryption keyring (``Client.gossip_keyring``). ``keys``
+    are secrets (32 bytes each), primary first; empty means no encryption."""
+
+    node_id: str
+    keys: tuple[bytes, ...]
+    encrypt_verify_incoming: bool
+    encrypt_verify_outgoing: bool
+    counters: Mapping[str, int] = field(default_factory=dict)
+    """Gossip frames the node dropped, by reason, and plain frames it accepted."""
+
+    @property
+    def primary(self) -> bytes | None:
+        return self.keys[0] if self.keys else None
+
+    @classmethod
+    def from_proto(cls, answer: pb.GossipKeyringResponse) -> GossipKeyring:
+        return cls(
+            node_id=answer.node_id,
+            keys=tuple(answer.keys),
+            encrypt_verify_incoming=answer.encrypt_verify_incoming,
+            encrypt_verify_outgoing=answer.encrypt_verify_outgoing,
+            counters=dict(answer.counters),
+        )

@@ -214,8 +214,13 @@ class MembershipCore:
         seeds: Sequence[str] = (),
         incarnation: int = 0,
         known_members: Sequence[Member] = (),
+        frame_bytes_reserved: int = 0,
     ) -> None:
         """``seeds`` are gossip addresses to join through (our own is ignored).
+
+        ``frame_bytes_reserved``: room the shell adds to every frame (gossip
+        encryption's overhead); datagrams and push-pull messages are built this much
+        below ``mtu_bytes`` and ``stream_bytes_max``.
 
         ``incarnation`` lets a restarted node start above its previous life (it
         also refutes any older state it hears about itself). ``known_members``
@@ -227,7 +232,11 @@ class MembershipCore:
         validate_metadata(local.metadata, config.metadata_bytes_max)
         if incarnation < 0:
             raise ConfigError("incarnation must be >= 0")
+        if not 0 <= frame_bytes_reserved <= 256:
+            raise ConfigError("frame_bytes_reserved must be in [0, 256]")
         self._config = config
+        self._packet_bytes_max = config.mtu_bytes - frame_bytes_reserved
+        self._stream_bytes_max = config.stream_bytes_max - frame_bytes_reserved
         self._codec = Codec(cluster_key, metadata_bytes_max=config.metadata_bytes_max)
         self._rng = rng
         self._local_id = local.node_id
@@ -757,7 +766,7 @@ class MembershipCore:
             return entry.state is not MemberState.LEFT
 
         limit = self._config.retransmit_limit(len(self._members))
-        budget = self._config.mtu_bytes - FRAME_OVERHEAD_BYTES
+        budget = self._packet_bytes_max - FRAME_OVERHEAD_BYTES
         for target in self._random_members(self._config.gossip_nodes, accept):
             updates = self._broadcasts.take(budget, limit)
             if not updates:
@@ -821,7 +830,7 @@ class MembershipCore:
     def _send(self, address: str, messages: Sequence[Message]) -> None:
         """One datagram: the given messages, then piggybacked updates up to the MTU."""
         encoded = [self._codec.encode(message) for message in messages]
-        budget = self._config.mtu_bytes - FRAME_OVERHEAD_BYTES - sum(map(len, encoded))
+        budget = self._packet_bytes_max - FRAME_OVERHEAD_BYTES - sum(map(len, encoded))
         limit = self._config.retransmit_limit(len(self._members))
         encoded.extend(self._broadcasts.take(budget, limit))
         self._packets.append(Datagram(address, self._codec.seal(encoded)))
@@ -835,7 +844,7 @@ class MembershipCore:
             encoded_records=[self._encoded_record(entry) for entry in self._members.values()],
         )
         frame = self._codec.seal([message])
-        if len(frame) > self._config.stream_bytes_max:
+        if len(frame) > self._stream_bytes_max:
             self._count("push_pull_too_large")
             return
         self._count("push_pulls_sent")

@@ -19,6 +19,13 @@ Datagrams are sent from the UDP socket bound to it; outgoing TCP connections are
 bound to its host (port 0). A wildcard host (``0.0.0.0``, ``::``) names no single
 address: then the system picks the source.
 
+Encryption: with a :class:`~laminar.membership.crypto.Keyring`, every frame the
+core emits is sealed on its way out (datagram or stream message) and every frame
+received is opened before the core sees it (:mod:`laminar.membership.crypto`; the
+shell passes the wall clock the replay rule needs). The core builds frames
+``SEAL_OVERHEAD_BYTES`` below the MTU, so a sealed datagram still fits. Change keys
+or switches at run time with :meth:`MembershipNode.set_keyring`.
+
 Host names (a member's or seed's gossip address may be one) are resolved when
 used, off the event loop: each TCP connection resolves afresh, and a datagram
 destination is resolved again :data:`~laminar.address.RESOLVE_TTL_S` after the last
@@ -38,6 +45,7 @@ import asyncio
 import logging
 import random
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import cast
@@ -46,6 +54,8 @@ from laminar.address import RESOLVE_TTL_S, Address, parse_address
 from laminar.errors import ConfigError
 from laminar.membership.config import MembershipConfig
 from laminar.membership.core import LocalMember, MembershipCore, Output
+from laminar.membership.crypto import SEAL_OVERHEAD_BYTES, Keyring, OpenDrop
+from laminar.membership.keyring import KeyringState
 from laminar.membership.member import EventKind, Member, MemberEvent, Metadata
 
 _LOG = logging.getLogger(__name__)
@@ -83,6 +93,8 @@ class MembershipNode:
         event_queue_max: int = 10_000,
         stream_timeout_s: float = 5.0,
         streams_in_flight_max: int = 64,
+        keyring: Keyring | None = None,
+        wall_clock_ms: Callable[[], int] | None = None,
     ) -> None:
         parse_address(local.gossip_address, what="gossip address", port_zero=True)
         self._bind = parse_address(
@@ -100,6 +112,8 @@ class MembershipNode:
         self._events: asyncio.Queue[MemberEvent] = asyncio.Queue(maxsize=event_queue_max)
         self._stream_timeout_s = stream_timeout_s
         self._streams_in_flight_max = streams_in_flight_max
+        self._keyring = keyring
+        self._wall_clock_ms = wall_clock_ms or _wall_clock_ms
         self._core: MembershipCore | None = None
         self._transport: asyncio.DatagramTransport | None = None
         self._server: asyncio.Server | None = None
@@ -150,6 +164,7 @@ class MembershipNode:
             self._now_ms(),
             seeds=self._seeds,
             incarnation=self._incarnation,
+            frame_bytes_reserved=SEAL_OVERHEAD_BYTES if self._keyring is not None else 0,
         )
         _LOG.info("membership started node=%s address=%s", local.node_id, local.gossip_address)
         self._apply(self._core.tick(self._now_ms()))
@@ -203,7 +218,15 @@ class MembershipNode:
         return self._require_core().view()
 
     def counters(self) -> dict[str, int]:
-        return {**self._require_core().counters(), **self.shell_counters}
+        keyring = {} if self._keyring is None else self._keyring.counters()
+        return {**self._require_core().counters(), **keyring, **self.shell_counters}
+
+    def set_keyring(self, state: KeyringState) -> None:
+        """Use changed gossip keys or verify switches from the next frame on (only
+        on a node started with a keyring, possibly an empty one)."""
+        if self._keyring is None:
+            raise RuntimeError("membership node started without a keyring")
+        self._keyring.set_state(state)
 
     async def events(self) -> AsyncIterator[MemberEvent]:
         """Membership events as they happen (one consumer; bounded buffer)."""
@@ -243,7 +266,22 @@ class MembershipNode:
     def _on_datagram(self, data: bytes) -> None:
         if self._core is None or self._stopped:
             return
-        self._apply(self._core.receive_packet(data, self._now_ms()))
+        frame = self._open(data)
+        if frame is not None:
+            self._apply(self._core.receive_packet(frame, self._now_ms()))
+
+    def _open(self, data: bytes) -> bytes | None:
+        """The frame in a received datagram or stream message; None: dropped (the
+        keyring counted why)."""
+        if self._keyring is None:
+            return data
+        opened = self._keyring.open(data, self._wall_clock_ms())
+        return None if isinstance(opened, OpenDrop) else opened
+
+    def _seal(self, frame: bytes) -> bytes:
+        if self._keyring is None:
+            return frame
+        return self._keyring.seal(frame, self._wall_clock_ms())
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -258,9 +296,9 @@ class MembershipNode:
         transport = self._transport
         if transport is not None:
             for packet in output.packets:
-                self._send_packet(transport, packet.address, packet.data)
+                self._send_packet(transport, packet.address, self._seal(packet.data))
         for stream in output.streams:
-            self._send_stream(stream.address, stream.data)
+            self._send_stream(stream.address, self._seal(stream.data))
         for event in output.events:
             self._deliver_event(event)
         self._arm_timer(output.next_deadline_ms)
@@ -423,4 +461,12 @@ class MembershipNode:
         finally:
             writer.close()
         if self._core is not None and not self._stopped:
-            self._apply(self._core.receive_stream(data, self._now_ms()))
+            frame = self._open(data)
+            if frame is not None:
+                self._apply(self._core.receive_stream(frame, self._now_ms()))
+
+
+def _wall_clock_ms() -> int:
+    """The wall clock (ms since the epoch) that stamps sealed frames: the replay
+    rule compares the clocks of sender and receiver, so it must be the real time."""
+    return time.time_ns() // 1_000_000

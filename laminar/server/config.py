@@ -11,6 +11,7 @@ the parts of a node, whose keys are the fields of their config classes:
 (:class:`~laminar.server.host.HostConfig`), ``[service]`` (:class:`ServiceConfig`),
 ``[transport]`` (:class:`~laminar.server.transport.TransportConfig`), ``[log]``
 (:class:`~laminar.segment.config.LogConfig`; retention comes from each topic),
+``[gossip_encryption]`` (:class:`~laminar.membership.crypto.EncryptionConfig`),
 ``[tls]`` and ``[auth]`` (:mod:`laminar.security.config`).
 ``laminar node config --defaults`` (:mod:`laminar.server.config_file`) prints every
 key with its default and documentation; ``--check FILE`` validates a file. A bad
@@ -39,6 +40,7 @@ from laminar.address import parse_address, parse_address_list, parse_advertisabl
 from laminar.errors import ConfigError
 from laminar.membership import config as membership_presets
 from laminar.membership.config import MembershipConfig
+from laminar.membership.crypto import EncryptionConfig
 from laminar.replica.config import ReplicaConfig
 from laminar.security.config import AuthConfig, TlsConfig
 from laminar.segment.config import LogConfig
@@ -148,8 +150,10 @@ class NodeConfig:
     node_id: str | None = None
     """Only used at first start; later the id saved in the data dir wins."""
     cluster_key: str = "laminar"
-    """Shared secret authenticating gossip packets (HMAC). Not a security boundary
-    until gossip encryption lands; set it to keep clusters apart."""
+    """Shared secret authenticating gossip packets (keyed BLAKE2b); set it to keep
+    clusters apart. Not a security boundary on its own: gossip encryption (a keyring,
+    ``[gossip_encryption]``) is, and a node whose keyring holds a key refuses to start
+    with this default."""
     fsync: bool = True
     """Fsync appended batches before acknowledging them. Turning it off trades the
     durability of acknowledged writes on power loss for speed."""
@@ -193,6 +197,9 @@ class NodeConfig:
     transport: TransportConfig = field(default_factory=TransportConfig.local)
     log: LogConfig = field(default_factory=LogConfig)
     """Segment settings of every replica's log; retention comes from each topic."""
+    gossip_encryption: EncryptionConfig = field(default_factory=EncryptionConfig)
+    """Gossip encryption: the keyring file and the replay rule (docs/operations.md,
+    "Gossip encryption")."""
     tls: TlsConfig = field(default_factory=TlsConfig)
     """TLS of the client API and peer ports (off unless ``cert_file`` is given)."""
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -316,7 +323,17 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "metadata_wait_ms": int,
     "metadata_call_timeout_ms": int,
 }
-TABLES = ("replica", "membership", "host", "service", "transport", "log", "tls", "auth")
+TABLES = (
+    "replica",
+    "membership",
+    "host",
+    "service",
+    "transport",
+    "log",
+    "gossip_encryption",
+    "tls",
+    "auth",
+)
 """The TOML tables, each the fields of the :class:`NodeConfig` field of its name."""
 _TABLE_OPTIONS = {"disk_free_bytes_min": "host", "disk_free_percent_min": "host"}
 """Command-line options that set a field of a part's table (over the file's value)."""

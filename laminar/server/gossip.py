@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from laminar.membership import LocalMember, Member, MemberEvent, MembershipConfig
+from laminar.membership.crypto import Keyring
+from laminar.membership.keyring import KeyringState
 from laminar.membership.shell import MembershipNode
 
 
@@ -35,8 +37,10 @@ class ThreadedMembership:
         seeds: Sequence[str],
         incarnation: int,
         on_event: Callable[[MemberEvent], None],
+        keyring: Keyring | None = None,
     ) -> None:
         self._args: dict[str, Any] = {
+            "keyring": keyring,
             "config": config,
             "local": local,
             "cluster_key": cluster_key,
@@ -45,6 +49,8 @@ class ThreadedMembership:
             "incarnation": incarnation,
         }
         self._on_event = on_event
+        self.keyring_state = KeyringState() if keyring is None else keyring.state
+        """The keyring the membership node uses (updated by :meth:`set_keyring`)."""
         self._main: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -127,6 +133,25 @@ class ThreadedMembership:
     def _set_view(self, view: tuple[Member, ...]) -> None:
         self._view = view
         self._by_id = {member.node_id: member for member in view}
+
+    async def set_keyring(self, state: KeyringState) -> None:
+        """Apply changed gossip keys or switches on the membership thread."""
+
+        async def apply(node: MembershipNode) -> None:
+            node.set_keyring(state)
+
+        await self._call(apply)
+        self.keyring_state = state
+
+    async def counters(self) -> dict[str, int]:
+        """Membership's counters (dropped frames by reason, ...), read on its thread."""
+        result: dict[str, int] = {}
+
+        async def read(node: MembershipNode) -> None:
+            result.update(node.counters())
+
+        await self._call(read)
+        return result
 
     async def leave(self) -> None:
         await self._call(lambda node: node.leave())

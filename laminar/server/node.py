@@ -54,6 +54,7 @@ from laminar.groups.replay import snapshot_due
 from laminar.grpc_errors import error_from_rpc
 from laminar.ids import TopicPartition
 from laminar.membership import EventKind, LocalMember, Member, MemberEvent, MemberState
+from laminar.membership.crypto import Keyring
 from laminar.placement import PlacementMember
 from laminar.records import encode_batch
 from laminar.replica.core import ReplicaCore
@@ -74,6 +75,7 @@ from laminar.server.groups import (
     GroupHost,
 )
 from laminar.server.host import LogFactory, ReplicaHost
+from laminar.server.keyring import NodeKeyring, keyring_path, load_node_keyring
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
@@ -240,6 +242,12 @@ class Node:
         self.node_id = identity.node_id
         self.cluster_id: str = identity.cluster_id
         self.membership = membership
+        self.keyring = NodeKeyring(
+            keyring_path(config.data_dir, config.gossip_encryption),
+            membership.keyring_state,
+            membership,
+            config.cluster_key,
+        )
         self.metadata = MetadataState()
         self._alive_peers: set[str] = set()
         """Members alive or suspect by gossip: the cores' node-level liveness."""
@@ -318,6 +326,8 @@ class Node:
         ``disk_usage``: the data directory's free space (default ``statvfs``; tests
         inject their own)."""
         os.makedirs(config.data_dir, exist_ok=True)
+        keyring_file = keyring_path(config.data_dir, config.gossip_encryption)
+        keyring = load_node_keyring(keyring_file, config.cluster_key)  # before anything is saved
         held = quarantined_bytes(config.data_dir)
         if held:
             _LOG.warning(
@@ -350,6 +360,7 @@ class Node:
             seeds=config.seeds,
             incarnation=int(time.time()),
             on_event=events,
+            keyring=Keyring(keyring, config.gossip_encryption, os.urandom),
         )
         await membership.start()
         node: Node | None = None

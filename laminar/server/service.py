@@ -43,6 +43,7 @@ from laminar.groups.state import ApplyResult, Group, Outcome
 from laminar.grpc_errors import abort_with, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
+from laminar.membership.keyring import KeyringState
 from laminar.placement import PlacementMember
 from laminar.records import check_produced_header
 from laminar.replica.types import Acks, Role
@@ -50,6 +51,7 @@ from laminar.server import rules
 from laminar.server.config import ServiceConfig
 from laminar.server.groups import GroupHost, group_partition, group_status
 from laminar.server.host import ProduceResult, ReplicaHost
+from laminar.server.keyring import NodeKeyring
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
@@ -95,6 +97,11 @@ class NodeApi(Protocol):
 
     @property
     def groups(self) -> GroupHost: ...
+
+    @property
+    def keyring(self) -> NodeKeyring:
+        """The node's gossip keyring."""
+        ...
 
     def members(self) -> list[Member]:
         """The membership view (never blocks)."""
@@ -589,6 +596,23 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             await self._propose_metadata(command)
         return pb.SetMaintenanceResponse(maintenance=list(node.metadata.maintenance))
 
+    @_guarded
+    async def GossipKeyring(  # noqa: N802
+        self, request: pb.GossipKeyringRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GossipKeyringResponse:
+        keyring = self._node.keyring
+        change = _keyring_change(request)
+        state = (
+            keyring.state if change is None else await keyring.change(change, self._node.node_id)
+        )
+        return pb.GossipKeyringResponse(
+            node_id=self._node.node_id,
+            keys=list(state.keys),
+            encrypt_verify_incoming=state.encrypt_verify_incoming,
+            encrypt_verify_outgoing=state.encrypt_verify_outgoing,
+            counters=await keyring.counters(),
+        )
+
     # ------------------------------------------------------------------ admin
 
     @_guarded
@@ -967,6 +991,33 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
 
 GROUP_PARTITIONS_PER_CALL_MAX = 10_000
 """Most partitions one commit or offset fetch names (a group's partition limit)."""
+
+
+def _keyring_change(
+    request: pb.GossipKeyringRequest,
+) -> Callable[[KeyringState], KeyringState] | None:
+    """The change a ``GossipKeyring`` request asks for (None: list)."""
+    key = request.key
+    action = request.action
+    if action == pb.KEYRING_LIST:
+        return None
+    if action == pb.KEYRING_INSTALL:
+        return lambda state: state.install(key)
+    if action == pb.KEYRING_USE:
+        return lambda state: state.use(key)
+    if action == pb.KEYRING_REMOVE:
+        return lambda state: state.remove(key)
+    if action == pb.KEYRING_SET_VERIFY:
+        incoming = (
+            request.encrypt_verify_incoming if request.HasField("encrypt_verify_incoming") else None
+        )
+        outgoing = (
+            request.encrypt_verify_outgoing if request.HasField("encrypt_verify_outgoing") else None
+        )
+        if incoming is None and outgoing is None:
+            raise InvalidInputError("KEYRING_SET_VERIFY needs encrypt_verify_incoming or _outgoing")
+        return lambda state: state.with_verify(incoming=incoming, outgoing=outgoing)
+    raise InvalidInputError(f"unknown keyring action {action}")
 
 
 def _public(topics: Mapping[str, object]) -> list[str]:

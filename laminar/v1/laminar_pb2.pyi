@@ -33,6 +33,14 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FENCED: _ClassVar[ErrorCode]
     GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
     STORAGE_FULL: _ClassVar[ErrorCode]
+
+class KeyringAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KEYRING_LIST: _ClassVar[KeyringAction]
+    KEYRING_INSTALL: _ClassVar[KeyringAction]
+    KEYRING_USE: _ClassVar[KeyringAction]
+    KEYRING_REMOVE: _ClassVar[KeyringAction]
+    KEYRING_SET_VERIFY: _ClassVar[KeyringAction]
 ACKS_ALL: Acks
 ACKS_LEADER: Acks
 ACKS_NONE: Acks
@@ -54,6 +62,11 @@ CONFIG: ErrorCode
 FENCED: ErrorCode
 GROUP_NOT_EMPTY: ErrorCode
 STORAGE_FULL: ErrorCode
+KEYRING_LIST: KeyringAction
+KEYRING_INSTALL: KeyringAction
+KEYRING_USE: KeyringAction
+KEYRING_REMOVE: KeyringAction
+KEYRING_SET_VERIFY: KeyringAction
 
 class ProduceRequest(_message.Message):
     __slots__ = ("topic", "partition", "batches", "acks", "timeout_ms")
@@ -768,3 +781,36 @@ class ErrorDetail(_message.Message):
     member_count: int
     nodes: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., offset: _Optional[int] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ..., expected_sequence: _Optional[int] = ..., group: _Optional[str] = ..., member_id: _Optional[str] = ..., reason: _Optional[str] = ..., member_count: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GossipKeyringRequest(_message.Message):
+    __slots__ = ("action", "key", "encrypt_verify_incoming", "encrypt_verify_outgoing")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    ENCRYPT_VERIFY_INCOMING_FIELD_NUMBER: _ClassVar[int]
+    ENCRYPT_VERIFY_OUTGOING_FIELD_NUMBER: _ClassVar[int]
+    action: KeyringAction
+    key: bytes
+    encrypt_verify_incoming: bool
+    encrypt_verify_outgoing: bool
+    def __init__(self, action: _Optional[_Union[KeyringAction, str]] = ..., key: _Optional[bytes] = ..., encrypt_verify_incoming: _Optional[bool] = ..., encrypt_verify_outgoing: _Optional[bool] = ...) -> None: ...
+
+class GossipKeyringResponse(_message.Message):
+    __slots__ = ("node_id", "keys", "encrypt_verify_incoming", "encrypt_verify_outgoing", "counters")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    ENCRYPT_VERIFY_INCOMING_FIELD_NUMBER: _ClassVar[int]
+    ENCRYPT_VERIFY_OUTGOING_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    encrypt_verify_incoming: bool
+    encrypt_verify_outgoing: bool
+    counters: _containers.ScalarMap[str, int]
+    def __init__(self, node_id: _Optional[str] = ..., keys: _Optional[_Iterable[bytes]] = ..., encrypt_verify_incoming: _Optional[bool] = ..., encrypt_verify_outgoing: _Optional[bool] = ..., counters: _Optional[_Mapping[str, int]] = ...) -> None: ...

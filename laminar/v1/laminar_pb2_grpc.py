@@ -101,6 +101,11 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionResponse.FromString,
                 _registered_method=True)
+        self.GossipKeyring = channel.unary_unary(
+                '/laminar.v1.Laminar/GossipKeyring',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.GossipKeyringRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.GossipKeyringResponse.FromString,
+                _registered_method=True)
         self.GroupHeartbeat = channel.unary_unary(
                 '/laminar.v1.Laminar/GroupHeartbeat',
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.GroupHeartbeatRequest.SerializeToString,
@@ -246,6 +251,15 @@ class LaminarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GossipKeyring(self, request, context):
+        """The answering node's gossip encryption keyring: list, install, use (make
+        primary) or remove a key, or set the verify switches (`laminar cluster keyring`,
+        which sends it to every live member). Changes are saved before they apply.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GroupHeartbeat(self, request, context):
         """Consumer groups. A group lives in partition key_partition(group, 8) of the
         internal topic `__groups`; the leader of that partition is its coordinator, and
@@ -375,6 +389,11 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.RecoverPartition,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.RecoverPartitionResponse.SerializeToString,
+            ),
+            'GossipKeyring': grpc.unary_unary_rpc_method_handler(
+                    servicer.GossipKeyring,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.GossipKeyringRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.GossipKeyringResponse.SerializeToString,
             ),
             'GroupHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.GroupHeartbeat,
@@ -770,6 +789,33 @@ class Laminar:
             '/laminar.v1.Laminar/RecoverPartition',
             laminar_dot_v1_dot_laminar__pb2.RecoverPartitionRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.RecoverPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GossipKeyring(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/GossipKeyring',
+            laminar_dot_v1_dot_laminar__pb2.GossipKeyringRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.GossipKeyringResponse.FromString,
             options,
             channel_credentials,
             insecure,
