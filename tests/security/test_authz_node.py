@@ -12,6 +12,8 @@ below is made with a token, so it is checked for real.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -332,3 +334,54 @@ async def _until(condition: Any, what: str) -> None:
     while not await condition():
         assert loop.time() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
+
+
+def laminar(*argv: str) -> tuple[int, str, str]:
+    """``laminar ARGV``: exit code, standard output, standard error."""
+    from laminar import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@run
+async def test_the_cli_manages_acls_and_a_refused_command_prints_one_line(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.toml"
+    code, admin_token, _ = laminar("token", "create", "admin", "--file", str(tokens))
+    assert code == 0 and admin_token.startswith("lmt.")
+    admin_token_file = tmp_path / "admin.token"
+    admin_token_file.write_text(admin_token)
+    bob_token = add_token(tokens, "bob")
+    auth = AuthConfig(token_file=str(tokens), authorization=True, super_users=("User:admin",))
+    node = await Node.open(node_config(tmp_path, 0, auth, subnet=5))
+    try:
+        await wait_leader(node, ("__cluster", 0))
+        base = ["--bootstrap", node.config.grpc, "--timeout", "10"]
+        admin = [*base, "--token-file", str(admin_token_file)]
+        bob = [*base, "--token", bob_token]
+
+        async def run_cli(*argv: str) -> tuple[int, str, str]:
+            return await asyncio.to_thread(laminar, *argv)
+
+        topic = ("topic", "create", "orders", "--partitions", "1", "--replication-factor", "1")
+        assert (await run_cli(*admin, *topic))[0] == 0
+        code, out, _ = await run_cli(
+            *admin, "acl", "create", "--principal", "User:bob", "--operation", "write",
+            "--topic", "ord", "--prefixed",
+        )  # fmt: skip
+        assert code == 0 and "allow User:bob write on topic ord (prefixed)" in out
+        code, out, _ = await run_cli(*admin, "acl", "list")
+        assert out.splitlines() == ["allow User:bob write on topic ord (prefixed)"]
+        # bob may not list ACLs: one line on stderr, exit code 1.
+        code, out, err = await run_cli(*bob, "acl", "list")
+        assert code == 1 and out == ""
+        assert err.count("\n") == 1 and "User:bob may not describe cluster cluster" in err
+        code, out, _ = await run_cli(*admin, "acl", "delete", "--principal", "User:bob")
+        assert code == 0 and out.startswith("deleted: allow User:bob write")
+        assert (await run_cli(*admin, "acl", "list"))[1] == "no ACLs\n"
+        code, _, err = await run_cli(*base, "--token", "lmt.bad.token", "topic", "list")
+        assert code == 1 and "not valid" in err
+    finally:
+        await node.stop(graceful=False)
