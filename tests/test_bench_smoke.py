@@ -1,7 +1,7 @@
 """Smoke runs of benchmarks, so that they do not rot (a benchmark nobody runs breaks
 unnoticed): the group benchmark's issue-27 phases, the scrub benchmark, the repair
-benchmark's repair phase and the cluster benchmark's failover, rolling-restart and
-maintenance phases, at tiny sizes, one run each; every figure must be printed, and
+benchmark's repair phase, the cluster benchmark's failover, rolling-restart and
+maintenance phases and the ACL benchmark, at tiny sizes, one run each; every figure must be printed, and
 on target where the size allows it."""
 
 from __future__ import annotations
@@ -144,3 +144,14 @@ def test_cluster_bench_rolling_restart_and_maintenance_phases_run() -> None:
     assert figures["rolling_restart_write_gap_s"] > 0
     assert figures["rolling_restart_s"] > 0
     assert figures["maintenance_catch_up_s"] >= 0
+
+
+def test_acl_bench_runs() -> None:
+    """The authorization check's cost (issue 31) with 10,000 ACLs, one short run."""
+    argv = [sys.executable, "-m", "bench.acl_bench", "--checks", "20000", "--runs", "1"]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["acls"] == 10_000
+    for name in ("acl_check_us", "acl_check_uncached_us", "acl_index_build_ms"):
+        assert figures[name] > 0
