@@ -1,8 +1,8 @@
 """Smoke runs of benchmarks, so that they do not rot (a benchmark nobody runs breaks
 unnoticed): the group benchmark's issue-27 phases, the scrub benchmark, the repair
 benchmark's repair phase, the cluster benchmark's failover, rolling-restart and
-maintenance phases and the ACL benchmark, at tiny sizes, one run each; every figure must be printed, and
-on target where the size allows it."""
+maintenance phases and the ACL benchmark, at tiny sizes, one run each; every figure
+must be printed, and on target where the size allows it."""
 
 from __future__ import annotations
 
