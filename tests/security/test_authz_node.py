@@ -44,7 +44,7 @@ def with_auth(config: NodeConfig, auth: AuthConfig) -> NodeConfig:
     return config
 
 
-def node_config(root: Path, index: int, auth: AuthConfig, *, subnet: int = 3) -> NodeConfig:
+def node_config(root: Path, index: int, auth: AuthConfig, *, subnet: int = 31) -> NodeConfig:
     host = f"127.0.{subnet}.{index + 1}"
     config = NodeConfig.local(
         str(root / f"n{index}"),
@@ -272,7 +272,7 @@ async def test_a_removed_acl_takes_effect_on_every_node(tmp_path: Path) -> None:
     channels: list[grpc.aio.Channel] = []
     try:
         for index in range(3):
-            nodes.append(await Node.open(node_config(tmp_path, index, auth, subnet=4)))
+            nodes.append(await Node.open(node_config(tmp_path, index, auth, subnet=32)))
         await aio.wait_until(
             lambda: all(len(n.members()) == 3 for n in nodes), "3 members", timeout_s=DEADLINE_S
         )
@@ -355,7 +355,7 @@ async def test_the_cli_manages_acls_and_a_refused_command_prints_one_line(tmp_pa
     admin_token_file.write_text(admin_token)
     bob_token = add_token(tokens, "bob")
     auth = AuthConfig(token_file=str(tokens), authorization=True, super_users=("User:admin",))
-    node = await Node.open(node_config(tmp_path, 0, auth, subnet=5))
+    node = await Node.open(node_config(tmp_path, 0, auth, subnet=33))
     try:
         await wait_leader(node, ("__cluster", 0))
         base = ["--bootstrap", node.config.grpc, "--timeout", "10"]
