@@ -61,6 +61,8 @@ from laminar.membership.keyring import (
     save_keyring,
 )
 from laminar.rolling import expand_command, rolling_restart
+from laminar.security.acl import OPERATIONS as ACL_OPERATIONS
+from laminar.security.acl import Acl, AclFilter
 
 
 def _node_register() -> Callable[[Any], None] | None:
@@ -78,6 +80,7 @@ def _node_register() -> Callable[[Any], None] | None:
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7100"
 BOOTSTRAP_ENV = "LAMINAR_BOOTSTRAP"
+TOKEN_ENV = "LAMINAR_TOKEN"
 LOCAL_CLUSTER_HINT = (
     "`scripts/local_cluster.sh start` (it prints the export LAMINAR_BOOTSTRAP=... line "
     "to use), or give running nodes' gRPC addresses in --bootstrap or $LAMINAR_BOOTSTRAP."
@@ -103,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed for tests and documentation)."""
     parser = _Parser(
         prog="laminar",
+        # No abbreviated global options: "--to" of a subcommand must not read as
+        # an ambiguous "--token".
+        allow_abbrev=False,
         description="Operate a Laminar cluster: topics, produce, consume, groups, cluster status.",
     )
     parser.add_argument(
@@ -124,6 +130,20 @@ def build_parser() -> argparse.ArgumentParser:
             "within about a second when every bootstrap address refuses the connection"
         ),
     )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV) or None,
+        metavar="TOKEN",
+        help=(
+            "bearer token sent with every call (default: $LAMINAR_TOKEN); see "
+            "`laminar token create`. Without one the command calls as User:ANONYMOUS"
+        ),
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="read the bearer token from this file (its first line) instead of --token",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_topic_commands(commands)
     _add_produce_command(commands)
@@ -131,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_commands(commands)
     _add_group_commands(commands)
     _add_partition_commands(commands)
+    _add_acl_commands(commands)
+    _add_token_commands(commands)
     register_node = _node_register()
     if register_node is not None:
         register_node(commands)
@@ -528,7 +550,169 @@ def _add_group_commands(commands: Any) -> None:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client(args.bootstrap, timeout_s=args.timeout)
+    return Client(args.bootstrap, timeout_s=args.timeout, token=_token(args))
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The bearer token: ``--token-file``'s first line, else ``--token`` / $LAMINAR_TOKEN."""
+    path = getattr(args, "token_file", None)
+    if path:
+        with open(path, encoding="utf-8") as file:
+            first_line = file.readline().strip()
+        if not first_line:
+            raise InvalidInputError(f"token file {path} is empty")
+        return first_line
+    token: str | None = getattr(args, "token", None)
+    return token
+
+
+# --------------------------------------------------------------------------- acl, token
+
+
+def _add_acl_commands(commands: Any) -> None:
+    acl = commands.add_parser(
+        "acl",
+        help="create, list or delete access control lists",
+        description=(
+            "ACLs say which principal (User:NAME, from a token or a client certificate; "
+            "User:* for everyone) may do which operation on a topic, a consumer group or "
+            "the cluster. They are kept in the cluster metadata and apply on every node "
+            "once [auth] authorization = true: then what no ACL allows is denied (except "
+            "to super_users), a deny wins over any allow, and read, write, alter or "
+            "delete on a resource also allow describe. Changing ACLs needs alter on the "
+            "cluster; listing them describe. See docs/operations.md, "
+            '"Authentication and ACLs".'
+        ),
+    )
+    actions = acl.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="create an ACL (allow, or --deny)")
+    _acl_arguments(create, required=True)
+    create.set_defaults(handler=_acl_create)
+    listing = actions.add_parser("list", help="list ACLs (all, or those matching the options)")
+    _acl_arguments(listing, required=False)
+    listing.set_defaults(handler=_acl_list)
+    delete = actions.add_parser(
+        "delete", help="delete every ACL matching the options (at least one option)"
+    )
+    _acl_arguments(delete, required=False)
+    delete.set_defaults(handler=_acl_delete)
+
+
+def _acl_arguments(parser: Any, *, required: bool) -> None:
+    which = "" if required else " (filter)"
+    parser.add_argument(
+        "--principal", required=required, help=f"User:NAME, or User:* for everyone{which}"
+    )
+    parser.add_argument(
+        "--operation",
+        required=required,
+        choices=ACL_OPERATIONS,
+        help=f"the operation{which}",
+    )
+    resource = parser.add_mutually_exclusive_group(required=required)
+    resource.add_argument("--topic", help=f"a topic name (or prefix, with --prefixed){which}")
+    resource.add_argument("--group", help=f"a consumer group name (or prefix){which}")
+    resource.add_argument("--cluster", action="store_true", help=f"the cluster{which}")
+    parser.add_argument(
+        "--prefixed", action="store_true", help="the name is a prefix (default: literal)"
+    )
+    parser.add_argument("--deny", action="store_true", help="a deny ACL (default: allow)")
+
+
+def _acl_resource(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    if args.topic is not None:
+        return "topic", args.topic
+    if args.group is not None:
+        return "group", args.group
+    if args.cluster:
+        return "cluster", "cluster"
+    return None, None
+
+
+def _acl_create(args: argparse.Namespace) -> int:
+    resource_type, name = _acl_resource(args)
+    assert resource_type is not None and name is not None  # required by the parser
+    acl = Acl(
+        args.principal,
+        args.operation,
+        resource_type,
+        name,
+        "prefixed" if args.prefixed else "literal",
+        "deny" if args.deny else "allow",
+    )
+    with _client(args) as client:
+        client.create_acls([acl])
+    print(f"created: {acl.describe()}", file=_out())
+    return 0
+
+
+def _acl_filter(args: argparse.Namespace) -> AclFilter:
+    resource_type, name = _acl_resource(args)
+    return AclFilter(
+        principal=args.principal,
+        operation=args.operation,
+        resource_type=resource_type,
+        resource_name=name,
+        pattern="prefixed" if args.prefixed else None,
+        permission="deny" if args.deny else None,
+    )
+
+
+def _acl_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        acls = client.list_acls(_acl_filter(args))
+    out = _out()
+    for acl in acls:
+        print(acl.describe(), file=out)
+    if not acls:
+        print("no ACLs", file=out)
+    return 0
+
+
+def _acl_delete(args: argparse.Namespace) -> int:
+    acl_filter = _acl_filter(args)
+    if acl_filter == AclFilter():
+        raise InvalidInputError("give at least one option: deleting every ACL takes a filter")
+    with _client(args) as client:
+        deleted = client.delete_acls([acl_filter])
+    out = _out()
+    for acl in deleted:
+        print(f"deleted: {acl.describe()}", file=out)
+    if not deleted:
+        print("no ACL matched: nothing deleted", file=out)
+    return 0
+
+
+def _add_token_commands(commands: Any) -> None:
+    token = commands.add_parser("token", help="make bearer tokens for the nodes' token file")
+    actions = token.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser(
+        "create",
+        help="make a token for NAME: add its hash to the token file, print the token once",
+        description=(
+            "Makes a random token for the principal User:NAME (or NAME itself if it has "
+            "a type, Type:name), appends its entry (a salted scrypt hash, no secret) to "
+            "FILE, created with mode 0600 if missing, and prints the token: it is shown "
+            "only now. Copy FILE to every node's [auth] token_file (nodes read it again "
+            "when it changes); give the token to the client (--token, $LAMINAR_TOKEN, "
+            "Client(token=...)). Works offline: no node is called."
+        ),
+    )
+    create.add_argument("name", help="the principal's name (User:NAME)")
+    create.add_argument("--file", required=True, help="the token file (TOML)")
+    create.set_defaults(handler=_token_create)
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    try:
+        tokens = importlib.import_module("laminar.security.tokens")
+    except ImportError:
+        raise InvalidInputError(
+            "making tokens needs the server extra (pip install 'laminar[server]')"
+        ) from None
+    token: str = tokens.add_token(args.file, args.name)
+    print(token, file=_out())
+    return 0
 
 
 def _out() -> TextIO:

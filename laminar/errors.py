@@ -39,6 +39,8 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     ├── FencedMemberError                a consumer-group member's epoch or ownership is stale
     ├── GroupNotEmptyError               an admin change to a group that still has members
     ├── ClusterIdMismatchError           a node or peer belongs to another cluster
+    ├── AuthenticationError              the caller's credentials (a bearer token) are not valid
+    ├── AuthorizationError               the caller may not do this (operation, resource attached)
     ├── RecordDeserializationError       (client) a deserializer refused a record's key or value
     └── ClientClosedError                (client) the producer or consumer was closed
 
@@ -331,6 +333,28 @@ class ClusterIdMismatchError(LaminarError):
         super().__init__(f"cluster id mismatch: this cluster is {expected}, peer says {actual}")
         self.expected = expected
         self.actual = actual
+
+
+class AuthenticationError(LaminarError):
+    """The caller presented credentials that are not valid (a wrong, malformed or
+    revoked bearer token, a certificate no principal rule maps): nothing was done.
+    gRPC ``UNAUTHENTICATED``. A caller presenting nothing is not refused as such: it
+    is the principal ``User:ANONYMOUS``, checked like any other."""
+
+
+class AuthorizationError(LaminarError):
+    """The caller may not do ``operation`` on the resource (``resource_type``
+    ``topic``, ``group`` or ``cluster``, named ``resource_name``): nothing was done or
+    written. gRPC ``PERMISSION_DENIED``. It never says whether a topic or group that
+    the caller may not describe exists."""
+
+    def __init__(
+        self, message: str, *, operation: str = "", resource_type: str = "", resource_name: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.resource_type = resource_type
+        self.resource_name = resource_name
 
 
 class RecordDeserializationError(LaminarError):

@@ -28,6 +28,8 @@ The table (first matching row wins, so subclasses come before their bases)::
     FencedMemberError              FAILED_PRECONDITION  FENCED (+ group, member id, reason)
     GroupNotEmptyError             FAILED_PRECONDITION  GROUP_NOT_EMPTY (+ group, member count)
     StorageFullError               RESOURCE_EXHAUSTED   STORAGE_FULL (+ the full nodes)
+    AuthenticationError            UNAUTHENTICATED      AUTHENTICATION_FAILED
+    AuthorizationError             PERMISSION_DENIED    AUTHORIZATION_FAILED (+ operation, resource)
     CorruptSegmentError            DATA_LOSS            STORAGE
     StorageError (other)           INTERNAL             STORAGE
     anything else                  INTERNAL             ERROR_UNKNOWN
@@ -63,6 +65,8 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 
 from laminar.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BatchLimitError,
     ClusterIdMismatchError,
     ConfigError,
@@ -131,6 +135,8 @@ _TABLE: tuple[tuple[type[LaminarError], grpc.StatusCode, ErrorCode], ...] = (
     (FencedMemberError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.FENCED),
     (GroupNotEmptyError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.GROUP_NOT_EMPTY),
     (StorageFullError, grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorCode.STORAGE_FULL),
+    (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED, ErrorCode.AUTHENTICATION_FAILED),
+    (AuthorizationError, grpc.StatusCode.PERMISSION_DENIED, ErrorCode.AUTHORIZATION_FAILED),
     (CorruptSegmentError, grpc.StatusCode.DATA_LOSS, ErrorCode.STORAGE),
     (StorageError, grpc.StatusCode.INTERNAL, ErrorCode.STORAGE),
 )
@@ -151,6 +157,7 @@ _CLASS_BY_CODE: dict[ErrorCode, type[LaminarError]] = {
     ErrorCode.STORAGE: StorageError,
     ErrorCode.CLUSTER_ID_MISMATCH: ClusterIdMismatchError,
     ErrorCode.CONFIG: ConfigError,
+    ErrorCode.AUTHENTICATION_FAILED: AuthenticationError,
 }
 
 # Status code -> class when no detail came with the status.
@@ -165,6 +172,8 @@ _CLASS_BY_STATUS: dict[grpc.StatusCode, type[LaminarError]] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: BatchLimitError,
     grpc.StatusCode.ALREADY_EXISTS: TopicExistsError,
     grpc.StatusCode.DATA_LOSS: CorruptSegmentError,
+    grpc.StatusCode.UNAUTHENTICATED: AuthenticationError,
+    grpc.StatusCode.PERMISSION_DENIED: AuthorizationError,
 }
 
 
@@ -197,6 +206,10 @@ def error_to_status(error: LaminarError) -> tuple[grpc.StatusCode, ErrorDetail]:
         detail.member_count = error.member_count
     elif isinstance(error, StorageFullError):
         detail.nodes.extend(error.nodes)
+    elif isinstance(error, AuthorizationError):
+        detail.operation = error.operation
+        detail.resource_type = error.resource_type
+        detail.resource_name = error.resource_name
     return status, detail
 
 
@@ -266,6 +279,13 @@ def error_from_rpc(rpc_error: grpc.RpcError) -> LaminarError:
         return GroupNotEmptyError(detail.group, detail.member_count)
     if code == ErrorCode.STORAGE_FULL:
         return StorageFullError(message, tuple(detail.nodes))
+    if code == ErrorCode.AUTHORIZATION_FAILED:
+        return AuthorizationError(
+            message,
+            operation=detail.operation,
+            resource_type=detail.resource_type,
+            resource_name=detail.resource_name,
+        )
     if code == ErrorCode.STORAGE and status == grpc.StatusCode.DATA_LOSS:
         return _bare(CorruptSegmentError, message, path="", offset=-1, position=-1, reason="")
     error_class = _CLASS_BY_CODE.get(code)

@@ -1,8 +1,7 @@
 """Smoke runs of benchmarks, so that they do not rot (a benchmark nobody runs breaks
-unnoticed): the group benchmark's issue-27 phases, the scrub benchmark, the repair
-benchmark's repair phase, the cluster benchmark's failover, rolling-restart and
-maintenance phases and the gossip encryption benchmark, at tiny sizes, one run each;
-every figure must be printed, and on target where the size allows it."""
+unnoticed): every benchmark, at tiny sizes, one run each (the Spark one in the
+spark_cluster tier); every figure must be printed, and on target where the size
+allows it."""
 
 from __future__ import annotations
 
@@ -182,6 +181,7 @@ def test_every_benchmark_has_a_smoke_run() -> None:
         "repair_bench",
         "cluster_bench",
         "gossip_crypto_bench",
+        "acl_bench",
     }
     elsewhere = {"spark_bench": "tests/spark_cluster/test_spark_bench_smoke.py"}
     helpers = {"__init__", "peers", "report"}
@@ -198,3 +198,14 @@ def test_gossip_crypto_bench_runs() -> None:
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert 0 < figures["gossip_seal_open_us"] < 1000
     assert figures["gossip_seal_us"] > 0 and figures["gossip_open_us"] > 0
+
+
+def test_acl_bench_runs() -> None:
+    """The authorization check's cost (issue 31) with 10,000 ACLs, one short run."""
+    argv = [sys.executable, "-m", "bench.acl_bench", "--checks", "20000", "--runs", "1"]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["acls"] == 10_000
+    for name in ("acl_check_us", "acl_check_uncached_us", "acl_index_build_ms"):
+        assert figures[name] > 0

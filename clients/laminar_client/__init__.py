@@ -19,6 +19,8 @@ per-partition sender are internal (:mod:`laminar_client.transport`,
 
 from laminar.errors import (
     AttemptTimeoutError,
+    AuthenticationError,
+    AuthorizationError,
     BatchLimitError,
     BufferFullError,
     ChecksumMismatchError,
@@ -118,6 +120,8 @@ __all__ = [
     "ClusterIdMismatchError",
     "ClusterMetadata",
     "Compression",
+    "AuthenticationError",
+    "AuthorizationError",
     "ConfigError",
     "Consumer",
     "ConsumerBatch",

@@ -40,8 +40,14 @@ class AsyncTransport:
     from one event loop only.
     """
 
-    def __init__(self, *, channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS):
+    def __init__(
+        self,
+        *,
+        channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
+        call_metadata: Sequence[tuple[str, str]] = (),
+    ):
         self._options = tuple(channel_options)
+        self._metadata = tuple(call_metadata) or None  # the bearer token, if any
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._callables: dict[tuple[str, str], grpc.aio.UnaryUnaryMultiCallable] = {}
         self._closed = False
@@ -80,7 +86,7 @@ class AsyncTransport:
             raise RequestTimeoutError(f"deadline passed before calling {method} on {address}")
         callable_ = self._callable(address, method, response_type)
         try:
-            response: _R = await callable_(request, timeout=timeout_s)
+            response: _R = await callable_(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.aio.AioRpcError as rpc_error:
             if rpc_error.code() == grpc.StatusCode.UNIMPLEMENTED:
                 raise Unimplemented(f"{address}: no {method}") from None

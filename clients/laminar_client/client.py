@@ -52,6 +52,7 @@ from laminar.errors import (
 from laminar.groups.coordinator import HeartbeatAnswer, HeartbeatRequest
 from laminar.grpc_errors import error_from_detail
 from laminar.records import Record, decode_records, iter_batches, next_offset
+from laminar.security.acl import Acl, AclFilter
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client import groups
 from laminar_client.health import NodeHealth
@@ -76,6 +77,7 @@ from laminar_client.transport import (
     PendingCall,
     Transport,
     UnaryTransport,
+    token_metadata,
 )
 
 AcksMode = Literal["all", "leader", "none"]
@@ -730,6 +732,12 @@ class Client:
     choice (pass a seeded one for reproducible tests); ``clock`` and ``sleep`` can be
     replaced together by a manual clock.
 
+    ``token``: a bearer token (``laminar token create``), sent in the metadata of
+    every call (``authorization: Bearer <token>``), also by the producers and
+    consumers built on this client. The node maps it to the principal its ACLs
+    name; a wrong one is refused with :class:`~laminar.errors.AuthenticationError`.
+    Without it the client calls as ``User:ANONYMOUS`` (or as its TLS certificate).
+
     Use as a context manager, or call :meth:`close`.
     """
 
@@ -749,6 +757,7 @@ class Client:
         transport: UnaryTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        token: str | None = None,
     ) -> None:
         if timeout_s <= 0 or attempt_timeout_s <= 0 or metadata_timeout_s <= 0:
             raise InvalidInputError(
@@ -767,7 +776,11 @@ class Client:
         self._rng = rng if rng is not None else random.Random()
         self._sleep = sleep
         self._clock = clock
-        self.transport: UnaryTransport = transport if transport is not None else Transport()
+        self.call_metadata = token_metadata(token)
+        """Sent with every call, the producers' and consumers' on this client too."""
+        self.transport: UnaryTransport = (
+            transport if transport is not None else Transport(call_metadata=self.call_metadata)
+        )
         self.cache = MetadataCache(
             self.transport,
             _bootstrap_list(bootstrap),
@@ -1293,6 +1306,34 @@ class Client:
         self.cache.invalidate()
         return tuple(response.maintenance)
 
+    # ------------------------------------------------------------------ ACLs
+
+    def create_acls(self, acls: Sequence[Acl], *, timeout_s: float | None = None) -> None:
+        """Create ``acls`` (through the metadata leader; idempotent). Needs alter on
+        the cluster when the cluster checks ACLs."""
+        for acl in acls:
+            acl.validate()
+        request = pb.CreateAclsRequest(acls=[_binding(acl) for acl in acls])
+        self._admin("CreateAcls", request, pb.CreateAclsResponse, timeout_s)
+
+    def list_acls(
+        self, acl_filter: AclFilter | None = None, *, timeout_s: float | None = None
+    ) -> list[Acl]:
+        """The ACLs matching ``acl_filter`` (all without one), sorted."""
+        request = pb.ListAclsRequest(filter=_filter_message(acl_filter or AclFilter()))
+        response = self._admin("ListAcls", request, pb.ListAclsResponse, timeout_s)
+        return [_acl_of(binding) for binding in response.acls]
+
+    def delete_acls(
+        self, filters: Sequence[AclFilter], *, timeout_s: float | None = None
+    ) -> list[Acl]:
+        """Delete every ACL matching any of ``filters``; the ACLs deleted."""
+        for acl_filter in filters:
+            acl_filter.validate()
+        request = pb.DeleteAclsRequest(filters=[_filter_message(f) for f in filters])
+        response = self._admin("DeleteAcls", request, pb.DeleteAclsResponse, timeout_s)
+        return [_acl_of(binding) for binding in response.deleted]
+
     def recover_partition(
         self, topic: str, partition: int, *, timeout_s: float | None = None
     ) -> list[str]:
@@ -1780,3 +1821,36 @@ def _uint32(value: int, name: str) -> int:
 
 def _name(topic: TopicMetadata) -> str:
     return topic.name
+
+
+def _binding(acl: Acl) -> pb.AclBinding:
+    return pb.AclBinding(
+        principal=acl.principal,
+        operation=acl.operation,
+        resource_type=acl.resource_type,
+        resource_name=acl.resource_name,
+        pattern=acl.pattern,
+        permission=acl.permission,
+    )
+
+
+def _acl_of(binding: pb.AclBinding) -> Acl:
+    return Acl(
+        binding.principal,
+        binding.operation,
+        binding.resource_type,
+        binding.resource_name,
+        binding.pattern or "literal",
+        binding.permission or "allow",
+    )
+
+
+def _filter_message(acl_filter: AclFilter) -> pb.AclFilter:
+    return pb.AclFilter(
+        principal=acl_filter.principal or "",
+        operation=acl_filter.operation or "",
+        resource_type=acl_filter.resource_type or "",
+        resource_name=acl_filter.resource_name or "",
+        pattern=acl_filter.pattern or "",
+        permission=acl_filter.permission or "",
+    )

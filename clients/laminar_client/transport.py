@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 from laminar.address import GRPC_RESOLVE_INTERVAL_MS
 from laminar.errors import (
     AttemptTimeoutError,
+    InvalidInputError,
     LaminarError,
     NoAnswerError,
     NodeRefusedError,
@@ -94,8 +95,15 @@ class Transport:
     :class:`AttemptTimeoutError`. Thread-safe.
     """
 
-    def __init__(self, *, channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS):
+    def __init__(
+        self,
+        *,
+        channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
+        call_metadata: Sequence[tuple[str, str]] = (),
+    ):
         self._options = tuple(channel_options)
+        self._metadata = tuple(call_metadata) or None
+        """Sent with every call: the bearer token (:func:`token_metadata`)."""
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -123,7 +131,7 @@ class Transport:
         """Call ``Laminar/<method>`` on ``address`` with a deadline of ``timeout_s``."""
         callable_ = self._callable(address, method, response_type, timeout_s)
         try:
-            response: _R = callable_(request, timeout=timeout_s)
+            response: _R = callable_(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as rpc_error:
             raise call_error(address, rpc_error) from None
         return response
@@ -139,7 +147,8 @@ class Transport:
     ) -> PendingCall[_R]:
         """Start the call :meth:`call` makes, without waiting for it."""
         callable_ = self._callable(address, method, response_type, timeout_s)
-        return PendingCall(address, callable_.future(request, timeout=timeout_s))
+        future = callable_.future(request, timeout=timeout_s, metadata=self._metadata)
+        return PendingCall(address, future)
 
     def _callable(
         self, address: str, method: str, response_type: type[_R], timeout_s: float
@@ -218,6 +227,15 @@ def no_answer(error: LaminarError, rpc_error: grpc.RpcError) -> LaminarError:
     if type(error) is RequestTimeoutError:
         return AttemptTimeoutError(*error.args)
     return error
+
+
+def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The call metadata carrying a bearer token (none without one)."""
+    if token is None:
+        return ()
+    if not token or any(c.isspace() for c in token):
+        raise InvalidInputError("a token is a non-empty string without spaces")
+    return (("authorization", f"Bearer {token}"),)
 
 
 def serialize(message: Message) -> bytes:

@@ -63,19 +63,37 @@ class AuthConfig:
     """File of bearer tokens (a salted, slow hash of each, with its principal); read
     again when it changes. Empty: no token is accepted."""
     principal_rules: tuple[str, ...] = ("DEFAULT",)
-    """Ordered rules mapping a client certificate to a principal, as Kafka's
-    ``ssl.principal.mapping.rules``; the first that matches applies."""
+    """Ordered rules mapping a client certificate to a principal ``User:<name>``, as
+    Kafka's ``ssl.principal.mapping.rules``: ``RULE:pattern/replacement/[L|U]`` (the
+    pattern matching the subject DN ``CN=alice,O=corp`` or a SAN ``URI:...``,
+    ``DNS:...``, ``EMAIL:...``; ``$1`` in the replacement is its first group) or
+    ``DEFAULT`` (the subject DN as it is); the first that matches applies
+    (:mod:`laminar.security.principals`). A node certificate is always
+    ``Node:<id>``."""
     authorization: bool = False
-    """With ``true``, every RPC is checked against the ACLs: what no ACL allows is
-    denied, except to ``super_users``."""
+    """With ``true``, every RPC is checked against the ACLs (``laminar acl``): what no
+    ACL allows is denied, except to ``super_users`` and nodes. Needs ``[tls]`` on
+    with ``client_auth`` ``request`` or ``require`` (nodes are recognised by their
+    certificates). With ``false`` every call is allowed (tokens are still checked
+    when ``token_file`` is set)."""
     super_users: tuple[str, ...] = ()
-    """Principals allowed everything (``User:admin``)."""
+    """Principals allowed everything (``User:admin``), whatever the ACLs say."""
     audit_log_file: str = ""
-    """JSON-lines file of authentication failures, denials and admin operations.
-    Empty: no audit log."""
+    """JSON-lines file of authentication failures, denials and admin operations
+    (:mod:`laminar.security.audit`). Empty: no audit log."""
     audit_log_bytes_max: int = 100 * 1024 * 1024
-    """The audit log's size bound: past it the file is rotated to ``<file>.1``."""
+    """The audit log's size bound (bytes): past it the file is renamed
+    ``<file>.1`` (replacing the previous one) and a new one started."""
 
     def __post_init__(self) -> None:
         if self.audit_log_bytes_max < 4096:
             raise ConfigError("audit_log_bytes_max must be >= 4096")
+        from laminar.security.acl import validate_principal  # imported here: cryptography
+        from laminar.security.principals import parse_rules
+
+        parse_rules(self.principal_rules)
+        for principal in self.super_users:
+            try:
+                validate_principal(principal)
+            except ValueError as error:
+                raise ConfigError(f"super_users: {error}") from None

@@ -239,6 +239,16 @@ class NodeConfig:
             raise ConfigError(f"protocol_version must be in [1, 255], got {self.protocol_version}")
         if self.metadata_wait_ms < 0 or self.metadata_call_timeout_ms <= self.metadata_wait_ms:
             raise ConfigError("need 0 <= metadata_wait_ms < metadata_call_timeout_ms")
+        if self.auth.authorization and not (
+            self.tls.enabled and self.tls.client_auth in ("request", "require")
+        ):
+            # Nodes call each other's API (metadata catch-up) and are recognised by
+            # their certificates; without them authorization would refuse the cluster.
+            raise ConfigError(
+                "[auth] authorization = true needs the nodes to authenticate each other: "
+                'turn [tls] on (cert_file, key_file, ca_file) with client_auth = "request" '
+                'or "require"'
+            )
 
     @property
     def advertised_gossip(self) -> str:

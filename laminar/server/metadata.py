@@ -14,6 +14,9 @@ Commands::
      "defaults": [field name, ...]}            # set by the cluster's defaults (optional)
     {"v": 1, "op": "delete_topic", "id": str, "name": str}
     {"v": 1, "op": "maintenance", "id": str, "node": str, "enter": bool}
+    {"v": 1, "op": "create_acls", "id": str, "acls": [[principal, operation,
+     resource type, resource name, pattern, permission], ...]}
+    {"v": 1, "op": "delete_acls", "id": str, "acls": [[...], ...]}   # exact ACLs
     {"v": 1, "op": "snapshot", "chunk_v": 1, "snapshot_id": str, "as_of": int, ...}
 
 A ``snapshot`` record is one chunk of the whole state as of offset ``as_of`` (see
@@ -44,6 +47,13 @@ and placement keeps their replicas while they are down for up to
 ``maintenance_grace_ms`` instead of ``replica_move_grace_ms``
 (:func:`laminar.server.rules.placement_members`). Being in the replicated catalogue,
 the state holds while the node is down and is cleared only by ``exit``.
+
+**ACLs** (``laminar acl``, :mod:`laminar.security.acl`): :attr:`MetadataState.acls`,
+in creation order; ``acls_version`` changes with every change of them, so that the
+node's authorizer rebuilds its index when it changes. A delete names exact ACLs
+(the proposer resolved its filters); creating an existing ACL or deleting a missing
+one changes nothing. Snapshots keep them (key ``acls``, absent from a node that
+predates them: none).
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ import msgpack
 
 from laminar.errors import InvalidInputError, InvalidTopicError
 from laminar.records import decode_records, encode_batch, iter_batches
+from laminar.security.acl import Acl
 from laminar.snapshots import CompleteSnapshot, SnapshotAssembler, SnapshotChunk, split_snapshot
 
 _LOG = logging.getLogger(__name__)
@@ -176,6 +187,10 @@ class MetadataState:
         """The most recent deletions, oldest first."""
         self.maintenance: dict[str, int] = {}
         """Nodes in maintenance -> the offset of the command that put them there."""
+        self.acls: dict[Acl, int] = {}
+        """The cluster's ACLs -> the offset of the command that created each."""
+        self.acls_version = 0
+        """Changes whenever :attr:`acls` does."""
         self.bytes_since_snapshot = 0
         self.last_snapshot_bytes = 0
         self._seek: SnapshotAssembler | None = None
@@ -281,6 +296,9 @@ class MetadataState:
                 return change
             if op == "maintenance":
                 return self._apply_maintenance(str(command["node"]), bool(command["enter"]), offset)
+            if op in ("create_acls", "delete_acls"):
+                self._apply_acls(op == "create_acls", command["acls"], offset)
+                return None
             raise ValueError(f"unknown op {op!r}")
         except (
             ValueError,
@@ -301,6 +319,20 @@ class MetadataState:
             del self.maintenance[node_id]
         _LOG.info("node %s %s maintenance", node_id, "entered" if enter else "left")
         return MaintenanceChange(node_id, enter, offset)
+
+    def _apply_acls(self, create: bool, fields: list[list[Any]], offset: int) -> None:
+        acls = [Acl.from_fields(acl) for acl in fields]  # all or none: validate first
+        changed = False
+        for acl in acls:
+            if create and acl not in self.acls:
+                self.acls[acl] = offset
+                changed = True
+            elif not create and acl in self.acls:
+                del self.acls[acl]
+                changed = True
+        if changed:
+            self.acls_version += 1
+            _LOG.info("ACLs %s: %d now", "created" if create else "deleted", len(self.acls))
 
     def _follow_chunk(self, chunk: SnapshotChunk, offset: int) -> None:
         complete = self._follow.add(chunk, offset)
@@ -337,7 +369,9 @@ class MetadataState:
             return None
         assert complete.payload is not None
         try:
-            topics, tombstones, applied_count, maintenance = _restore_payload(complete.payload)
+            topics, tombstones, applied_count, maintenance, acls = _restore_payload(
+                complete.payload
+            )
         except (ValueError, KeyError, TypeError, InvalidInputError, msgpack.UnpackException) as e:
             _LOG.error("metadata snapshot at %d does not restore: %s", offset, e)
             return None
@@ -348,6 +382,9 @@ class MetadataState:
             for node_id in sorted(maintenance.keys() ^ self.maintenance.keys())
         ]
         self.maintenance = maintenance
+        if acls != self.acls:
+            self.acls = acls
+            self.acls_version += 1
         self.topics = topics
         self.tombstones = deque(tombstones, maxlen=TOMBSTONES_MAX)
         self.applied_count = applied_count
@@ -397,6 +434,7 @@ class MetadataState:
                 if topic.spec.defaults
             },
             "maintenance": [[node_id, offset] for node_id, offset in self.maintenance.items()],
+            "acls": [[*acl.fields(), offset] for acl, offset in self.acls.items()],
         }
         data: bytes = msgpack.packb(body)
         return data
@@ -432,7 +470,7 @@ def _topic_from(fields: list[Any], defaults: tuple[str, ...] = ()) -> TopicState
 
 def _restore_payload(
     payload: bytes,
-) -> tuple[dict[str, TopicState], list[Change], int, dict[str, int]]:
+) -> tuple[dict[str, TopicState], list[Change], int, dict[str, int], dict[Acl, int]]:
     body = msgpack.unpackb(payload)
     if not isinstance(body, dict) or body.get("v") != SNAPSHOT_VERSION:
         raise ValueError(f"unsupported metadata snapshot version {body!r:.40}")
@@ -447,7 +485,9 @@ def _restore_payload(
     ]
     # Absent in a snapshot written by a node that predates maintenance: none.
     maintenance = {str(node_id): int(offset) for node_id, offset in body.get("maintenance", ())}
-    return topics, tombstones, int(body["applied_count"]), maintenance
+    # Absent in a snapshot written by a node that predates ACLs: none.
+    acls = {Acl.from_fields(fields[:-1]): int(fields[-1]) for fields in body.get("acls", ())}
+    return topics, tombstones, int(body["applied_count"]), maintenance, acls
 
 
 def snapshot_commands(state: MetadataState, snapshot_id: str) -> list[bytes]:
@@ -490,6 +530,18 @@ def maintenance_command(node_id: str, enter: bool, command_id: str) -> bytes:
     validate_node_id(node_id)
     return _command(
         {"v": _VERSION, "op": "maintenance", "id": command_id, "node": node_id, "enter": enter}
+    )
+
+
+def acls_command(acls: list[Acl], *, create: bool, command_id: str) -> bytes:
+    """The batch that creates (``create``) or deletes exactly ``acls`` (validated)."""
+    return _command(
+        {
+            "v": _VERSION,
+            "op": "create_acls" if create else "delete_acls",
+            "id": command_id,
+            "acls": [acl.fields() for acl in acls],
+        }
     )
 
 

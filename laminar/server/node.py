@@ -59,6 +59,11 @@ from laminar.placement import PlacementMember
 from laminar.records import encode_batch
 from laminar.replica.core import ReplicaCore
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.security.acl import Authorizer
+from laminar.security.audit import AuditLog
+from laminar.security.interceptor import Authenticator, AuthInterceptor
+from laminar.security.principals import CertificatePrincipals
+from laminar.security.tokens import TokenStore
 from laminar.segment.log import SegmentLog
 from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
 from laminar.server import rules
@@ -295,6 +300,10 @@ class Node:
         self._replica_changes: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
         self._health = health.aio.HealthServicer()
+        auth = config.auth
+        self.authorizer = Authorizer(enabled=auth.authorization, super_users=auth.super_users)
+        self.audit: AuditLog | None = None
+        self.auth_interceptor = self._build_interceptor()
         self.server = self._build_server()
         self._dead_since_ms: dict[str, int] = {}
         self._incompatible: dict[str, IncompatiblePeer] = {}
@@ -426,6 +435,30 @@ class Node:
             config.peer,
         )
 
+    def _build_interceptor(self) -> AuthInterceptor | None:
+        """The client API's authentication, authorization and audit; None with
+        ``[auth]`` all default (no check runs, a token is ignored)."""
+        auth = self.config.auth
+        if not (auth.authorization or auth.token_file or auth.audit_log_file):
+            return None
+        tokens = TokenStore(auth.token_file) if auth.token_file else None
+        if auth.audit_log_file:
+            try:
+                self.audit = AuditLog(
+                    auth.audit_log_file, bytes_max=auth.audit_log_bytes_max, node_id=self.node_id
+                )
+            except OSError as error:
+                raise ConfigError(
+                    f"cannot open the audit log {auth.audit_log_file}: {error.strerror}"
+                ) from None
+        metadata = self.metadata
+        return AuthInterceptor(
+            Authenticator(tokens, CertificatePrincipals(auth.principal_rules)),
+            self.authorizer,
+            lambda: (metadata.acls_version, metadata.acls.keys()),
+            self.audit,
+        )
+
     def _build_server(self) -> grpc.aio.Server:
         limit = self.config.service.request_bytes_max
         options = {
@@ -433,7 +466,8 @@ class Node:
             "grpc.max_send_message_length": limit,
             "grpc.so_reuseport": 0,
         }
-        server = grpc.aio.server(options=list(options.items()))
+        interceptors = [self.auth_interceptor] if self.auth_interceptor is not None else []
+        server = grpc.aio.server(options=list(options.items()), interceptors=interceptors)
         add_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = (
@@ -489,6 +523,8 @@ class Node:
         await self.channels.close(remaining_s())
         await self.transport.close()
         await host.close(timeout_s=remaining_s())
+        if self.audit is not None:
+            await asyncio.to_thread(self.audit.close, remaining_s())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.membership.stop(leave=False), remaining_s())
         _LOG.info("node %s stopped", self.node_id)

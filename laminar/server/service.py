@@ -47,6 +47,7 @@ from laminar.membership.keyring import KeyringState
 from laminar.placement import PlacementMember
 from laminar.records import check_produced_header
 from laminar.replica.types import Acks, Role
+from laminar.security.acl import ACLS_MAX, Acl, AclFilter
 from laminar.server import rules
 from laminar.server.config import ServiceConfig
 from laminar.server.groups import GroupHost, group_partition, group_status
@@ -59,6 +60,7 @@ from laminar.server.metadata import (
     MetadataState,
     TopicSpec,
     TopicState,
+    acls_command,
     create_topic_command,
     delete_topic_command,
     maintenance_command,
@@ -677,6 +679,49 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         await self._propose_metadata(delete_topic_command(request.name, uuid.uuid4().hex))
         return pb.DeleteTopicResponse()
 
+    # ------------------------------------------------------------------ ACLs
+
+    @_guarded
+    async def CreateAcls(  # noqa: N802
+        self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateAclsResponse:
+        if not 1 <= len(request.acls) <= ACL_CHANGES_MAX:
+            raise InvalidInputError(f"create 1 to {ACL_CHANGES_MAX} ACLs per call")
+        acls = [acl_from_binding(binding) for binding in request.acls]
+        self._require_metadata_leader()
+        held = self._node.metadata.acls
+        new = [acl for acl in dict.fromkeys(acls) if acl not in held]
+        if len(held) + len(new) > ACLS_MAX:
+            raise InvalidInputError(f"a cluster holds at most {ACLS_MAX} ACLs")
+        if new:
+            await self._propose_metadata(acls_command(new, create=True, command_id=_new_id()))
+        return pb.CreateAclsResponse()
+
+    @_guarded
+    async def ListAcls(  # noqa: N802
+        self, request: pb.ListAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAclsResponse:
+        """The ACLs as this node applied them (any node answers; one that is behind
+        on the metadata may not show the latest change yet)."""
+        acl_filter = filter_from_message(request.filter)
+        found = sorted(acl for acl in self._node.metadata.acls if acl_filter.matches(acl))
+        return pb.ListAclsResponse(acls=[binding_of(acl) for acl in found])
+
+    @_guarded
+    async def DeleteAcls(  # noqa: N802
+        self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteAclsResponse:
+        if not 1 <= len(request.filters) <= ACL_FILTERS_MAX:
+            raise InvalidInputError(f"give 1 to {ACL_FILTERS_MAX} filters per call")
+        filters = [filter_from_message(message) for message in request.filters]
+        self._require_metadata_leader()
+        doomed = sorted(
+            acl for acl in self._node.metadata.acls if any(f.matches(acl) for f in filters)
+        )
+        if doomed:
+            await self._propose_metadata(acls_command(doomed, create=False, command_id=_new_id()))
+        return pb.DeleteAclsResponse(deleted=[binding_of(acl) for acl in doomed])
+
     # ------------------------------------------------------------------ groups
 
     @_guarded
@@ -991,6 +1036,52 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
 
 GROUP_PARTITIONS_PER_CALL_MAX = 10_000
 """Most partitions one commit or offset fetch names (a group's partition limit)."""
+ACL_CHANGES_MAX = 1000
+"""Most ACLs one CreateAcls call creates."""
+ACL_FILTERS_MAX = 100
+"""Most filters one DeleteAcls call gives."""
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def acl_from_binding(binding: pb.AclBinding) -> Acl:
+    """The ACL a request names (validated; empty pattern literal, permission allow)."""
+    acl = Acl(
+        principal=binding.principal,
+        operation=binding.operation,
+        resource_type=binding.resource_type,
+        resource_name=binding.resource_name,
+        pattern=binding.pattern or "literal",
+        permission=binding.permission or "allow",
+    )
+    acl.validate()
+    return acl
+
+
+def binding_of(acl: Acl) -> pb.AclBinding:
+    return pb.AclBinding(
+        principal=acl.principal,
+        operation=acl.operation,
+        resource_type=acl.resource_type,
+        resource_name=acl.resource_name,
+        pattern=acl.pattern,
+        permission=acl.permission,
+    )
+
+
+def filter_from_message(message: pb.AclFilter) -> AclFilter:
+    acl_filter = AclFilter(
+        principal=message.principal or None,
+        operation=message.operation or None,
+        resource_type=message.resource_type or None,
+        resource_name=message.resource_name or None,
+        pattern=message.pattern or None,
+        permission=message.permission or None,
+    )
+    acl_filter.validate()
+    return acl_filter
 
 
 def _keyring_change(

@@ -33,6 +33,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FENCED: _ClassVar[ErrorCode]
     GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
     STORAGE_FULL: _ClassVar[ErrorCode]
+    AUTHENTICATION_FAILED: _ClassVar[ErrorCode]
+    AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
 
 class KeyringAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -62,6 +64,8 @@ CONFIG: ErrorCode
 FENCED: ErrorCode
 GROUP_NOT_EMPTY: ErrorCode
 STORAGE_FULL: ErrorCode
+AUTHENTICATION_FAILED: ErrorCode
+AUTHORIZATION_FAILED: ErrorCode
 KEYRING_LIST: KeyringAction
 KEYRING_INSTALL: KeyringAction
 KEYRING_USE: KeyringAction
@@ -749,7 +753,7 @@ class DeleteGroupResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ErrorDetail(_message.Message):
-    __slots__ = ("code", "message", "leader_id", "leader_address", "start_offset", "end_offset", "offset", "producer_id", "base_sequence", "expected_sequence", "group", "member_id", "reason", "member_count", "nodes")
+    __slots__ = ("code", "message", "leader_id", "leader_address", "start_offset", "end_offset", "offset", "producer_id", "base_sequence", "expected_sequence", "group", "member_id", "reason", "member_count", "nodes", "operation", "resource_type", "resource_name")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -765,6 +769,9 @@ class ErrorDetail(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
     code: ErrorCode
     message: str
     leader_id: str
@@ -780,7 +787,10 @@ class ErrorDetail(_message.Message):
     reason: str
     member_count: int
     nodes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., offset: _Optional[int] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ..., expected_sequence: _Optional[int] = ..., group: _Optional[str] = ..., member_id: _Optional[str] = ..., reason: _Optional[str] = ..., member_count: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+    operation: str
+    resource_type: str
+    resource_name: str
+    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., offset: _Optional[int] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ..., expected_sequence: _Optional[int] = ..., group: _Optional[str] = ..., member_id: _Optional[str] = ..., reason: _Optional[str] = ..., member_count: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., operation: _Optional[str] = ..., resource_type: _Optional[str] = ..., resource_name: _Optional[str] = ...) -> None: ...
 
 class GossipKeyringRequest(_message.Message):
     __slots__ = ("action", "key", "encrypt_verify_incoming", "encrypt_verify_outgoing")
@@ -814,3 +824,69 @@ class GossipKeyringResponse(_message.Message):
     encrypt_verify_outgoing: bool
     counters: _containers.ScalarMap[str, int]
     def __init__(self, node_id: _Optional[str] = ..., keys: _Optional[_Iterable[bytes]] = ..., encrypt_verify_incoming: _Optional[bool] = ..., encrypt_verify_outgoing: _Optional[bool] = ..., counters: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class AclBinding(_message.Message):
+    __slots__ = ("principal", "operation", "resource_type", "resource_name", "pattern", "permission")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    operation: str
+    resource_type: str
+    resource_name: str
+    pattern: str
+    permission: str
+    def __init__(self, principal: _Optional[str] = ..., operation: _Optional[str] = ..., resource_type: _Optional[str] = ..., resource_name: _Optional[str] = ..., pattern: _Optional[str] = ..., permission: _Optional[str] = ...) -> None: ...
+
+class AclFilter(_message.Message):
+    __slots__ = ("principal", "operation", "resource_type", "resource_name", "pattern", "permission")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    operation: str
+    resource_type: str
+    resource_name: str
+    pattern: str
+    permission: str
+    def __init__(self, principal: _Optional[str] = ..., operation: _Optional[str] = ..., resource_type: _Optional[str] = ..., resource_name: _Optional[str] = ..., pattern: _Optional[str] = ..., permission: _Optional[str] = ...) -> None: ...
+
+class CreateAclsRequest(_message.Message):
+    __slots__ = ("acls",)
+    ACLS_FIELD_NUMBER: _ClassVar[int]
+    acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
+    def __init__(self, acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+
+class CreateAclsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: AclFilter
+    def __init__(self, filter: _Optional[_Union[AclFilter, _Mapping]] = ...) -> None: ...
+
+class ListAclsResponse(_message.Message):
+    __slots__ = ("acls",)
+    ACLS_FIELD_NUMBER: _ClassVar[int]
+    acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
+    def __init__(self, acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+
+class DeleteAclsRequest(_message.Message):
+    __slots__ = ("filters",)
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
+    filters: _containers.RepeatedCompositeFieldContainer[AclFilter]
+    def __init__(self, filters: _Optional[_Iterable[_Union[AclFilter, _Mapping]]] = ...) -> None: ...
+
+class DeleteAclsResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: _containers.RepeatedCompositeFieldContainer[AclBinding]
+    def __init__(self, deleted: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...

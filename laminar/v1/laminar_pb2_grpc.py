@@ -146,6 +146,21 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteGroupRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/laminar.v1.Laminar/CreateAcls',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/laminar.v1.Laminar/ListAcls',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/laminar.v1.Laminar/DeleteAcls',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
 
 
 class LaminarServicer:
@@ -322,6 +337,30 @@ class LaminarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Access control lists (`laminar acl`), kept in the cluster metadata and applied
+        on every node; the metadata leader answers (others answer NOT_LEADER with its
+        address). With `[auth] authorization = true` every call is checked against them
+        (docs/design.md, "Authorization"): creating and deleting needs alter on the
+        cluster, listing describe on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Deletes every ACL matching any of the filters; answers what it deleted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LaminarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -434,6 +473,21 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.DeleteGroup,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteGroupRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.CreateAclsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.ListAclsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.ListAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1032,6 +1086,87 @@ class Laminar:
             '/laminar.v1.Laminar/DeleteGroup',
             laminar_dot_v1_dot_laminar__pb2.DeleteGroupRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/CreateAcls',
+            laminar_dot_v1_dot_laminar__pb2.CreateAclsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/ListAcls',
+            laminar_dot_v1_dot_laminar__pb2.ListAclsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.ListAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/DeleteAcls',
+            laminar_dot_v1_dot_laminar__pb2.DeleteAclsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.DeleteAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

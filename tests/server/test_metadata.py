@@ -9,6 +9,7 @@ import pytest
 
 from laminar.errors import InvalidInputError, InvalidTopicError, OffsetOutOfRangeError
 from laminar.records import decode_batch, encode_batch, iter_batches, with_leader_fields
+from laminar.security.acl import Acl
 from laminar.server.follower import MetadataFollower
 from laminar.server.metadata import (
     Change,
@@ -16,6 +17,7 @@ from laminar.server.metadata import (
     MetadataState,
     TopicSpec,
     _restore_payload,
+    acls_command,
     create_topic_command,
     delete_topic_command,
     maintenance_command,
@@ -267,12 +269,12 @@ def test_the_fields_the_cluster_defaulted_survive_the_log_and_a_snapshot() -> No
     state = MetadataState()
     state.apply(_log(create_topic_command(spec, [("a", "b", "c")], "id1")))
     assert state.topics["orders"].spec.defaults == ("partitions", "replication_factor")
-    topics, _, _, _ = _restore_payload(state.snapshot_payload())
+    topics, _, _, _, _ = _restore_payload(state.snapshot_payload())
     assert topics == state.topics
     # A command and a snapshot from before the field: nothing was defaulted.
     old = msgpack.unpackb(state.snapshot_payload())
     del old["defaults"]
-    topics, _, _, _ = _restore_payload(msgpack.packb(old))
+    topics, _, _, _, _ = _restore_payload(msgpack.packb(old))
     assert topics["orders"].spec.defaults == ()
     command = msgpack.unpackb(decode_batch(create_topic_command(spec, [("a",)], "x")).values[0])
     del command["defaults"]
@@ -337,7 +339,7 @@ def test_maintenance_survives_a_snapshot_and_old_snapshots_read_as_none() -> Non
     body = msgpack.unpackb(writer.snapshot_payload())
     assert {"v", "applied_count", "topics", "tombstones", "defaults"} <= set(body)
     del body["maintenance"]
-    topics, _, _, maintenance_restored = _restore_payload(msgpack.packb(body))
+    topics, _, _, maintenance_restored, _ = _restore_payload(msgpack.packb(body))
     assert topics == writer.topics and maintenance_restored == {}
 
 
@@ -360,3 +362,42 @@ def test_a_node_that_predates_maintenance_skips_the_command() -> None:
         )
     )
     assert old.topics == state.topics and old.applied_count == state.applied_count
+
+
+def test_acls_are_created_and_deleted_through_the_log_and_kept_by_a_snapshot() -> None:
+    bob_write = Acl("User:bob", "write", "topic", "orders")
+    bob_read = Acl("User:bob", "read", "topic", "ord", "prefixed")
+    writer = MetadataState()
+    writer.apply(
+        _log(
+            acls_command([bob_write, bob_read], create=True, command_id="a1"),
+            acls_command([bob_write], create=True, command_id="a2"),  # exists: no change
+            acls_command([bob_write], create=False, command_id="a3"),
+            acls_command([bob_write], create=False, command_id="a4"),  # gone: no change
+        )
+    )
+    assert list(writer.acls) == [bob_read]
+    assert writer.acls_version == 2  # one per change, none for the idempotent ones
+    # A node rebuilding from a snapshot gets the same ACLs, and a new version.
+    chunks = snapshot_commands(writer, "s")
+    at = writer.applied_offset
+    writer.apply(_stamped(chunks, at))
+    behind = MetadataState()
+    behind.apply(_log(acls_command([bob_write], create=True, command_id="old")))
+    version = behind.acls_version
+    behind.rebuild_from(at)
+    behind.apply(_stamped(chunks, at))
+    assert behind.acls == writer.acls and behind.acls_version > version
+    # A snapshot from before ACLs existed restores with none.
+    body = msgpack.unpackb(writer.snapshot_payload())
+    del body["acls"]
+    assert _restore_payload(msgpack.packb(body))[4] == {}
+
+
+def test_a_bad_acl_record_is_skipped_whole() -> None:
+    state = MetadataState()
+    good = Acl("User:bob", "write", "topic", "orders").fields()
+    bad = ["User:bob", "fly", "topic", "orders", "literal", "allow"]
+    record = msgpack.packb({"v": 1, "op": "create_acls", "id": "x", "acls": [good, bad]})
+    state.apply(_log(encode_batch([record])))
+    assert state.acls == {} and state.applied_offset == 1
