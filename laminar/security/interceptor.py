@@ -29,17 +29,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import grpc.aio
+from cryptography.hazmat.primitives import serialization
 from google.protobuf.message import Message
 
 from laminar.errors import AuthenticationError, AuthorizationError, LaminarError
 from laminar.grpc_errors import abort_with, error_to_status
 from laminar.security.acl import ANONYMOUS, CLUSTER_NAME, Acl, Authorizer
+from laminar.security.assertion import METADATA_KEY as ASSERTION_METADATA_KEY
+from laminar.security.assertion import AssertionVerifier, CertAssertionError
 from laminar.security.audit import AuditLog
 from laminar.security.principals import CertificatePrincipals
 from laminar.security.tokens import TokenStore
@@ -158,22 +162,43 @@ _UNKNOWN_RULE = RpcRule(lambda request: [_one("cluster_action", "cluster", CLUST
 class Authenticator:
     """The principal of a call (module docstring, step 1)."""
 
-    def __init__(self, tokens: TokenStore | None, certificates: CertificatePrincipals) -> None:
+    def __init__(
+        self,
+        tokens: TokenStore | None,
+        certificates: CertificatePrincipals,
+        assertions: Callable[[], AssertionVerifier | None] = lambda: None,
+    ) -> None:
         self.tokens = tokens
         self.certificates = certificates
+        self._assertions = assertions
+        """The verifier of certificate assertions (``client_auth = request``; it
+        follows the CA file), or None where they are not accepted."""
         self._checking: dict[str, asyncio.Future[str]] = {}
 
     async def principal(self, context: grpc.aio.ServicerContext) -> str:
-        token = _bearer_token(context.invocation_metadata() or ())
+        metadata = context.invocation_metadata() or ()
+        token = _bearer_token(metadata)
         if token is not None:
             return await self._token_principal(token)
         pems = (context.auth_context() or {}).get("x509_pem_cert")
         if pems:
-            principal = self.certificates.principal_of(pems[0])
-            if principal is None:
-                raise AuthenticationError("no principal rule maps the client certificate")
-            return principal
+            return self._certificate_principal(pems[0])
+        assertion = _metadata_text(metadata, ASSERTION_METADATA_KEY)
+        verifier = self._assertions()
+        if assertion is not None and verifier is not None:
+            try:
+                verified = verifier.verify(assertion, time.time_ns() // 1_000_000)
+            except CertAssertionError as error:
+                raise AuthenticationError(str(error)) from None
+            cert = verified.certificate.public_bytes(serialization.Encoding.PEM)
+            return self._certificate_principal(cert)
         return ANONYMOUS
+
+    def _certificate_principal(self, cert_pem: bytes) -> str:
+        principal = self.certificates.principal_of(cert_pem)
+        if principal is None:
+            raise AuthenticationError("no principal rule maps the client certificate")
+        return principal
 
     async def _token_principal(self, token: str) -> str:
         tokens = self.tokens
@@ -191,6 +216,13 @@ class Authenticator:
             self._checking[token] = pending
             pending.add_done_callback(lambda _: self._checking.pop(token, None))
         return await asyncio.shield(pending)
+
+
+def _metadata_text(metadata: Iterable[Any], wanted: str) -> str | None:
+    for key, value in metadata:
+        if key == wanted:
+            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return None
 
 
 def _bearer_token(metadata: Iterable[Any]) -> str | None:
