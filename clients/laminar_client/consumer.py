@@ -389,7 +389,7 @@ class _Core:
         self._attempt_timeout_s = attempt_timeout_s
         self._retry = retry
         self._rng = rng
-        self._transport = AsyncTransport()
+        self._transport = AsyncTransport(tls=client.tls)
         self.partitions: dict[TopicPartition, _Partition] = {}
         self.buffered = 0
         self._room: asyncio.Event | None = None

@@ -58,6 +58,7 @@ from laminar.placement import PlacementMember
 from laminar.records import encode_batch
 from laminar.replica.core import ReplicaCore
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.security.tls import TlsFiles, TlsReloader, grpc_server_credentials
 from laminar.segment.log import SegmentLog
 from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
 from laminar.server import rules
@@ -114,6 +115,36 @@ _FOUNDED_FILE = "founded"
 """The node's founded offset: every topic creation below this metadata offset has
 had its founding replicas created here, so replaying it after a restart must not
 found them again (see :meth:`Node._apply_change`)."""
+
+
+def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
+    """The node's ``[tls]`` files, loaded (None with TLS off); a certificate that
+    does not name this node (``laminar:node/<id>``) is refused: peers would refuse
+    every connection from it."""
+    tls = config.tls
+    if not tls.enabled:
+        return None
+    reloader = TlsReloader(
+        TlsFiles(tls.ca_file, tls.cert_file, tls.key_file),
+        check_interval_s=tls.reload_check_interval_ms / 1000,
+        what=f"node {node_id}",
+    )
+    from laminar.security.certs import node_ids_of  # cryptography: the server extra
+
+    named = node_ids_of(reloader.current().cert)
+    if node_id not in named:
+        raise ConfigError(
+            f"{tls.cert_file} names node(s) {named or 'none'}, not this node ({node_id}): a "
+            "node certificate needs the URI SAN laminar:node/<id> (docs/operations.md, TLS)"
+        )
+    if tls.client_auth == "request":
+        _LOG.warning(
+            "node %s: client_auth = request: gRPC Python cannot ask for a client "
+            "certificate without requiring one, so the gRPC port asks for none "
+            "(clients authenticate by token); use require for certificate principals",
+            node_id,
+        )
+    return reloader
 
 
 def _read_founded(data_dir: str) -> int:
@@ -262,6 +293,7 @@ class Node:
             peer_dead=lambda node_id: node_id in self._dead_since_ms,
             on_disk_full=self._on_disk_full,
         )
+        self.tls = _tls_reloader(config, self.node_id)
         self.transport = PeerTransport(
             self.node_id,
             self.cluster_id,
@@ -271,8 +303,9 @@ class Node:
             local_host=parse_address(config.peer).host,
             protocol_version=config.protocol_version,
             on_incompatible=self._refused_hello,
+            tls=self.tls,
         )
-        self.channels = ChannelCache(config.service.channels_max)
+        self.channels = ChannelCache(config.service.channels_max, tls=self.tls)
         self.follower = MetadataFollower(
             self.metadata,
             self._metadata_core,
@@ -382,7 +415,14 @@ class Node:
         await self.host.start()
         if founding:  # only ever once: a restarted founder rejoins its group
             self.host.open_replica(METADATA_KEY, GroupConfig((NodeId(self.node_id),)))
-        if self.server.add_insecure_port(config.grpc) == 0:
+        if self.tls is not None:
+            credentials = grpc_server_credentials(
+                self.tls, require_client_auth=config.tls.client_auth == "require"
+            )
+            port = self.server.add_secure_port(config.grpc, credentials)
+        else:
+            port = self.server.add_insecure_port(config.grpc)
+        if port == 0:
             raise ConfigError(f"cannot listen on {config.grpc}")
         await self.server.start()
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
