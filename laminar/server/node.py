@@ -316,6 +316,7 @@ class Node:
         self._metadata_snapshot: asyncio.Task[None] | None = None
         self.groups = GroupHost(self.host, self._partition_counts, self.grpc_address_of)
         self._groups_task: asyncio.Task[None] | None = None
+        self._tls_task: asyncio.Task[None] | None = None
         self._founded_offset = _read_founded(config.data_dir)
         self._replica_changes: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
@@ -438,6 +439,10 @@ class Node:
         self._known_members = {member.node_id for member in self.membership.view()}
         self._replan()
         self.follower.start()
+        if self.tls is not None:
+            self._tls_task = asyncio.get_running_loop().create_task(
+                self._tls_loop(self.tls), name="tls-reload"
+            )
         self._groups_task = asyncio.get_running_loop().create_task(
             self._groups_loop(), name="groups"
         )
@@ -509,6 +514,11 @@ class Node:
             snapshot.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await snapshot
+        tls_task, self._tls_task = self._tls_task, None
+        if tls_task is not None:
+            tls_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await tls_task
         groups_task, self._groups_task = self._groups_task, None
         if groups_task is not None:
             groups_task.cancel()
@@ -877,6 +887,15 @@ class Node:
         return {name: topic.spec.partitions for name, topic in self.metadata.topics.items()}
 
     # ------------------------------------------------------------------ groups
+
+    async def _tls_loop(self, tls: TlsReloader) -> None:
+        """Look at the TLS files every check interval even while no connection opens,
+        so that a rotation is loaded (and logged, or refused) when it happens rather
+        than at the next handshake."""
+        interval_s = max(0.05, self.config.tls.reload_check_interval_ms / 1000)
+        while True:
+            await asyncio.sleep(interval_s)
+            tls.current()
 
     async def _groups_loop(self) -> None:
         """Every ``TICK_INTERVAL_MS``: create ``__groups`` if this node should, and run
