@@ -1,8 +1,8 @@
 """Smoke runs of benchmarks, so that they do not rot (a benchmark nobody runs breaks
 unnoticed): the group benchmark's issue-27 phases, the scrub benchmark, the repair
 benchmark's repair phase and the cluster benchmark's failover, rolling-restart and
-maintenance phases, at tiny sizes, one run each; every figure must be printed, and
-on target where the size allows it."""
+maintenance phases, and the TLS benchmark, at tiny sizes, one run each; every
+figure must be printed, and on target where the size allows it."""
 
 from __future__ import annotations
 
@@ -144,3 +144,15 @@ def test_cluster_bench_rolling_restart_and_maintenance_phases_run() -> None:
     assert figures["rolling_restart_write_gap_s"] > 0
     assert figures["rolling_restart_s"] > 0
     assert figures["maintenance_catch_up_s"] >= 0
+
+
+def test_tls_bench_runs() -> None:
+    """TLS against plaintext (issue 31) at tiny sizes, one run: every figure printed,
+    and no record or fetch failed while certificates rotated."""
+    argv = [sys.executable, "-m", "bench.tls_bench", "--quick", "--repeat", "1"]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("tls_produce_rf3_vs_plain", "tls_produce_p99_vs_plain", "tls_fetch_vs_plain"):
+        assert figures[name] > 0
+    assert figures["cert_rotation_failed_rpcs"] == 0

@@ -291,3 +291,12 @@ def test_certificates_rotated_on_every_node_under_load(three_nodes: ProcessClust
     assert tls is not None
     with Client(addresses, tls=TlsOptions(str(only_new), tls.cert_file, tls.key_file)) as client:
         assert "rotate" in {topic.name for topic in client.list_topics()}
+
+
+def test_probe_waits_for_a_tls_node(one_node: ProcessCluster) -> None:
+    tls = one_node.client_tls
+    assert tls is not None
+    argv = [sys.executable, "-m", "laminar.server.probe", one_node.nodes[0].grpc, "--timeout", "20"]
+    flags = ["--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
+    done = subprocess.run([*argv, *flags], check=False, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
