@@ -319,7 +319,7 @@ class Bench:
         for node in cluster.nodes:
             cluster.wait_ready(node)
         wait_for(self._all_see_three, 60, "every node to see 3 alive members")
-        self.client = Client([n.grpc for n in cluster.nodes], timeout_s=30)
+        self.client = Client([n.grpc for n in cluster.nodes], timeout_s=30, tls=cluster.client_tls)
         self.metadata_retries = 0
 
     def _all_see_three(self) -> bool:

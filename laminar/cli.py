@@ -7,8 +7,10 @@ the first node of ``scripts/local_cluster.sh``). Any error prints one line,
 ``laminar: error: <message>``, to stderr and exits non-zero (1 for a Laminar or
 I/O error, 2 for bad usage, 130 when interrupted); never a traceback. When every
 bootstrap address refuses the connection (nothing listens there) a command fails
-within about a second, saying so and how to start a local cluster; errors that
-can pass (a node starting, an election) are retried until ``--timeout``.
+within about a second, saying so and how to start a local cluster (and so when
+every TLS handshake fails, saying why: ``--tls-ca``, ``--tls-cert``, ``--tls-key``
+or ``LAMINAR_TLS_CA`` etc. give the CA and client certificate); errors that can
+pass (a node starting, an election) are retried until ``--timeout``.
 
 ``laminar node ...`` comes from :func:`laminar.server.cli.register`, when the
 server package is installed. Contract for that function: it adds parsers to the
@@ -41,9 +43,11 @@ from laminar_client import (
     PartitionOffsets,
     Producer,
     RecordMetadata,
+    TlsOptions,
     TopicMetadata,
 )
 from laminar_client.client import UNKNOWN_TOPIC_WAIT_S
+from laminar_client.tls import TLS_ENV
 
 from laminar.errors import (
     ClusterUnreachableError,
@@ -144,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="read the bearer token from this file (its first line) instead of --token",
     )
+    _add_tls_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_topic_commands(commands)
     _add_produce_command(commands)
@@ -546,11 +551,53 @@ def _add_group_commands(commands: Any) -> None:
     delete.set_defaults(handler=_group_delete)
 
 
+def _add_tls_options(parser: argparse.ArgumentParser) -> None:
+    tls = parser.add_argument_group(
+        "TLS", "for a cluster whose nodes serve TLS (docs/operations.md, TLS)"
+    )
+    for flag, name, metavar, what in (
+        (
+            "--tls-ca",
+            "ca_file",
+            "FILE",
+            "PEM bundle of the CAs that signed the nodes' certificates",
+        ),
+        ("--tls-cert", "cert_file", "FILE", "PEM client certificate (nodes with client_auth)"),
+        ("--tls-key", "key_file", "FILE", "PEM key of --tls-cert"),
+        (
+            "--tls-server-name",
+            "server_name",
+            "NAME",
+            "name to check the nodes' certificates against instead of each address's host",
+        ),
+    ):
+        variable = TLS_ENV[name]
+        tls.add_argument(
+            flag,
+            dest=f"tls_{name}",
+            default=os.environ.get(variable, ""),
+            metavar=metavar,
+            help=f"{what} (default: ${variable})",
+        )
+
+
+def _tls_options(args: argparse.Namespace) -> TlsOptions | None:
+    """The TLS options the flags (or ``LAMINAR_TLS_*``) give; None without a CA."""
+    values = [args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.tls_server_name]
+    if not args.tls_ca_file:
+        if any(values):
+            raise InvalidInputError("--tls-cert, --tls-key and --tls-server-name need --tls-ca")
+        return None
+    return TlsOptions(*values)
+
+
 # --------------------------------------------------------------------------- commands
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client(args.bootstrap, timeout_s=args.timeout, token=_token(args))
+    return Client(
+        args.bootstrap, timeout_s=args.timeout, token=_token(args), tls=_tls_options(args)
+    )
 
 
 def _token(args: argparse.Namespace) -> str | None:

@@ -25,6 +25,7 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   ├── UnavailableError             no quorum / not enough replicas
     │   │   ├── NodeUnreachableError     (client) the connection to the node failed
     │   │   │   └── NodeRefusedError     (client) nothing listens there (refused, no such host)
+    │   │   │       └── TlsHandshakeError (client) the TLS handshake failed (cause attached)
     │   │   └── ClusterUnreachableError  (client) no node ever answered: every address refused
     │   ├── RequestTimeoutError          the deadline passed before an answer
     │   │   ├── AttemptTimeoutError      (client) the node did not answer one attempt in time
@@ -230,6 +231,21 @@ class NodeUnreachableError(NoAnswerError, UnavailableError):
 class NodeRefusedError(NodeUnreachableError):
     """Client side: nothing listens at the node's address: the connection was refused,
     or the host name does not resolve."""
+
+
+class TlsHandshakeError(NodeRefusedError):
+    """Client side: the connection failed at the TLS handshake, so no call can pass
+    until the configuration changes: a plaintext client at a TLS port (or the
+    reverse), a node certificate from a CA the client's CA file lacks, an expired
+    certificate, a certificate that does not name the address, or a client
+    certificate the node refused (missing, expired, unknown CA). ``cause`` says
+    which, as far as the client can tell. Like a refused connection it fails a new
+    client's calls within ``connect_grace_s`` (with every bootstrap address failing
+    so, this error is raised rather than :class:`ClusterUnreachableError`)."""
+
+    def __init__(self, message: str, *, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class ClusterUnreachableError(UnavailableError):

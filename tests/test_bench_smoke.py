@@ -182,6 +182,7 @@ def test_every_benchmark_has_a_smoke_run() -> None:
         "cluster_bench",
         "gossip_crypto_bench",
         "acl_bench",
+        "tls_bench",
     }
     elsewhere = {"spark_bench": "tests/spark_cluster/test_spark_bench_smoke.py"}
     helpers = {"__init__", "peers", "report"}
@@ -209,3 +210,15 @@ def test_acl_bench_runs() -> None:
     assert figures["acls"] == 10_000
     for name in ("acl_check_us", "acl_check_uncached_us", "acl_index_build_ms"):
         assert figures[name] > 0
+
+
+def test_tls_bench_runs() -> None:
+    """TLS against plaintext (issue 31) at tiny sizes, one run: every figure printed,
+    and no record or fetch failed while certificates rotated."""
+    argv = [sys.executable, "-m", "bench.tls_bench", "--quick", "--repeat", "1"]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("tls_produce_rf3_vs_plain", "tls_produce_p99_vs_plain", "tls_fetch_vs_plain"):
+        assert figures[name] > 0
+    assert figures["cert_rotation_failed_rpcs"] == 0

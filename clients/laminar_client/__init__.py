@@ -9,6 +9,8 @@
   batches.
 - :func:`key_partition`: the one key -> partition function (CLI and Spark too);
   :mod:`laminar_client.serializers`: bytes, str, JSON, msgpack.
+- :class:`TlsOptions`: the CA file (and client certificate) of a cluster serving
+  TLS, passed as ``Client(..., tls=...)``.
 - Every error is a :class:`LaminarError` subclass, re-exported here.
 
 How the layers fit, and why one asyncio core serves both the sync and the async
@@ -54,6 +56,7 @@ from laminar.errors import (
     RetriableError,
     StorageError,
     StorageFullError,
+    TlsHandshakeError,
     TopicExistsError,
     TruncatedBatchError,
     UnavailableError,
@@ -102,6 +105,7 @@ from laminar_client.producer import (
     RecordMetadata,
 )
 from laminar_client.retry import NO_RETRY, RetryPolicy
+from laminar_client.tls import TlsOptions
 
 __all__ = [
     "ACKS",
@@ -171,6 +175,8 @@ __all__ = [
     "StickyPartitioner",
     "StorageError",
     "StorageFullError",
+    "TlsHandshakeError",
+    "TlsOptions",
     "TopicConfig",
     "TopicExistsError",
     "TopicMetadata",

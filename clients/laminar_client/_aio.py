@@ -16,12 +16,14 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Coroutine, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
 from laminar.errors import RequestTimeoutError
+from laminar_client.tls import RETIRED_CHANNEL_GRACE_S, ChannelTls, TlsOptions
 from laminar_client.transport import DEFAULT_CHANNEL_OPTIONS, SERVICE_PATH, call_error, serialize
 
 _R = TypeVar("_R", bound=Message)
@@ -36,8 +38,10 @@ class AsyncTransport:
     """``grpc.aio`` channels by address, created on first use on the running loop.
 
     ``call`` raises the node's :class:`~laminar.errors.LaminarError`, or a
-    :class:`~laminar.errors.NoAnswerError` when no Laminar answer came back. Use it
-    from one event loop only.
+    :class:`~laminar.errors.NoAnswerError` when no Laminar answer came back. With
+    ``tls`` (the client's :class:`TlsOptions`) the channels are TLS, rebuilt on first
+    use after the files changed; the old ones close once their calls end (at most
+    after a grace). Use it from one event loop only.
     """
 
     def __init__(
@@ -45,16 +49,52 @@ class AsyncTransport:
         *,
         channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
         call_metadata: Sequence[tuple[str, str]] = (),
+        tls: TlsOptions | None = None,
     ):
+        self._tls = ChannelTls(tls) if tls is not None else None
         self._options = tuple(channel_options)
-        self._metadata = tuple(call_metadata) or None  # the bearer token, if any
+        if self._tls is not None:
+            self._options = self._tls.channel_options(self._options)
+        self._metadata = tuple(call_metadata)  # the bearer token, if any
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._callables: dict[tuple[str, str], grpc.aio.UnaryUnaryMultiCallable] = {}
+        self._generation = 0
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._retired: set[grpc.aio.Channel] = set()
         self._closed = False
+
+    def _check_tls(self) -> grpc.ChannelCredentials | None:
+        """The current credentials; on a new generation every channel is retired."""
+        if self._tls is None:
+            return None
+        generation, credentials = self._tls.current()
+        if generation != self._generation:
+            self._generation = generation
+            old = list(self._channels.values())
+            self._channels.clear()
+            self._callables.clear()
+            loop = asyncio.get_running_loop()
+            for channel in old:  # close() with a grace waits for the calls in flight
+                self._retired.add(channel)
+                task = loop.create_task(channel.close(RETIRED_CHANNEL_GRACE_S))
+                self._retiring.add(task)
+                task.add_done_callback(self._retiring.discard)
+                task.add_done_callback(partial(self._forget_retired, channel))
+        return credentials
+
+    def _forget_retired(self, channel: grpc.aio.Channel, _: object) -> None:
+        self._retired.discard(channel)
+
+    def _call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The token, and the certificate assertion of a client with a certificate."""
+        assertion = self._tls.assertion() if self._tls is not None else None
+        metadata = self._metadata if assertion is None else (*self._metadata, assertion)
+        return metadata or None
 
     def _callable(
         self, address: str, method: str, response_type: type[Message]
     ) -> grpc.aio.UnaryUnaryMultiCallable:
+        credentials = self._check_tls()
         key = (address, method)
         callable_ = self._callables.get(key)
         if callable_ is None:
@@ -62,7 +102,10 @@ class AsyncTransport:
                 raise RuntimeError("transport is closed")
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.aio.insecure_channel(address, options=self._options)
+                if credentials is None:
+                    channel = grpc.aio.insecure_channel(address, options=self._options)
+                else:
+                    channel = grpc.aio.secure_channel(address, credentials, options=self._options)
                 self._channels[address] = channel
             callable_ = channel.unary_unary(
                 SERVICE_PATH + method,
@@ -86,11 +129,13 @@ class AsyncTransport:
             raise RequestTimeoutError(f"deadline passed before calling {method} on {address}")
         callable_ = self._callable(address, method, response_type)
         try:
-            response: _R = await callable_(request, timeout=timeout_s, metadata=self._metadata)
+            response: _R = await callable_(
+                request, timeout=timeout_s, metadata=self._call_metadata()
+            )
         except grpc.aio.AioRpcError as rpc_error:
             if rpc_error.code() == grpc.StatusCode.UNIMPLEMENTED:
                 raise Unimplemented(f"{address}: no {method}") from None
-            raise call_error(address, rpc_error) from None
+            raise call_error(address, rpc_error, tls=self._tls is not None) from None
         return response
 
     async def close(self) -> None:
@@ -100,6 +145,13 @@ class AsyncTransport:
         self._channels.clear()
         self._callables.clear()
         for channel in channels:
+            await channel.close()
+        retiring = list(self._retiring)
+        for task in retiring:
+            task.cancel()
+        await asyncio.gather(*retiring, return_exceptions=True)
+        retired, self._retired = list(self._retired), set()
+        for channel in retired:
             await channel.close()
 
 

@@ -71,10 +71,12 @@ from laminar_client.metadata import (
     merge_answers,
 )
 from laminar_client.retry import RetryPolicy
+from laminar_client.tls import TlsOptions
 from laminar_client.transport import (
     NoAnswerError,
     NodeRefusedError,
     PendingCall,
+    TlsHandshakeError,
     Transport,
     UnaryTransport,
     token_metadata,
@@ -132,6 +134,8 @@ request (``laminar.server.service.LIST_OFFSETS_PARTITIONS_MAX``, every partition
 the largest topic)."""
 _LEADER_HINTS_MAX = 65_536
 """Most remembered ``NOT_LEADER`` hints; beyond it they are all dropped (metadata remains)."""
+
+_TLS_REASON = "TLS handshake failed: "
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound=Message)
@@ -253,9 +257,17 @@ def leader_moved_error(
     )
 
 
-def cluster_unreachable(reasons: dict[str, str]) -> ClusterUnreachableError:
-    """The error for bootstrap addresses that all refused (address -> reason)."""
+def cluster_unreachable(reasons: dict[str, str]) -> ClusterUnreachableError | TlsHandshakeError:
+    """The error for bootstrap addresses that all refused (address -> reason): a
+    :class:`TlsHandshakeError` if any failed at the TLS handshake (its cause says
+    what to fix), else a :class:`ClusterUnreachableError`."""
     listed = ", ".join(f"{address} ({reason})" for address, reason in reasons.items())
+    handshakes = [reason for reason in reasons.values() if reason.startswith(_TLS_REASON)]
+    if handshakes:
+        cause = handshakes[0][len(_TLS_REASON) :]
+        return TlsHandshakeError(
+            f"TLS handshake failed with every bootstrap address: {listed}", cause=cause
+        )
     return ClusterUnreachableError(
         f"no Laminar node answered at {listed}: is the cluster running there?",
         addresses=tuple(reasons),
@@ -413,7 +425,11 @@ class MetadataCache:
         while and drop hints that point at it."""
         with self._lock:
             now = self._clock()
-            if isinstance(error, NodeRefusedError):
+            if isinstance(error, TlsHandshakeError):
+                reason = _TLS_REASON + error.cause
+                since = self._refused.get(address, (now, reason))[0]
+                self._refused[address] = (since, reason)
+            elif isinstance(error, NodeRefusedError):
                 reason = "name not resolved" if "resolv" in str(error) else "connection refused"
                 since = self._refused.get(address, (now, reason))[0]
                 self._refused[address] = (since, reason)
@@ -725,6 +741,11 @@ class Client:
       (:class:`LeaderMovedError`, its outcome unknown as after a timeout) and the
       write goes to the new leader. None: wait out ``attempt_timeout_s``.
 
+    ``tls``: the cluster serves TLS (:class:`~laminar_client.tls.TlsOptions`: its
+    CA file, a client certificate if the nodes require one); producers and
+    consumers built on this client use it too. A connection that fails at the TLS
+    handshake raises :class:`TlsHandshakeError` as fast as a refused one.
+
     ``retry`` bounds the retries and says how long a node that did not answer is
     skipped; ``metadata_max_age_s`` is how long a metadata snapshot is trusted when
     nothing failed; ``metadata_answers_max`` bounds how many nodes one metadata
@@ -758,6 +779,7 @@ class Client:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         token: str | None = None,
+        tls: TlsOptions | None = None,
     ) -> None:
         if timeout_s <= 0 or attempt_timeout_s <= 0 or metadata_timeout_s <= 0:
             raise InvalidInputError(
@@ -778,8 +800,12 @@ class Client:
         self._clock = clock
         self.call_metadata = token_metadata(token)
         """Sent with every call, the producers' and consumers' on this client too."""
+        self.tls = tls
+        """The client's TLS options (its producers' and consumers' channels use them)."""
         self.transport: UnaryTransport = (
-            transport if transport is not None else Transport(call_metadata=self.call_metadata)
+            transport
+            if transport is not None
+            else Transport(call_metadata=self.call_metadata, tls=tls)
         )
         self.cache = MetadataCache(
             self.transport,

@@ -389,7 +389,7 @@ class _Core:
         self._attempt_timeout_s = attempt_timeout_s
         self._retry = retry
         self._rng = rng
-        self._transport = AsyncTransport(call_metadata=client.call_metadata)
+        self._transport = AsyncTransport(call_metadata=client.call_metadata, tls=client.tls)
         self.partitions: dict[TopicPartition, _Partition] = {}
         self.buffered = 0
         self._room: asyncio.Event | None = None

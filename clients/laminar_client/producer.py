@@ -613,7 +613,7 @@ class _Core:
         self._retry = retry
         self._rng = rng
         self._acks = ACKS[config.acks]
-        self._transport = AsyncTransport(call_metadata=client.call_metadata)
+        self._transport = AsyncTransport(call_metadata=client.call_metadata, tls=client.tls)
         self._senders: dict[tuple[str, int], PartitionSender[_Batch]] = {}
         self._active: dict[tuple[str, int], PartitionSender[_Batch]] = {}
         self._attempts: set[asyncio.Task[None]] = set()

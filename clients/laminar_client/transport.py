@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
@@ -30,9 +32,11 @@ from laminar.errors import (
     NodeRefusedError,
     NodeUnreachableError,
     RequestTimeoutError,
+    TlsHandshakeError,
     UnavailableError,
 )
 from laminar.grpc_errors import ERROR_METADATA_KEY, error_from_rpc
+from laminar_client.tls import RETIRED_CHANNEL_GRACE_S, ChannelTls, TlsOptions
 
 SERVICE_PATH = "/laminar.v1.Laminar/"
 """The prefix of every method's gRPC path."""
@@ -60,6 +64,7 @@ __all__ = [
     "NoAnswerError",
     "NodeRefusedError",
     "NodeUnreachableError",
+    "TlsHandshakeError",
     "Transport",
     "UnaryTransport",
 ]
@@ -86,13 +91,27 @@ class UnaryTransport(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(slots=True)
+class _Channel:
+    """A channel, the TLS generation it was built from (0: plaintext), and its calls
+    in flight (a channel of replaced files closes when they are done)."""
+
+    channel: grpc.Channel
+    generation: int
+    in_flight: int = 0
+    retired_at_s: float = 0.0
+
+
 class Transport:
     """Channels to nodes by gRPC address, created on first use and reused.
 
     ``call`` raises the :class:`~laminar.errors.LaminarError` the server sent (via
     :func:`laminar.grpc_errors.error_from_rpc`); a failure without Laminar's typed
     detail (the node never answered) is a :class:`NodeUnreachableError` or an
-    :class:`AttemptTimeoutError`. Thread-safe.
+    :class:`AttemptTimeoutError` (a :class:`TlsHandshakeError` when the
+    connection failed at the TLS handshake). With ``tls`` the channels are TLS, and
+    when its files change the next call builds new ones (the old ones close once
+    their calls end). Thread-safe.
     """
 
     def __init__(
@@ -100,24 +119,67 @@ class Transport:
         *,
         channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
         call_metadata: Sequence[tuple[str, str]] = (),
+        tls: TlsOptions | None = None,
     ):
+        self._tls = ChannelTls(tls) if tls is not None else None
         self._options = tuple(channel_options)
-        self._metadata = tuple(call_metadata) or None
+        if self._tls is not None:
+            self._options = self._tls.channel_options(self._options)
+        self._metadata = tuple(call_metadata)
         """Sent with every call: the bearer token (:func:`token_metadata`)."""
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[str, _Channel] = {}
+        self._retired: list[_Channel] = []
         self._lock = threading.Lock()
         self._closed = False
 
+    @property
+    def tls(self) -> TlsOptions | None:
+        return None if self._tls is None else self._tls.options
+
     def channel(self, address: str) -> grpc.Channel:
-        """The channel to ``address`` (host:port), created once."""
+        """The channel to ``address`` (host:port), created once (again after the TLS
+        files changed)."""
+        return self._acquire(address, 0).channel
+
+    def _acquire(self, address: str, calls: int) -> _Channel:
+        """The current channel to ``address``, with ``calls`` more in flight."""
+        generation, credentials = (0, None) if self._tls is None else self._tls.current()
         with self._lock:
             if self._closed:
                 raise RuntimeError("transport is closed")
-            channel = self._channels.get(address)
-            if channel is None:
-                channel = grpc.insecure_channel(address, options=self._options)
-                self._channels[address] = channel
-            return channel
+            entry = self._channels.get(address)
+            if entry is not None and entry.generation != generation:
+                entry.retired_at_s = time.monotonic()
+                self._retired.append(entry)
+                entry = None
+            if entry is None:
+                if credentials is None:
+                    channel = grpc.insecure_channel(address, options=self._options)
+                else:
+                    channel = grpc.secure_channel(address, credentials, options=self._options)
+                entry = self._channels[address] = _Channel(channel, generation)
+            entry.in_flight += calls
+            closable = self._closable()
+        for done in closable:
+            done.channel.close()
+        return entry
+
+    def _closable(self) -> list[_Channel]:
+        """Retired channels whose calls ended or whose grace is over (under the lock)."""
+        if not self._retired:
+            return []
+        now_s = time.monotonic()
+        done = [
+            entry
+            for entry in self._retired
+            if entry.in_flight <= 0 or now_s - entry.retired_at_s >= RETIRED_CHANNEL_GRACE_S
+        ]
+        self._retired = [entry for entry in self._retired if entry not in done]
+        return done
+
+    def _release(self, entry: _Channel) -> None:
+        with self._lock:
+            entry.in_flight -= 1
 
     def call(
         self,
@@ -129,11 +191,13 @@ class Transport:
         timeout_s: float,
     ) -> _R:
         """Call ``Laminar/<method>`` on ``address`` with a deadline of ``timeout_s``."""
-        callable_ = self._callable(address, method, response_type, timeout_s)
+        entry, callable_ = self._callable(address, method, response_type, timeout_s)
         try:
-            response: _R = callable_(request, timeout=timeout_s, metadata=self._metadata)
+            response: _R = callable_(request, timeout=timeout_s, metadata=self._call_metadata())
         except grpc.RpcError as rpc_error:
-            raise call_error(address, rpc_error) from None
+            raise call_error(address, rpc_error, tls=self._tls is not None) from None
+        finally:
+            self._release(entry)
         return response
 
     def start(
@@ -146,39 +210,55 @@ class Transport:
         timeout_s: float,
     ) -> PendingCall[_R]:
         """Start the call :meth:`call` makes, without waiting for it."""
-        callable_ = self._callable(address, method, response_type, timeout_s)
-        future = callable_.future(request, timeout=timeout_s, metadata=self._metadata)
-        return PendingCall(address, future)
+        entry, callable_ = self._callable(address, method, response_type, timeout_s)
+        try:
+            future = callable_.future(request, timeout=timeout_s, metadata=self._call_metadata())
+        except BaseException:
+            self._release(entry)
+            raise
+        future.add_done_callback(lambda _: self._release(entry))
+        return PendingCall(address, future, tls=self._tls is not None)
+
+    def _call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The token, and the certificate assertion of a client with a certificate
+        (how a node with ``client_auth = request`` learns who calls)."""
+        assertion = self._tls.assertion() if self._tls is not None else None
+        metadata = self._metadata if assertion is None else (*self._metadata, assertion)
+        return metadata or None
 
     def _callable(
         self, address: str, method: str, response_type: type[_R], timeout_s: float
-    ) -> Any:
+    ) -> tuple[_Channel, Any]:
         if timeout_s <= 0:
             raise RequestTimeoutError(f"deadline passed before calling {method} on {address}")
-        return self.channel(address).unary_unary(
+        entry = self._acquire(address, 1)
+        callable_ = entry.channel.unary_unary(
             SERVICE_PATH + method,
             request_serializer=serialize,
             response_deserializer=response_type.FromString,
         )
+        return entry, callable_
 
     def close(self) -> None:
         """Close every channel; later calls raise."""
         with self._lock:
-            channels = list(self._channels.values())
+            entries = [*self._channels.values(), *self._retired]
             self._channels.clear()
+            self._retired.clear()
             self._closed = True
-        for channel in channels:
-            channel.close()
+        for entry in entries:
+            entry.channel.close()
 
 
 class PendingCall(Generic[_R]):
     """A call under way (:meth:`Transport.start`): wait for it in steps, or cancel it."""
 
-    __slots__ = ("_address", "_future")
+    __slots__ = ("_address", "_future", "_tls")
 
-    def __init__(self, address: str, future: Any) -> None:
+    def __init__(self, address: str, future: Any, *, tls: bool = False) -> None:
         self._address = address
         self._future = future
+        self._tls = tls
 
     def result(self, wait_s: float) -> _R | None:
         """The answer if it comes within ``wait_s``, else None (still under way); the
@@ -188,18 +268,18 @@ class PendingCall(Generic[_R]):
         except grpc.FutureTimeoutError:
             return None
         except grpc.RpcError as rpc_error:
-            raise call_error(self._address, rpc_error) from None
+            raise call_error(self._address, rpc_error, tls=self._tls) from None
         return response
 
     def cancel(self) -> None:
         self._future.cancel()
 
 
-def call_error(address: str, rpc_error: grpc.RpcError) -> LaminarError:
+def call_error(address: str, rpc_error: grpc.RpcError, *, tls: bool = False) -> LaminarError:
     """The error to raise for a failed call to ``address`` (sync or ``grpc.aio``): the
     node's typed error, or :class:`NoAnswerError` (see :func:`no_answer`), with the
-    address in front of its message."""
-    error = no_answer(error_from_rpc(rpc_error), rpc_error)
+    address in front of its message. ``tls``: whether the channel was TLS."""
+    error = no_answer(error_from_rpc(rpc_error), rpc_error, tls=tls)
     error.args = (f"{address}: {error}",) if error.args else error.args
     return error
 
@@ -209,18 +289,77 @@ _REFUSED = re.compile(r"connection refused|errors resolving|dns resolution faile
 name that does not resolve, in an ``UNAVAILABLE`` it raised itself."""
 
 
-def no_answer(error: LaminarError, rpc_error: grpc.RpcError) -> LaminarError:
+_CONNECT_FAILED = "failed to connect to all addresses"
+"""gRPC core's words for a call that found no connection to make it on."""
+
+_TLS_CAUSES = (
+    (
+        re.compile(r"certificate has expired", re.IGNORECASE),
+        "the node's certificate has expired (or is not valid yet)",
+    ),
+    (
+        re.compile(r"WRONG_VERSION_NUMBER|packet length too long", re.IGNORECASE),
+        "the node does not speak TLS at this address (a plaintext port?)",
+    ),
+    (
+        re.compile(r"not in peer certificate", re.IGNORECASE),
+        "the node's certificate does not name this address's host (set a server name?)",
+    ),
+    (
+        re.compile(r"CERTIFICATE_VERIFY_FAILED", re.IGNORECASE),
+        "the node's certificate is not signed by a CA in the client's CA file (wrong CA?)",
+    ),
+    (re.compile(r"handshake fail|SSL_ERROR|TSI_", re.IGNORECASE), "see the detail"),
+)
+"""What gRPC core's TLS error text says, in order: its cause in plain words."""
+
+_CLOSED_AT_HANDSHAKE_TLS = (
+    "the node closed the connection during the handshake: it refused this client's "
+    "certificate (none given where one is required, expired, or from a CA it does not trust)"
+)
+_CLOSED_AT_HANDSHAKE_PLAIN = (
+    "the node closed the connection at once: it probably serves TLS only (give the client "
+    "the cluster's CA file: --tls-ca, LAMINAR_TLS_CA or TlsOptions)"
+)
+
+
+def tls_failure(text: str, *, tls: bool) -> TlsHandshakeError | None:
+    """The :class:`TlsHandshakeError` gRPC core's message ``text`` (of a call that
+    got no Laminar answer) describes, or None if it is not a handshake failure. A
+    connection closed as soon as it opened counts as one: with TLS, the node refused
+    the client's certificate (TLS 1.3 tells the client no more); without, a TLS-only
+    node reads the client's plaintext and hangs up."""
+    if _CONNECT_FAILED not in text:
+        return None
+    for pattern, cause in _TLS_CAUSES:
+        if pattern.search(text):
+            return _tls_error(cause, text)
+    if "socket closed" in text.lower():
+        return _tls_error(_CLOSED_AT_HANDSHAKE_TLS if tls else _CLOSED_AT_HANDSHAKE_PLAIN, text)
+    return None
+
+
+def _tls_error(cause: str, text: str) -> TlsHandshakeError:
+    detail = text.split("last error:", 1)[-1].strip()
+    return TlsHandshakeError(f"TLS handshake failed: {cause} ({detail:.300})", cause=cause)
+
+
+def no_answer(error: LaminarError, rpc_error: grpc.RpcError, *, tls: bool = False) -> LaminarError:
     """``error`` as a :class:`NoAnswerError` when no Laminar code answered the call.
 
     Every error a node sends carries the typed detail in its trailing metadata;
     an ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` without it came from gRPC itself
-    (:class:`NodeRefusedError` when nothing listens at the address).
+    (:class:`NodeRefusedError` when nothing listens at the address,
+    :class:`TlsHandshakeError` when the TLS handshake failed: :func:`tls_failure`).
     """
     method = getattr(rpc_error, "trailing_metadata", None)  # grpc.Call or aio's AioRpcError
     trailing = method() if callable(method) else None
     if any(key == ERROR_METADATA_KEY for key, _ in trailing or ()):
         return error
     if type(error) is UnavailableError:
+        handshake = tls_failure(str(error), tls=tls)
+        if handshake is not None:
+            return handshake
         if _REFUSED.search(str(error)):
             return NodeRefusedError(*error.args)
         return NodeUnreachableError(*error.args)

@@ -30,9 +30,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from laminar.errors import ConfigError
+from laminar.security.tls import NODE_URI_PREFIX
 
-NODE_URI_PREFIX = "laminar:node/"
-"""A node certificate's URI SAN is this prefix followed by the node id."""
+__all__ = [
+    "NODE_URI_PREFIX",
+    "Pem",
+    "make_ca",
+    "make_client_cert",
+    "make_node_cert",
+    "node_ids_of",
+    "write_atomic",
+]
 
 DEFAULT_VALID_DAYS = 365
 """Lifetime of a generated certificate unless told otherwise."""
@@ -219,6 +227,12 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed over it, so that
+    a reader (a node reloading its TLS files) sees the old file or the new one."""
+    _write_atomic(Path(path), data, mode)
 
 
 def _write_atomic(path: Path, data: bytes, mode: int) -> None:

@@ -34,9 +34,18 @@ class TlsConfig:
     client_auth: str = "none"
     """Client certificates on the gRPC port: ``none`` (not asked for), ``request``
     (asked for and verified when given; clients without one authenticate by token)
-    or ``require`` (a client without a valid certificate is refused at the handshake)."""
+    or ``require`` (a client without a valid certificate is refused at the handshake).
+    gRPC Python cannot ask for a certificate without requiring it, so on the gRPC
+    port ``request`` does not ask (clients authenticate by token); see
+    docs/operations.md, "TLS"."""
+    reload_check_interval_ms: int = 1000
+    """How often, at most, the three files' signatures (mtime, size, inode) are
+    compared, on the next handshake or call; a changed set that loads replaces the
+    old one for new connections (one that does not load is logged and ignored)."""
 
     def __post_init__(self) -> None:
+        if not 0 <= self.reload_check_interval_ms <= 3_600_000:
+            raise ConfigError("reload_check_interval_ms must be in 0..3600000")
         if bool(self.cert_file) != bool(self.key_file):
             raise ConfigError("cert_file and key_file must be given together")
         if self.client_auth not in CLIENT_AUTH_MODES:

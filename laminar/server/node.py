@@ -60,9 +60,13 @@ from laminar.records import encode_batch
 from laminar.replica.core import ReplicaCore
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.security.acl import Authorizer
+from laminar.security.assertion import METADATA_KEY as ASSERTION_METADATA_KEY
+from laminar.security.assertion import REUSE_MS as ASSERTION_REUSE_MS
+from laminar.security.assertion import AssertionVerifier, make_assertion
 from laminar.security.audit import AuditLog
 from laminar.security.interceptor import Authenticator, AuthInterceptor
 from laminar.security.principals import CertificatePrincipals
+from laminar.security.tls import TlsFiles, TlsReloader, grpc_server_credentials
 from laminar.security.tokens import TokenStore
 from laminar.segment.log import SegmentLog
 from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
@@ -121,6 +125,29 @@ _FOUNDED_FILE = "founded"
 """The node's founded offset: every topic creation below this metadata offset has
 had its founding replicas created here, so replaying it after a restart must not
 found them again (see :meth:`Node._apply_change`)."""
+
+
+def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
+    """The node's ``[tls]`` files, loaded (None with TLS off); a certificate that
+    does not name this node (``laminar:node/<id>``) is refused: peers would refuse
+    every connection from it."""
+    tls = config.tls
+    if not tls.enabled:
+        return None
+    reloader = TlsReloader(
+        TlsFiles(tls.ca_file, tls.cert_file, tls.key_file),
+        check_interval_s=tls.reload_check_interval_ms / 1000,
+        what=f"node {node_id}",
+    )
+    from laminar.security.certs import node_ids_of  # cryptography: the server extra
+
+    named = node_ids_of(reloader.current().cert)
+    if node_id not in named:
+        raise ConfigError(
+            f"{tls.cert_file} names node(s) {named or 'none'}, not this node ({node_id}): a "
+            "node certificate needs the URI SAN laminar:node/<id> (docs/operations.md, TLS)"
+        )
+    return reloader
 
 
 def _read_founded(data_dir: str) -> int:
@@ -275,6 +302,9 @@ class Node:
             peer_dead=lambda node_id: node_id in self._dead_since_ms,
             on_disk_full=self._on_disk_full,
         )
+        self.tls = _tls_reloader(config, self.node_id)
+        self._verifier: tuple[int, AssertionVerifier] | None = None
+        self._assertion: tuple[int, int, tuple[str, str]] | None = None
         self.transport = PeerTransport(
             self.node_id,
             self.cluster_id,
@@ -284,8 +314,9 @@ class Node:
             local_host=parse_address(config.peer).host,
             protocol_version=config.protocol_version,
             on_incompatible=self._refused_hello,
+            tls=self.tls,
         )
-        self.channels = ChannelCache(config.service.channels_max)
+        self.channels = ChannelCache(config.service.channels_max, tls=self.tls)
         self.follower = MetadataFollower(
             self.metadata,
             self._metadata_core,
@@ -296,6 +327,7 @@ class Node:
         self._metadata_snapshot: asyncio.Task[None] | None = None
         self.groups = GroupHost(self.host, self._partition_counts, self.grpc_address_of)
         self._groups_task: asyncio.Task[None] | None = None
+        self._tls_task: asyncio.Task[None] | None = None
         self._founded_offset = _read_founded(config.data_dir)
         self._replica_changes: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
@@ -402,7 +434,14 @@ class Node:
         await self.host.start()
         if founding:  # only ever once: a restarted founder rejoins its group
             self.host.open_replica(METADATA_KEY, GroupConfig((NodeId(self.node_id),)))
-        if self.server.add_insecure_port(config.grpc) == 0:
+        if self.tls is not None:
+            credentials = grpc_server_credentials(
+                self.tls, require_client_auth=config.tls.client_auth == "require"
+            )
+            port = self.server.add_secure_port(config.grpc, credentials)
+        else:
+            port = self.server.add_insecure_port(config.grpc)
+        if port == 0:
             raise ConfigError(f"cannot listen on {config.grpc}")
         await self.server.start()
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -418,6 +457,10 @@ class Node:
         self._known_members = {member.node_id for member in self.membership.view()}
         self._replan()
         self.follower.start()
+        if self.tls is not None:
+            self._tls_task = asyncio.get_running_loop().create_task(
+                self._tls_loop(self.tls), name="tls-reload"
+            )
         self._groups_task = asyncio.get_running_loop().create_task(
             self._groups_loop(), name="groups"
         )
@@ -453,11 +496,41 @@ class Node:
                 ) from None
         metadata = self.metadata
         return AuthInterceptor(
-            Authenticator(tokens, CertificatePrincipals(auth.principal_rules)),
+            Authenticator(
+                tokens, CertificatePrincipals(auth.principal_rules), self._assertion_verifier
+            ),
             self.authorizer,
             lambda: (metadata.acls_version, metadata.acls.keys()),
             self.audit,
         )
+
+    def _assertion_verifier(self) -> AssertionVerifier | None:
+        """With ``client_auth = "request"``: the verifier of the certificate
+        assertions callers send (laminar.security.assertion), following the CA file."""
+        tls = self.tls
+        if tls is None or self.config.tls.client_auth != "request":
+            return None
+        state = tls.current()
+        cached = self._verifier
+        if cached is None or cached[0] != state.generation:
+            cached = (state.generation, AssertionVerifier.from_pem(state.ca))
+            self._verifier = cached
+        return cached[1]
+
+    def _node_call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """Metadata of this node's own calls to other nodes: its certificate asserted
+        (a node with ``client_auth = "request"`` learns it is ``Node:<id>`` so)."""
+        tls = self.tls
+        if tls is None:
+            return None
+        state = tls.current()
+        now_ms = time.time_ns() // 1_000_000
+        made = self._assertion
+        if made is None or made[0] != state.generation or now_ms - made[1] >= ASSERTION_REUSE_MS:
+            pair = (ASSERTION_METADATA_KEY, make_assertion(state.cert, state.key, now_ms))
+            made = (state.generation, now_ms, pair)
+            self._assertion = made
+        return (made[2],)
 
     def _build_server(self) -> grpc.aio.Server:
         limit = self.config.service.request_bytes_max
@@ -514,6 +587,11 @@ class Node:
             snapshot.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await snapshot
+        tls_task, self._tls_task = self._tls_task, None
+        if tls_task is not None:
+            tls_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await tls_task
         groups_task, self._groups_task = self._groups_task, None
         if groups_task is not None:
             groups_task.cancel()
@@ -813,7 +891,9 @@ class Node:
                 continue
             stub = laminar_pb2_grpc.LaminarStub(self.channels.get(address))  # type: ignore[no-untyped-call]
             try:
-                response = await stub.Fetch(request, timeout=timeout_s)
+                response = await stub.Fetch(
+                    request, timeout=timeout_s, metadata=self._node_call_metadata()
+                )
                 return bytes(response.batches)
             except grpc.aio.AioRpcError as rpc_error:
                 error = error_from_rpc(rpc_error)
@@ -884,6 +964,15 @@ class Node:
         return {name: topic.spec.partitions for name, topic in self.metadata.topics.items()}
 
     # ------------------------------------------------------------------ groups
+
+    async def _tls_loop(self, tls: TlsReloader) -> None:
+        """Look at the TLS files every check interval even while no connection opens,
+        so that a rotation is loaded (and logged, or refused) when it happens rather
+        than at the next handshake."""
+        interval_s = max(0.05, self.config.tls.reload_check_interval_ms / 1000)
+        while True:
+            await asyncio.sleep(interval_s)
+            tls.current()
 
     async def _groups_loop(self) -> None:
         """Every ``TICK_INTERVAL_MS``: create ``__groups`` if this node should, and run

@@ -24,8 +24,23 @@ incompatible protocol version (``rejected_version``: see below) or a malformed
 hello (``rejected_malformed``) gets a rejection (``0x01``, reason length
 u8, UTF-8 reason) and the connection is closed. A frame length out of range closes
 the connection (the stream cannot be resynchronised); a frame whose bundle does not
-decode is counted and skipped, the stream lives on. TLS (mTLS) fits under the same
-framing when it lands: ``asyncio`` takes an ``ssl`` context on both ends.
+decode is counted and skipped, the stream lives on.
+
+TLS. With ``tls`` (the node's ``[tls]`` files, :class:`~laminar.security.tls.TlsReloader`)
+the same framing runs inside mutual TLS: the listener requires a client certificate
+and both ends verify the other's against the CA bundle (no host name check). The
+identity is the node id in the certificate's URI SAN (``laminar:node/<id>``): the
+sender checks that the listener's certificate names the peer it meant to reach,
+and the receiver that the client certificate names the node the hello announces;
+either mismatch closes the connection, is counted (``rejected_identity``) and
+logged (one WARNING line naming the address and both ids, at most every
+:data:`IDENTITY_WARNING_INTERVAL_S` per peer). A handshake that fails on connect (an
+unknown CA, an expired certificate) is counted as ``tls_failures`` and logged at
+the same rate by the sender (the listener's asyncio drops its failed handshakes
+silently). Each new connection uses the files' current version: the sender takes the
+reloader's client context, and the listener swaps in the current server context
+during the handshake (its ``sni_callback``), so rotated certificates and CA
+bundles apply to new connections without a restart; open connections keep theirs.
 
 Protocol versions. Every node speaks one protocol version (the hello's, also
 gossiped in its member metadata), and **adjacent versions interoperate**: a node of
@@ -99,6 +114,7 @@ import enum
 import logging
 import random
 import socket
+import ssl
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -108,6 +124,7 @@ from typing import Final, cast
 from laminar.address import WILDCARD_HOSTS, parse_address
 from laminar.errors import ConfigError, InvalidInputError
 from laminar.replica.coalesce import PeerBundle
+from laminar.security.tls import TlsReloader, node_ids_of_peercert
 from laminar.server.wire import NODE_ID_BYTES_MAX, WireLimits, decode_bundle, encode_bundle
 
 _LOG = logging.getLogger(__name__)
@@ -120,6 +137,9 @@ _REJECT: Final = 0x01
 _REJECT_BYTES_MAX: Final = 1 + 1 + 255  # code, reason length, reason
 HELLO_BYTES_MAX: Final = len(MAGIC) + 1 + 2 * (1 + 255)
 """The longest hello; more bytes without a complete hello is a malformed hello."""
+IDENTITY_WARNING_INTERVAL_S: Final = 10.0
+"""At most one WARNING line per peer (claimed id) and reason in this long."""
+_WARNED_MAX: Final = 1024
 
 OnBundle = Callable[[str, PeerBundle], None]
 
@@ -198,7 +218,9 @@ class TransportCounters:
     does not decode, a bad hello or frame length), ``rejected_cluster`` (a hello
     from another cluster), ``rejected_version`` (a hello of an incompatible
     protocol version), ``handler_errors`` (``on_bundle`` raised),
-    ``refused_connections`` (over ``inbound_connections_max``).
+    ``refused_connections`` (over ``inbound_connections_max``). With TLS:
+    ``rejected_identity`` (a certificate not naming the node the connection is
+    for, either direction), ``tls_failures`` (handshakes that failed on connect).
     """
 
     sent: int = 0
@@ -211,6 +233,8 @@ class TransportCounters:
     rejected_version: int = 0
     handler_errors: int = 0
     refused_connections: int = 0
+    rejected_identity: int = 0
+    tls_failures: int = 0
 
 
 class FrameOutcome(enum.Enum):
@@ -489,6 +513,13 @@ class _ReceiverProtocol(asyncio.Protocol):
         if outcome is not FrameOutcome.ACCEPTED:
             self._reject(f"bad source node id {source!r:.80}")
             return False
+        if owner.tls is not None and self._transport is not None:
+            named = node_ids_of_peercert(self._transport.get_extra_info("peercert"))
+            if source not in named:
+                address = self._transport.get_extra_info("peername")
+                owner.identity_mismatch(source, named, f"from {_format_peer(address)}")
+                self._reject(f"the certificate names node(s) {named!r:.80}, not {source!r:.80}")
+                return False
         self._source = source
         del self._buffer[:length]
         return True
@@ -513,7 +544,8 @@ class PeerTransport:
     a wildcard such as ``0.0.0.0`` means no particular source).
     ``protocol_version`` is the version this node speaks (a test hook may set an
     older one); ``on_incompatible(source, version)`` is told of every connection
-    refused for an incompatible version.
+    refused for an incompatible version. ``tls``: mutual TLS on both ends (module
+    docstring, "TLS").
     """
 
     def __init__(
@@ -528,8 +560,11 @@ class PeerTransport:
         local_host: str | None = None,
         protocol_version: int = PROTOCOL_VERSION,
         on_incompatible: Callable[[str, int], None] | None = None,
+        tls: TlsReloader | None = None,
     ) -> None:
         self.node_id = node_id
+        self.tls = tls
+        self._warned_at_s: dict[tuple[str, str], float] = {}
         self.cluster_id = cluster_id
         self.protocol_version = protocol_version
         self._on_incompatible = on_incompatible
@@ -570,8 +605,64 @@ class PeerTransport:
         """Accept peers' connections on ``address`` (``host:port``)."""
         host, port = _host_port(address, what="peer listen address")
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _ReceiverProtocol(self), host, port, reuse_address=True
+            lambda: _ReceiverProtocol(self),
+            host,
+            port,
+            reuse_address=True,
+            ssl=self._listener_context(),
+            ssl_handshake_timeout=None if self.tls is None else self._handshake_timeout_s(),
         )
+
+    def _handshake_timeout_s(self) -> float:
+        return max(1.0, self.config.connect_timeout_ms / 1000)
+
+    def _listener_context(self) -> ssl.SSLContext | None:
+        """The listener's context: during each handshake its ``sni_callback`` swaps
+        in the server context of the files' current version."""
+        if self.tls is None:
+            return None
+        tls = self.tls
+        listener = tls.current().server_context
+        if listener is None:
+            raise ConfigError("the peer transport's TLS needs a certificate and key")
+        # A context of its own: the reloader's contexts are shared with connections.
+        first = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        first.minimum_version = ssl.TLSVersion.TLSv1_2
+        first.verify_mode = ssl.CERT_REQUIRED
+        first.load_cert_chain(tls.files.cert_file, tls.files.key_file)
+        first.load_verify_locations(cafile=tls.files.ca_file)
+
+        def choose(connection: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> None:
+            current = tls.current().server_context
+            if current is not None:
+                connection.context = current
+
+        first.sni_callback = choose
+        return first
+
+    def identity_mismatch(self, claimed: str, named: list[str], where: str) -> None:
+        """A certificate that does not name the node ``claimed``: count, and log one
+        line per peer at most every :data:`IDENTITY_WARNING_INTERVAL_S`."""
+        self._counters.rejected_identity += 1
+        if self._may_warn(("identity", claimed)):
+            _LOG.warning(
+                "refused peer connection %s node=%s: it is for node %.80r but the "
+                "certificate names %.120r",
+                where,
+                self.node_id,
+                claimed,
+                named,
+            )
+
+    def _may_warn(self, key: tuple[str, str]) -> bool:
+        now_s = asyncio.get_running_loop().time()
+        last_s = self._warned_at_s.get(key)
+        if last_s is not None and now_s - last_s < IDENTITY_WARNING_INTERVAL_S:
+            return False
+        if len(self._warned_at_s) >= _WARNED_MAX:
+            self._warned_at_s.clear()
+        self._warned_at_s[key] = now_s
+        return True
 
     async def stop_listening(self, *, timeout_ms: int | None = None) -> None:
         """Close the listener and every accepted connection (a node stopping);
@@ -755,19 +846,41 @@ class PeerTransport:
         try:
             host, port = _host_port(link.address, what="peer address")
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel.
+            tls_context = None if self.tls is None else self.tls.current().client_context
             async with asyncio.timeout(self.config.connect_timeout_ms / 1000):
                 writer, _ = await loop.create_connection(
                     lambda: _SenderProtocol(self, link, closed),
                     host,
                     port,
                     local_addr=self._source_address,
+                    ssl=tls_context,
+                    ssl_handshake_timeout=None
+                    if tls_context is None
+                    else self._handshake_timeout_s(),
                 )
+        except ssl.SSLError as error:
+            self._counters.tls_failures += 1
+            if self._may_warn(("tls", link.peer_id)):
+                _LOG.warning(
+                    "TLS handshake with peer failed node=%s peer=%s address=%s: %s",
+                    self.node_id,
+                    link.peer_id,
+                    link.address,
+                    error,
+                )
+            return
         except (OSError, TimeoutError, ValueError) as error:  # ValueError: a bad address
             _LOG.debug("peer unreachable node=%s peer=%s: %s", self.node_id, link.peer_id, error)
             return
         if link.closed:  # retired while connecting: _disconnect missed this connection
             writer.abort()
             return
+        if self.tls is not None:
+            named = node_ids_of_peercert(writer.get_extra_info("peercert"))
+            if link.peer_id not in named:
+                self.identity_mismatch(link.peer_id, named, f"to {link.address}")
+                writer.abort()
+                return
         _set_socket_options(writer, self.config)
         writer.write(self._hello)
         pending = link.pending
@@ -853,6 +966,14 @@ class PeerTransport:
             self._counters.handler_errors += 1
             _LOG.exception("on_bundle failed node=%s source=%s", self.node_id, source)
         return FrameOutcome.ACCEPTED
+
+
+def _format_peer(address: object) -> str:
+    """``host:port`` of a socket's peer name (``ipv6`` in brackets)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host = str(address[0])
+        return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+    return str(address)
 
 
 def _split(bundle: PeerBundle) -> list[PeerBundle]:

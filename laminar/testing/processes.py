@@ -7,6 +7,12 @@ peer replication on fixed ports there), with data and logs under a directory it
 owns. It waits on conditions with deadlines (a node is up when its gRPC Metadata
 call answers), and :meth:`ProcessCluster.close` stops every process it started
 (SIGTERM, then SIGKILL).
+
+With ``tls=True`` the cluster runs with TLS on every port: a throwaway CA
+(:mod:`laminar.security.certs`) signs a certificate for each node (its node id and
+loopback address), each node gets a ``[tls]`` table in a config file of its own,
+and :attr:`ProcessCluster.client_tls` is what clients pass (the CA, and a client
+certificate for nodes that require one, ``client_auth``).
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
-from laminar_client import Producer, RecordMetadata
+from laminar_client import Producer, RecordMetadata, TlsOptions
 
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
@@ -95,11 +102,14 @@ class ProcessCluster:
         launcher: Sequence[str] = (),
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
+        tls: bool = False,
+        client_auth: str = "require",
     ) -> None:
         """``launcher``: the command before ``node start ...`` (default: this
         interpreter's ``python -m laminar.server``); ``cwd`` and ``env``: the nodes'
         working directory and environment (default: the caller's), e.g. where no
-        checkout can shadow an installed ``laminar``."""
+        checkout can shadow an installed ``laminar``. ``tls``: TLS on every port
+        (module docstring), with ``client_auth`` on the gRPC port."""
         self.root = root
         self.launcher = tuple(launcher) or (sys.executable, "-m", "laminar.server")
         self.cwd = cwd
@@ -109,6 +119,74 @@ class ProcessCluster:
         self.host_base = host_base or _free_host_base()
         self.nodes: list[NodeProcess] = []
         self._channels: dict[str, grpc.Channel] = {}
+        self.client_auth = client_auth
+        self.tls_dir = root / "tls"
+        self.client_tls: TlsOptions | None = None
+        """What a client of this cluster passes (None without TLS)."""
+        self._ca: Any = None
+        if tls:
+            self._make_tls()
+
+    # ------------------------------------------------------------------ tls
+
+    def _make_tls(self) -> None:
+        from laminar.security import certs  # cryptography: the server extra
+
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        self._ca = certs.make_ca("Laminar test CA")
+        self._write_ca([self._ca.cert])
+        certs.make_client_cert(self._ca, "test-client").write(
+            self.tls_dir / "client.pem", self.tls_dir / "client.key"
+        )
+        self.client_tls = TlsOptions(
+            ca_file=str(self.tls_dir / "ca.pem"),
+            cert_file=str(self.tls_dir / "client.pem"),
+            key_file=str(self.tls_dir / "client.key"),
+        )
+
+    def _write_ca(self, bundle: Sequence[bytes]) -> None:
+        from laminar.security.certs import write_atomic
+
+        write_atomic(self.tls_dir / "ca.pem", b"".join(bundle))
+
+    def node_cert_paths(self, node: NodeProcess) -> tuple[Path, Path]:
+        """Where ``node``'s certificate and key are (with TLS)."""
+        return self.tls_dir / f"node{node.index}.pem", self.tls_dir / f"node{node.index}.key"
+
+    def issue_node_cert(self, node: NodeProcess, ca: Any = None, **options: Any) -> None:
+        """Write a new certificate for ``node`` signed by ``ca`` (default: the
+        cluster's CA); ``options`` go to :func:`~laminar.security.certs.make_node_cert`
+        (``node_id`` to name another node, ``valid_days``, ``now``)."""
+        from laminar.security import certs
+
+        node_id = options.pop("node_id", f"node{node.index}")
+        pem = certs.make_node_cert(ca or self._ca, node_id, (node.host, "localhost"), **options)
+        pem.write(*self.node_cert_paths(node))
+
+    def rotate_ca(self, bundle: Sequence[bytes]) -> None:
+        """Replace every node's and client's CA file with ``bundle`` (PEM certificates)."""
+        self._write_ca(bundle)
+
+    @property
+    def ca(self) -> Any:
+        """The cluster's CA (:class:`~laminar.security.certs.Pem`), with TLS."""
+        return self._ca
+
+    def _tls_config(self, node: NodeProcess) -> Path:
+        cert, key = self.node_cert_paths(node)
+        if not cert.exists():
+            self.issue_node_cert(node)
+        path = self.root / f"node{node.index}.toml"
+        path.write_text(
+            "[tls]\n"
+            f"cert_file = {str(cert)!r}\n"
+            f"key_file = {str(key)!r}\n"
+            f"ca_file = {str(self.tls_dir / 'ca.pem')!r}\n"
+            f"client_auth = {self.client_auth!r}\n"
+            "reload_check_interval_ms = 200\n",
+            encoding="utf-8",
+        )
+        return path
 
     def __enter__(self) -> ProcessCluster:
         return self
@@ -165,6 +243,8 @@ class ProcessCluster:
             command += ["--seeds", ",".join(seeds)]
         if not self.fsync:
             command.append("--no-fsync")
+        if self.client_tls is not None:
+            command += ["--config", str(self._tls_config(node))]
         node.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(node.log_path, "ab")  # noqa: SIM115 - owned by the process
         node.process = subprocess.Popen(
@@ -237,9 +317,22 @@ class ProcessCluster:
     def stub(self, node: NodeProcess) -> laminar_pb2_grpc.LaminarStub:
         channel = self._channels.get(node.grpc)
         if channel is None:
-            channel = grpc.insecure_channel(node.grpc)
+            channel = self.channel(node.grpc)
             self._channels[node.grpc] = channel
         return laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
+
+    def channel(self, address: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
+        """A new gRPC channel to ``address``: TLS with the client's certificate when
+        the cluster runs TLS (the caller closes it)."""
+        tls = self.client_tls
+        if tls is None:
+            return grpc.insecure_channel(address, options=list(options))
+        credentials = grpc.ssl_channel_credentials(
+            Path(tls.ca_file).read_bytes(),
+            Path(tls.key_file).read_bytes(),
+            Path(tls.cert_file).read_bytes(),
+        )
+        return grpc.secure_channel(address, credentials, options=list(options))
 
     def log_tail(self, node: NodeProcess, lines: int = 40) -> str:
         with contextlib.suppress(OSError):
