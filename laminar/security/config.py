@@ -33,11 +33,11 @@ class TlsConfig:
     ``client_auth``, clients). Required with TLS on."""
     client_auth: str = "none"
     """Client certificates on the gRPC port: ``none`` (not asked for), ``request``
-    (asked for and verified when given; clients without one authenticate by token)
-    or ``require`` (a client without a valid certificate is refused at the handshake).
-    gRPC Python cannot ask for a certificate without requiring it, so on the gRPC
-    port ``request`` does not ask (clients authenticate by token); see
-    docs/operations.md, "TLS"."""
+    (verified when given; clients without one authenticate by token) or ``require``
+    (a client without a valid certificate is refused at the handshake). gRPC Python
+    cannot ask for a certificate at the handshake without requiring it, so under
+    ``request`` a client proves its certificate inside each call (a signed
+    assertion, laminar.security.assertion); see docs/operations.md, "TLS"."""
     reload_check_interval_ms: int = 1000
     """How often, at most, the three files' signatures (mtime, size, inode) are
     compared, on the next handshake or call; a changed set that loads replaces the
