@@ -394,3 +394,20 @@ class RecordDeserializationError(LaminarError):
 class ClientClosedError(LaminarError):
     """Client side: the producer or consumer was closed; records still buffered when
     it closed without flushing fail with this error."""
+
+
+class TopicNotAuthorizedError(UnknownTopicOrPartitionError, AuthorizationError):
+    """A topic the cluster's answer does not show to this caller: it does not exist,
+    or the caller may not describe it (the two look the same by design). Both an
+    :class:`UnknownTopicOrPartitionError` and an :class:`AuthorizationError`
+    (``describe`` on the topic)."""
+
+    def __init__(self, topic: str) -> None:
+        AuthorizationError.__init__(
+            self,
+            f"unknown topic {topic!r}, or not authorized to describe it (describe on "
+            f"topic {topic})",
+            operation="describe",
+            resource_type="topic",
+            resource_name=topic,
+        )

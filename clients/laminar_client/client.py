@@ -37,6 +37,7 @@ from google.protobuf.message import Message
 
 from laminar.address import parse_address_list
 from laminar.errors import (
+    AuthenticationError,
     ClusterUnreachableError,
     ConfigError,
     InvalidInputError,
@@ -608,6 +609,8 @@ class MetadataCache:
                 self.node_failed(address, error)
                 errors.append(str(error))
                 continue
+            except AuthenticationError:
+                raise  # the credentials: every node would refuse them alike
             except LaminarError as error:
                 self.node_answered(address)
                 errors.append(str(error))

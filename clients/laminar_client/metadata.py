@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from laminar.errors import UnknownTopicOrPartitionError
+from laminar.errors import TopicNotAuthorizedError, UnknownTopicOrPartitionError
 from laminar.placement import PlacementMember, partition_key, replicas
 from laminar.v1 import laminar_pb2 as pb
 
@@ -155,6 +155,8 @@ class ClusterMetadata:
     topics: Mapping[str, TopicMetadata]
     metadata_offset: int = -1
     answered_by: tuple[str, ...] = ()
+    filtered: bool = False
+    """The answer shows only the topics this caller may describe (authorization)."""
     _partitions: dict[tuple[str, int], PartitionMetadata] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -173,12 +175,15 @@ class ClusterMetadata:
             topics={t.name: TopicMetadata.from_proto(t) for t in response.topics},
             metadata_offset=response.metadata_offset,
             answered_by=(response.node_id,),
+            filtered=response.filtered,
         )
 
     def topic(self, name: str) -> TopicMetadata:
         """The topic named ``name``, or :class:`UnknownTopicOrPartitionError`."""
         topic = self.topics.get(name)
         if topic is None:
+            if self.filtered:
+                raise TopicNotAuthorizedError(name)
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         return topic
 
@@ -285,6 +290,7 @@ def merge_answers(answers: Sequence[ClusterMetadata]) -> ClusterMetadata:
         topics=topics,
         metadata_offset=newest.metadata_offset,
         answered_by=tuple(dict.fromkeys(node for a in answers for node in a.answered_by)),
+        filtered=any(answer.filtered for answer in answers),
     )
 
 

@@ -271,6 +271,15 @@ class Authorizer:
     def acl_count(self) -> int:
         return self._index.size
 
+    def filters(self, principal: str) -> bool:
+        """Whether listings are cut for ``principal`` (authorization on, and it is
+        neither a super user nor a node)."""
+        return (
+            self.enabled
+            and principal not in self.super_users
+            and not principal.startswith(NODE_PRINCIPAL_PREFIX)
+        )
+
     def check(self, principal: str, operation: str, resource_type: str, name: str) -> Decision:
         """Whether ``principal`` may do ``operation`` on the resource."""
         if not self.enabled:

@@ -408,6 +408,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         ]
         del response.topics[:]
         response.topics.extend(topics)
+        if hasattr(response, "filtered"):  # Metadata: say it was (not what was cut)
+            response.filtered = self.authorizer.filters(principal)
 
     def _record(
         self,

@@ -13,11 +13,19 @@ With ``tls=True`` the cluster runs with TLS on every port: a throwaway CA
 loopback address), each node gets a ``[tls]`` table in a config file of its own,
 and :attr:`ProcessCluster.client_tls` is what clients pass (the CA, and a client
 certificate for nodes that require one, ``client_auth``).
+
+With ``secure=True`` the cluster runs as an operator would secure it: TLS with
+``client_auth = "request"``, gossip encrypted under one key (a keyring file per
+node) with a cluster key of its own, and ``authorization = true`` with an admin
+token (:attr:`ProcessCluster.client_token`) and the client certificate as super
+users; :meth:`ProcessCluster.client_options` gives what a client passes, and the
+harness's own stubs call as the admin.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -35,6 +43,11 @@ from laminar_client import Producer, RecordMetadata, TlsOptions
 
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
+
+ADMIN = "User:admin"
+"""The principal of :attr:`ProcessCluster.client_token` (a super user with ``secure``)."""
+CLIENT_PRINCIPAL = "User:CN=test-client"
+"""The principal of the client certificate (``DEFAULT`` rule: the subject as it is)."""
 
 GOSSIP_PORT = 7000
 GRPC_PORT = 7100
@@ -104,12 +117,18 @@ class ProcessCluster:
         env: Mapping[str, str] | None = None,
         tls: bool = False,
         client_auth: str = "require",
+        secure: bool = False,
+        node_config: str = "",
     ) -> None:
         """``launcher``: the command before ``node start ...`` (default: this
         interpreter's ``python -m laminar.server``); ``cwd`` and ``env``: the nodes'
         working directory and environment (default: the caller's), e.g. where no
         checkout can shadow an installed ``laminar``. ``tls``: TLS on every port
-        (module docstring), with ``client_auth`` on the gRPC port."""
+        (module docstring), with ``client_auth`` on the gRPC port. ``secure``: TLS
+        with ``client_auth = "request"``, gossip encryption and authorization on
+        (module docstring). ``node_config``: TOML every node's config file holds."""
+        if secure:
+            tls, client_auth = True, "request"
         self.root = root
         self.launcher = tuple(launcher) or (sys.executable, "-m", "laminar.server")
         self.cwd = cwd
@@ -124,8 +143,16 @@ class ProcessCluster:
         self.client_tls: TlsOptions | None = None
         """What a client of this cluster passes (None without TLS)."""
         self._ca: Any = None
+        self.secure = secure
+        self.node_config = node_config
+        self.client_token: str | None = None
+        """The admin's bearer token (a super user) with ``secure``, else None."""
+        self._gossip_key: bytes | None = None
+        self._cluster_key = ""
         if tls:
             self._make_tls()
+        if secure:
+            self._make_secure()
 
     # ------------------------------------------------------------------ tls
 
@@ -143,6 +170,26 @@ class ProcessCluster:
             cert_file=str(self.tls_dir / "client.pem"),
             key_file=str(self.tls_dir / "client.key"),
         )
+
+    def _make_secure(self) -> None:
+        import secrets
+
+        from laminar.membership.keyring import generate_key, parse_key
+        from laminar.security.tokens import add_token
+
+        self.client_token = add_token(self.tls_dir / "tokens.toml", "admin")
+        self._gossip_key = parse_key(generate_key())
+        self._cluster_key = secrets.token_urlsafe(24)
+
+    def client_options(self) -> dict[str, Any]:
+        """What a :class:`~laminar_client.Client` of this cluster passes: ``tls`` and
+        ``token`` where the cluster has them (none for a plaintext cluster)."""
+        options: dict[str, Any] = {}
+        if self.client_tls is not None:
+            options["tls"] = self.client_tls
+        if self.client_token is not None:
+            options["token"] = self.client_token
+        return options
 
     def _write_ca(self, bundle: Sequence[bytes]) -> None:
         from laminar.security.certs import write_atomic
@@ -172,20 +219,42 @@ class ProcessCluster:
         """The cluster's CA (:class:`~laminar.security.certs.Pem`), with TLS."""
         return self._ca
 
-    def _tls_config(self, node: NodeProcess) -> Path:
-        cert, key = self.node_cert_paths(node)
-        if not cert.exists():
-            self.issue_node_cert(node)
+    def _config_file(self, node: NodeProcess) -> Path:
+        """``node``'s config file: ``node_config``, then ``[tls]`` and, with
+        ``secure``, the cluster key, ``[auth]`` and ``[gossip_encryption]``."""
+        text = self.node_config.rstrip() + "\n" if self.node_config.strip() else ""
+        if self.secure:
+            # A top-level key must come before the first table.
+            text = f"cluster_key = {json.dumps(self._cluster_key)}\n" + text
+        if self.client_tls is not None:
+            cert, key = self.node_cert_paths(node)
+            if not cert.exists():
+                self.issue_node_cert(node)
+            text += (
+                "\n[tls]\n"
+                f"cert_file = {json.dumps(str(cert))}\n"
+                f"key_file = {json.dumps(str(key))}\n"
+                f"ca_file = {json.dumps(str(self.tls_dir / 'ca.pem'))}\n"
+                f"client_auth = {json.dumps(self.client_auth)}\n"
+                "reload_check_interval_ms = 200\n"
+            )
+        if self.secure:
+            from laminar.membership.keyring import KeyringState, save_keyring
+
+            keyring = node.data_dir.parent / f"node{node.index}.keyring.json"
+            if not keyring.exists():
+                assert self._gossip_key is not None
+                save_keyring(str(keyring), KeyringState(keys=(self._gossip_key,)))
+            text += (
+                "\n[auth]\n"
+                f"token_file = {json.dumps(str(self.tls_dir / 'tokens.toml'))}\n"
+                "authorization = true\n"
+                f"super_users = {json.dumps([ADMIN, CLIENT_PRINCIPAL])}\n"
+                "\n[gossip_encryption]\n"
+                f"keyring_file = {json.dumps(str(keyring))}\n"
+            )
         path = self.root / f"node{node.index}.toml"
-        path.write_text(
-            "[tls]\n"
-            f"cert_file = {str(cert)!r}\n"
-            f"key_file = {str(key)!r}\n"
-            f"ca_file = {str(self.tls_dir / 'ca.pem')!r}\n"
-            f"client_auth = {self.client_auth!r}\n"
-            "reload_check_interval_ms = 200\n",
-            encoding="utf-8",
-        )
+        path.write_text(text, encoding="utf-8")
         return path
 
     def __enter__(self) -> ProcessCluster:
@@ -243,8 +312,8 @@ class ProcessCluster:
             command += ["--seeds", ",".join(seeds)]
         if not self.fsync:
             command.append("--no-fsync")
-        if self.client_tls is not None:
-            command += ["--config", str(self._tls_config(node))]
+        if self.client_tls is not None or self.node_config.strip():
+            command += ["--config", str(self._config_file(node))]
         node.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(node.log_path, "ab")  # noqa: SIM115 - owned by the process
         node.process = subprocess.Popen(
@@ -332,6 +401,9 @@ class ProcessCluster:
             Path(tls.key_file).read_bytes(),
             Path(tls.cert_file).read_bytes(),
         )
+        if self.client_token is not None:  # "authorization: Bearer <token>" on each call
+            token = grpc.access_token_call_credentials(self.client_token)
+            credentials = grpc.composite_channel_credentials(credentials, token)
         return grpc.secure_channel(address, credentials, options=list(options))
 
     def log_tail(self, node: NodeProcess, lines: int = 40) -> str:

@@ -275,18 +275,20 @@ class MetadataRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("cluster_id", "node_id", "members", "topics", "metadata_offset")
+    __slots__ = ("cluster_id", "node_id", "members", "topics", "metadata_offset", "filtered")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FILTERED_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     node_id: str
     members: _containers.RepeatedCompositeFieldContainer[Member]
     topics: _containers.RepeatedCompositeFieldContainer[TopicInfo]
     metadata_offset: int
-    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
+    filtered: bool
+    def __init__(self, cluster_id: _Optional[str] = ..., node_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., metadata_offset: _Optional[int] = ..., filtered: _Optional[bool] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "config")
