@@ -654,6 +654,9 @@ class RunOptions:
     kept in memory to the end, about 0.7 KB each: 6 writers of 4-value batches at 100
     sends/s add at most 2,400 values (~1.7 MB) per second of run."""
     settle_timeout_s: float = 90.0
+    secure: bool = True
+    """Run the cluster as an operator would secure it (TLS, encrypted gossip,
+    authorization: ``ProcessCluster(secure=True)``); ``--plain`` turns it off."""
 
 
 class ChaosRun:
@@ -662,7 +665,12 @@ class ChaosRun:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
         self.clock_s = ClockS()
-        self.cluster = ProcessCluster(options.root, host_base=NODE_HOST_BASE)
+        self.cluster = ProcessCluster(
+            options.root,
+            host_base=NODE_HOST_BASE,
+            secure=options.secure,
+            node_config=f"[log]\nsegment_bytes_max = {SEGMENT_BYTES_MAX}\n",
+        )
         self.firewall = Firewall(options.namespace)
         self.events: list[FaultEvent] = []
         self.notes: list[str] = []
@@ -677,14 +685,11 @@ class ChaosRun:
     # ------------------------------------------------------------------ cluster
 
     def start_cluster(self) -> None:
-        config = self.options.root / "node.toml"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(f"[log]\nsegment_bytes_max = {SEGMENT_BYTES_MAX}\n", encoding="utf-8")
-        args = ["--config", str(config)]
-        first = self.cluster.add_node(bootstrap=True, extra_args=args)
+        self.options.root.mkdir(parents=True, exist_ok=True)
+        first = self.cluster.add_node(bootstrap=True)
         self.cluster.wait_ready(first, 60)
         for _ in range(self.options.node_count - 1):
-            node = self.cluster.add_node(extra_args=args)
+            node = self.cluster.add_node()
             self.cluster.wait_ready(node, 60)
         self.wait_members(60)
 
@@ -894,7 +899,12 @@ class ChaosRun:
         self.firewall.apply(None)
         self.start_cluster()
         bootstrap = [node.grpc for node in self.cluster.nodes]
-        with Client(bootstrap, timeout_s=15) as client, Client(bootstrap, timeout_s=15) as reader:
+        secured = self.cluster.client_options()
+        self.say(f"secure={options.secure} (TLS, encrypted gossip, authorization)")
+        with (
+            Client(bootstrap, timeout_s=15, **secured) as client,
+            Client(bootstrap, timeout_s=15, **secured) as reader,
+        ):
             client.create_topic(TOPIC, options.partition_count, 3)
             wait_for(
                 lambda: all(self.leader_of(p) for p in range(options.partition_count)),
@@ -946,6 +956,7 @@ class ChaosRun:
         started_s, stopped_s = workload.started_s, workload.stopped_s
         return {
             "seed": plan.seed,
+            "secure": self.options.secure,
             "duration_s": self.options.duration_s,
             "workload_s": round(stopped_s - started_s, 1),
             "acks": len(log.acks),
@@ -1036,6 +1047,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--writer-rate", type=float, default=100.0, help="sends per second per writer, 0: no limit"
     )
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="run the cluster without TLS, gossip encryption and authorization",
+    )
     args = parser.parse_args(argv)
     if not in_network_namespace(args.netns):
         print(f"chaos: run me inside network namespace {args.netns}", file=sys.stderr)
@@ -1049,6 +1065,7 @@ def main(argv: list[str] | None = None) -> int:
         partition_count=args.partitions,
         writer_count=args.writers,
         writer_sends_per_s_max=args.writer_rate,
+        secure=not args.plain,
     )
     run = ChaosRun(options)
     try:

@@ -120,6 +120,7 @@ def test_faults_lose_duplicate_misplace_and_diverge_nothing(
     findings = report["findings"]
     assert not report["writer_crashes"], report["writer_crashes"]
     assert report["acks"] > 0
+    assert report["secure"], "the run is secured: TLS, encrypted gossip, authorization"
     assert report["faults"], "no fault was applied"
     assert report["settled"], f"seed {seed}: {report['notes']}"
     assert not report["unreadable"], f"seed {seed}: replicas that failed the final read"
