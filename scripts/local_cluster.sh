@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Run a local Laminar cluster on loopback.
 #
-#   scripts/local_cluster.sh start N     start N nodes (node 0 bootstraps), wait until
-#                                        ready, print export LAMINAR_BOOTSTRAP=<all nodes>
+#   scripts/local_cluster.sh start N [--secure]
+#                                        start N nodes (node 0 bootstraps), wait until
+#                                        ready, print export LAMINAR_BOOTSTRAP=<all nodes>;
+#                                        --secure: TLS, encrypted gossip and ACLs with a
+#                                        throwaway CA, keyring and admin token under
+#                                        ./.cluster/secure/ (also prints LAMINAR_TLS_CA
+#                                        and LAMINAR_TOKEN); kept for restarts
 #   scripts/local_cluster.sh stop        stop every node this script started (SIGTERM)
 #   scripts/local_cluster.sh status      which nodes run, and the cluster as they see it
 #   scripts/local_cluster.sh kill ID     SIGKILL node ID (a crash)
@@ -26,8 +31,23 @@ GRPC_BASE=7100
 PEER_BASE=7200
 
 usage() {
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
+}
+
+SECURE="$ROOT/secure"
+
+secure() { [[ -f "$SECURE/ca.crt" ]]; }
+
+# A secured cluster: the laminar command and the probe need the CA (and the admin's
+# token for what the ACLs guard), from the environment as a user would give it.
+secure_env() {
+    if secure; then
+        LAMINAR_TLS_CA="$(cd "$SECURE" && pwd)/ca.crt"
+        export LAMINAR_TLS_CA
+        LAMINAR_TOKEN="$(cat "$SECURE/admin.token")"
+        export LAMINAR_TOKEN
+    fi
 }
 
 pid_of() { cat "$ROOT/node$1.pid" 2>/dev/null || true; }
@@ -55,6 +75,11 @@ start_node() {
     else
         extra+=(--seeds "127.0.0.1:$GOSSIP_BASE")
     fi
+    if secure; then
+        [[ -f "$SECURE/node$id.toml" ]] \
+            || "$PYTHON" -m laminar.security.local "$SECURE" "node$id" >/dev/null
+        extra+=(--config "$SECURE/node$id.toml")
+    fi
     # shellcheck disable=SC2086
     "$PYTHON" -m laminar.server node start \
         --data-dir "$ROOT/node$id" \
@@ -68,8 +93,9 @@ start_node() {
 }
 
 wait_ready() {
-    local id="$1" members="$2"
-    if ! "$PYTHON" -m laminar.server.probe "127.0.0.1:$((GRPC_BASE + id))" \
+    local id="$1" members="$2" tls=()
+    if secure; then tls=(--tls-ca "$SECURE/ca.crt"); fi
+    if ! "$PYTHON" -m laminar.server.probe "${tls[@]}" "127.0.0.1:$((GRPC_BASE + id))" \
         --members "$members" --timeout 60; then
         echo "node $id did not become ready; last log lines:" >&2
         tail -n 20 "$ROOT/node$id.log" >&2 || true
@@ -83,6 +109,20 @@ start)
     count="${2:-3}"
     [[ "$count" =~ ^[1-9][0-9]*$ ]] || { echo "N must be a positive number" >&2; exit 2; }
     (( count <= 50 )) || { echo "at most 50 nodes" >&2; exit 2; }
+    case "${3:-}" in
+        "") ;;
+        --secure)
+            if ! secure && compgen -G "$ROOT/node*/" >/dev/null; then
+                echo "$ROOT holds a cluster started without --secure; stop it and remove" \
+                    "$ROOT first" >&2
+                exit 2
+            fi
+            nodes=()
+            for ((i = 0; i < count; i++)); do nodes+=("node$i"); done
+            "$PYTHON" -m laminar.security.local "$SECURE" "${nodes[@]}" >/dev/null
+            ;;
+        *) echo "unknown option '${3}' (start N [--secure])" >&2; exit 2 ;;
+    esac
     mkdir -p "$ROOT"
     start_node 0
     wait_ready 0 1
@@ -97,8 +137,13 @@ start)
         addresses+=",127.0.0.1:$((GRPC_BASE + i))"
     done
     echo "# $count nodes ready. Point the laminar command at every node (then it works"
-    echo "# while any node runs): run this line, or eval \"\$($0 start $count)\""
+    echo "# while any node runs): run this line, or eval \"\$($0 start $count${3:+ $3})\""
     echo "export LAMINAR_BOOTSTRAP=$addresses"
+    if secure; then
+        echo "# TLS, encrypted gossip and ACLs on: the CA and the admin's token (a super user)"
+        echo "export LAMINAR_TLS_CA=$(cd "$SECURE" && pwd)/ca.crt"
+        echo "export LAMINAR_TOKEN=$(cat "$SECURE/admin.token")"
+    fi
     ;;
 stop)
     shopt -s nullglob
@@ -134,6 +179,7 @@ status)
         fi
     done
     if [[ -n "$live" ]]; then
+        secure_env
         "$PYTHON" -m laminar.cli --bootstrap "$live" cluster status || true
     fi
     ;;
@@ -169,6 +215,7 @@ rolling-restart)
         fi
     done
     [[ -n "$live" ]] || { echo "no node runs under $ROOT" >&2; exit 1; }
+    secure_env
     "$PYTHON" -m laminar.cli --bootstrap "$live" cluster rolling-restart \
         --command "$0 restart %n" "${@:2}"
     ;;

@@ -266,6 +266,8 @@ def cluster_unreachable(reasons: dict[str, str]) -> ClusterUnreachableError | Tl
     handshakes = [reason for reason in reasons.values() if reason.startswith(_TLS_REASON)]
     if handshakes:
         cause = handshakes[0][len(_TLS_REASON) :]
+        if len(set(reasons.values())) == 1:  # one reason: said once
+            listed = f"{', '.join(reasons)}: {cause}"
         return TlsHandshakeError(
             f"TLS handshake failed with every bootstrap address: {listed}", cause=cause
         )

@@ -12,6 +12,8 @@ lands in ``DIR`` (keys with mode 0600):
   ``User:admin``;
 - ``tokens.toml`` and ``admin.token``: the token file the nodes read, and the admin's
   token (``LAMINAR_TOKEN``), a super user;
+- ``gossip.key`` and ``cluster.key``: the gossip encryption key and the cluster key
+  every node is given;
 - ``<node>.keyring.json``: the gossip keyring of each node (one key, both verify
   switches on; one file a node, since a node rewrites its own on a change);
 - ``<node>.toml``: the node's config file (``--config``).
@@ -67,26 +69,42 @@ def make_secure_dir(
     gossip_encryption: bool = True,
     audit_log: bool = True,
 ) -> SecureFiles:
-    """Make the files of a secured local cluster of ``node_ids`` under ``root``."""
+    """Make the files of a secured local cluster of ``node_ids`` under ``root``.
+
+    Again on the same ``root`` (more nodes, a restart), it keeps the CA, the token,
+    the gossip key and the cluster key it made the first time, and writes only what
+    is missing: a node's certificate, keyring and config are made once."""
     directory = Path(root).resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    ca = certs.make_ca("Laminar local CA")
-    ca.write(directory / "ca.crt", directory / "ca.key")
-    admin = certs.make_client_cert(ca, "admin")
-    admin.write(directory / "admin.crt", directory / "admin.key")
+    if (directory / "ca.crt").exists() and (directory / "ca.key").exists():
+        ca = certs.Pem((directory / "ca.crt").read_bytes(), (directory / "ca.key").read_bytes())
+    else:
+        ca = certs.make_ca("Laminar local CA")
+        ca.write(directory / "ca.crt", directory / "ca.key")
+    if not (directory / "admin.crt").exists():
+        certs.make_client_cert(ca, "admin").write(directory / "admin.crt", directory / "admin.key")
     token_file = directory / "tokens.toml"
-    token_file.unlink(missing_ok=True)
-    token = add_token(token_file, "admin")
     token_path = directory / "admin.token"
-    descriptor = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(descriptor, token.encode() + b"\n")
-    finally:
-        os.close(descriptor)
-    gossip_key = parse_key(generate_gossip_key())
-    cluster_key = secrets.token_urlsafe(24)
+    if token_path.exists() and token_file.exists():
+        token = token_path.read_text(encoding="utf-8").strip()
+    else:
+        token_file.unlink(missing_ok=True)
+        token = add_token(token_file, "admin")
+        _write_secret(token_path, token + "\n")
+    gossip_key_path = directory / "gossip.key"
+    if not gossip_key_path.exists():
+        _write_secret(gossip_key_path, generate_gossip_key() + "\n")
+    gossip_key = parse_key(gossip_key_path.read_text(encoding="utf-8").strip())
+    cluster_key_path = directory / "cluster.key"
+    if not cluster_key_path.exists():
+        _write_secret(cluster_key_path, secrets.token_urlsafe(24) + "\n")
+    cluster_key = cluster_key_path.read_text(encoding="utf-8").strip()
     configs: dict[str, Path] = {}
     for node_id in node_ids:
+        path = directory / f"{node_id}.toml"
+        configs[node_id] = path
+        if path.exists():
+            continue
         node = certs.make_node_cert(ca, node_id, list(hosts))
         node.write(directory / f"{node_id}.crt", directory / f"{node_id}.key")
         lines = [
@@ -102,6 +120,8 @@ def make_secure_dir(
             f"token_file = {_toml(token_file)}",
             f"authorization = {'true' if authorization else 'false'}",
             f'super_users = ["{ADMIN}"]',
+            # The admin certificate (CN=admin) is User:admin; others keep their DN.
+            f"principal_rules = {_toml_list(['RULE:^CN=admin$/admin/', 'DEFAULT'])}",
         ]
         if audit_log:
             lines.append(f"audit_log_file = {_toml(directory / f'{node_id}.audit.log')}")
@@ -109,9 +129,7 @@ def make_secure_dir(
             keyring = directory / f"{node_id}.keyring.json"
             save_keyring(str(keyring), KeyringState(keys=(gossip_key,)))
             lines += ["", "[gossip_encryption]", f"keyring_file = {_toml(keyring)}"]
-        path = directory / f"{node_id}.toml"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        configs[node_id] = path
     return SecureFiles(
         directory,
         directory / "ca.crt",
@@ -120,6 +138,18 @@ def make_secure_dir(
         directory / "admin.key",
         configs,
     )
+
+
+def _write_secret(path: Path, text: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(descriptor, text.encode())
+    finally:
+        os.close(descriptor)
+
+
+def _toml_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(_toml(value) for value in values) + "]"
 
 
 def _toml(value: object) -> str:
