@@ -826,13 +826,23 @@ class Client:
 
     @classmethod
     def shared_or_new(
-        cls, bootstrap: str | Sequence[str] | Client, attempt_timeout_s: float
+        cls,
+        bootstrap: str | Sequence[str] | Client,
+        attempt_timeout_s: float,
+        *,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
     ) -> tuple[Client, bool]:
         """``bootstrap`` itself if it is a client (shared: the caller must not close
-        it), else a new one the caller owns; and whether the caller owns it."""
+        it; ``tls`` and ``token`` are its own then, and refused here), else a new one
+        with ``tls`` and ``token`` that the caller owns; and whether the caller owns it."""
         if isinstance(bootstrap, Client):
+            if tls is not None or token is not None:
+                raise InvalidInputError(
+                    "tls and token belong to the Client given as bootstrap: pass them to it"
+                )
             return bootstrap, False
-        return cls(bootstrap, attempt_timeout_s=attempt_timeout_s), True
+        return cls(bootstrap, attempt_timeout_s=attempt_timeout_s, tls=tls, token=token), True
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -93,6 +93,7 @@ from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, UNKNOWN_TOPIC_WAIT_S,
 from laminar_client.groups import GroupOptions, GroupSession, Hook
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Deserializer
+from laminar_client.tls import TlsOptions
 
 __all__ = [
     "AsyncConsumer",
@@ -838,6 +839,8 @@ class _ConsumerBase(Generic[_K, _V]):
         attempt_timeout_s: float = 3.0,
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "error"):
             raise InvalidInputError("auto_offset_reset must be 'earliest', 'latest' or 'error'")
@@ -847,7 +850,9 @@ class _ConsumerBase(Generic[_K, _V]):
             raise InvalidInputError("prefetch_bytes_max must be >= fetch_bytes_max")
         if not 0 <= fetch_wait_s <= 30:
             raise InvalidInputError("fetch_wait_s must be in [0, 30]")
-        self._client, self._owns_client = Client.shared_or_new(bootstrap, attempt_timeout_s)
+        self._client, self._owns_client = Client.shared_or_new(
+            bootstrap, attempt_timeout_s, tls=tls, token=token
+        )
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self._inbox = _Inbox()
@@ -1091,6 +1096,8 @@ class _Reader(_ConsumerBase[_K, _V]):
         attempt_timeout_s: float = 3.0,
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
     ) -> None:
         """The reading options are :class:`_ConsumerBase`'s. With ``group``, the
         consumer can be a member of that consumer group (see
@@ -1142,6 +1149,8 @@ class _Reader(_ConsumerBase[_K, _V]):
             attempt_timeout_s=attempt_timeout_s,
             retry=retry,
             rng=rng,
+            tls=tls,
+            token=token,
         )
         if subscription is None:
             return

@@ -87,6 +87,7 @@ from laminar_client.metadata import ClusterMetadata
 from laminar_client.partitioner import StickyPartitioner, key_partition
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Serializer
+from laminar_client.tls import TlsOptions
 
 __all__ = [
     "AsyncProducer",
@@ -1053,6 +1054,8 @@ class _ProducerBase(Generic[_K, _V]):
         attempt_timeout_s: float = 3.0,
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
     ) -> None:
         config = ProducerConfig(
             acks=acks,
@@ -1067,7 +1070,9 @@ class _ProducerBase(Generic[_K, _V]):
             attempt_timeout_s=attempt_timeout_s,
         )
         self.config = config
-        self._client, self._owns_client = Client.shared_or_new(bootstrap, config.attempt_timeout_s)
+        self._client, self._owns_client = Client.shared_or_new(
+            bootstrap, config.attempt_timeout_s, tls=tls, token=token
+        )
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._rng = rng if rng is not None else random.Random()

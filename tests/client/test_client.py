@@ -545,3 +545,20 @@ def test_a_slow_leader_that_still_leads_is_waited_for_not_written_twice(
         release.set()
     assert cluster.calls_to("Produce") == [part.leader]
     assert len(cluster.calls_to("Metadata")) >= 3  # it did look (0.5 s, then every 0.25 s)
+
+
+def test_producer_and_consumer_given_an_address_take_tls_and_token(tmp_path) -> None:
+    """Given a bootstrap string, a producer or consumer builds its client with the
+    TLS options and token it is given; given a Client, they are the client's own."""
+    from laminar.security import certs
+    from laminar_client import Consumer, Producer, TlsOptions
+
+    (tmp_path / "ca.pem").write_bytes(certs.make_ca().cert)
+    tls = TlsOptions(ca_file=str(tmp_path / "ca.pem"))
+    with Producer("127.0.0.1:1", tls=tls, token="lmt.a.b") as producer:
+        assert producer.client.tls is tls
+        assert ("authorization", "Bearer lmt.a.b") in producer.client.call_metadata
+    with Consumer("127.0.0.1:1", tls=tls, token="lmt.a.b") as consumer:
+        assert consumer.client.tls is tls
+    with Client("127.0.0.1:1") as client, pytest.raises(InvalidInputError, match="pass them"):
+        Producer(client, tls=tls)
