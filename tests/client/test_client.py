@@ -550,8 +550,9 @@ def test_a_slow_leader_that_still_leads_is_waited_for_not_written_twice(
 def test_producer_and_consumer_given_an_address_take_tls_and_token(tmp_path) -> None:
     """Given a bootstrap string, a producer or consumer builds its client with the
     TLS options and token it is given; given a Client, they are the client's own."""
-    from laminar.security import certs
     from laminar_client import Consumer, Producer, TlsOptions
+
+    from laminar.security import certs
 
     (tmp_path / "ca.pem").write_bytes(certs.make_ca().cert)
     tls = TlsOptions(ca_file=str(tmp_path / "ca.pem"))
