@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.repair_bench --quick
 	$(BIN)/python -m bench.scrub_bench --quick
 	$(BIN)/python -m bench.spark_bench --quick
+	$(BIN)/python -m bench.security_bench --quick
 
 # Peers for the client benchmark (bench/peers.py): nats-server and redis-server from Debian's
 # packages (root only), their Python clients into .venv (same list as pyproject's

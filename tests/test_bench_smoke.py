@@ -180,7 +180,8 @@ def test_every_benchmark_has_a_smoke_run() -> None:
         "scrub_bench",
         "repair_bench",
         "cluster_bench",
-        "gossip_crypto_bench",
+        "security_bench",
+        "gossip_crypto_bench",  # the three parts of security_bench
         "acl_bench",
         "tls_bench",
     }
@@ -192,33 +193,18 @@ def test_every_benchmark_has_a_smoke_run() -> None:
         assert (ROOT / path).exists()
 
 
-def test_gossip_crypto_bench_runs() -> None:
-    argv = [sys.executable, "-m", "bench.gossip_crypto_bench", "--packets", "500", "--runs", "3"]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    assert 0 < figures["gossip_seal_open_us"] < 1000
-    assert figures["gossip_seal_us"] > 0 and figures["gossip_open_us"] > 0
-
-
-def test_acl_bench_runs() -> None:
-    """The authorization check's cost (issue 31) with 10,000 ACLs, one short run."""
-    argv = [sys.executable, "-m", "bench.acl_bench", "--checks", "20000", "--runs", "1"]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    assert figures["acls"] == 10_000
-    for name in ("acl_check_us", "acl_check_uncached_us", "acl_index_build_ms"):
-        assert figures[name] > 0
-
-
-def test_tls_bench_runs() -> None:
-    """TLS against plaintext (issue 31) at tiny sizes, one run: every figure printed,
-    and no record or fetch failed while certificates rotated."""
-    argv = [sys.executable, "-m", "bench.tls_bench", "--quick", "--repeat", "1"]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+def test_security_bench_runs() -> None:
+    """Issue 31's figures at tiny sizes (the TLS, gossip encryption and ACL benches,
+    one short run each): every figure printed, and no record or fetch failed while
+    certificates rotated."""
+    argv = [sys.executable, "-m", "bench.security_bench", "--quick"]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     for name in ("tls_produce_rf3_vs_plain", "tls_produce_p99_vs_plain", "tls_fetch_vs_plain"):
         assert figures[name] > 0
     assert figures["cert_rotation_failed_rpcs"] == 0
+    assert 0 < figures["gossip_seal_open_us"] < 1000
+    assert figures["acls"] == 10_000
+    for name in ("acl_check_us", "acl_check_uncached_us", "acl_index_build_ms"):
+        assert figures[name] > 0
