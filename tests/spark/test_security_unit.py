@@ -238,3 +238,20 @@ def test_a_certificate_without_cryptography_is_warned_about(
         read(**{"tls.ca": pem["ca.pem"]})  # no certificate: nothing to assert
     assert len(caplog.records) == 1
     assert "User:ANONYMOUS" in caplog.records[0].getMessage()
+
+
+def test_the_stream_readers_driver_client_has_the_tls_and_the_token(pem: dict[str, str]) -> None:
+    """The batch paths are run against a secured cluster (test_secure.py); the
+    streaming read's driver client is made here."""
+    from laminar_spark.source import spark_schema
+    from laminar_spark.stream import LaminarStreamReader
+
+    options = {"servers": SERVERS, "subscribe": "t", "tls.ca": pem["ca.pem"], "token": TOKEN}
+    stream = LaminarStreamReader(options, spark_schema())
+    try:
+        client = stream._connect()
+        assert client.tls == TlsOptions(pem["ca.pem"])
+        assert client.call_metadata == (("authorization", f"Bearer {TOKEN}"),)
+        assert TOKEN not in repr(pickle.loads(pickle.dumps(stream)).options)
+    finally:
+        stream.stop()
