@@ -138,7 +138,8 @@ def _tls(named: Mapping[str, str]) -> TlsOptions | None:
             "option 'tls.cert': the cryptography package is not installed, so the "
             "certificate is not asserted in calls and nodes with client_auth = "
             '"request" take this client for User:ANONYMOUS (pip install '
-            "'laminar[server]' where the job runs; client_auth = \"require\" needs it not)"
+            "'laminar[server]' where the job runs; nodes with client_auth = \"require\" "
+            "get the certificate in the handshake and need no assertion)"
         )
     return options
 
