@@ -48,7 +48,7 @@ SERVERS = "127.0.0.1:1"
 # ----------------------------------------------------------------------- helpers
 
 
-def read(streaming: bool = False, **options: str) -> ReadOptions:
+def read(streaming: bool | None = False, **options: str) -> ReadOptions:
     given = {"servers": SERVERS, **options}
     if not {"subscribe", "subscribePattern", "assign"} & set(options):
         given["subscribe"] = "t"

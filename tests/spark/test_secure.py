@@ -75,6 +75,21 @@ def reader(spark: Any, cluster: ProcessCluster, **options: str) -> Any:
     return frame.load()
 
 
+def write(spark: Any, cluster: ProcessCluster, rows: list[tuple[str, str]], **options: str) -> None:
+    """``rows`` (key, value) written to the topic with ``tls.ca`` and ``options``."""
+    writer = (
+        spark.createDataFrame(rows, "key string, value string")
+        .write.format("laminar")
+        .mode("append")
+        .option("servers", servers_of(cluster))
+        .option("topic", TOPIC)
+        .option("tls.ca", ca_of(cluster))
+    )
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.save()
+
+
 def refused_quickly(run: Any, *texts: str) -> str:
     """``run()`` fails within :data:`REFUSAL_S_MAX` with every one of ``texts``."""
     started = time.monotonic()
@@ -110,16 +125,7 @@ def test_a_write_and_a_read_with_tls_and_a_token(
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
     rows = [(f"k{i}", f"v{i}") for i in range(ROWS)]
-    (
-        spark.createDataFrame(rows, "key string, value string")
-        .write.format("laminar")
-        .mode("append")
-        .option("servers", servers_of(secured))
-        .option("topic", TOPIC)
-        .option("tls.ca", ca_of(secured))
-        .option("tokenFile", str(token_file))
-        .save()
-    )
+    write(spark, secured, rows, tokenFile=str(token_file))
     frame = reader(spark, secured, token=token)
     got = sorted(
         (row.key.decode(), row.value.decode()) for row in frame.select("key", "value").collect()
@@ -140,15 +146,7 @@ def test_without_the_token_a_read_and_a_write_are_refused(
         f"unknown topic '{TOPIC}', or not authorized to describe it",
     )
     refused_quickly(
-        lambda: (
-            spark.createDataFrame([("x",)], "value string")
-            .write.format("laminar")
-            .mode("append")
-            .option("servers", servers_of(secured))
-            .option("topic", TOPIC)
-            .option("tls.ca", ca_of(secured))
-            .save()
-        ),
+        lambda: write(spark, secured, [("k", "x")]),
         "TopicNotAuthorizedError",
     )
     wrong = "lmt_" + "0" * 40
@@ -171,16 +169,7 @@ def test_a_caller_who_may_only_describe_is_refused_the_read_and_the_write(
         f"User:carol may not read topic {TOPIC}",
     )
     refused_quickly(
-        lambda: (
-            spark.createDataFrame([("x",)], "value string")
-            .write.format("laminar")
-            .mode("append")
-            .option("servers", servers_of(secured))
-            .option("topic", TOPIC)
-            .option("tls.ca", ca_of(secured))
-            .option("token", token)
-            .save()
-        ),
+        lambda: write(spark, secured, [("k", "x")], token=token),
         "AuthorizationError",
         f"User:carol may not write topic {TOPIC}",
     )

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from laminar_client.metadata import ClusterMetadata
 from laminar_client.tls import TlsOptions
-from laminar_spark.options import ReadOptions, parse_options
+from laminar_spark.options import ReadOptions
 from laminar_spark.planner import select_partitions
 from laminar_spark.producing import ClusterTarget
 from laminar_spark.security import TOKEN_FILE_BYTES_MAX, ClientSecurity, open_client
-from laminar_spark.write_options import WriteOptions, parse_write_options
+from laminar_spark.write_options import WriteOptions
 
-from laminar.errors import InvalidInputError, TopicNotAuthorizedError, UnknownTopicOrPartitionError
+from laminar.errors import TopicNotAuthorizedError, UnknownTopicOrPartitionError
 from laminar.security import certs
+from tests.spark.test_kafka_compat import SERVERS, read, refused, write
 
 TOKEN = "lmt_s3cret-Token.value"
-SERVERS = "127.0.0.1:1"
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +40,6 @@ def pem(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {path.name: str(path) for path in root.iterdir()}
 
 
-def read(streaming: bool | None = False, **options: str) -> ReadOptions:
-    given = {"servers": SERVERS, **options}
-    if not {"subscribe", "subscribePattern", "assign"} & set(options):
-        given["subscribe"] = "t"
-    return parse_options(given, streaming=streaming)
-
-
-def write(streaming: bool = False, **options: str) -> WriteOptions:
-    return parse_write_options({"servers": SERVERS, "topic": "t", **options}, streaming=streaming)
-
-
 PARSERS: dict[str, Callable[..., ReadOptions | WriteOptions]] = {
     "read": read,
     "stream read": lambda **options: read(streaming=True, **options),
@@ -63,15 +52,6 @@ PARSERS: dict[str, Callable[..., ReadOptions | WriteOptions]] = {
 @pytest.fixture(params=sorted(PARSERS))
 def parse(request: pytest.FixtureRequest) -> Callable[..., ReadOptions | WriteOptions]:
     return PARSERS[request.param]
-
-
-def refused(parse: Callable[[], object], *texts: str) -> str:
-    with pytest.raises(InvalidInputError) as caught:
-        parse()
-    message = str(caught.value)
-    for text in texts:
-        assert text in message, (text, message)
-    return message
 
 
 def test_no_option_is_a_plaintext_client_without_a_token(parse: Callable[..., Any]) -> None:
