@@ -13,7 +13,9 @@ each module's docstring explains how it works:
   :mod:`laminar_spark.writer`, :mod:`~laminar_spark.producing`,
   :mod:`~laminar_spark.write_options`;
 - Spark's Kafka source and sink option names (aliases, options with no effect,
-  refusals): :mod:`laminar_spark.kafka_options` (``docs/migrating-from-kafka.md``).
+  refusals): :mod:`laminar_spark.kafka_options` (``docs/migrating-from-kafka.md``);
+- TLS and bearer-token options of every mode that talks to a cluster:
+  :mod:`laminar_spark.security`.
 
 Register with ``spark.dataSource.register(LaminarDataSource)``, or rely on PySpark's
 discovery of the ``pyspark_laminar`` module when Laminar is installed.

@@ -11,8 +11,12 @@ sorts each option name a reader or writer receives into
   client warn about settings they do not use;
 - an option refused with its reason: those Spark's Kafka source refuses too (the
   (de)serializers, ``auto.offset.reset``, ...) and those whose silent loss would
-  change what the job does (TLS and SASL settings: Laminar's client has neither
-  yet, so it refuses rather than send in clear what was meant to be encrypted);
+  change what the job does: Kafka's TLS and SASL settings, refused with the Laminar
+  option to use instead (``tls.ca``, ``tls.cert`` / ``tls.key``,
+  ``tls.serverName``, ``token`` / ``tokenFile``, :mod:`laminar_spark.security`),
+  none mapped for it: Kafka's stores are JKS or PKCS12 by default, a PEM store
+  holds the key and the chain in one file, and a SASL mechanism is not a Laminar
+  bearer token, so a job's security settings are rewritten, never half-taken;
 - an unknown option, whose error names the Laminar option the user may have meant.
 
 PySpark hands a Python data source its option names lower-cased (checked with
@@ -47,10 +51,30 @@ SERVERS_ALIAS = "kafka.bootstrap.servers"
 """The Kafka source's name for Laminar's ``servers``."""
 
 _SPARK_REFUSES = "(Spark's Kafka source refuses it too)"
-_NO_TLS = (
-    "Laminar's client has no TLS or SASL yet: refused rather than connect in clear "
-    "where encryption or authentication was asked for"
-)
+_TLS_OPTIONS = "'tls.ca' (and 'tls.cert' with 'tls.key' for a client certificate)"
+_PEM = "PEM files, the key unencrypted; Kafka's JKS and PKCS12 stores are not read"
+_KAFKA_SECURITY = {
+    "security.protocol": (
+        f"remove it: {_TLS_OPTIONS} turns TLS on, 'token' or 'tokenFile' sends a "
+        "Laminar bearer token"
+    ),
+    "ssl.truststore.": f"use 'tls.ca', a PEM file of the CA certificates ({_PEM})",
+    "ssl.keystore.": f"use 'tls.cert' and 'tls.key' ({_PEM})",
+    "ssl.key.": f"use 'tls.cert' and 'tls.key' ({_PEM})",
+    "ssl.endpoint.identification.algorithm": (
+        "the nodes' certificates are always checked against their host name; "
+        "'tls.serverName' names another name to check"
+    ),
+    "ssl.": (
+        f"Laminar's TLS options are 'tls.ca', 'tls.cert', 'tls.key' and 'tls.serverName' ({_PEM})"
+    ),
+    "sasl.": (
+        "use 'token' or 'tokenFile' (a Laminar bearer token, `laminar token create`); "
+        "Kafka's SASL mechanisms are not spoken"
+    ),
+}
+"""Kafka's security settings (a name, or a prefix ending in a dot; the first match
+wins) and the Laminar option to use instead."""
 
 READ_IGNORED = {
     "kafkaConsumer.pollTimeoutMs": (
@@ -183,11 +207,16 @@ def _kafka_config(raw_name: str, value: str, *, write: bool) -> str:
     config = raw_name.lower()[len(KAFKA_PREFIX) :]
     refused = _KAFKA_WRITE_REFUSED if write else _KAFKA_READ_REFUSED
     reason = refused.get(config)
-    security = config.startswith(("ssl.", "sasl.")) or (
-        config == "security.protocol" and value.strip().upper() != "PLAINTEXT"
-    )
-    if security:
-        reason = _NO_TLS
+    plaintext = config == "security.protocol" and value.strip().upper() == "PLAINTEXT"
+    if not plaintext:
+        reason = next(
+            (
+                why
+                for name, why in _KAFKA_SECURITY.items()
+                if config == name or (name.endswith(".") and config.startswith(name))
+            ),
+            reason,
+        )
     if reason is not None:
         raise InvalidInputError(f"option {raw_name!r} is not supported: {reason}")
     noted = _KAFKA_WRITE_NOTED if write else _KAFKA_READ_NOTED

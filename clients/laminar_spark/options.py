@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from laminar.address import parse_address_list
 from laminar.errors import ConfigError, InvalidInputError
 from laminar_spark.kafka_options import sort_options
+from laminar_spark.security import SECURITY_OPTIONS, ClientSecurity, parse_security
 
 __all__ = [
     "EARLIEST",
@@ -73,6 +74,7 @@ KNOWN_OPTIONS = (
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
+    *SECURITY_OPTIONS,
 )
 
 OffsetSpec = int | dict[str, dict[int, int]]
@@ -87,6 +89,7 @@ class ReadOptions:
     """A read's options, checked (see the package docstring)."""
 
     servers: str
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # repr redacts the token
     subscribe: tuple[str, ...] | None = None
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
@@ -177,6 +180,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = False)
     most, least, delay_s = _per_trigger(named)
     return ReadOptions(
         servers=servers,
+        security=parse_security(named),
         subscribe=subscribe,
         subscribe_pattern=subscribe_pattern,
         assign=assign,

@@ -30,7 +30,11 @@ from dataclasses import dataclass
 
 from laminar_client.client import LIST_OFFSETS_PARTITIONS_MAX, Client, PartitionOffsets
 
-from laminar.errors import InvalidInputError, UnknownTopicOrPartitionError
+from laminar.errors import (
+    InvalidInputError,
+    TopicNotAuthorizedError,
+    UnknownTopicOrPartitionError,
+)
 from laminar_spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
 from laminar_spark.pushdown import Pushed
 
@@ -103,11 +107,19 @@ class ReadTask:
 
 
 def select_partitions(
-    options: ReadOptions, partition_counts: Mapping[str, int]
+    options: ReadOptions, partition_counts: Mapping[str, int], *, filtered: bool = False
 ) -> dict[str, list[int]]:
-    """The partitions to read per topic, from the topics' partition counts."""
+    """The partitions to read per topic, from the topics' partition counts.
+
+    ``filtered``: the cluster showed only the topics this caller may describe
+    (:attr:`ClusterMetadata.filtered`), so a topic named and not seen raises
+    :class:`TopicNotAuthorizedError` (an :class:`UnknownTopicOrPartitionError` too)
+    rather than a bare unknown topic. A pattern matches the topics shown.
+    """
     if options.subscribe is not None:
         missing = [t for t in options.subscribe if t not in partition_counts]
+        if missing and filtered:
+            raise TopicNotAuthorizedError(missing[0])
         if missing:
             raise UnknownTopicOrPartitionError(
                 f"option 'subscribe': unknown topic(s) {', '.join(missing)}"
@@ -123,6 +135,8 @@ def select_partitions(
     assert options.assign is not None
     selected: dict[str, list[int]] = {}
     for topic, partitions in options.assign.items():
+        if topic not in partition_counts and filtered:
+            raise TopicNotAuthorizedError(topic)
         if topic not in partition_counts:
             raise UnknownTopicOrPartitionError(f"option 'assign': unknown topic {topic!r}")
         count = partition_counts[topic]
@@ -403,7 +417,7 @@ def plan(options: ReadOptions, client: Client, pushed: Pushed | None = None) -> 
     tasks."""
     metadata = client.metadata(refresh=True)
     counts = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
-    selected = select_partitions(options, counts)
+    selected = select_partitions(options, counts, filtered=metadata.filtered)
     offsets: dict[str, dict[int, PartitionOffsets]] = {}
     for topic, partitions in selected.items():
         answers: dict[int, PartitionOffsets] = {}

@@ -73,6 +73,7 @@ from laminar.errors import (
     InvalidInputError,
     OutOfOrderSequenceError,
     ProducerSequenceError,
+    TopicNotAuthorizedError,
     UnknownTopicOrPartitionError,
 )
 from laminar.records import Compression, decode_batch, encode_batch
@@ -756,14 +757,19 @@ class ClusterTarget:
 
     def partition_count(self, topic: str) -> int:
         """From metadata; a topic not in it is looked for again for
-        ``UNKNOWN_TOPIC_WAIT_S`` (a topic created a moment ago is still spreading)."""
+        ``UNKNOWN_TOPIC_WAIT_S`` (a topic created a moment ago is still spreading),
+        then :class:`TopicNotAuthorizedError` if the cluster showed only what this
+        caller may describe, else :class:`UnknownTopicOrPartitionError`."""
         deadline = self._clock() + UNKNOWN_TOPIC_WAIT_S
         refresh = False
         while True:
-            found = self._client.metadata(refresh=refresh).topics.get(topic)
+            metadata = self._client.metadata(refresh=refresh)
+            found = metadata.topics.get(topic)
             if found is not None:
                 return found.config.partitions
             if self._clock() >= deadline:
+                if metadata.filtered:  # shown only what this caller may describe
+                    raise TopicNotAuthorizedError(topic)
                 raise UnknownTopicOrPartitionError(f"no topic {topic!r} to write to")
             refresh = True
             self._sleep(0.05)

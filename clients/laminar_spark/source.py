@@ -29,6 +29,7 @@ from laminar_spark.kafka_options import warn_ignored
 from laminar_spark.options import ReadOptions, parse_options
 from laminar_spark.planner import ReadTask
 from laminar_spark.pushdown import Pushed, push_all
+from laminar_spark.security import open_client
 
 __all__ = ["LaminarBatchReader", "LaminarDataSource", "LaminarInputPartition", "spark_schema"]
 
@@ -211,11 +212,9 @@ class LaminarBatchReader(PushdownReader):
         self.pushed = Pushed() if pushed is None else pushed
 
     def partitions(self) -> Sequence[InputPartition]:
-        from laminar_client.client import Client
-
         from laminar_spark.planner import plan
 
-        with Client(self.options.servers) as client:
+        with open_client(self.options.servers, self.options.security) as client:
             tasks = plan(self.options, client, self.pushed)
         return [
             LaminarInputPartition(t.topic, t.partition, t.start, t.end, t.range_start, t.range_end)
@@ -228,13 +227,11 @@ class LaminarBatchReader(PushdownReader):
 
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[Any]:
     """One task of a batch or streaming read: its range through a client of its own."""
-    from laminar_client.client import Client
-
     from laminar_spark.reader import read_range
 
     if not isinstance(partition, LaminarInputPartition):
         return  # PySpark runs one task with ``None`` when partitions() returns []
-    with Client(options.servers) as client:
+    with open_client(options.servers, options.security) as client:
         yield from read_range(
             client,
             partition.task(),

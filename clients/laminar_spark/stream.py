@@ -76,6 +76,7 @@ from laminar_spark.planner import (
     select_partitions,
     split_ranges,
 )
+from laminar_spark.security import open_client
 
 if TYPE_CHECKING:
     from laminar_client.client import Client, PartitionOffsets
@@ -403,7 +404,7 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client = self._connect()
         metadata = client.metadata(refresh=True)
         counts = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
-        selected = select_partitions(self.options, counts)
+        selected = select_partitions(self.options, counts, filtered=metadata.filtered)
         known = self._snapshot(client, selected, replica_rounds=_rounds(metadata, selected))
         gone = sorted({t for t, ps in selected.items() for p in ps if (t, p) not in known})
         if gone:
@@ -551,9 +552,7 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _connect(self) -> Client:
         """The driver's client, opened on first use and kept for the query."""
         if self._client is None:
-            from laminar_client.client import Client
-
-            self._client = Client(self.options.servers)
+            self._client = open_client(self.options.servers, self.options.security)
         return self._client
 
     def _limits(self, limit: ReadLimit | None) -> tuple[int | None, int | None]:
@@ -582,7 +581,7 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for t, ps in options.assign.items()
                 if t in counts
             }
-        return select_partitions(options, counts)
+        return select_partitions(options, counts, filtered=metadata.filtered)
 
     def _snapshot(
         self, client: Client, selected: Mapping[str, Sequence[int]], *, replica_rounds: int

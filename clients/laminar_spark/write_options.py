@@ -8,12 +8,13 @@ too (:mod:`laminar_spark.kafka_options`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from laminar.address import parse_address_list
 from laminar.errors import ConfigError, InvalidInputError
 from laminar.records import Compression
 from laminar_spark.kafka_options import sort_options
+from laminar_spark.security import SECURITY_OPTIONS, ClientSecurity, parse_security
 
 __all__ = [
     "BATCH_BYTES_MAX_CEILING",
@@ -32,6 +33,7 @@ WRITE_OPTIONS = (
     "batchBytesMax",
     "compression",
     "acks",
+    *SECURITY_OPTIONS,
 )
 STREAM_ONLY_OPTIONS = ("checkpointLocation",)
 """Spark hands a streaming query's checkpoint location to its sink; not used here."""
@@ -60,6 +62,7 @@ class WriteOptions:
     """
 
     servers: str
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # repr redacts the token
     topic: str | None = None
     batch_records_max: int = BATCH_RECORDS_MAX_DEFAULT
     batch_bytes_max: int = BATCH_BYTES_MAX_DEFAULT
@@ -102,6 +105,7 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> Write
         )
     return WriteOptions(
         servers=servers,
+        security=parse_security(named),
         topic=topic,
         batch_records_max=_bounded(
             "batchRecordsMax", named, BATCH_RECORDS_MAX_DEFAULT, 1, BATCH_RECORDS_MAX_CEILING

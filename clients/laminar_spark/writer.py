@@ -46,7 +46,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from laminar_client.client import Client
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -72,6 +71,7 @@ from laminar_spark.producing import (
     producer_id_for,
     report_totals,
 )
+from laminar_spark.security import open_client
 from laminar_spark.write_options import WriteOptions, parse_write_options
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def _run_task(
 ) -> LaminarCommitMessage:
     """Produce every Arrow batch of one task; its commit message."""
     with (
-        Client(options.servers) as client,
+        open_client(options.servers, options.security) as client,
         TaskProducer(
             ClusterTarget(client), options, producer_id, timestamp_ms, counts=counts
         ) as task,
@@ -219,7 +219,7 @@ class LaminarBatchWriter(DataSourceArrowWriter):
         self.timestamp_ms = int(time.time() * 1000)
         self.counts: dict[str, int] = {}
         if self.options.topic is not None:
-            with Client(self.options.servers) as client:
+            with open_client(self.options.servers, self.options.security) as client:
                 count = ClusterTarget(client).partition_count(self.options.topic)
             self.counts[self.options.topic] = count
 

@@ -48,7 +48,7 @@ SERVERS = "127.0.0.1:1"
 # ----------------------------------------------------------------------- helpers
 
 
-def read(streaming: bool = False, **options: str) -> ReadOptions:
+def read(streaming: bool | None = False, **options: str) -> ReadOptions:
     given = {"servers": SERVERS, **options}
     if not {"subscribe", "subscribePattern", "assign"} & set(options):
         given["subscribe"] = "t"
@@ -59,11 +59,12 @@ def write(streaming: bool = False, **options: str) -> WriteOptions:
     return parse_write_options({"servers": SERVERS, "topic": "t", **options}, streaming=streaming)
 
 
-def refused(parse: Callable[[], object], *reason: str) -> None:
+def refused(parse: Callable[[], object], *reason: str) -> str:
     with pytest.raises(InvalidInputError) as caught:
         parse()
     for text in reason:
         assert text in str(caught.value), (text, str(caught.value))
+    return str(caught.value)
 
 
 def ignored(options: ReadOptions | WriteOptions, name: str) -> None:
@@ -172,16 +173,39 @@ def subscribe_pattern() -> None:
 def security(write_side: bool) -> Callable[[], None]:
     def check() -> None:
         parse = write if write_side else read
-        refused(lambda: parse(**{"kafka.security.protocol": "SASL_SSL"}), "no TLS or SASL")
+        for protocol in ("SSL", "SASL_SSL", "SASL_PLAINTEXT"):
+            refused(
+                lambda protocol=protocol: parse(**{"kafka.security.protocol": protocol}),
+                "remove it: 'tls.ca'",
+                "'token' or 'tokenFile'",
+            )
         ignored(parse(**{"kafka.security.protocol": "plaintext"}), "kafka.security.protocol")
 
     return check
 
 
+SECURITY_INSTEAD = {
+    "kafka.ssl.truststore.location": "use 'tls.ca', a PEM file",
+    "kafka.ssl.truststore.type": "use 'tls.ca', a PEM file",
+    "kafka.ssl.keystore.location": "use 'tls.cert' and 'tls.key'",
+    "kafka.ssl.key.password": "use 'tls.cert' and 'tls.key'",
+    "kafka.ssl.endpoint.identification.algorithm": "'tls.serverName'",
+    "kafka.ssl.protocol": "'tls.ca', 'tls.cert', 'tls.key' and 'tls.serverName'",
+    "kafka.sasl.jaas.config": "use 'token' or 'tokenFile'",
+    "kafka.sasl.mechanism": "use 'token' or 'tokenFile'",
+}
+"""Kafka's security settings, refused naming the Laminar option to use instead."""
+
+
 def prefixed(prefix: str, write_side: bool) -> Callable[[], None]:
     def check() -> None:
         parse = write if write_side else read
-        refused(lambda: parse(**{f"{prefix}truststore.location": "/x"}), "no TLS or SASL")
+        cases = [(name, text) for name, text in SECURITY_INSTEAD.items() if name.startswith(prefix)]
+        assert cases
+        for name, text in cases:
+            # The value (a password, a JAAS line) is never repeated.
+            message = refused(lambda name=name: parse(**{name: "s3cret"}), text)
+            assert "s3cret" not in message
 
     return check
 

@@ -338,7 +338,7 @@ def test_a_read_ends_at_the_leaders_high_watermark() -> None:
             self.asked: list[bool] = []
 
         def metadata(self, *, refresh: bool) -> Any:
-            return SimpleNamespace(topics={"t": SimpleNamespace(partitions=[0, 1])})
+            return SimpleNamespace(topics={"t": SimpleNamespace(partitions=[0, 1])}, filtered=False)
 
         def list_offsets(
             self, topic: str, partitions: list[int], *, leader: bool = False

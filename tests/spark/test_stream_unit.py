@@ -283,6 +283,7 @@ class FakeTopic:
 class FakeMetadata:
     topics: dict[str, FakeTopic]
     replicas: int
+    filtered: bool = False  # the cluster showed every topic
 
     def live_replicas(self, topic: str, partition: int) -> tuple[str, ...]:
         return tuple(f"n{i}" for i in range(self.replicas))
