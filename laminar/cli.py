@@ -48,6 +48,7 @@ from laminar_client import (
 )
 from laminar_client.client import UNKNOWN_TOPIC_WAIT_S
 from laminar_client.tls import TLS_ENV
+from laminar_client.transport import read_token_file
 
 from laminar.errors import (
     ClusterUnreachableError,
@@ -604,11 +605,7 @@ def _token(args: argparse.Namespace) -> str | None:
     """The bearer token: ``--token-file``'s first line, else ``--token`` / $LAMINAR_TOKEN."""
     path = getattr(args, "token_file", None)
     if path:
-        with open(path, encoding="utf-8") as file:
-            first_line = file.readline().strip()
-        if not first_line:
-            raise InvalidInputError(f"token file {path} is empty")
-        return first_line
+        return read_token_file(path, "--token-file")
     token: str | None = getattr(args, "token", None)
     return token
 

@@ -130,8 +130,8 @@ class ChannelTls:
         (:mod:`laminar.security.assertion`: what a node with ``client_auth =
         "request"`` reads, since gRPC Python cannot ask for a certificate at the
         handshake without requiring one), remade every ``REUSE_MS`` and when the
-        files change; None without a client certificate, or without the
-        ``cryptography`` package (``pip install 'laminar[server]'``)."""
+        files change; None without a client certificate (or, in an install that
+        left out the ``cryptography`` dependency, without it)."""
         if not self.options.cert_file:
             return None
         state = self._reloader.current()

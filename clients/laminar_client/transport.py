@@ -368,6 +368,45 @@ def no_answer(error: LaminarError, rpc_error: grpc.RpcError, *, tls: bool = Fals
     return error
 
 
+TOKEN_FILE_BYTES_MAX = 64 * 1024
+"""Largest token file read (a token is a few dozen bytes)."""
+
+
+def check_token(token: str, what: str) -> None:
+    """A token is what a client sends: non-empty, printable ASCII without white space
+    (gRPC metadata cannot carry the rest). The message names ``what``, never the token."""
+    if not token:
+        raise InvalidInputError(f"{what}: the token is empty")
+    if any(c.isspace() or ord(c) < 32 or ord(c) > 126 for c in token):
+        raise InvalidInputError(
+            f"{what}: a token is printable ASCII without spaces (the value is not shown: "
+            "it is a secret)"
+        )
+
+
+def read_token_file(path: str, what: str, where: str = "") -> str:
+    """The token in the first line of the file at ``path`` (``laminar --token-file``,
+    Spark's ``tokenFile``); errors name ``what`` (and ``where`` the file must be),
+    never the token."""
+    hint = f"; {where}" if where else ""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(TOKEN_FILE_BYTES_MAX + 1)
+    except OSError as error:
+        raise InvalidInputError(f"{what}: cannot read {path!r} ({error.strerror}{hint})") from None
+    if len(data) > TOKEN_FILE_BYTES_MAX:
+        raise InvalidInputError(
+            f"{what}: {path!r} is larger than {TOKEN_FILE_BYTES_MAX} bytes: "
+            "not a token file (its first line is the token)"
+        )
+    try:
+        first_line = data.decode("utf-8").split("\n", 1)[0].strip()
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{what}: {path!r} is not UTF-8 text") from None
+    check_token(first_line, f"{what} ({path!r}, its first line)")
+    return first_line
+
+
 def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     """The call metadata carrying a bearer token (none without one)."""
     if token is None:

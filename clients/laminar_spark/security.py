@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from laminar_client.tls import ChannelTls, TlsOptions
+from laminar_client.transport import TOKEN_FILE_BYTES_MAX, check_token
+from laminar_client.transport import read_token_file as _read_token_file
 
 from laminar.errors import ConfigError, InvalidInputError
 
@@ -54,8 +56,6 @@ log = logging.getLogger("laminar_spark")
 
 SECURITY_OPTIONS = ("tls.ca", "tls.cert", "tls.key", "tls.serverName", "token", "tokenFile")
 """The options of this module, in their documented case."""
-TOKEN_FILE_BYTES_MAX = 64 * 1024
-"""Largest token file read (a token is a few dozen bytes)."""
 _TLS_FILE_OPTIONS = (("tls.ca", "CA"), ("tls.cert", "certificate"), ("tls.key", "key"))
 _WHERE = "the path must exist on the driver and on every executor"
 
@@ -150,7 +150,7 @@ def _token(named: Mapping[str, str]) -> str | None:
     if "tokenFile" in named:
         raise InvalidInputError("give one of the options 'token' and 'tokenFile', not both")
     token = named["token"].strip()
-    _check_token(token, "option 'token'")
+    check_token(token, "option 'token'")
     return token
 
 
@@ -166,33 +166,4 @@ def _token_file(named: Mapping[str, str]) -> str:
 def read_token_file(path: str) -> str:
     """The token in the first line of the file at ``path`` (as ``laminar
     --token-file`` reads it). Never puts the token in a message."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(TOKEN_FILE_BYTES_MAX + 1)
-    except OSError as error:
-        raise InvalidInputError(
-            f"option 'tokenFile': cannot read {path!r} ({error.strerror}; {_WHERE})"
-        ) from None
-    if len(data) > TOKEN_FILE_BYTES_MAX:
-        raise InvalidInputError(
-            f"option 'tokenFile': {path!r} is larger than {TOKEN_FILE_BYTES_MAX} bytes: "
-            "not a token file (its first line is the token)"
-        )
-    try:
-        first_line = data.decode("utf-8").split("\n", 1)[0].strip()
-    except UnicodeDecodeError:
-        raise InvalidInputError(f"option 'tokenFile': {path!r} is not UTF-8 text") from None
-    _check_token(first_line, f"option 'tokenFile' ({path!r}, its first line)")
-    return first_line
-
-
-def _check_token(token: str, what: str) -> None:
-    """A token is what ``Client`` sends: non-empty, no white space (nor control
-    characters, which gRPC metadata cannot carry). The message never shows it."""
-    if not token:
-        raise InvalidInputError(f"{what}: the token is empty")
-    if any(c.isspace() or ord(c) < 32 or ord(c) > 126 for c in token):
-        raise InvalidInputError(
-            f"{what}: a token is printable ASCII without spaces (the value is not shown: "
-            "it is a secret)"
-        )
+    return _read_token_file(path, "option 'tokenFile'", _WHERE)
