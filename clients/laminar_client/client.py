@@ -54,6 +54,7 @@ from laminar.groups.coordinator import HeartbeatAnswer, HeartbeatRequest
 from laminar.grpc_errors import error_from_detail
 from laminar.records import Record, decode_records, iter_batches, next_offset
 from laminar.security.acl import Acl, AclFilter
+from laminar.security.acl_wire import acl_of, binding_of, filter_message
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client import groups
 from laminar_client.health import NodeHealth
@@ -1354,16 +1355,16 @@ class Client:
         the cluster when the cluster checks ACLs."""
         for acl in acls:
             acl.validate()
-        request = pb.CreateAclsRequest(acls=[_binding(acl) for acl in acls])
+        request = pb.CreateAclsRequest(acls=[binding_of(acl) for acl in acls])
         self._admin("CreateAcls", request, pb.CreateAclsResponse, timeout_s)
 
     def list_acls(
         self, acl_filter: AclFilter | None = None, *, timeout_s: float | None = None
     ) -> list[Acl]:
         """The ACLs matching ``acl_filter`` (all without one), sorted."""
-        request = pb.ListAclsRequest(filter=_filter_message(acl_filter or AclFilter()))
+        request = pb.ListAclsRequest(filter=filter_message(acl_filter or AclFilter()))
         response = self._admin("ListAcls", request, pb.ListAclsResponse, timeout_s)
-        return [_acl_of(binding) for binding in response.acls]
+        return [acl_of(binding) for binding in response.acls]
 
     def delete_acls(
         self, filters: Sequence[AclFilter], *, timeout_s: float | None = None
@@ -1371,9 +1372,9 @@ class Client:
         """Delete every ACL matching any of ``filters``; the ACLs deleted."""
         for acl_filter in filters:
             acl_filter.validate()
-        request = pb.DeleteAclsRequest(filters=[_filter_message(f) for f in filters])
+        request = pb.DeleteAclsRequest(filters=[filter_message(f) for f in filters])
         response = self._admin("DeleteAcls", request, pb.DeleteAclsResponse, timeout_s)
-        return [_acl_of(binding) for binding in response.deleted]
+        return [acl_of(binding) for binding in response.deleted]
 
     def recover_partition(
         self, topic: str, partition: int, *, timeout_s: float | None = None
@@ -1862,36 +1863,3 @@ def _uint32(value: int, name: str) -> int:
 
 def _name(topic: TopicMetadata) -> str:
     return topic.name
-
-
-def _binding(acl: Acl) -> pb.AclBinding:
-    return pb.AclBinding(
-        principal=acl.principal,
-        operation=acl.operation,
-        resource_type=acl.resource_type,
-        resource_name=acl.resource_name,
-        pattern=acl.pattern,
-        permission=acl.permission,
-    )
-
-
-def _acl_of(binding: pb.AclBinding) -> Acl:
-    return Acl(
-        binding.principal,
-        binding.operation,
-        binding.resource_type,
-        binding.resource_name,
-        binding.pattern or "literal",
-        binding.permission or "allow",
-    )
-
-
-def _filter_message(acl_filter: AclFilter) -> pb.AclFilter:
-    return pb.AclFilter(
-        principal=acl_filter.principal or "",
-        operation=acl_filter.operation or "",
-        resource_type=acl_filter.resource_type or "",
-        resource_name=acl_filter.resource_name or "",
-        pattern=acl_filter.pattern or "",
-        permission=acl_filter.permission or "",
-    )

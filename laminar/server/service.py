@@ -48,6 +48,7 @@ from laminar.placement import PlacementMember
 from laminar.records import check_produced_header
 from laminar.replica.types import Acks, Role
 from laminar.security.acl import ACLS_MAX, Acl, AclFilter
+from laminar.security.acl_wire import acl_of, binding_of, filter_of
 from laminar.server import rules
 from laminar.server.config import ServiceConfig
 from laminar.server.groups import GroupHost, group_partition, group_status
@@ -1048,38 +1049,13 @@ def _new_id() -> str:
 
 def acl_from_binding(binding: pb.AclBinding) -> Acl:
     """The ACL a request names (validated; empty pattern literal, permission allow)."""
-    acl = Acl(
-        principal=binding.principal,
-        operation=binding.operation,
-        resource_type=binding.resource_type,
-        resource_name=binding.resource_name,
-        pattern=binding.pattern or "literal",
-        permission=binding.permission or "allow",
-    )
+    acl = acl_of(binding)
     acl.validate()
     return acl
 
 
-def binding_of(acl: Acl) -> pb.AclBinding:
-    return pb.AclBinding(
-        principal=acl.principal,
-        operation=acl.operation,
-        resource_type=acl.resource_type,
-        resource_name=acl.resource_name,
-        pattern=acl.pattern,
-        permission=acl.permission,
-    )
-
-
 def filter_from_message(message: pb.AclFilter) -> AclFilter:
-    acl_filter = AclFilter(
-        principal=message.principal or None,
-        operation=message.operation or None,
-        resource_type=message.resource_type or None,
-        resource_name=message.resource_name or None,
-        pattern=message.pattern or None,
-        permission=message.permission or None,
-    )
+    acl_filter = filter_of(message)
     acl_filter.validate()
     return acl_filter
 
