@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONNECT_STAMP := $(VENV)/.installed-spark-connect
 
-.PHONY: install check test test-spark-cluster test-guide test-dist dist bench bench-peers demo clean lint typecheck generated-check
+.PHONY: install check test test-slow test-spark-cluster test-guide test-dist dist bench bench-peers demo clean lint typecheck generated-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,12 @@ generated-check: $(STAMP)
 check: lint typecheck generated-check
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not chaos and not multihost and not spark_cluster and not disk_full and not dist and not guide"
+	$(BIN)/python -m pytest -q -m "not slow and not chaos and not multihost and not spark_cluster and not disk_full and not dist and not guide"
+
+# The long-running tests (marker `slow`: thousands of partitions or groups, in the
+# simulator and on real processes), run by .ci/run after make test.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m "slow and not chaos and not multihost and not spark_cluster and not disk_full and not dist and not guide"
 
 # The connector on a Spark standalone cluster (Master, Worker, executor JVMs) and through
 # Spark Connect, in a pytest process of its own (a process has one SparkSession). The

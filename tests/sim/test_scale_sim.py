@@ -37,6 +37,7 @@ def _safe(result: ScaleResult) -> None:
     assert not result.failures, summary
 
 
+@pytest.mark.slow
 def test_creating_3000_groups_at_once_settles_without_elections() -> None:
     result = run_scenario("create", 1, replace(FAST, groups=3_000))
     _safe(result)
@@ -95,6 +96,7 @@ def test_node_pause_with_3000_groups() -> None:
     _pause(3_000)
 
 
+@pytest.mark.slow
 def test_cpu_overload_during_a_burst_of_creations_settles_without_an_election_storm() -> None:
     """Every node 8x slower for 6 s while 1,000 groups are created next to 2,000:
     node-level liveness (loop lag as slowness, frames heard, keepalives) keeps the
