@@ -114,7 +114,7 @@ def _producer_families(m: ProducerMetrics, client_id: str) -> Iterable[Metric]:
     )
     yield _gauge(
         _PRODUCER + "in_flight_batches",
-        "Batches with an attempt on the wire.",
+        "Batches in an attempt (awaiting its answer, or its backoff).",
         client_id,
         m.batches_in_flight,
     )

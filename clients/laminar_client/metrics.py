@@ -191,7 +191,8 @@ class ProducerMetrics:
       got (``DeliveryTimeoutError``, ``StorageFullError``, ``ClientClosedError``, ...).
     - ``restamps``: times a partition's unresolved batches were given a new
       producer id (the broker proved them unwritten: ``docs/format.md``, section 2).
-    - ``batches_in_flight``: batches with an attempt on the wire now.
+    - ``batches_in_flight``: batches in an attempt now: waiting for its answer (or
+      for the backoff before it, or for the metadata refresh it needs).
     - ``buffer_bytes``: bytes of records taken by ``send`` and not yet acknowledged
       or failed; ``buffer_bytes_max``: the limit (``buffer_bytes_max`` setting), at
       which ``send`` blocks.
