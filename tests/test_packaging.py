@@ -26,9 +26,11 @@ CLIENT_MUST_NOT_LOAD = (
     "pyarrow",
     "numpy",
     "uvloop",
+    "prometheus_client",
 )
 """The server's packages, Spark and Arrow (and numpy, which only the Arrow conversion
-and large columnar decodes need: imported on first use)."""
+and large columnar decodes need: imported on first use), and prometheus_client (the
+``metrics`` extra: imported by ``register_metrics`` only)."""
 
 
 def loaded_modules(statement: str, cwd: Path) -> set[str]:

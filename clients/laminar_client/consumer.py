@@ -61,7 +61,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
-from typing import Any, Generic, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple
 
 from typing_extensions import TypeVar
 
@@ -91,9 +91,19 @@ from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread
 from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.groups import GroupOptions, GroupSession, Hook
+from laminar_client.metrics import (
+    ConsumerMetrics,
+    LatencyRecorder,
+    Registrations,
+    error_name,
+    register_metrics,
+)
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Deserializer
 from laminar_client.tls import TlsOptions
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
 
 __all__ = [
     "AsyncConsumer",
@@ -399,7 +409,11 @@ class _Core:
             "fetch_errors": 0,
             "replica_switches": 0,
             "corrupt_batches": 0,
+            "bytes_fetched": 0,
         }
+        self.fetch_errors: dict[str, int] = {}
+        """Failed fetches by :func:`~laminar_client.metrics.error_name`."""
+        self.fetch_latency = LatencyRecorder()
         self._reports: set[asyncio.Task[None]] = set()
 
     # -- commands (on the loop)
@@ -517,6 +531,7 @@ class _Core:
                     max_wait_ms=self._fetch_wait_ms,
                 )
                 self.counters["fetches"] += 1
+                started_s = time.monotonic()
                 response = await self._transport.call(
                     address,
                     "Fetch",
@@ -524,10 +539,13 @@ class _Core:
                     pb.FetchResponse,
                     timeout_s=self._attempt_timeout_s + self._fetch_wait_ms / 1000,
                 )
+                self.fetch_latency.observe(time.monotonic() - started_s)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 self.counters["fetch_errors"] += 1
+                name = error_name(error)
+                self.fetch_errors[name] = self.fetch_errors.get(name, 0) + 1
                 if epoch == state.epoch:
                     await self._after_failure(state, address, error)
                 continue
@@ -540,6 +558,7 @@ class _Core:
             data = response.batches
             if not data:
                 continue
+            self.counters["bytes_fetched"] += len(data)
             try:
                 next_offset = _next_offset(data, offset)
             except _CorruptChunkError as corrupt:  # a damaged batch header: drop the answer
@@ -873,6 +892,11 @@ class _ConsumerBase(Generic[_K, _V]):
         """Partitions whose next record fails to deserialize: raised at the next read."""
         self._paused: set[TopicPartition] = set()
         self._epochs: dict[TopicPartition, int] = {}
+        self._prefetch_bytes_max = prefetch_bytes_max
+        self._records_consumed = 0  # handed out: counted per chunk, or batch
+        self._records_consumed_reported = 0  # what metrics() last said (never less)
+        self._bytes_consumed = 0  # of the fetch answers the application took
+        self._registrations = Registrations()
         self._closed = False
         self._prepare()
         self._start_core()
@@ -891,8 +915,9 @@ class _ConsumerBase(Generic[_K, _V]):
 
     @property
     def counters(self) -> dict[str, int]:
-        """Fetches, failed fetches, replica switches and corrupt batches (served by a
-        replica, read again from another) so far."""
+        """Fetches, failed fetches, replica switches, corrupt batches (served by a
+        replica, read again from another) and bytes fetched so far; :meth:`metrics`
+        has more."""
         return dict(self._core.counters)
 
     def assignment(self) -> frozenset[TopicPartition]:
@@ -1230,6 +1255,59 @@ class _Reader(_ConsumerBase[_K, _V]):
             return None
         return max(0, int(state.high_watermark) - position)
 
+    def metrics(self) -> ConsumerMetrics:
+        """What this consumer fetched and handed out (see
+        :class:`~laminar_client.metrics.ConsumerMetrics`, field by field). Cheap:
+        it copies counters kept per fetch and per chunk, and works out the lag of
+        each assigned partition; callable from any thread."""
+        core = self._core
+        counters = dict(core.counters)
+        # The count of the chunk records() is handing out is added when it is done
+        # with (after the cursor is let go); until then the cursor says how far it
+        # got. Read from another thread, the two may miss that chunk's count for a
+        # moment, never count it twice: the highest reported stands.
+        consumed = self._records_consumed
+        cursor = self._cursor
+        if cursor is not None:
+            consumed += len(cursor[1]) - _remaining(cursor[2])
+        consumed = max(consumed, self._records_consumed_reported)
+        self._records_consumed_reported = consumed
+        return ConsumerMetrics(
+            fetches=counters["fetches"],
+            fetch_latency=core.fetch_latency.snapshot(),
+            fetch_errors=dict(core.fetch_errors),
+            bytes_fetched=counters["bytes_fetched"],
+            records_consumed=consumed,
+            bytes_consumed=self._bytes_consumed,
+            lag_records=self._lags(),
+            prefetched_bytes=max(0, core.buffered),
+            prefetch_bytes_max=self._prefetch_bytes_max,
+            replica_switches=counters["replica_switches"],
+            corrupt_batches=counters["corrupt_batches"],
+        )
+
+    def register_metrics(self, registry: CollectorRegistry, *, client_id: str) -> None:
+        """Export :meth:`metrics` to the ``prometheus_client`` ``registry`` (read at
+        each scrape, as ``laminar_client_consumer_*`` families labelled
+        ``client_id``, the lag also ``topic`` and ``partition``; ``docs/client.md``,
+        "Metrics"), until the consumer closes. ``client_id`` tells this consumer's
+        series from others in the registry (a name the application chooses: letters,
+        digits, ``._:@/-``). Needs ``prometheus_client`` (``pip install
+        'laminar[metrics]'``)."""
+        register_metrics(self, self._registrations, registry, client_id)
+
+    def _lags(self) -> dict[TopicPartition, int]:
+        """The lag of each assigned partition a fetch reported a high watermark for."""
+        lags: dict[TopicPartition, int] = {}
+        for tp in list(self._epochs):  # (another thread may assign meanwhile)
+            try:
+                lag = self._lag_of(tp)
+            except InvalidInputError:  # unassigned meanwhile
+                continue
+            if lag is not None:
+                lags[tp] = lag
+        return lags
+
     def position(self, tp: tuple[str, int]) -> int:
         """The offset of the next record the application gets from ``tp`` (-1 while
         a partition assigned without an offset is still resolving its start)."""
@@ -1333,9 +1411,10 @@ class _Reader(_ConsumerBase[_K, _V]):
         cursor = self._cursor
         if cursor is None or (tp is not None and cursor[0] != tp):
             return
-        self._cursor = None
+        self._cursor = None  # before the count: see metrics()
         key, records, iterator, next_offset = cursor
         done = len(records) - _remaining(iterator)
+        self._records_consumed += done
         rest = records[done:]
         del records[done:]
         if not keep:
@@ -1390,7 +1469,8 @@ class _Reader(_ConsumerBase[_K, _V]):
                 if _remaining(iterator):
                     self._cut(tp, keep=True)  # left early: the rest comes next time
                 else:
-                    self._cursor = None
+                    self._cursor = None  # before the count: see metrics()
+                    self._records_consumed += len(records)
                     self._positions[tp] = next_offset
 
     def _take_locked(self) -> _Chunk | None:
@@ -1422,6 +1502,7 @@ class _Reader(_ConsumerBase[_K, _V]):
                 if self._stop_handing_out(chunk, marker):
                     break
                 self._positions[tp] = batch.next_offset
+                self._records_consumed += len(batch)
                 yield batch
             else:
                 self._open_chunk = None
@@ -1792,6 +1873,7 @@ class Consumer(_Reader[_K, _V]):
             if self._usable(chunk):
                 if chunk.error is not None:
                     raise chunk.error
+                self._bytes_consumed += chunk.nbytes
                 return chunk
 
     def _refetch(self, tp: TopicPartition) -> None:
@@ -1830,6 +1912,7 @@ class Consumer(_Reader[_K, _V]):
 
     def _close_reader(self) -> None:
         self._closed = True
+        self._registrations.close()
         try:
             self._thread.run(self._core.close(), timeout_s=10)
         finally:
@@ -2080,6 +2163,7 @@ class AsyncConsumer(_Reader[_K, _V]):
             if self._usable(chunk):
                 if chunk.error is not None:
                     raise chunk.error
+                self._bytes_consumed += chunk.nbytes
                 return chunk
 
     def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
@@ -2112,6 +2196,7 @@ class AsyncConsumer(_Reader[_K, _V]):
 
     async def _close_reader(self) -> None:
         self._closed = True
+        self._registrations.close()
         try:
             await self._core.close()
         finally:

@@ -45,7 +45,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, cast
 
 from google.protobuf.message import Message
 from typing_extensions import TypeVar
@@ -84,10 +84,20 @@ from laminar_client.client import (
     leader_moved_error,
 )
 from laminar_client.metadata import ClusterMetadata
+from laminar_client.metrics import (
+    ProducerMetrics,
+    Registrations,
+    TopicSent,
+    error_name,
+    register_metrics,
+)
 from laminar_client.partitioner import StickyPartitioner, key_partition
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Serializer
 from laminar_client.tls import TlsOptions
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
 
 __all__ = [
     "AsyncProducer",
@@ -231,6 +241,7 @@ class _Batch:
         "deadline_s",
         "done",
         "encoded",
+        "encoded_bytes",
         "error",
         "headers",
         "keys",
@@ -270,6 +281,7 @@ class _Batch:
         self.base_sequence = -1
         self.sent = False
         self.encoded: bytes | None = None
+        self.encoded_bytes = 0  # kept after ``encoded`` is let go, for the metrics
         self.retries = 0
         self.backoff_s = 0.0
         self.unknown_since_s: float | None = None
@@ -301,6 +313,7 @@ class _Batch:
                 producer_id=producer_id,
                 base_sequence=base_sequence,
             )
+            self.encoded_bytes = len(self.encoded)
         elif producer_id >= 0:
             self.encoded = with_producer_fields(self.encoded, producer_id, base_sequence)
 
@@ -485,6 +498,11 @@ class _Accumulator:
         self.buffered = 0
         self.async_space_waiters: list[asyncio.Future[None]] = []
         self.closed = False
+        # What was delivered, counted as each batch is resolved (for metrics()):
+        # per topic [records, encoded bytes, batches] acknowledged, and the records
+        # that failed by error name.
+        self.sent: dict[str, list[int]] = {}
+        self.records_failed: dict[str, int] = {}
 
     def append_locked(
         self,
@@ -564,6 +582,16 @@ class _Accumulator:
         with self.lock:
             self.unfinished.pop(id(batch), None)
             self.buffered -= batch.bytes
+            if batch.error is None:
+                sent = self.sent.get(batch.topic)
+                if sent is None:
+                    sent = self.sent[batch.topic] = [0, 0, 0]
+                sent[0] += batch.record_count
+                sent[1] += batch.encoded_bytes
+                sent[2] += 1
+            else:
+                name = error_name(batch.error)
+                self.records_failed[name] = self.records_failed.get(name, 0) + batch.record_count
             self.space.notify_all()
             waiters, self.async_space_waiters = self.async_space_waiters, []
         for waiter in waiters:
@@ -631,7 +659,10 @@ class _Core:
             "multi_partition_requests": 0,
             "attempts_failed": 0,
             "restamps": 0,
+            "retries": 0,
         }
+        self.attempt_errors: dict[str, int] = {}
+        """Failed attempts (one per batch) by :func:`~laminar_client.metrics.error_name`."""
         self._many = True  # whether nodes take ProduceMany (else one partition a request)
 
     def start(self) -> None:
@@ -953,6 +984,8 @@ class _Core:
         self, sender: PartitionSender[_Batch], batch: _Batch, address: str | None, error: Exception
     ) -> None:
         """Tell the cache what ``error`` says about the node, then the sender."""
+        name = error_name(error)
+        self.attempt_errors[name] = self.attempt_errors.get(name, 0) + 1
         cache = self._client.cache
         now_s = time.monotonic()
         redirect = False
@@ -1002,6 +1035,7 @@ class _Core:
             else:
                 batch.backoff_s = self._retry.backoff_ms(batch.retries, self._rng) / 1000
             batch.retries += 1
+            self.counters["retries"] += 1
 
     async def close(self, timeout_s: float | None) -> None:
         """Refuse new records, send what is buffered and wait up to ``timeout_s``;
@@ -1082,6 +1116,7 @@ class _ProducerBase(Generic[_K, _V]):
         self._counts_generation = self._client.cache.generation
         self._record_bytes_max = min(config.buffer_bytes_max, DEFAULT_LIMITS.batch_bytes_max // 2)
         self._closed = False
+        self._registrations = Registrations()
         _warn_at_exit(self)
         self._start_core()
 
@@ -1101,8 +1136,48 @@ class _ProducerBase(Generic[_K, _V]):
 
     @property
     def counters(self) -> dict[str, int]:
-        """Batches sent, attempts that failed, and restamps (new producer ids)."""
+        """Batches sent (attempts), attempts that failed, multi-partition requests,
+        restamps (new producer ids) and retries; :meth:`metrics` has more."""
         return dict(self._core.counters)
+
+    def metrics(self) -> ProducerMetrics:
+        """What this producer delivered and how (see
+        :class:`~laminar_client.metrics.ProducerMetrics`, field by field). Cheap: it
+        copies counters kept per batch; callable from any thread."""
+        acc = self._acc
+        core = self._core
+        with acc.lock:
+            topics = {
+                topic: TopicSent(records=s[0], bytes=s[1], batches=s[2])
+                for topic, s in acc.sent.items()
+            }
+            records_failed = dict(acc.records_failed)
+            buffered = acc.buffered
+            in_flight = sum(1 for b in acc.unfinished.values() if b.state is State.SENDING)
+        counters = dict(core.counters)
+        return ProducerMetrics(
+            topics=topics,
+            records_sent=sum(t.records for t in topics.values()),
+            bytes_sent=sum(t.bytes for t in topics.values()),
+            batches_sent=sum(t.batches for t in topics.values()),
+            attempts=counters["batches_sent"],
+            retries=counters["retries"],
+            attempt_errors=dict(core.attempt_errors),
+            records_failed=records_failed,
+            restamps=counters["restamps"],
+            batches_in_flight=in_flight,
+            buffer_bytes=buffered,
+            buffer_bytes_max=self.config.buffer_bytes_max,
+        )
+
+    def register_metrics(self, registry: CollectorRegistry, *, client_id: str) -> None:
+        """Export :meth:`metrics` to the ``prometheus_client`` ``registry`` (read at
+        each scrape, as ``laminar_client_producer_*`` families labelled
+        ``client_id``; ``docs/client.md``, "Metrics"), until the producer closes.
+        ``client_id`` tells this producer's series from others in the registry (a
+        name the application chooses: letters, digits, ``._:@/-``). Needs
+        ``prometheus_client`` (``pip install 'laminar[metrics]'``)."""
+        register_metrics(self, self._registrations, registry, client_id)
 
     def _encode(
         self, value: _V | None, key: _K | None, headers: Sequence[Header]
@@ -1316,6 +1391,7 @@ class Producer(_ProducerBase[_K, _V]):
         if self._closed:
             return
         self._closed = True
+        self._registrations.close()
         try:
             self._thread.run(self._core.close(timeout_s))
         finally:
@@ -1430,6 +1506,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         if self._closed:
             return
         self._closed = True
+        self._registrations.close()
         try:
             await self._core.close(timeout_s)
         finally:
