@@ -59,7 +59,7 @@ class HttpServer:
         self._head_bytes_max = head_bytes_max
         handler = type("_BoundHandler", (_Handler,), {"owner": self})
         try:
-            self._server = _Server((parsed.host, parsed.port), handler, self._slots)
+            self._server = _Server((parsed.host, parsed.port), handler, self._slots, head_bytes_max)
         except OSError as error:
             raise ConfigError(f"cannot listen on {address} (metrics): {error.strerror}") from None
         self._thread: threading.Thread | None = None
@@ -105,11 +105,16 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(
-        self, address: tuple[str, int], handler: type[_Handler], slots: threading.BoundedSemaphore
+        self,
+        address: tuple[str, int],
+        handler: type[_Handler],
+        slots: threading.BoundedSemaphore,
+        head_bytes_max: int,
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self._slots = slots
+        self.head_bytes_max = head_bytes_max
         super().__init__(address, handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -117,9 +122,12 @@ class _Server(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
+            # Read the request first (briefly): closing with it unread would reset
+            # the connection and the client could lose the answer.
             with contextlib.suppress(OSError):
-                request.setblocking(False)
-                request.send(_BUSY)
+                request.settimeout(_BUSY_READ_S)
+                request.recv(self.head_bytes_max)
+                request.sendall(_BUSY)
             self.shutdown_request(request)
             return
         try:
@@ -135,6 +143,9 @@ class _Server(ThreadingHTTPServer):
             self._slots.release()
 
 
+_DRAIN_BYTES_MAX = 1 << 20
+_BUSY_READ_S = 0.2
+"""How long the accepting thread waits for a refused connection's request."""
 _BUSY = (
     b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
     b"Content-Length: 22\r\n\r\ntoo many requests now\n"
@@ -157,11 +168,24 @@ class _Handler(BaseHTTPRequestHandler):
         if head is None:
             self.close_connection = True
             self.request_version = "HTTP/1.0"
-            self.command = ""
+            self.command = self.requestline = ""
             self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large")
+            self._drain()
             return
         self.rfile = io.BytesIO(head)  # parse_request reads the head from it
         super().handle_one_request()
+
+    def _drain(self) -> None:
+        """Read (a bounded amount of) what the client still sends before closing:
+        closing with unread data resets the connection, and the client may lose
+        the answer."""
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(1.0)
+            drained = 0
+            while drained < _DRAIN_BYTES_MAX and (chunk := self.rfile.read1(65536)):
+                drained += len(chunk)
 
     def do_GET(self) -> None:
         self._answer(send_body=True)
