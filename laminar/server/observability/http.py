@@ -76,7 +76,7 @@ class HttpServer:
     def start(self) -> None:
         self._thread = threading.Thread(
             target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            kwargs={"poll_interval": 0.5},
             name="laminar-http",
             daemon=True,
         )
