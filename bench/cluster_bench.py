@@ -76,6 +76,14 @@ and are encoded before timing starts.
   ``others_cpu_pct`` is what the rest of the machine used during that window: the
   figures are only as clean as the machine was quiet.
 
+* ``produce_with_metrics_vs_without``: ``produce_rf3_records_s`` on a second
+  cluster whose nodes serve ``--metrics`` and are scraped every second (each node
+  by one scraper thread, as Prometheus would) over the same on the bench's cluster
+  without metrics, in the same run: the two alternate ``--repeat`` times and the
+  figure is the ratio of the medians (target >= 0.97; also
+  ``produce_with_metrics_records_s`` / ``produce_without_metrics_records_s`` and
+  ``metrics_scrape_ms_p50``, the scrapes' median time during the runs).
+
 Throughput, latency and failover figures are medians of ``--repeat`` runs.
 ``--profile DIR`` runs the nodes under cProfile (a ``sitecustomize`` in DIR, dumps
 at node exit) and prints each node's hottest functions; use it with ``--phases`` to
@@ -110,6 +118,7 @@ from laminar.errors import NotLeaderError, TopicExistsError, UnavailableError
 from laminar.records import encode_batch, next_offset
 from laminar.server.cli import run_loop
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
+from laminar.testing.scrape import get
 from laminar.tuning import tune_allocator, tune_grpc, tune_numpy
 from laminar.v1 import laminar_pb2 as pb
 
@@ -137,6 +146,7 @@ PHASES = (
     "rolling_restart",
     "maintenance",
     "gap_lan",
+    "metrics",
     "shutdown",
 )
 GAP_PARTITIONS = 6
@@ -157,6 +167,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "maintenance_replicas_moved": ("<=", 0),
     "shutdown_s_max": ("<=", 5),
     "idle_cpu_pct_per_node": ("<=", 10),
+    "produce_with_metrics_vs_without": (">=", 0.97),
 }
 
 CHANNEL_OPTIONS = [
@@ -975,6 +986,77 @@ def isolate_inside(namespace: str, repeat: int) -> dict[str, float]:
     return results
 
 
+class Scraper:
+    """One thread per address scraping ``/metrics`` every ``interval_s``; the
+    duration of each scrape (ms)."""
+
+    def __init__(self, addresses: list[str], interval_s: float) -> None:
+        self.times_ms: list[float] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(address, interval_s), daemon=True)
+            for address in addresses
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, address: str, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            started = time.perf_counter()
+            status, _ = get(address, "/metrics", timeout_s=30)  # not parsed: not our cost
+            assert status == 200, status
+            self.times_ms.append((time.perf_counter() - started) * 1000)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(35)
+
+
+def metrics_phase(
+    bench: Bench,
+    results: dict[str, float],
+    batches: list[bytes],
+    sizes: Sizes,
+    args: argparse.Namespace,
+) -> None:
+    """``produce_with_metrics_vs_without`` (module docstring)."""
+    topic = "metrics_rf3"
+
+    def rate(on: Bench) -> float:
+        requests = [produce_request(topic, b) for b in batches]
+        address = on.leader(topic).grpc
+        seconds = run_async(
+            pipelined_s(address, PRODUCE_METHOD, requests, sizes.batches_per_run, args.inflight)
+        )
+        return sizes.batches_per_run * RECORDS_PER_BATCH / seconds
+
+    bench.create_topic(topic, 1, 3)
+    with (
+        tempfile.TemporaryDirectory(prefix="laminar-metrics-bench-") as root,
+        ProcessCluster(Path(root), preset="local", fsync=args.fsync, metrics=True) as cluster,
+    ):
+        metered = Bench(cluster)
+        scraper = Scraper([node.metrics for node in cluster.nodes], interval_s=1.0)
+        try:
+            metered.create_topic(topic, 1, 3)
+            rate(bench), rate(metered)  # warm up both
+            without, with_metrics = [], []
+            for _ in range(args.repeat):
+                without.append(rate(bench))
+                with_metrics.append(rate(metered))
+        finally:
+            scraper.stop()
+            metered.close()
+    results["produce_without_metrics_records_s"] = statistics.median(without)
+    results["produce_with_metrics_records_s"] = statistics.median(with_metrics)
+    results["produce_with_metrics_vs_without"] = statistics.median(
+        with_metrics
+    ) / statistics.median(without)
+    if scraper.times_ms:
+        results["metrics_scrape_ms_p50"] = statistics.median(scraper.times_ms)
+
+
 def shutdown_phase(bench: Bench, results: dict[str, float]) -> None:
     """SIGTERM each node in turn; the longest time from the signal to its exit."""
     times = []
@@ -1127,6 +1209,8 @@ def run_phase(
             maintenance_phase(results, args)
         elif phase == "gap_lan":
             gap_lan_phase(results, args)
+        elif phase == "metrics":
+            metrics_phase(bench, results, batches, sizes, args)
         elif phase == "shutdown":
             shutdown_phase(bench, results)
     except Exception as error:  # report, keep measuring the rest

@@ -31,10 +31,15 @@ every node holds ``--partitions`` replicas. Figures:
   (``acks="all"``, default retries); the time from the kill until the last of them
   is acknowledged. The producer's metadata is warmed before the kill; the
   p50/p90/p99 of the acknowledgements are printed too.
+* ``scrape_ms_<N>``: one ``/metrics`` scrape of a node holding ``N`` replicas with
+  ``partition_series = none`` (the median of 5, after settling and the idle window);
+  ``scrape_ms_leaders_<N>`` and ``scrape_ms_all_<N>`` the same on the nodes set to
+  ``leaders`` and ``all`` (node 0 none, node 1 leaders, node 2 all).
+  ``metrics_series_<N>`` (and ``_leaders``, ``_all``): the samples one scrape holds.
 
 Targets (issue 17): settle ≤ 30 s, elections per partition ≤ 1.2, idle CPU ≤ 1 %,
-failover ≤ 5 s. Prints a table, the targets missed, then one JSON object as the
-last line.
+failover ≤ 5 s; issue 32: scrape ≤ 50 ms (series off). Prints a table, the targets
+missed, then one JSON object as the last line.
 """
 
 from __future__ import annotations
@@ -51,15 +56,18 @@ from pathlib import Path
 
 from laminar_client import Client
 
-from bench.client_bench import start_cluster
 from laminar.testing.processes import (
     NodeProcess,
     ProcessCluster,
     wait_for,
     write_every_partition_after_kill,
 )
+from laminar.testing.scrape import scrape
 
 TOPIC = "scale"
+SERIES_SETTINGS = ("none", "leaders", "all")
+"""``[metrics] partition_series`` of node 0, 1 and 2."""
+SCRAPES = 5
 _TICKS_S = os.sysconf("SC_CLK_TCK")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -83,6 +91,33 @@ def open_files(pid: int) -> int:
 def pid_of(node: NodeProcess) -> int:
     assert node.process is not None
     return node.process.pid
+
+
+def start_cluster(cluster: ProcessCluster, root: Path) -> list[str]:
+    """Three nodes seeing each other, node ``i`` with ``partition_series`` set to
+    :data:`SERIES_SETTINGS` ``[i]``; their gRPC addresses."""
+    for index, setting in enumerate(SERIES_SETTINGS):
+        path = root / f"metrics{index}.toml"
+        path.write_text(f'[metrics]\npartition_series = "{setting}"\n', encoding="utf-8")
+        node = cluster.add_node(bootstrap=index == 0, extra_args=["--config", str(path)])
+        cluster.wait_ready(node)
+    wait_for(cluster.all_see_each_other, 60, "every node to see 3 alive members")
+    return [node.grpc for node in cluster.nodes]
+
+
+def scrape_figures(cluster: ProcessCluster, n: int) -> dict[str, float]:
+    """``scrape_ms`` and ``metrics_series`` of each node (module docstring)."""
+    results: dict[str, float] = {}
+    for node, setting in zip(cluster.nodes, SERIES_SETTINGS, strict=True):
+        suffix = f"_{n}" if setting == "none" else f"_{setting}_{n}"
+        times_ms = []
+        for _ in range(SCRAPES):
+            started = time.perf_counter()
+            samples = scrape(node.metrics, timeout_s=30)
+            times_ms.append((time.perf_counter() - started) * 1000)
+        results[f"scrape_ms{suffix}"] = statistics.median(times_ms)
+        results[f"metrics_series{suffix}"] = samples.series()
+    return results
 
 
 def settled(client: Client, partitions: int) -> tuple[bool, list[int]]:
@@ -150,9 +185,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     n = args.partitions
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as root:
-        cluster = ProcessCluster(Path(root), preset=args.preset)
+        cluster = ProcessCluster(Path(root), preset=args.preset, metrics=True)
         try:
-            bootstrap = start_cluster(cluster)
+            bootstrap = start_cluster(cluster, Path(root))
             pids = [pid_of(node) for node in cluster.nodes]
             rss_before = [rss_kb(pid) for pid in pids]
             files_before = [open_files(pid) for pid in pids]
@@ -194,6 +229,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                 )
                 _, terms = settled(client, n)
                 results[f"elections_per_partition_idle_{n}"] = statistics.fmean(terms)
+            results.update(scrape_figures(cluster, n))
             results["role_change_log_lines"] = max(
                 role_change_lines(node, offset)
                 for node, offset in zip(cluster.nodes, log_offsets, strict=True)
@@ -222,6 +258,7 @@ def missed_targets(results: dict[str, float], n: int) -> list[str]:
         f"elections_per_partition_{n}": 1.2,
         f"idle_cpu_pct_per_node_{n}": 1.0,
         f"failover_all_s_{n}": 5.0,
+        f"scrape_ms_{n}": 50.0,
     }
     return [
         f"{name} = {results[name]:.3g} > {limit:g}"

@@ -94,6 +94,7 @@ __all__ = [
     "ERROR_METADATA_KEY",
     "TopicExistsError",
     "abort_with",
+    "error_code_name",
     "error_from_rpc",
     "error_metadata",
     "error_to_status",
@@ -211,6 +212,15 @@ def error_to_status(error: LaminarError) -> tuple[grpc.StatusCode, ErrorDetail]:
         detail.resource_type = error.resource_type
         detail.resource_name = error.resource_name
     return status, detail
+
+
+def error_code_name(error: LaminarError) -> str:
+    """The name of ``error``'s :class:`ErrorCode` (``NOT_LEADER``, ...), as
+    :func:`error_to_status` would send it; the node's request metrics count by it."""
+    for error_class, _status, row_code in _TABLE:
+        if isinstance(error, error_class):
+            return ErrorCode.Name(row_code)
+    return ErrorCode.Name(ErrorCode.ERROR_UNKNOWN)
 
 
 def error_metadata(detail: ErrorDetail) -> tuple[tuple[str, bytes], ...]:

@@ -18,8 +18,9 @@
 #                                        catch-up; stops if a majority would be lost)
 #   scripts/local_cluster.sh logs ID     print node ID's log
 #
-# Node I gossips on 127.0.0.1:(7000+I), serves gRPC on 127.0.0.1:(7100+I) and takes
-# replication traffic on 127.0.0.1:(7200+I) (N <= 50); its data,
+# Node I gossips on 127.0.0.1:(7000+I), serves gRPC on 127.0.0.1:(7100+I), takes
+# replication traffic on 127.0.0.1:(7200+I) and serves HTTP metrics, /healthz and
+# /ready on 127.0.0.1:(7300+I) (N <= 50); its data,
 # log and pid file live under ./.cluster/ (LAMINAR_CLUSTER_DIR overrides). Python comes
 # from ./.venv (LAMINAR_PYTHON overrides). Extra node options: LAMINAR_NODE_ARGS.
 set -euo pipefail
@@ -29,6 +30,7 @@ PYTHON="${LAMINAR_PYTHON:-.venv/bin/python}"
 GOSSIP_BASE=7000
 GRPC_BASE=7100
 PEER_BASE=7200
+METRICS_BASE=7300
 
 usage() {
     sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
@@ -87,6 +89,7 @@ start_node() {
         --gossip "127.0.0.1:$((GOSSIP_BASE + id))" \
         --grpc "127.0.0.1:$((GRPC_BASE + id))" \
         --peer "127.0.0.1:$((PEER_BASE + id))" \
+        --metrics "127.0.0.1:$((METRICS_BASE + id))" \
         --preset local "${extra[@]}" ${LAMINAR_NODE_ARGS:-} \
         >>"$ROOT/node$id.log" 2>&1 &
     echo $! >"$ROOT/node$id.pid"
@@ -172,7 +175,8 @@ status)
         id="${dir%/}"
         id="${id##*/node}"
         if running "$id"; then
-            echo "node $id: running (pid $(pid_of "$id")), grpc 127.0.0.1:$((GRPC_BASE + id))"
+            echo "node $id: running (pid $(pid_of "$id")), grpc 127.0.0.1:$((GRPC_BASE + id))," \
+                "metrics http://127.0.0.1:$((METRICS_BASE + id))/metrics"
             live+="${live:+,}127.0.0.1:$((GRPC_BASE + id))"
         else
             echo "node $id: stopped"

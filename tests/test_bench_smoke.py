@@ -110,6 +110,28 @@ def test_cluster_bench_failover_phases_run() -> None:
     assert 0 < figures["write_gap_after_pause_s"] < 2.5
 
 
+def test_cluster_bench_metrics_phase_runs() -> None:
+    """Issue 32: produce on a cluster scraped every second against one without
+    metrics, in one run (~30 s). The ratio is printed, not asserted (a timing)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.cluster_bench",
+        "--quick",
+        "--repeat",
+        "1",
+        "--phases",
+        "metrics",
+    ]
+    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert not any(line.startswith("phase failed") for line in lines), lines
+    figures = json.loads(lines[-1])
+    assert figures["produce_with_metrics_vs_without"] > 0
+    assert figures["produce_with_metrics_records_s"] > 0
+
+
 def test_cluster_bench_rolling_restart_and_maintenance_phases_run() -> None:
     """Issue 30: every node restarted in turn under a keyed producer (1,000
     records/s here), and a node in maintenance stopped past a 2 s move grace
@@ -171,6 +193,10 @@ def test_bench_runs_at_its_smallest(bench: str) -> None:
         return
     figures = json.loads(last)
     assert isinstance(figures, dict) and figures
+    if bench == "scale_bench":  # issue 32: the scrape figures, at 30 partitions
+        for name in ("scrape_ms_30", "scrape_ms_leaders_30", "metrics_series_30"):
+            assert figures[name] > 0, name
+        assert figures["metrics_series_all_30"] > figures["metrics_series_30"]
 
 
 def test_every_benchmark_has_a_smoke_run() -> None:

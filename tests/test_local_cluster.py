@@ -1,7 +1,8 @@
 """``scripts/local_cluster.sh start N --secure`` as a user runs it: one command gives a
 secured cluster (TLS, encrypted gossip, authorization) and the lines to export; the
 ``laminar`` command works with them, and is refused without the CA or without the
-admin's token. The script's ports are fixed (127.0.0.1:7000/7100/7200): skipped when
+admin's token; node 0 serves its metrics on 127.0.0.1:7300. The script's ports are
+fixed (127.0.0.1:7000/7100/7200/7300): skipped when
 something already listens there (a developer's own local cluster)."""
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ def _port_taken(port: int) -> bool:
 
 @pytest.fixture
 def secure_cluster(tmp_path: Path) -> Iterator[dict[str, str]]:
-    if any(_port_taken(port) for port in (7100, 7200)):
-        pytest.skip("something listens on 127.0.0.1:7100 or :7200 (a local cluster?)")
+    if any(_port_taken(port) for port in (7100, 7200, 7300)):
+        pytest.skip("something listens on 127.0.0.1:7100, :7200 or :7300 (a local cluster?)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMINAR_")}
     env |= {"LAMINAR_CLUSTER_DIR": str(tmp_path / "cluster"), "LAMINAR_PYTHON": sys.executable}
     try:
@@ -75,6 +76,11 @@ def test_start_secure_gives_a_secured_cluster_and_its_exports(
     assert plain.returncode == 1
     assert plain.stderr.startswith("laminar: error: TLS handshake failed")
     assert plain.stderr.count("\n") == 1
+    # Metrics are on: node 0 serves them on 127.0.0.1:7300, ready.
+    from laminar.testing.scrape import ready, scrape
+
+    assert ready("127.0.0.1:7300") == (True, "ready")
+    assert scrape("127.0.0.1:7300").value("laminar_members", state="alive") == 1
     # Without the admin's token: anonymous, and the ACLs allow it nothing.
     anonymous = _laminar(env | {"LAMINAR_TOKEN": ""}, "topic", "create", "u")
     assert anonymous.returncode == 1

@@ -28,9 +28,9 @@ from laminar.tuning import raise_open_files_limit, tune_allocator, tune_grpc, tu
 _T = TypeVar("_T")
 _LOG = logging.getLogger(__name__)
 
-SERVER_MODULES = ("grpc_health", "grpc_reflection")
+SERVER_MODULES = ("grpc_health", "grpc_reflection", "prometheus_client")
 """What a node imports beyond the client's dependencies: the ``laminar[server]`` extra
-(uvloop, the extra's third package, is optional: without it the node runs on asyncio's
+(uvloop, also in the extra, is optional: without it the node runs on asyncio's
 own loop)."""
 
 
@@ -113,6 +113,12 @@ def register(subparsers: Any) -> None:
         metavar="PERCENT",
         help="the same watermark as a percentage of the filesystem's size; the larger of "
         "the two applies (default 1; 0: off; [host] disk_free_percent_min)",
+    )
+    start.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics (/metrics), /healthz and /ready over HTTP on this "
+        "address (default: off; [metrics] address and partition_series)",
     )
     start.add_argument(
         "--config",
@@ -218,6 +224,7 @@ def _start(args: argparse.Namespace) -> int:
                 "fsync": args.fsync,
                 "disk_free_bytes_min": args.disk_free_bytes_min,
                 "disk_free_percent_min": args.disk_free_percent_min,
+                "metrics": args.metrics,
             },
             file_values,
         )

@@ -12,7 +12,8 @@ the parts of a node, whose keys are the fields of their config classes:
 ``[transport]`` (:class:`~laminar.server.transport.TransportConfig`), ``[log]``
 (:class:`~laminar.segment.config.LogConfig`; retention comes from each topic),
 ``[gossip_encryption]`` (:class:`~laminar.membership.crypto.EncryptionConfig`),
-``[tls]`` and ``[auth]`` (:mod:`laminar.security.config`).
+``[tls]`` and ``[auth]`` (:mod:`laminar.security.config`), ``[metrics]``
+(:class:`~laminar.server.observability.config.MetricsConfig`).
 ``laminar node config --defaults`` (:mod:`laminar.server.config_file`) prints every
 key with its default and documentation; ``--check FILE`` validates a file. A bad
 value is one :class:`~laminar.errors.ConfigError` line naming where it is (``[host]
@@ -46,6 +47,7 @@ from laminar.security.config import AuthConfig, TlsConfig
 from laminar.segment.config import LogConfig
 from laminar.server.host import HostConfig
 from laminar.server.metadata import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
+from laminar.server.observability.config import MetricsConfig
 from laminar.server.transport import PROTOCOL_VERSION, TransportConfig
 
 PRESETS = ("local", "lan")
@@ -204,6 +206,8 @@ class NodeConfig:
     """TLS of the client API and peer ports (off unless ``cert_file`` is given)."""
     auth: AuthConfig = field(default_factory=AuthConfig)
     """Principals, ACLs and the audit log (authorization off by default)."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """Prometheus metrics, ``/healthz`` and ``/ready`` over HTTP (off by default)."""
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -219,6 +223,13 @@ class NodeConfig:
                     f"the {kind} gossip ({addresses[0]}), grpc ({addresses[1]}) and peer "
                     f"({addresses[2]}) addresses must differ"
                 )
+        if self.metrics.enabled and str(parse_address(self.metrics.address)) in {
+            str(parse_address(address)) for address in (self.gossip, self.grpc, self.peer)
+        }:
+            raise ConfigError(
+                f"the metrics address ({self.metrics.address}) must differ from the gossip, "
+                "grpc and peer addresses"
+            )
         for seed in self.seeds:
             parse_advertisable(seed, what="seed")
         if self.weight is not None and not (self.weight >= 0 and self.weight < float("inf")):
@@ -343,10 +354,16 @@ TABLES = (
     "gossip_encryption",
     "tls",
     "auth",
+    "metrics",
 )
 """The TOML tables, each the fields of the :class:`NodeConfig` field of its name."""
-_TABLE_OPTIONS = {"disk_free_bytes_min": "host", "disk_free_percent_min": "host"}
-"""Command-line options that set a field of a part's table (over the file's value)."""
+_TABLE_OPTIONS = {
+    "disk_free_bytes_min": ("host", "disk_free_bytes_min"),
+    "disk_free_percent_min": ("host", "disk_free_percent_min"),
+    "metrics": ("metrics", "address"),
+}
+"""Command-line options that set a field of a part's table (over the file's value):
+option -> (table, field)."""
 NOT_IN_FILE: dict[str, dict[str, str]] = {
     "": {
         "protocol_version": (
@@ -374,12 +391,12 @@ def build_config(options: dict[str, Any], file_values: dict[str, Any] | None = N
     file_values = dict(file_values or {})
     tables = {name: file_values.pop(name, {}) for name in TABLES}
     options = dict(options)
-    for key, table in _TABLE_OPTIONS.items():
+    for key, (table, name) in _TABLE_OPTIONS.items():
         value = options.pop(key, None)
         if value is not None:
             if not isinstance(tables[table], dict):
                 raise ConfigError(f"[{table}] must be a table, got {toml_value(tables[table])}")
-            tables[table] = {**tables[table], key: value}
+            tables[table] = {**tables[table], name: value}
     for key, value in file_values.items():
         expected = _TOP_LEVEL.get(key)
         if expected is None:

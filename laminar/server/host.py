@@ -152,6 +152,7 @@ from laminar.server.disk import (
     statvfs_usage,
     write_refusal,
 )
+from laminar.server.observability.histogram import FSYNC_BUCKETS_S, Histogram
 from laminar.server.scrub import Scrubber
 
 _LOG = logging.getLogger(__name__)
@@ -524,7 +525,13 @@ class ReplicaHost:
             "damaged_replicas": 0,
             "produce_refused_no_space": 0,
             "damage_found": 0,
+            "elections": 0,
+            "leaderships_gained": 0,
+            "leader_changes": 0,
         }
+        self.fsync_seconds = Histogram(FSYNC_BUCKETS_S)
+        """How long each fsync round took (one fsync on the loop, several in parallel
+        in the pool, or one ``syncfs``), for ``--metrics``."""
         self._scrubber = Scrubber(
             node_id,
             bytes_per_s=self.config.scrub_bytes_per_s,
@@ -1037,6 +1044,25 @@ class ReplicaHost:
         if replica is not None and replica.core.role is Role.LEADER:
             now = self._now()
             self._input(replica, partial(replica.core.transfer_leadership, target, now))
+
+    def _count_role_change(self, event: RoleChanged) -> None:
+        """Elections started here (a replica became candidate), leaderships gained,
+        and leaders learnt of (any replica here saw a new leader)."""
+        counters = self.counters
+        if event.role is Role.CANDIDATE:
+            counters["elections"] += 1
+        elif event.role is Role.LEADER:
+            counters["leaderships_gained"] += 1
+        if event.leader is not None:
+            counters["leader_changes"] += 1
+
+    def leader_usable(self, key: PartitionKey) -> bool:
+        """Whether the group of this node's replica of ``key`` has a leader a client
+        could be sent to (this node leading counts), as far as this node knows."""
+        replica = self._replicas.get(key)
+        if replica is None or replica.closed or replica.core.removed:
+            return False
+        return replica.core.leader is not None and not self._leader_unusable(replica)
 
     def leads(self, key: PartitionKey) -> bool:
         replica = self._replicas.get(key)
@@ -1806,7 +1832,9 @@ class ReplicaHost:
         return list(results)
 
     def _note_fsync_time(self, started: float) -> None:
-        elapsed_ms = (time.perf_counter() - started) * 1000
+        elapsed_s = time.perf_counter() - started
+        self.fsync_seconds.observe(elapsed_s)
+        elapsed_ms = elapsed_s * 1000
         self._fsync_recent_ms += (elapsed_ms - self._fsync_recent_ms) / 4
 
     def _send_all(self, coalescer: Coalescer) -> None:
@@ -1911,6 +1939,8 @@ class ReplicaHost:
                     self._on_committed(replica.key, ready.committed_from, ready.high_watermark)
             for event in ready.events:
                 self._event_log.note(replica.key, event, self._now())
+                if isinstance(event, RoleChanged):
+                    self._count_role_change(event)
                 if (
                     replica.leader_waiters
                     and isinstance(event, RoleChanged)

@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -104,6 +104,9 @@ from laminar.server.transport import (
     incompatibility,
 )
 from laminar.v1 import laminar_pb2, laminar_pb2_grpc
+
+if TYPE_CHECKING:
+    from laminar.server.observability.endpoint import MetricsEndpoint
 
 _LOG = logging.getLogger(__name__)
 _IDENTITY_FILE = "node.json"
@@ -267,7 +270,10 @@ class Node:
         log_factory: LogFactory,
         clock: Callable[[], float] | None,
         disk_usage: Callable[[], DiskUsage] | None = None,
+        metrics: MetricsEndpoint | None = None,
     ) -> None:
+        """``metrics``: the ``--metrics`` endpoint, started before the node joined
+        (it serves ``/healthz`` meanwhile); the node attaches itself to it."""
         assert identity.cluster_id is not None
         self.config = config
         self.identity = identity
@@ -349,8 +355,14 @@ class Node:
         self._peer_addresses: dict[str, str] = {}
         self._known_members: set[NodeId] = set()
         self._stopping = False
+        self._metadata_offset_remote: int | None = None
+        """The metadata log's high watermark as the node long-polled last answered."""
         self.ready = asyncio.Event()
+        self.metrics = metrics
+        self._tls_expiry: tuple[int, float] | None = None
         events.connect(self._on_member_event)
+        if metrics is not None:
+            metrics.attach(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -378,12 +390,19 @@ class Node:
                 held,
             )
         identity = Identity.load_or_create(config)
+        metrics = None
+        if config.metrics.enabled:  # first: /healthz answers while the node joins
+            from laminar.server.observability.endpoint import MetricsEndpoint
+
+            metrics = MetricsEndpoint.start(config.metrics)
         founding = config.bootstrap and identity.cluster_id is None
         if founding:
             identity.cluster_id = uuid.uuid4().hex
             identity.save(config.data_dir)
             _LOG.info("bootstrapping new cluster %s", identity.cluster_id)
         elif identity.cluster_id is None and not config.seeds:
+            if metrics is not None:
+                metrics.close()
             raise ConfigError("a new node needs --seeds to join, or --bootstrap to start a cluster")
         events = MemberEventRelay()
         membership = ThreadedMembership(
@@ -403,7 +422,12 @@ class Node:
             on_event=events,
             keyring=Keyring(keyring, config.gossip_encryption, os.urandom),
         )
-        await membership.start()
+        try:
+            await membership.start()
+        except BaseException:
+            if metrics is not None:
+                metrics.close()
+            raise
         node: Node | None = None
         try:
             await _learn_cluster_id(config, identity, membership)
@@ -415,6 +439,7 @@ class Node:
                 log_factory=log_factory,
                 clock=clock,
                 disk_usage=disk_usage,
+                metrics=metrics,
             )
             await node._start(founding)
         except BaseException:
@@ -422,6 +447,8 @@ class Node:
                 await node.stop(graceful=False)
             else:
                 await membership.stop(leave=False)
+                if metrics is not None:
+                    metrics.close()
             raise
         return node
 
@@ -605,6 +632,8 @@ class Node:
             await asyncio.to_thread(self.audit.close, remaining_s())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.membership.stop(leave=False), remaining_s())
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)
         _LOG.info("node %s stopped", self.node_id)
 
     def _hand_over_leaderships(self) -> list[TopicPartition]:
@@ -626,6 +655,36 @@ class Node:
                 self.host.transfer_leadership(key, NodeId(successor))
                 handed.append(key)
         return handed
+
+    # ------------------------------------------------------------------ observability
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def metadata_offset_seen(self) -> int | None:
+        """The metadata log's high watermark as this node knows it: its own replica's
+        when it holds one that has committed, else what the node it long-polls
+        answered last (None: nobody has answered yet)."""
+        replica = self.host.get(METADATA_KEY)
+        local = replica.core.high_watermark if replica is not None else 0
+        remote = self._metadata_offset_remote
+        if local > 0:
+            return max(local, remote or 0)
+        return remote
+
+    def tls_expiry_s(self) -> float | None:
+        """When the node's current ``[tls]`` certificate expires (Unix seconds)."""
+        if self.tls is None:
+            return None
+        state = self.tls.current()
+        cached = self._tls_expiry
+        if cached is None or cached[0] != state.generation:
+            from laminar.security.certs import not_after  # cryptography: the server extra
+
+            cached = (state.generation, not_after(state.cert).timestamp())
+            self._tls_expiry = cached
+        return cached[1]
 
     # ------------------------------------------------------------------ members
 
@@ -894,6 +953,7 @@ class Node:
                 response = await stub.Fetch(
                     request, timeout=timeout_s, metadata=self._node_call_metadata()
                 )
+                self._metadata_offset_remote = response.high_watermark
                 return bytes(response.batches)
             except grpc.aio.AioRpcError as rpc_error:
                 error = error_from_rpc(rpc_error)

@@ -40,12 +40,12 @@ from laminar.errors import (
 from laminar.groups.coordinator import HeartbeatRequest
 from laminar.groups.entries import Commit, Delete, Reset, Subscription
 from laminar.groups.state import ApplyResult, Group, Outcome
-from laminar.grpc_errors import abort_with, error_to_status
+from laminar.grpc_errors import abort_with, error_code_name, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
 from laminar.membership.keyring import KeyringState
 from laminar.placement import PlacementMember
-from laminar.records import check_produced_header
+from laminar.records import check_produced_header, next_offset
 from laminar.replica.types import Acks, Role
 from laminar.security.acl import ACLS_MAX, Acl, AclFilter
 from laminar.security.acl_wire import acl_of, binding_of, filter_of
@@ -67,6 +67,7 @@ from laminar.server.metadata import (
     maintenance_command,
     validate_node_id,
 )
+from laminar.server.observability.histogram import RequestStats
 from laminar.server.transport import IncompatiblePeer
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
@@ -167,14 +168,19 @@ class MalformedRequest:
 def _guarded(handler: _Handler[_R]) -> _Handler[_R]:
     """Map Laminar errors to statuses; log (rate-limited) and hide anything unexpected."""
 
+    rpc = handler.__name__
+
     @functools.wraps(handler)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> _R:
         if self.calls >= self._config.calls_max:
             self.counters["calls_refused"] += 1
+            self.stats.observe(rpc, "CALLS_REFUSED", 0.0)
             await abort_with(
                 context, UnavailableError(f"node busy: {self.calls} calls in progress; retry")
             )
         self.calls += 1
+        started = time.perf_counter()
+        code = "INTERNAL"
         try:
             if isinstance(request, MalformedRequest):
                 self._rate_log(
@@ -187,16 +193,24 @@ def _guarded(handler: _Handler[_R]) -> _Handler[_R]:
                     f"the {request.method} request body is not a valid "
                     f"laminar.v1.{request.method}Request: {request.error}"
                 )
-            return await handler(self, request, context)
+            answer = await handler(self, request, context)
+            code = "OK"
+            return answer
         except LaminarError as error:
+            code = error_code_name(error)
             await abort_with(context, error)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except grpc.aio.AbortError:
+            code = "ABORTED"  # the handler aborted the call itself
             raise
         except Exception:
             self._rate_log("internal", "%s failed", handler.__name__, traceback=True)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error (see the node log)")
         finally:
             self.calls -= 1
+            self.stats.observe(rpc, code, time.perf_counter() - started)
         raise AssertionError("unreachable")  # abort always raises
 
     return wrapper
@@ -245,6 +259,9 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         )
         self.calls = 0
         self.counters: dict[str, int] = {"calls_refused": 0}
+        self.stats = RequestStats()
+        """Latency by RPC and outcome, records and bytes produced and fetched (for
+        ``--metrics``; :mod:`laminar.server.observability`)."""
 
     # ------------------------------------------------------------------ data
 
@@ -283,17 +300,13 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if len({(entry.topic, entry.partition) for entry in entries}) != len(entries):
             raise InvalidInputError("a produce request names a partition more than once")
         acks, timeout_s = self._produce_settings(request.acks, request.timeout_ms)
-        checked: list[LaminarError | None] = []
+        checked: list[LaminarError | list[int]] = []
         valid: list[tuple[TopicPartition, Sequence[bytes]]] = []
         for entry in entries:
             try:
-                valid.append(
-                    (
-                        self._check_produce(entry.topic, entry.partition, entry.batches),
-                        entry.batches,
-                    )
-                )
-                checked.append(None)
+                key, records = self._check_produce(entry.topic, entry.partition, entry.batches)
+                valid.append((key, entry.batches))
+                checked.append(records)
             except LaminarError as error:
                 checked.append(error)
         # Every partition proposed in this step, in order (see ReplicaHost.produce_many).
@@ -301,7 +314,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         answers = []
         for entry, refused in zip(entries, checked, strict=True):
             answer = pb.PartitionProduced(topic=entry.topic, partition=entry.partition)
-            outcome = refused if refused is not None else next(produced)
+            outcome = refused if isinstance(refused, LaminarError) else next(produced)
             if isinstance(outcome, NotLeaderError):
                 outcome = NotLeaderError(
                     outcome.leader_id, self._node.grpc_address_of(outcome.leader_id)
@@ -309,6 +322,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             if isinstance(outcome, LaminarError):
                 answer.error.CopyFrom(error_to_status(outcome)[1])
             else:
+                assert not isinstance(refused, LaminarError)
+                self._count_produced(entry.batches, refused, outcome)
                 answer.base_offsets.extend(result.base_offset for result in outcome)
                 answer.duplicates.extend(result.duplicate for result in outcome)
             answers.append(answer)
@@ -330,32 +345,44 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         timeout_s: float,
     ) -> list[ProduceResult]:
         """One partition's batches through its leader here, all or none."""
-        key = self._check_produce(topic, partition, batches)
+        key, records = self._check_produce(topic, partition, batches)
         host = self._node.host
         try:
             if len(batches) == 1:  # the common case, on the host's fast path
-                return [await host.produce(key, batches[0], acks, timeout_s)]
-            # All or none: the leader checks every batch before it appends any.
-            return await host.produce_batches(key, batches, acks, timeout_s)
+                results = [await host.produce(key, batches[0], acks, timeout_s)]
+            else:  # All or none: the leader checks every batch before it appends any.
+                results = await host.produce_batches(key, batches, acks, timeout_s)
         except NotLeaderError as error:
             grpc_address = self._node.grpc_address_of(error.leader_id)
             raise NotLeaderError(error.leader_id, grpc_address) from None
+        self._count_produced(batches, records, results)
+        return results
+
+    def _count_produced(
+        self, batches: Sequence[bytes], records: list[int], results: Sequence[ProduceResult]
+    ) -> None:
+        """Count the records and bytes of the batches appended (not the duplicates)."""
+        stats = self.stats
+        for batch, count, result in zip(batches, records, results, strict=True):
+            if not result.duplicate:
+                stats.produced_records += count
+                stats.produced_bytes += len(batch)
 
     def _check_produce(
         self, topic: str, partition: int, batches: Sequence[bytes]
-    ) -> TopicPartition:
-        """The partition's key, if this request for it may go to the host here."""
+    ) -> tuple[TopicPartition, list[int]]:
+        """The partition's key, if this request for it may go to the host here, and
+        the record count of each batch."""
         key = self._key(topic, partition)
         if topic.startswith("__"):
             raise InvalidTopicError(f"topic {topic!r} is internal: only the nodes write it")
         if not batches:
             raise InvalidInputError("a produce request needs at least one batch")
-        for batch in batches:
-            check_produced_header(batch)
+        records = [check_produced_header(batch).record_count for batch in batches]
         host = self._node.host
         if host.get(key) is None and not host.is_fenced(key):
             raise self._not_leader(key)
-        return key
+        return key, records
 
     @_guarded
     async def Fetch(  # noqa: N802
@@ -374,6 +401,11 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if host.get(key) is None and not host.is_fenced(key):
             raise self._no_replica(key)
         result = await host.fetch(key, request.offset, max_bytes, wait_s)
+        if result.batches:
+            stats = self.stats
+            stats.fetched_bytes += len(result.batches)
+            # Records at or after the offset asked for (the first batch may start before).
+            stats.fetched_records += next_offset(result.batches) - request.offset
         return pb.FetchResponse(
             batches=result.batches,
             high_watermark=result.high_watermark,
@@ -487,10 +519,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         node = self._node
         host = node.host
         members = node.members()
-        alive: set[str] = {node.node_id}
-        alive.update(
-            m.node_id for m in members if m.state in (MemberState.ALIVE, MemberState.SUSPECT)
-        )
+        alive = alive_nodes(node.node_id, members)
         now_ms = host.now_ms()
         partitions = []
         for key in sorted(host.replica_keys()):
@@ -964,10 +993,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         )
 
     def _replication_factor(self, key: TopicPartition) -> int:
-        if key == METADATA_KEY:
-            return len(self._node.target_of(key))
-        topic = self._node.metadata.topics.get(key[0])
-        return topic.spec.replication_factor if topic else 0
+        return replication_factor(self._node, key)
 
     def _not_leader(self, key: TopicPartition) -> NotLeaderError:
         """Where to go for ``key`` when this node has no replica: placement's first
@@ -1041,6 +1067,23 @@ ACL_CHANGES_MAX = 1000
 """Most ACLs one CreateAcls call creates."""
 ACL_FILTERS_MAX = 100
 """Most filters one DeleteAcls call gives."""
+
+
+def replication_factor(node: NodeApi, key: TopicPartition) -> int:
+    """How many replicas ``key`` should have: its topic's replication factor
+    (``__cluster/0``: its placement target's length); 0 for an unknown topic."""
+    if key == METADATA_KEY:
+        return len(node.target_of(key))
+    topic = node.metadata.topics.get(key[0])
+    return topic.spec.replication_factor if topic else 0
+
+
+def alive_nodes(node_id: str, members: Sequence[Member]) -> set[str]:
+    """This node and the members alive or suspect: the replicas that count as in
+    sync when the leader heard from them lately (``DescribeCluster``, metrics)."""
+    alive = {node_id}
+    alive.update(m.node_id for m in members if m.state in (MemberState.ALIVE, MemberState.SUSPECT))
+    return alive
 
 
 def _new_id() -> str:

@@ -591,6 +591,10 @@ class PeerTransport:
         link = self._links.get(peer_id)
         return None if link is None else link.state
 
+    def link_states(self) -> dict[str, LinkState]:
+        """Each peer's link and its state (for metrics)."""
+        return {peer: link.state for peer, link in self._links.items()}
+
     @property
     def listening_port(self) -> int | None:
         """The port :meth:`listen` bound (useful with port 0), or None."""

@@ -52,6 +52,7 @@ CLIENT_PRINCIPAL = "User:CN=test-client"
 GOSSIP_PORT = 7000
 GRPC_PORT = 7100
 PEER_PORT = 7200
+METRICS_PORT = 7300
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -92,6 +93,12 @@ class NodeProcess:
         return f"{self.host}:{PEER_PORT}"
 
     @property
+    def metrics(self) -> str:
+        """The HTTP address of ``/metrics``, ``/healthz`` and ``/ready`` (with
+        ``metrics=True``)."""
+        return f"{self.host}:{METRICS_PORT}"
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -119,6 +126,7 @@ class ProcessCluster:
         client_auth: str = "require",
         secure: bool = False,
         node_config: str = "",
+        metrics: bool = False,
     ) -> None:
         """``launcher``: the command before ``node start ...`` (default: this
         interpreter's ``python -m laminar.server``); ``cwd`` and ``env``: the nodes'
@@ -126,7 +134,9 @@ class ProcessCluster:
         checkout can shadow an installed ``laminar``. ``tls``: TLS on every port
         (module docstring), with ``client_auth`` on the gRPC port. ``secure``: TLS
         with ``client_auth = "request"``, gossip encryption and authorization on
-        (module docstring). ``node_config``: TOML every node's config file holds."""
+        (module docstring). ``node_config``: TOML every node's config file holds.
+        ``metrics``: each node serves HTTP metrics on :attr:`NodeProcess.metrics`
+        (``--metrics 127.0.0.x:7300``)."""
         if secure:
             tls, client_auth = True, "request"
         self.root = root
@@ -145,6 +155,7 @@ class ProcessCluster:
         self._ca: Any = None
         self.secure = secure
         self.node_config = node_config
+        self.metrics = metrics
         self.client_token: str | None = None
         """The admin's bearer token (a super user) with ``secure``, else None."""
         self._gossip_key: bytes | None = None
@@ -312,6 +323,8 @@ class ProcessCluster:
             command += ["--seeds", ",".join(seeds)]
         if not self.fsync:
             command.append("--no-fsync")
+        if self.metrics:
+            command += ["--metrics", node.metrics]
         if self.client_tls is not None or self.node_config.strip():
             command += ["--config", str(self._config_file(node))]
         node.data_dir.mkdir(parents=True, exist_ok=True)

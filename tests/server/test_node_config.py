@@ -183,6 +183,33 @@ def test_disk_watermark_options_override_the_host_table(tmp_path: Path) -> None:
         build_config({"data_dir": "d", "disk_free_percent_min": 100.0})
 
 
+def test_metrics_option_sets_the_metrics_table_over_the_file(tmp_path: Path) -> None:
+    assert not build_config({"data_dir": "d"}).metrics.enabled  # off by default
+    path = tmp_path / "node.toml"
+    path.write_text(
+        'data_dir = "d"\n[metrics]\naddress = "127.0.0.1:9000"\npartition_series = "leaders"\n'
+    )
+    from_file = build_config({}, load_toml(str(path)))
+    assert from_file.metrics.address == "127.0.0.1:9000"
+    assert from_file.metrics.partition_series == "leaders"
+    config = build_config({"metrics": "127.0.0.1:9100"}, load_toml(str(path)))
+    assert config.metrics.address == "127.0.0.1:9100"
+    assert config.metrics.partition_series == "leaders"
+    with pytest.raises(ConfigError, match=r"metrics address .* must differ"):
+        build_config({"data_dir": "d", "grpc": "127.0.0.1:7100", "metrics": "127.0.0.1:7100"})
+    with pytest.raises(ConfigError, match=r"\[metrics\] partition_series = \"some\""):
+        build_config({"data_dir": "d"}, {"metrics": {"partition_series": "some"}})
+
+
+def test_node_start_help_documents_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["node", "start", "--help"]) == 0
+    assert "--metrics HOST:PORT" in capsys.readouterr().out
+    assert main(["node", "config", "--defaults"]) == 0
+    text = capsys.readouterr().out
+    assert "\n[metrics]\n" in text and 'partition_series = "none"' in text
+    assert "6,000 series" in text  # the series count per setting is documented
+
+
 def test_node_start_help_documents_the_disk_watermark(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["node", "start", "--help"]) == 0
     text = capsys.readouterr().out
