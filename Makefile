@@ -10,7 +10,7 @@ CONNECT_STAMP := $(VENV)/.installed-spark-connect
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,server,spark]'
+	$(BIN)/pip install --quiet -e '.[dev,server,spark,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)
