@@ -30,10 +30,10 @@ from laminar.tuning import raise_open_files_limit, tune_allocator, tune_grpc, tu
 _T = TypeVar("_T")
 _LOG = logging.getLogger(__name__)
 
-SERVER_MODULES = ("grpc_health", "grpc_reflection")
+SERVER_MODULES = ("grpc_health", "grpc_reflection", "pythonjsonlogger")
 """What a node imports beyond the client's dependencies: the ``laminar[server]`` extra
-(uvloop, the extra's third package, is optional: without it the node runs on asyncio's
-own loop)."""
+(uvloop, also in the extra, is optional: without it the node runs on asyncio's own
+loop)."""
 
 
 def register(subparsers: Any) -> None:

@@ -3,7 +3,8 @@
 Precedence: command-line option > TOML file > preset default. The TOML file holds
 the same keys as the long options (``data_dir``, ``gossip``, ``grpc``, ``peer``,
 ``advertise_gossip``, ``advertise_grpc``, ``advertise_peer``, ``seeds``, ``bootstrap``,
-``weight``, ``zone``, ``preset``, ``cluster_key``, ``fsync``, ``node_id``), the
+``weight``, ``zone``, ``preset``, ``cluster_key``, ``fsync``, ``node_id``,
+``log_format``), the
 node's own fields below (``replica_move_grace_ms`` ...), and optional tables for
 the parts of a node, whose keys are the fields of their config classes:
 ``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
