@@ -10,7 +10,7 @@ CONNECT_STAMP := $(VENV)/.installed-spark-connect
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,server,spark]'
+	$(BIN)/pip install --quiet -e '.[dev,server,spark,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -39,7 +39,7 @@ test-slow: $(STAMP)
 # Spark Connect, in a pytest process of its own (a process has one SparkSession). The
 # Connect client's packages are the `spark-connect` extra, installed for this tier only.
 $(CONNECT_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,server,spark,spark-connect]'
+	$(BIN)/pip install --quiet -e '.[dev,server,spark,otel,spark-connect]'
 	touch $(CONNECT_STAMP)
 
 test-spark-cluster: $(CONNECT_STAMP)

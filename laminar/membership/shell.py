@@ -52,6 +52,7 @@ from typing import cast
 
 from laminar.address import RESOLVE_TTL_S, Address, parse_address
 from laminar.errors import ConfigError
+from laminar.logfields import fields
 from laminar.membership.config import MembershipConfig
 from laminar.membership.core import LocalMember, MembershipCore, Output
 from laminar.membership.crypto import SEAL_OVERHEAD_BYTES, Keyring, OpenDrop
@@ -166,7 +167,12 @@ class MembershipNode:
             incarnation=self._incarnation,
             frame_bytes_reserved=SEAL_OVERHEAD_BYTES if self._keyring is not None else 0,
         )
-        _LOG.info("membership started node=%s address=%s", local.node_id, local.gossip_address)
+        _LOG.info(
+            "membership started node=%s address=%s",
+            local.node_id,
+            local.gossip_address,
+            extra=fields(node_id=local.node_id),
+        )
         self._apply(self._core.tick(self._now_ms()))
 
     async def leave(self) -> None:
@@ -180,7 +186,11 @@ class MembershipNode:
         try:
             await asyncio.wait_for(self._leave_done.wait(), timeout_s)
         except TimeoutError:
-            _LOG.info("leave not confirmed in time node=%s", self._local.node_id)
+            _LOG.info(
+                "leave not confirmed in time node=%s",
+                self._local.node_id,
+                extra=fields(node_id=self._local.node_id),
+            )
 
     async def stop(self, *, leave: bool = True) -> None:
         """Leave gracefully (unless ``leave=False``), then close everything."""
@@ -200,7 +210,11 @@ class MembershipNode:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        _LOG.info("membership stopped node=%s", self._local.node_id)
+        _LOG.info(
+            "membership stopped node=%s",
+            self._local.node_id,
+            extra=fields(node_id=self._local.node_id),
+        )
 
     # ----------------------------------------------------------------- queries
 
@@ -325,6 +339,7 @@ class MembershipNode:
             self._local.node_id,
             member.node_id,
             member.incarnation,
+            extra=fields(node_id=self._local.node_id, peer=member.node_id),
         )
         if self._on_event is not None:
             try:

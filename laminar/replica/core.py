@@ -97,6 +97,7 @@ from enum import Enum
 import msgpack
 
 from laminar.errors import OffsetOutOfRangeError, RecordFormatError
+from laminar.logfields import PEER, TERM, fields, parse_partition_name
 from laminar.records import (
     DEFAULT_LIMITS,
     NO_PRODUCER,
@@ -360,6 +361,7 @@ class ReplicaCore:
         founding: bool = False,
         liveness: NodeLiveness | None = None,
         damage: StorageDamage | None = None,
+        name: str = "",
     ) -> None:
         """``initial``: the group's configuration when this replica is one of its
         founders; with a storage holding no state, the replica founds the group (its
@@ -369,8 +371,13 @@ class ReplicaCore:
         node knows beyond this group (see :class:`NodeLiveness`). ``damage``: what
         the shell found lost when it opened the storage (its damaged files set
         aside, the log cut before the first corrupt batch, a lost state file
-        dropped): the replica heals (see "Damaged storage")."""
+        dropped): the replica heals (see "Damaged storage"). ``name``: the
+        partition, ``topic/index`` (:func:`laminar.logfields.partition_name`), that
+        every log line of the core names after the node id, and gives as its
+        ``topic`` and ``partition`` fields."""
         self.node_id = node_id
+        self._label = f"{node_id} {name}" if name else node_id
+        self._log_fields = fields(parse_partition_name(name), node_id=node_id)
         self._liveness = liveness or _NO_LIVENESS
         self._storage = storage
         self._config = config
@@ -528,6 +535,14 @@ class ReplicaCore:
                 offset = header.next_offset
         return configs
 
+    def _log_extra(self, peer: str | None = None) -> dict[str, object]:
+        """A log line's fields (:mod:`laminar.logfields`): the partition, the term, and
+        ``peer`` when the line is about one."""
+        extra = {**self._log_fields, TERM: self.term}
+        if peer is not None:
+            extra[PEER] = peer
+        return extra
+
     # ------------------------------------------------------------------ damage
 
     def _start_healing(self, damage: StorageDamage) -> None:
@@ -540,10 +555,11 @@ class ReplicaCore:
         _LOG.warning(
             "%s: damaged storage (lost entries=%s, lost term and vote=%s): healing from "
             "the leader as a non-voter from offset %d",
-            self.node_id,
+            self._label,
             damage.lost_entries,
             damage.lost_state,
             self._healing_since,
+            extra=self._log_extra(),
         )
         self._save_state(now=True)
 
@@ -570,9 +586,10 @@ class ReplicaCore:
         _LOG.warning(
             "%s: accepting data loss: healing stopped at offset %d (log end %d); this "
             "replica votes again",
-            self.node_id,
+            self._label,
             self._healing_since,
             self._storage.end_offset,
+            extra=self._log_extra(),
         )
         self._healing_since = None
         self._save_state(now=True)
@@ -589,9 +606,10 @@ class ReplicaCore:
             return  # still the voter it was: the leader has not taken it out yet
         _LOG.info(
             "%s: healed: a voter again from offset %d (damage found at %d)",
-            self.node_id,
+            self._label,
             offset,
             since,
+            extra=self._log_extra(),
         )
         self._healing_since = None
         self._save_state()
@@ -1184,7 +1202,13 @@ class ReplicaCore:
         if not progress.inflight:
             progress.waiting_since_ms = self._now
         progress.inflight.append(start)
-        _LOG.info("%s: %s is below the log start %d: sending the start", self.node_id, peer, start)
+        _LOG.info(
+            "%s: %s is below the log start %d: sending the start",
+            self._label,
+            peer,
+            start,
+            extra=self._log_extra(peer),
+        )
 
     def _on_install_start(self, request: InstallStart) -> None:
         if request.term < self.term:
@@ -1214,7 +1238,13 @@ class ReplicaCore:
             ]
             self._save_state(now=True)
             self.high_watermark = max(self.high_watermark, start)
-            _LOG.info("%s: log restarted at %d from %s", self.node_id, start, request.leader)
+            _LOG.info(
+                "%s: log restarted at %d from %s",
+                self._label,
+                start,
+                request.leader,
+                extra=self._log_extra(request.leader),
+            )
         self.high_watermark = max(
             self.high_watermark, min(request.commit_offset, storage.end_offset, start)
         )
@@ -1390,7 +1420,11 @@ class ReplicaCore:
             and now - self._leader_since_ms >= self._config.election_timeout_max_ms
             and not self._has_recent_quorum()
         ):
-            _LOG.info("%s: lost contact with a quorum, stepping down", self.node_id)
+            _LOG.info(
+                "%s: lost contact with a quorum, stepping down",
+                self._label,
+                extra=self._log_extra(),
+            )
             self._become_follower(self.term, None)
             return
         if self._transfer_to is not None and now >= self._transfer_deadline:
@@ -1593,7 +1627,12 @@ class ReplicaCore:
     def _forget_log_of(self, peer: NodeId, progress: _Progress, since: int) -> None:
         """``peer`` heals from damaged storage found at ``since``: nothing it said
         before counts; probe its log again, and it leaves the voters meanwhile."""
-        _LOG.info("%s: %s heals from damaged storage: probing its log again", self.node_id, peer)
+        _LOG.info(
+            "%s: %s heals from damaged storage: probing its log again",
+            self._label,
+            peer,
+            extra=self._log_extra(peer),
+        )
         progress.healing = True
         progress.healing_since = since
         progress.match_offset = -1
@@ -1743,7 +1782,9 @@ class ReplicaCore:
             change = self._target_change(config, target)
         if change is None:
             return
-        _LOG.info("%s: configuration %s -> %s", self.node_id, config, change)
+        _LOG.info(
+            "%s: configuration %s -> %s", self._label, config, change, extra=self._log_extra()
+        )
         if change.voters != config.voters:
             for peer in set(change.voters) - set(config.voters):
                 progress = self._progress.get(peer)
@@ -1863,7 +1904,13 @@ class ReplicaCore:
         try:
             self._append_from_leader(request.batches)
         except RecordFormatError as error:
-            _LOG.warning("%s: malformed append from %s: %s", self.node_id, request.leader, error)
+            _LOG.warning(
+                "%s: malformed append from %s: %s",
+                self._label,
+                request.leader,
+                error,
+                extra=self._log_extra(request.leader),
+            )
             return
         self.high_watermark = max(
             self.high_watermark, min(request.commit_offset, request.end_offset)
@@ -1964,7 +2011,12 @@ class ReplicaCore:
             or self._healing_since is not None
         ):
             return
-        _LOG.info("%s: leadership handed over by %s", self.node_id, message.leader)
+        _LOG.info(
+            "%s: leadership handed over by %s",
+            self._label,
+            message.leader,
+            extra=self._log_extra(message.leader),
+        )
         self._leader_heard_ms = _NEVER
         self._campaign(pre_vote=False, transfer=True)
 

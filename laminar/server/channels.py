@@ -34,8 +34,11 @@ class ChannelCache:
         options: Sequence[tuple[str, Any]] = (),
         *,
         tls: TlsReloader | None = None,
+        interceptors: Sequence[Any] = (),
     ) -> None:
+        """``interceptors``: client interceptors of every channel (tracing's)."""
         self._channels_max = channels_max
+        self._interceptors = list(interceptors) or None
         # A peer's host name is resolved again soon after it stops answering.
         self._options = (
             ("grpc.dns_min_time_between_resolutions_ms", GRPC_RESOLVE_INTERVAL_MS),
@@ -67,10 +70,15 @@ class ChannelCache:
             return channel
         if self._credentials is not None:
             channel = grpc.aio.secure_channel(
-                address, self._credentials, options=list(self._options)
+                address,
+                self._credentials,
+                options=list(self._options),
+                interceptors=self._interceptors,
             )
         else:
-            channel = grpc.aio.insecure_channel(address, options=list(self._options))
+            channel = grpc.aio.insecure_channel(
+                address, options=list(self._options), interceptors=self._interceptors
+            )
         self._channels[address] = channel
         while len(self._channels) > self._channels_max:
             _, oldest = self._channels.popitem(last=False)

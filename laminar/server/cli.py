@@ -17,21 +17,23 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from laminar.errors import ConfigError, LaminarError
 from laminar.server.config import DEFAULT_PRESET, PRESETS, build_config, load_toml
 from laminar.server.config_file import DATA_DIR_EXAMPLE, check_file, defaults_toml
+from laminar.server.logs import LOG_FORMATS
+from laminar.server.logs import configure as configure_logging
 from laminar.tuning import raise_open_files_limit, tune_allocator, tune_grpc, tune_numpy
 
 _T = TypeVar("_T")
 _LOG = logging.getLogger(__name__)
 
-SERVER_MODULES = ("grpc_health", "grpc_reflection", "prometheus_client")
+SERVER_MODULES = ("grpc_health", "grpc_reflection", "prometheus_client", "pythonjsonlogger")
 """What a node imports beyond the client's dependencies: the ``laminar[server]`` extra
-(uvloop, also in the extra, is optional: without it the node runs on asyncio's
-own loop)."""
+(uvloop, also in the extra, is optional: without it the node runs on asyncio's own
+loop)."""
 
 
 def register(subparsers: Any) -> None:
@@ -127,6 +129,13 @@ def register(subparsers: Any) -> None:
         "documented; `laminar node config --check FILE` validates a file)",
     )
     start.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    start.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="text: one line 'time LEVEL logger: message' each (default); json: one JSON "
+        "object per line with time, level, logger, message, node_id and, where they "
+        "apply, topic, partition, term and peer (log_format in the config file)",
+    )
     start.set_defaults(handler=_start)
     config = node_commands.add_parser(
         "config",
@@ -198,11 +207,6 @@ def _start(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
         file_values = load_toml(args.config) if args.config else {}
         config = build_config(
@@ -221,6 +225,7 @@ def _start(args: argparse.Namespace) -> int:
                 "node_id": args.node_id,
                 "cluster_key": args.cluster_key,
                 "preset": args.preset,
+                "log_format": args.log_format,
                 "fsync": args.fsync,
                 "disk_free_bytes_min": args.disk_free_bytes_min,
                 "disk_free_percent_min": args.disk_free_percent_min,
@@ -235,15 +240,22 @@ def _start(args: argparse.Namespace) -> int:
                     f"LAMINAR_TEST_PROTOCOL_VERSION must be a number: {test_version!r}"
                 )
             config = dataclasses.replace(config, protocol_version=int(test_version))
+        log_filter = configure_logging(
+            config.log_format, args.log_level, sys.stderr, node_id=config.node_id
+        )
         tune_allocator()
         tune_grpc()
         tune_numpy()
         open_files, warning = raise_open_files_limit()
-        if warning is not None:
-            _LOG.warning("%s", warning)
-        else:
-            _LOG.info("open files limit %d", open_files)
-        return run_loop(_run(config))
+
+        def on_identity(node_id: str) -> None:
+            log_filter.node_id = node_id  # logged from here on with the node's id
+            if warning is not None:
+                _LOG.warning("%s", warning)
+            else:
+                _LOG.info("open files limit %d", open_files)
+
+        return run_loop(_run(config, on_identity))
     except LaminarError as error:
         print(f"laminar node: {error}", file=sys.stderr)
         return 2
@@ -252,7 +264,7 @@ def _start(args: argparse.Namespace) -> int:
         return 2
 
 
-async def _run(config: Any) -> int:
+async def _run(config: Any, on_identity: Callable[[str], None]) -> int:
     from laminar.server.node import Node
 
     stop = asyncio.Event()
@@ -268,7 +280,7 @@ async def _run(config: Any) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
-    node = await Node.open(config)  # stops what it started if it fails
+    node = await Node.open(config, on_identity=on_identity)  # stops what it started if it fails
     # Everything built so far (modules, gRPC, open logs) lives as long as the node:
     # keep it out of the cyclic collector's generations, so that collections (which
     # pause the loop) only walk what was allocated since.

@@ -3,7 +3,8 @@
 Precedence: command-line option > TOML file > preset default. The TOML file holds
 the same keys as the long options (``data_dir``, ``gossip``, ``grpc``, ``peer``,
 ``advertise_gossip``, ``advertise_grpc``, ``advertise_peer``, ``seeds``, ``bootstrap``,
-``weight``, ``zone``, ``preset``, ``cluster_key``, ``fsync``, ``node_id``), the
+``weight``, ``zone``, ``preset``, ``cluster_key``, ``fsync``, ``node_id``,
+``log_format``), the
 node's own fields below (``replica_move_grace_ms`` ...), and optional tables for
 the parts of a node, whose keys are the fields of their config classes:
 ``[replica]`` (:class:`~laminar.replica.config.ReplicaConfig`),
@@ -13,7 +14,8 @@ the parts of a node, whose keys are the fields of their config classes:
 (:class:`~laminar.segment.config.LogConfig`; retention comes from each topic),
 ``[gossip_encryption]`` (:class:`~laminar.membership.crypto.EncryptionConfig`),
 ``[tls]`` and ``[auth]`` (:mod:`laminar.security.config`), ``[metrics]``
-(:class:`~laminar.server.observability.config.MetricsConfig`).
+(:class:`~laminar.server.observability.config.MetricsConfig`) and ``[tracing]``
+(:class:`~laminar.server.tracing.TracingConfig`).
 ``laminar node config --defaults`` (:mod:`laminar.server.config_file`) prints every
 key with its default and documentation; ``--check FILE`` validates a file. A bad
 value is one :class:`~laminar.errors.ConfigError` line naming where it is (``[host]
@@ -46,8 +48,10 @@ from laminar.replica.config import ReplicaConfig
 from laminar.security.config import AuthConfig, TlsConfig
 from laminar.segment.config import LogConfig
 from laminar.server.host import HostConfig
+from laminar.server.logs import LOG_FORMATS
 from laminar.server.metadata import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
 from laminar.server.observability.config import MetricsConfig
+from laminar.server.tracing import TracingConfig
 from laminar.server.transport import PROTOCOL_VERSION, TransportConfig
 
 PRESETS = ("local", "lan")
@@ -161,6 +165,11 @@ class NodeConfig:
     durability of acknowledged writes on power loss for speed."""
     preset: str = "local"
     """Which preset the defaults came from (``local`` or ``lan``)."""
+    log_format: str = "text"
+    """How the node writes its log to stderr (``--log-format``): ``text``, one line
+    ``time LEVEL logger: message`` each, or ``json``, one JSON object per line with
+    ``time``, ``level``, ``logger``, ``message``, ``node_id`` and, where they apply,
+    ``topic``, ``partition``, ``term`` and ``peer`` (docs/operations.md, "Log format")."""
     replica_move_grace_ms: int = 10_000
     """How long a member that membership declared dead keeps its replicas (a slow
     restart or a short partition should not re-copy its partitions); after it, its
@@ -208,6 +217,8 @@ class NodeConfig:
     """Principals, ACLs and the audit log (authorization off by default)."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     """Prometheus metrics, ``/healthz`` and ``/ready`` over HTTP (off by default)."""
+    tracing: TracingConfig = field(default_factory=TracingConfig)
+    """OpenTelemetry traces (off unless ``enabled``; the ``laminar[otel]`` extra)."""
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -236,6 +247,10 @@ class NodeConfig:
             raise ConfigError(f"weight must be a finite number >= 0, got {self.weight}")
         if self.preset not in PRESETS:
             raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                f"log_format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}"
+            )
         for name in (
             "replica_move_grace_ms",
             "maintenance_grace_ms",
@@ -335,6 +350,7 @@ _TOP_LEVEL: dict[str, type | tuple[type, ...]] = {
     "cluster_key": str,
     "fsync": bool,
     "preset": str,
+    "log_format": str,
     "replica_move_grace_ms": int,
     "maintenance_grace_ms": int,
     "join_wait_ms": int,
@@ -355,6 +371,7 @@ TABLES = (
     "tls",
     "auth",
     "metrics",
+    "tracing",
 )
 """The TOML tables, each the fields of the :class:`NodeConfig` field of its name."""
 _TABLE_OPTIONS = {

@@ -69,6 +69,7 @@ from laminar.groups.entries import (
 from laminar.groups.replay import GroupReplay, snapshot_due
 from laminar.groups.state import ApplyResult, Group, GroupState, Outcome, SnapshotBuilder
 from laminar.ids import TopicPartition
+from laminar.logfields import fields
 from laminar.partitioning import key_partition
 from laminar.records import decode_records, encode_batch, iter_batches
 from laminar.replica.core import ReplicaCore
@@ -197,6 +198,7 @@ class GroupPartition:
                 *self.key,
                 core.start_offset,
                 self.replay.read_offset,
+                extra=fields(self.key),
             )
             self.replay = self._new_replay()
             self.coordinator = None
@@ -229,12 +231,14 @@ class GroupPartition:
                 GroupState.restore_payload, complete.payload
             )
         except InvalidInputError as error:
-            _LOG.error("%s/%d: snapshot does not restore: %s", *self.key, error)
+            _LOG.error(
+                "%s/%d: snapshot does not restore: %s", *self.key, error, extra=fields(self.key)
+            )
             state = None
         if replay is not self.replay:
             return  # rebuilt again meanwhile
         for problem in replay.finish_restore(state):
-            _LOG.error("%s/%d: %s", *self.key, problem)
+            _LOG.error("%s/%d: %s", *self.key, problem, extra=fields(self.key))
         if replay.restored_from is complete:
             _LOG.info(
                 "%s/%d: restored group state from the snapshot as of %d (%d bytes, "
@@ -243,6 +247,7 @@ class GroupPartition:
                 complete.as_of_offset,
                 complete.snapshot_bytes,
                 replay.start_offset,
+                extra=fields(self.key),
             )
         self._wake()
 
@@ -260,7 +265,7 @@ class GroupPartition:
                 ]
             out = replay.apply_batch(header.base_offset, header.next_offset, records)
             for error in out.errors:
-                _LOG.error("%s/%d: %s", *self.key, error)
+                _LOG.error("%s/%d: %s", *self.key, error, extra=fields(self.key))
             if self._appending:
                 for offset, result in out.results:
                     self._results[offset] = result
@@ -342,7 +347,7 @@ class GroupHost:
             more = part.catch_up()
         except OffsetOutOfRangeError as error:
             # The start moved between the check and the read: next pass rebuilds.
-            _LOG.info("%s/%d: log start moved while applying: %s", *key, error)
+            _LOG.info("%s/%d: log start moved while applying: %s", *key, error, extra=fields(key))
             more = True
         if more:
             self.committed(key)
@@ -392,7 +397,9 @@ class GroupHost:
     def _coordinator(self, part: GroupPartition) -> Coordinator:
         term = part.core.term
         if part.coordinator is None or part.coordinator_term != term:
-            _LOG.info("%s/%d: coordinating (term %d)", *part.key, term)
+            _LOG.info(
+                "%s/%d: coordinating (term %d)", *part.key, term, extra=fields(part.key, term=term)
+            )
             part.coordinator = Coordinator(part.state, self._host.now_ms())
             part.coordinator_term = term
         return part.coordinator
@@ -473,7 +480,13 @@ class GroupHost:
                 end = await self._produce(part, run, deadline) + len(run)
             await part.wait_applied(end, deadline)
         except LaminarError as error:
-            _LOG.info("%s/%d: snapshot as of %d abandoned: %s", *part.key, as_of, error)
+            _LOG.info(
+                "%s/%d: snapshot as of %d abandoned: %s",
+                *part.key,
+                as_of,
+                error,
+                extra=fields(part.key),
+            )
             return
         _LOG.info(
             "%s/%d: snapshot as of %d written: %d bytes in %d chunks, %.3f s",
@@ -482,6 +495,7 @@ class GroupHost:
             len(payload),
             len(values),
             loop.time() - started,
+            extra=fields(part.key),
         )
 
     # ------------------------------------------------------------------ calls
@@ -561,7 +575,7 @@ class GroupHost:
                 try:
                     await self._append(part, entries, deadline)
                 except LaminarError as error:
-                    _LOG.debug("%s/%d: tick append failed: %s", *key, error)
+                    _LOG.debug("%s/%d: tick append failed: %s", *key, error, extra=fields(key))
 
 
 def _raise_refused_join(

@@ -110,6 +110,7 @@ from laminar.errors import (
     UnknownTopicOrPartitionError,
 )
 from laminar.ids import TopicPartition
+from laminar.logfields import fields, partition_name
 from laminar.records import parse_header
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.config import ReplicaConfig
@@ -154,6 +155,7 @@ from laminar.server.disk import (
 )
 from laminar.server.observability.histogram import FSYNC_BUCKETS_S, Histogram
 from laminar.server.scrub import Scrubber
+from laminar.server.tracing import ProduceTrace, Tracing
 
 _LOG = logging.getLogger(__name__)
 
@@ -388,6 +390,9 @@ class Replica:
     committed_saved: int | None = None
     """The offset in the replica's ``committed`` file (as last written or read), or
     None when its log is not a :class:`SegmentLog` (no file is kept then)."""
+    traces: list[ProduceTrace] = field(default_factory=list)
+    """Traced produces waiting for the end of the round holding their proposal
+    (only with tracing on; see :mod:`laminar.server.tracing`)."""
 
 
 SYNCFS_BATCH_MIN = 4
@@ -468,6 +473,8 @@ class ReplicaHost:
         self._committed_due_ms = 0
         self._committed_saving: asyncio.Future[None] | None = None
         self._event_log = _EventLog()
+        self.tracing: Tracing | None = None
+        """Spans of each produce's replication (set by the node with tracing on)."""
         self._watermark_moved: set[PartitionKey] = set()
         """Replicas whose high watermark moved since the last committed-file pass
         (a pass looks at these only, not at every replica)."""
@@ -647,6 +654,7 @@ class ReplicaHost:
                 *key,
                 self.node_id,
                 replica.core.end_offset,
+                extra=fields(key),
             )
             self._damaged.pop(key, None)
             self._mark(replica)
@@ -687,7 +695,13 @@ class ReplicaHost:
         if target is not None:
             core.set_target(tuple(NodeId(n) for n in target), self._now())
         self._mark(replica)
-        _LOG.info("replica open %s/%d end=%d", topic, partition, log.end_offset)
+        _LOG.info(
+            "replica open %s/%d end=%d",
+            topic,
+            partition,
+            log.end_offset,
+            extra=fields((topic, partition)),
+        )
         return replica
 
     def _open_log(self, key: PartitionKey, directory: str) -> LogStorage:
@@ -726,6 +740,7 @@ class ReplicaHost:
                     founding=founding,
                     liveness=self._liveness,
                     damage=damage if damage.lost_entries or damage.lost_state else None,
+                    name=partition_name(key),
                 )
             except CorruptSegmentError as error:
                 if not isinstance(log, SegmentLog):
@@ -770,6 +785,7 @@ class ReplicaHost:
             self.node_id,
             reason,
             directory or "(nowhere: the quarantine could not be written)",
+            extra=fields(key),
         )
 
     def _load_committed(
@@ -878,7 +894,7 @@ class ReplicaHost:
         shutil.rmtree(replica.directory, ignore_errors=True)
         with contextlib.suppress(OSError):  # the topic's directory, once it is empty
             os.rmdir(os.path.dirname(replica.directory))
-        _LOG.info("replica deleted %s/%d", *key)
+        _LOG.info("replica deleted %s/%d", *key, extra=fields(key))
 
     def reopen_replica(self, key: PartitionKey) -> Replica | None:
         """Close the replica's core and open it again on the same log, data kept.
@@ -890,7 +906,12 @@ class ReplicaHost:
         replica = self._replicas.get(key)
         if replica is None:
             return None
-        _LOG.info("replica reopened %s/%d, log kept end=%d", *key, replica.log.end_offset)
+        _LOG.info(
+            "replica reopened %s/%d, log kept end=%d",
+            *key,
+            replica.log.end_offset,
+            extra=fields(key),
+        )
         _fail_calls(replica, UnavailableError(f"{key[0]}/{key[1]}: replica reopened"))
         self._close_replica(replica)
         return self.open_replica(key, None)
@@ -1117,6 +1138,8 @@ class ReplicaHost:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ProduceReply] = loop.create_future()
         replica.calls[request_id] = future
+        if self.tracing is not None:
+            self._trace(replica, [future], acks)
         now = self._now()
         self._input(replica, lambda: replica.core.propose(request_id, batch, acks, now))
         self._produce_round(loop)
@@ -1158,6 +1181,21 @@ class ReplicaHost:
             timer.cancel()
             replica.leader_waiters.discard(waiter)
         return not self._leader_unusable(replica)
+
+    def _trace(
+        self, replica: Replica, futures: list[asyncio.Future[ProduceReply]], acks: Acks
+    ) -> None:
+        """Spans for a proposal about to be made on ``replica`` (tracing on): its round
+        is the next one, or the one after the round under way."""
+        assert self.tracing is not None
+        trace = self.tracing.produce(
+            replica.key,
+            futures,
+            acks=acks.value,
+            term=replica.core.term,
+            rounds=2 if replica.busy else 1,
+        )
+        replica.traces.append(trace)
 
     async def produce_batches(
         self, key: PartitionKey, batches: Sequence[bytes], acks: Acks, timeout_s: float
@@ -1246,6 +1284,8 @@ class ReplicaHost:
             future: asyncio.Future[ProduceReply] = loop.create_future()
             replica.calls[request_id] = future
             futures.append(future)
+        if self.tracing is not None:
+            self._trace(replica, futures, acks)
         now = self._now()
         self._input(replica, lambda: replica.core.propose_batches(request_ids, batches, acks, now))
         return _PendingProduce(replica, request_ids, futures, batches)
@@ -1391,6 +1431,7 @@ class ReplicaHost:
             reason,
             "once the disk has space" if no_space else f"in {self.config.storage_retry_ms} ms",
             replica.core.durable_end,
+            extra=fields(key),
         )
         self._fenced[key] = FencedReplica(
             key,
@@ -1440,7 +1481,9 @@ class ReplicaHost:
                 self._fenced[key] = replace(
                     fenced, retry_at_ms=now + delay_ms, attempts=attempts, no_space=no_space
                 )
-                _LOG.error("replica %s/%d still fenced: reopen failed: %s", *key, error)
+                _LOG.error(
+                    "replica %s/%d still fenced: reopen failed: %s", *key, error, extra=fields(key)
+                )
                 if no_space and self._disk.note_no_space(now):
                     self._disk_changed(now)
                 continue
@@ -1450,6 +1493,7 @@ class ReplicaHost:
                 *key,
                 log.end_offset,
                 now - fenced.since_ms,
+                extra=fields(key),
             )
 
     def _hand_off_fenced_leadership(self, replica: Replica) -> None:
@@ -1472,7 +1516,12 @@ class ReplicaHost:
         successor = rules.shutdown_successor(self.node_id, voters, matches)
         if successor is None:
             return
-        _LOG.info("replica %s/%d: fenced leader hands over to %s", *replica.key, successor)
+        _LOG.info(
+            "replica %s/%d: fenced leader hands over to %s",
+            *replica.key,
+            successor,
+            extra=fields(replica.key, term=core.term, peer=successor),
+        )
         coalescer = Coalescer()
         coalescer.add(replica.key, Outbound(NodeId(successor), TimeoutNow(core.term, self.node_id)))
         self._send_all(coalescer)
@@ -1639,6 +1688,7 @@ class ReplicaHost:
             source,
             where,
             reason,
+            extra=fields(key),
         )
         self._fence(replica, error)
 
@@ -1957,6 +2007,8 @@ class ReplicaHost:
             except (OSError, StorageError) as error:
                 self._fence(replica, error)
             replica.busy = False
+            if replica.traces:
+                replica.traces = [trace for trace in replica.traces if not trace.round_done()]
             while replica.queued and not replica.closed:
                 self._apply(replica, replica.queued.popleft())
             if replica.closed:
@@ -2031,9 +2083,9 @@ class _EventLog:
             self.flush(now_ms)
         if self._shown < self._lines_max:
             self._shown += 1
-            _LOG.info("replica %s/%d: %s", *key, event)
+            _LOG.info("replica %s/%d: %s", *key, event, extra=_event_fields(key, event))
             return
-        _LOG.debug("replica %s/%d: %s", *key, event)
+        _LOG.debug("replica %s/%d: %s", *key, event, extra=_event_fields(key, event))
         kind = _event_kind(event)
         self._hidden[kind] = self._hidden.get(kind, 0) + 1
         self._hidden_keys.add(key)
@@ -2060,6 +2112,16 @@ class _EventLog:
         self._shown = 0
         self._hidden = {}
         self._hidden_keys = set()
+
+
+def _event_fields(key: PartitionKey, event: object) -> dict[str, object]:
+    """A replica event's log fields: the partition, the term of a role change or a
+    removal, and the leader a role change names (``peer``)."""
+    if isinstance(event, RoleChanged):
+        return fields(key, term=event.term, peer=event.leader)
+    if isinstance(event, Removed):
+        return fields(key, term=event.term)
+    return fields(key)
 
 
 def _event_kind(event: object) -> str:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 
 from laminar.errors import ConfigError
+from laminar.logfields import fields
 from laminar.membership.crypto import EncryptionConfig
 from laminar.membership.keyring import (
     DEFAULT_CLUSTER_KEY,
@@ -95,6 +96,7 @@ class NodeKeyring:
             "none" if primary is None else key_fingerprint(primary),
             state.encrypt_verify_incoming,
             state.encrypt_verify_outgoing,
+            extra=fields(node_id=node_id),
         )
         return state
 

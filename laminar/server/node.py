@@ -53,6 +53,7 @@ from laminar.errors import (
 from laminar.groups.replay import snapshot_due
 from laminar.grpc_errors import error_from_rpc
 from laminar.ids import TopicPartition
+from laminar.logfields import fields
 from laminar.membership import EventKind, LocalMember, Member, MemberEvent, MemberState
 from laminar.membership.crypto import Keyring
 from laminar.placement import PlacementMember
@@ -97,6 +98,7 @@ from laminar.server.metadata import (
     snapshot_commands,
 )
 from laminar.server.service import LaminarService, add_to_server
+from laminar.server.tracing import Tracing
 from laminar.server.transport import (
     IncompatiblePeer,
     PeerTransport,
@@ -271,6 +273,7 @@ class Node:
         clock: Callable[[], float] | None,
         disk_usage: Callable[[], DiskUsage] | None = None,
         metrics: MetricsEndpoint | None = None,
+        tracer_provider: object = None,
     ) -> None:
         """``metrics``: the ``--metrics`` endpoint, started before the node joined
         (it serves ``/healthz`` meanwhile); the node attaches itself to it."""
@@ -308,6 +311,12 @@ class Node:
             peer_dead=lambda node_id: node_id in self._dead_since_ms,
             on_disk_full=self._on_disk_full,
         )
+        self.tracing = (
+            Tracing.open(config.tracing, self.node_id, tracer_provider)
+            if config.tracing.enabled
+            else None
+        )
+        self.host.tracing = self.tracing
         self.tls = _tls_reloader(config, self.node_id)
         self._verifier: tuple[int, AssertionVerifier] | None = None
         self._assertion: tuple[int, int, tuple[str, str]] | None = None
@@ -322,7 +331,11 @@ class Node:
             on_incompatible=self._refused_hello,
             tls=self.tls,
         )
-        self.channels = ChannelCache(config.service.channels_max, tls=self.tls)
+        self.channels = ChannelCache(
+            config.service.channels_max,
+            tls=self.tls,
+            interceptors=self.tracing.client_interceptors() if self.tracing else (),
+        )
         self.follower = MetadataFollower(
             self.metadata,
             self._metadata_core,
@@ -374,13 +387,21 @@ class Node:
         log_factory: LogFactory = SegmentLog.open,
         clock: Callable[[], float] | None = None,
         disk_usage: Callable[[], DiskUsage] | None = None,
+        on_identity: Callable[[str], None] | None = None,
+        tracer_provider: object = None,
     ) -> Node:
         """Start membership, learn the cluster id, build the node and start it.
         ``disk_usage``: the data directory's free space (default ``statvfs``; tests
-        inject their own)."""
+        inject their own). ``on_identity``: told the node's id as soon as it is
+        known, before anything else is logged (the process's log filter).
+        ``tracer_provider``: an OpenTelemetry ``TracerProvider`` to trace with when
+        ``[tracing]`` is on, instead of one built from the config (tests)."""
         os.makedirs(config.data_dir, exist_ok=True)
         keyring_file = keyring_path(config.data_dir, config.gossip_encryption)
         keyring = load_node_keyring(keyring_file, config.cluster_key)  # before anything is saved
+        identity = Identity.load_or_create(config)
+        if on_identity is not None:
+            on_identity(identity.node_id)
         held = quarantined_bytes(config.data_dir)
         if held:
             _LOG.warning(
@@ -389,7 +410,6 @@ class Node:
                 os.path.join(config.data_dir, QUARANTINE_DIR),
                 held,
             )
-        identity = Identity.load_or_create(config)
         metrics = None
         if config.metrics.enabled:  # first: /healthz answers while the node joins
             from laminar.server.observability.endpoint import MetricsEndpoint
@@ -440,6 +460,7 @@ class Node:
                 clock=clock,
                 disk_usage=disk_usage,
                 metrics=metrics,
+                tracer_provider=tracer_provider,
             )
             await node._start(founding)
         except BaseException:
@@ -503,6 +524,7 @@ class Node:
             config.gossip,
             config.grpc,
             config.peer,
+            extra=fields(node_id=self.node_id),
         )
 
     def _build_interceptor(self) -> AuthInterceptor | None:
@@ -566,7 +588,11 @@ class Node:
             "grpc.max_send_message_length": limit,
             "grpc.so_reuseport": 0,
         }
-        interceptors = [self.auth_interceptor] if self.auth_interceptor is not None else []
+        interceptors: list[Any] = []
+        if self.tracing is not None:  # outermost: refused calls are traced too
+            interceptors.append(self.tracing.server_interceptor())
+        if self.auth_interceptor is not None:
+            interceptors.append(self.auth_interceptor)
         server = grpc.aio.server(options=list(options.items()), interceptors=interceptors)
         add_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -634,7 +660,9 @@ class Node:
             await asyncio.wait_for(self.membership.stop(leave=False), remaining_s())
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.close)
-        _LOG.info("node %s stopped", self.node_id)
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)
+        _LOG.info("node %s stopped", self.node_id, extra=fields(node_id=self.node_id))
 
     def _hand_over_leaderships(self) -> list[TopicPartition]:
         """Hand every leadership to the best other live voter (graceful shutdown);
@@ -703,7 +731,12 @@ class Node:
         if self._stopping:
             return
         node_id = event.member.node_id
-        _LOG.info("member %s %s", node_id, event.kind.value)
+        _LOG.info(
+            "member %s %s",
+            node_id,
+            event.kind.value,
+            extra=fields(node_id=self.node_id, peer=node_id),
+        )
         self._peer_addresses.pop(node_id, None)  # it may have moved
         loop = asyncio.get_running_loop()
         was_dead = False
@@ -791,6 +824,7 @@ class Node:
             address or "-",
             seen_in,
             reason,
+            extra=fields(node_id=self.node_id, peer=node_id),
         )
         since_ms = known.since_ms if known is not None else self.host.now_ms()
         self._incompatible[node_id] = IncompatiblePeer(node_id, address, version, reason, since_ms)
@@ -1046,7 +1080,12 @@ class Node:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # a lost leadership, a timeout: next round
-                _LOG.debug("node %s: groups round failed: %s", self.node_id, error)
+                _LOG.debug(
+                    "node %s: groups round failed: %s",
+                    self.node_id,
+                    error,
+                    extra=fields(node_id=self.node_id),
+                )
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
 
     async def _ensure_groups_topic(self, timeout_s: float) -> None:
@@ -1079,7 +1118,9 @@ class Node:
         batch = create_topic_command(spec, founders, uuid.uuid4().hex)
         result = await self.host.produce(METADATA_KEY, batch, Acks.ALL, timeout_s)
         await self.wait_metadata(result.base_offset + 1, timeout_s)
-        _LOG.info("node %s: created %s", self.node_id, GROUPS_TOPIC)
+        _LOG.info(
+            "node %s: created %s", self.node_id, GROUPS_TOPIC, extra=fields(node_id=self.node_id)
+        )
 
     def _maybe_snapshot_metadata(self, timeout_s: float) -> None:
         """The leader of ``__cluster/0`` writes a snapshot of the catalogue when one is
@@ -1118,7 +1159,11 @@ class Node:
             await self.wait_metadata(end, max(0.1, deadline - loop.time()))
         except (LaminarError, TimeoutError) as error:
             _LOG.info(
-                "node %s: metadata snapshot as of %d abandoned: %s", self.node_id, as_of, error
+                "node %s: metadata snapshot as of %d abandoned: %s",
+                self.node_id,
+                as_of,
+                error,
+                extra=fields(node_id=self.node_id),
             )
             return
         _LOG.info(
@@ -1126,6 +1171,7 @@ class Node:
             self.node_id,
             as_of,
             len(values),
+            extra=fields(node_id=self.node_id),
         )
 
     async def wait_metadata(self, offset: int, timeout_s: float) -> None:

@@ -48,6 +48,7 @@ from functools import partial
 
 from laminar.errors import CorruptSegmentError, LogClosedError, StorageError, UnavailableError
 from laminar.ids import TopicPartition
+from laminar.logfields import fields
 from laminar.segment.log import ScrubCursor, SegmentLog
 from laminar.segment.storage import LogStorage
 
@@ -246,6 +247,7 @@ class Scrubber:
                 self._pass_bytes,
                 (now_ms - self._pass_started_ms) / 1000,
                 self._pass_damage,
+                extra=fields(node_id=self._node_id),
             )
             self._pass_started_ms = None
         previous = self._last_pass_started_ms
@@ -287,7 +289,12 @@ class Scrubber:
             return
         error = job.exception()
         if error is not None:  # pragma: no cover - a bug; keep scrubbing later, loudly
-            _LOG.error("scrub job failed node=%s: %r", self._node_id, error)
+            _LOG.error(
+                "scrub job failed node=%s: %r",
+                self._node_id,
+                error,
+                extra=fields(node_id=self._node_id),
+            )
             self._due_ms = started_ms + SCRUB_JOB_MS
             return
         charged = 0
@@ -306,6 +313,7 @@ class Scrubber:
                     *key,
                     self._node_id,
                     outcome.failure,
+                    extra=fields(key, node_id=self._node_id),
                 )
             if outcome.done or outcome.damage is not None:
                 self._cursors.pop(key, None)

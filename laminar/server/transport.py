@@ -123,6 +123,7 @@ from typing import Final, cast
 
 from laminar.address import WILDCARD_HOSTS, parse_address
 from laminar.errors import ConfigError, InvalidInputError
+from laminar.logfields import fields
 from laminar.replica.coalesce import PeerBundle
 from laminar.security.tls import TlsReloader, node_ids_of_peercert
 from laminar.server.wire import NODE_ID_BYTES_MAX, WireLimits, decode_bundle, encode_bundle
@@ -399,6 +400,7 @@ class _SenderProtocol(asyncio.Protocol):
                 self._owner.node_id,
                 self._link.peer_id,
                 reason.decode(errors="replace"),
+                extra=fields(node_id=self._owner.node_id, peer=self._link.peer_id),
             )
         if not self._closed.done():
             self._closed.set_result(None)
@@ -466,6 +468,7 @@ class _ReceiverProtocol(asyncio.Protocol):
                     self._frame_max,
                     owner.node_id,
                     source,
+                    extra=fields(node_id=owner.node_id),
                 )
                 self.close()
                 return 0
@@ -481,6 +484,7 @@ class _ReceiverProtocol(asyncio.Protocol):
                     "on this connection are only counted)",
                     owner.node_id,
                     source,
+                    extra=fields(node_id=owner.node_id),
                 )
             if self._transport is None or self._transport.is_closing():
                 return 0
@@ -494,7 +498,12 @@ class _ReceiverProtocol(asyncio.Protocol):
                 raise InvalidInputError("hello too long")
         except InvalidInputError as error:
             owner._counters.rejected_malformed += 1
-            _LOG.warning("malformed peer hello node=%s: %s", owner.node_id, error)
+            _LOG.warning(
+                "malformed peer hello node=%s: %s",
+                owner.node_id,
+                error,
+                extra=fields(node_id=owner.node_id),
+            )
             self._reject(str(error))
             return False
         if hello is None:
@@ -656,6 +665,7 @@ class PeerTransport:
                 self.node_id,
                 claimed,
                 named,
+                extra=fields(node_id=self.node_id),
             )
 
     def _may_warn(self, key: tuple[str, str]) -> bool:
@@ -707,6 +717,7 @@ class PeerTransport:
                 self.node_id,
                 len(running),
                 timeout_ms,
+                extra=fields(node_id=self.node_id),
             )
 
     # ------------------------------------------------------------------ sending
@@ -734,6 +745,7 @@ class PeerTransport:
                     peer_id,
                     link.address,
                     address,
+                    extra=fields(node_id=self.node_id, peer=peer_id),
                 )
                 self._retire(link)
             link = self._open(peer_id, address)
@@ -785,6 +797,7 @@ class PeerTransport:
                 "dropped oversized message node=%s limit_bytes=%d",
                 self.node_id,
                 limits.bundle_bytes_max,
+                extra=fields(node_id=self.node_id),
             )
             return []
         return [frame for part in _split(bundle) for frame in self._encode(part)]
@@ -833,7 +846,12 @@ class PeerTransport:
                     await self._connection(link)
                 except Exception:
                     # A bug or an unexpected error must not leave the link dead.
-                    _LOG.exception("peer link failed node=%s peer=%s", self.node_id, link.peer_id)
+                    _LOG.exception(
+                        "peer link failed node=%s peer=%s",
+                        self.node_id,
+                        link.peer_id,
+                        extra=fields(node_id=self.node_id, peer=link.peer_id),
+                    )
                 if link.closed:
                     break
                 self._disconnect(link)
@@ -871,10 +889,17 @@ class PeerTransport:
                     link.peer_id,
                     link.address,
                     error,
+                    extra=fields(node_id=self.node_id, peer=link.peer_id),
                 )
             return
         except (OSError, TimeoutError, ValueError) as error:  # ValueError: a bad address
-            _LOG.debug("peer unreachable node=%s peer=%s: %s", self.node_id, link.peer_id, error)
+            _LOG.debug(
+                "peer unreachable node=%s peer=%s: %s",
+                self.node_id,
+                link.peer_id,
+                error,
+                extra=fields(node_id=self.node_id, peer=link.peer_id),
+            )
             return
         if link.closed:  # retired while connecting: _disconnect missed this connection
             writer.abort()
@@ -895,14 +920,23 @@ class PeerTransport:
         link.writer = writer
         link.state = LinkState.CONNECTED
         _LOG.info(
-            "peer link open node=%s peer=%s address=%s", self.node_id, link.peer_id, link.address
+            "peer link open node=%s peer=%s address=%s",
+            self.node_id,
+            link.peer_id,
+            link.address,
+            extra=fields(node_id=self.node_id, peer=link.peer_id),
         )
         try:
             await closed
         finally:
             link.writer = None
             writer.abort()
-        _LOG.info("peer link closed node=%s peer=%s", self.node_id, link.peer_id)
+        _LOG.info(
+            "peer link closed node=%s peer=%s",
+            self.node_id,
+            link.peer_id,
+            extra=fields(node_id=self.node_id, peer=link.peer_id),
+        )
 
     def _backoff_ms(self, failures: int) -> float:
         ceiling = self.config.backoff_max_ms
@@ -923,6 +957,7 @@ class PeerTransport:
                 self.node_id,
                 source,
                 cluster_id,
+                extra=fields(node_id=self.node_id),
             )
             return FrameOutcome.WRONG_CLUSTER
         if not source or len(source.encode()) > NODE_ID_BYTES_MAX:
@@ -935,13 +970,18 @@ class PeerTransport:
                 self.node_id,
                 source,
                 incompatibility(self.protocol_version, version),
+                extra=fields(node_id=self.node_id),
             )
             if self._on_incompatible is not None:
                 try:
                     self._on_incompatible(source, version)
                 except Exception:
                     self._counters.handler_errors += 1
-                    _LOG.exception("on_incompatible failed node=%s", self.node_id)
+                    _LOG.exception(
+                        "on_incompatible failed node=%s",
+                        self.node_id,
+                        extra=fields(node_id=self.node_id),
+                    )
             return FrameOutcome.INCOMPATIBLE_VERSION
         return FrameOutcome.ACCEPTED
 
@@ -953,7 +993,9 @@ class PeerTransport:
             self._on_delivered()
         except Exception:
             self._counters.handler_errors += 1
-            _LOG.exception("on_delivered failed node=%s", self.node_id)
+            _LOG.exception(
+                "on_delivered failed node=%s", self.node_id, extra=fields(node_id=self.node_id)
+            )
 
     def deliver(self, source: str, data: bytes) -> FrameOutcome:
         """Decode and deliver one received frame from an accepted ``source``; never raises."""
@@ -961,14 +1003,25 @@ class PeerTransport:
             bundle = decode_bundle(data, limits=self.config.limits)
         except InvalidInputError as error:
             self._counters.rejected_malformed += 1
-            _LOG.debug("malformed frame node=%s source=%.80r: %s", self.node_id, source, error)
+            _LOG.debug(
+                "malformed frame node=%s source=%.80r: %s",
+                self.node_id,
+                source,
+                error,
+                extra=fields(node_id=self.node_id),
+            )
             return FrameOutcome.MALFORMED
         self._counters.received += 1
         try:
             self._on_bundle(source, bundle)
         except Exception:
             self._counters.handler_errors += 1
-            _LOG.exception("on_bundle failed node=%s source=%s", self.node_id, source)
+            _LOG.exception(
+                "on_bundle failed node=%s source=%s",
+                self.node_id,
+                source,
+                extra=fields(node_id=self.node_id, peer=source),
+            )
         return FrameOutcome.ACCEPTED
 
 
