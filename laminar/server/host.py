@@ -153,6 +153,7 @@ from laminar.server.disk import (
     write_refusal,
 )
 from laminar.server.observability.histogram import FSYNC_BUCKETS_S, Histogram
+from laminar.server.observability.history import LeadershipLog
 from laminar.server.scrub import Scrubber
 
 _LOG = logging.getLogger(__name__)
@@ -532,6 +533,8 @@ class ReplicaHost:
         self.fsync_seconds = Histogram(FSYNC_BUCKETS_S)
         """How long each fsync round took (one fsync on the loop, several in parallel
         in the pool, or one ``syncfs``), for ``--metrics``."""
+        self.leadership_log = LeadershipLog()
+        """The newest leaders its replicas learnt of (the status page, ``NodeStatus``)."""
         self._scrubber = Scrubber(
             node_id,
             bytes_per_s=self.config.scrub_bytes_per_s,
@@ -1045,9 +1048,10 @@ class ReplicaHost:
             now = self._now()
             self._input(replica, partial(replica.core.transfer_leadership, target, now))
 
-    def _count_role_change(self, event: RoleChanged) -> None:
+    def _count_role_change(self, key: PartitionKey, event: RoleChanged) -> None:
         """Elections started here (a replica became candidate), leaderships gained,
-        and leaders learnt of (any replica here saw a new leader)."""
+        and leaders learnt of (any replica here saw a new leader; also noted in the
+        leadership log)."""
         counters = self.counters
         if event.role is Role.CANDIDATE:
             counters["elections"] += 1
@@ -1055,6 +1059,7 @@ class ReplicaHost:
             counters["leaderships_gained"] += 1
         if event.leader is not None:
             counters["leader_changes"] += 1
+            self.leadership_log.note(self._now(), key[0], key[1], str(event.leader), event.term)
 
     def leader_usable(self, key: PartitionKey) -> bool:
         """Whether the group of this node's replica of ``key`` has a leader a client
@@ -1940,7 +1945,7 @@ class ReplicaHost:
             for event in ready.events:
                 self._event_log.note(replica.key, event, self._now())
                 if isinstance(event, RoleChanged):
-                    self._count_role_change(event)
+                    self._count_role_change(replica.key, event)
                 if (
                     replica.leader_waiters
                     and isinstance(event, RoleChanged)
