@@ -92,7 +92,7 @@ function table(id, headings, rows, more, what) {
   document.getElementById(id).replaceChildren(el("table", {}, el("thead", {}, head), body));
 }
 
-function yesNo(value) { return value === null || value === undefined ? "?" : String(value); }
+function shown(value) { return value === null || value === undefined ? "unknown" : String(value); }
 
 function members(status) {
   const rows = status.members.map((m) => {
@@ -102,7 +102,7 @@ function members(status) {
     if (!m.answered) flags.append(el("span", {class: "flag"}, "no status: " + m.error));
     return el("tr", {
         "data-member": m.node_id, "data-state": m.state,
-        "data-maintenance": m.maintenance, "data-disk-full": yesNo(m.disk_full),
+        "data-maintenance": m.maintenance, "data-disk-full": shown(m.disk_full),
         "data-answered": m.answered},
       el("td", {}, m.node_id + (m.serving ? " (this page)" : "")),
       el("td", {class: "state-" + m.state}, m.state),

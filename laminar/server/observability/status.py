@@ -74,10 +74,15 @@ async def gather_status(node: Node, timeout_s: float) -> StatusInput:
         else:
             asked.append(member)
     results = await asyncio.gather(
-        *(_ask(node, member.grpc_address, timeout_s) for member in asked)
+        *(_ask(node, member.grpc_address, timeout_s) for member in asked),
+        return_exceptions=True,  # one failed call (a closing channel) spoils no other
     )
     for member, result in zip(asked, results, strict=True):
-        answers[member.node_id] = result
+        answers[member.node_id] = (
+            f"failed: {type(result).__name__}: {str(result)[:200]}"
+            if isinstance(result, BaseException)
+            else result
+        )
     return StatusInput(local, answers, catalogue)
 
 
