@@ -134,6 +134,7 @@ RPC_RULES: dict[str, RpcRule] = {
     "DeleteTopic": RpcRule(lambda r: [_one("delete", "topic", r.name)], admin=True),
     "ListTopics": RpcRule(_none, filtered=True),
     "DescribeCluster": RpcRule(_cluster("describe")),
+    "NodeStatus": RpcRule(_cluster("describe")),
     "UpdateNode": RpcRule(_cluster("alter"), admin=True),
     "SetMaintenance": RpcRule(_cluster("alter"), admin=True),
     "RecoverPartition": RpcRule(_cluster("alter"), admin=True),

@@ -119,8 +119,9 @@ def register(subparsers: Any) -> None:
     start.add_argument(
         "--metrics",
         metavar="HOST:PORT",
-        help="serve Prometheus metrics (/metrics), /healthz and /ready over HTTP on this "
-        "address (default: off; [metrics] address and partition_series)",
+        help="serve Prometheus metrics (/metrics), /healthz, /ready and the status page "
+        "(/, /status.json) over HTTP on this address (default: off; [metrics] address "
+        "and partition_series)",
     )
     start.add_argument(
         "--config",

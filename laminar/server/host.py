@@ -154,6 +154,7 @@ from laminar.server.disk import (
     write_refusal,
 )
 from laminar.server.observability.histogram import FSYNC_BUCKETS_S, Histogram
+from laminar.server.observability.history import LeadershipLog
 from laminar.server.scrub import Scrubber
 from laminar.server.tracing import ProduceTrace, Tracing
 
@@ -539,6 +540,8 @@ class ReplicaHost:
         self.fsync_seconds = Histogram(FSYNC_BUCKETS_S)
         """How long each fsync round took (one fsync on the loop, several in parallel
         in the pool, or one ``syncfs``), for ``--metrics``."""
+        self.leadership_log = LeadershipLog()
+        """The newest leaders its replicas learnt of (the status page, ``NodeStatus``)."""
         self._scrubber = Scrubber(
             node_id,
             bytes_per_s=self.config.scrub_bytes_per_s,
@@ -1066,9 +1069,10 @@ class ReplicaHost:
             now = self._now()
             self._input(replica, partial(replica.core.transfer_leadership, target, now))
 
-    def _count_role_change(self, event: RoleChanged) -> None:
+    def _count_role_change(self, key: PartitionKey, event: RoleChanged) -> None:
         """Elections started here (a replica became candidate), leaderships gained,
-        and leaders learnt of (any replica here saw a new leader)."""
+        and leaders learnt of (any replica here saw a new leader; also noted in the
+        leadership log)."""
         counters = self.counters
         if event.role is Role.CANDIDATE:
             counters["elections"] += 1
@@ -1076,6 +1080,7 @@ class ReplicaHost:
             counters["leaderships_gained"] += 1
         if event.leader is not None:
             counters["leader_changes"] += 1
+            self.leadership_log.note(self._now(), key[0], key[1], str(event.leader), event.term)
 
     def leader_usable(self, key: PartitionKey) -> bool:
         """Whether the group of this node's replica of ``key`` has a leader a client
@@ -1990,7 +1995,7 @@ class ReplicaHost:
             for event in ready.events:
                 self._event_log.note(replica.key, event, self._now())
                 if isinstance(event, RoleChanged):
-                    self._count_role_change(event)
+                    self._count_role_change(replica.key, event)
                 if (
                     replica.leader_waiters
                     and isinstance(event, RoleChanged)

@@ -97,6 +97,7 @@ from laminar.server.metadata import (
     create_topic_command,
     snapshot_commands,
 )
+from laminar.server.observability.history import CounterHistory
 from laminar.server.service import LaminarService, add_to_server
 from laminar.server.tracing import Tracing
 from laminar.server.transport import (
@@ -347,6 +348,9 @@ class Node:
         self.groups = GroupHost(self.host, self._partition_counts, self.grpc_address_of)
         self._groups_task: asyncio.Task[None] | None = None
         self._tls_task: asyncio.Task[None] | None = None
+        self.counter_history = CounterHistory(config.metrics.sample_interval_ms)
+        """Produce and fetch counters sampled for the status page (``NodeStatus``)."""
+        self._sampler_task: asyncio.Task[None] | None = None
         self._founded_offset = _read_founded(config.data_dir)
         self._replica_changes: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
@@ -512,6 +516,9 @@ class Node:
         self._groups_task = asyncio.get_running_loop().create_task(
             self._groups_loop(), name="groups"
         )
+        self._sampler_task = asyncio.get_running_loop().create_task(
+            self._sampler_loop(), name="counter-sampler"
+        )
         self.ready.set()
         _LOG.info(
             "node %s ready: cluster %s, gossip %s, grpc %s, peer %s "
@@ -566,7 +573,7 @@ class Node:
             self._verifier = cached
         return cached[1]
 
-    def _node_call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+    def node_call_metadata(self) -> tuple[tuple[str, str], ...] | None:
         """Metadata of this node's own calls to other nodes: its certificate asserted
         (a node with ``client_auth = "request"`` learns it is ``Node:<id>`` so)."""
         tls = self.tls
@@ -645,11 +652,12 @@ class Node:
             tls_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await tls_task
-        groups_task, self._groups_task = self._groups_task, None
-        if groups_task is not None:
-            groups_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await groups_task
+        for task in (self._groups_task, self._sampler_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._groups_task = self._sampler_task = None
         await self.server.stop(grace=min(1.0, remaining_s()))
         await self.channels.close(remaining_s())
         await self.transport.close()
@@ -985,7 +993,7 @@ class Node:
             stub = laminar_pb2_grpc.LaminarStub(self.channels.get(address))  # type: ignore[no-untyped-call]
             try:
                 response = await stub.Fetch(
-                    request, timeout=timeout_s, metadata=self._node_call_metadata()
+                    request, timeout=timeout_s, metadata=self.node_call_metadata()
                 )
                 self._metadata_offset_remote = response.high_watermark
                 return bytes(response.batches)
@@ -1058,6 +1066,14 @@ class Node:
         return {name: topic.spec.partitions for name, topic in self.metadata.topics.items()}
 
     # ------------------------------------------------------------------ groups
+
+    async def _sampler_loop(self) -> None:
+        """Sample the produce and fetch counters every ``sample_interval_ms``."""
+        history = self.counter_history
+        stats = self.service.stats
+        while True:
+            history.sample(self.host.now_ms(), stats.produced_records, stats.fetched_records)
+            await asyncio.sleep(history.interval_ms / 1000)
 
     async def _tls_loop(self, tls: TlsReloader) -> None:
         """Look at the TLS files every check interval even while no connection opens,

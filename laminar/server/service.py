@@ -68,6 +68,7 @@ from laminar.server.metadata import (
     validate_node_id,
 )
 from laminar.server.observability.histogram import RequestStats
+from laminar.server.observability.history import CounterHistory
 from laminar.server.transport import IncompatiblePeer
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
@@ -132,6 +133,11 @@ class NodeApi(Protocol):
 
     async def wait_metadata(self, offset: int, timeout_s: float) -> None:
         """Wait until the catalogue applied the metadata log up to ``offset``."""
+        ...
+
+    @property
+    def counter_history(self) -> CounterHistory:
+        """The node's produce and fetch counters, sampled (``NodeStatus``)."""
         ...
 
 
@@ -515,6 +521,48 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     async def DescribeCluster(  # noqa: N802
         self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext
     ) -> pb.DescribeClusterResponse:
+        return self.describe_cluster()
+
+    @_guarded
+    async def NodeStatus(  # noqa: N802
+        self, request: pb.NodeStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.NodeStatusResponse:
+        return self.node_status()
+
+    def node_status(self) -> pb.NodeStatusResponse:
+        """This node's part of the status page: :meth:`describe_cluster`, its counter
+        samples, the leadership changes it saw and the groups it coordinates (all
+        read in one go on the loop: one instant)."""
+        node = self._node
+        now_ms = node.host.now_ms()
+        history = node.counter_history
+        groups = sorted(node.groups.led_groups(), key=lambda group: group.group_id)
+        return pb.NodeStatusResponse(
+            cluster=self.describe_cluster(),
+            sample_interval_ms=history.interval_ms,
+            samples=[
+                pb.CounterSample(
+                    age_ms=max(0, now_ms - sample.at_ms),
+                    produced_records=sample.produced_records,
+                    fetched_records=sample.fetched_records,
+                )
+                for sample in history.samples()
+            ],
+            leadership_changes=[
+                pb.LeadershipChange(
+                    topic=change.topic,
+                    partition=change.partition,
+                    leader=change.leader,
+                    term=change.term,
+                    age_ms=max(0, now_ms - change.at_ms),
+                )
+                for change in node.host.leadership_log.changes()
+            ],
+            groups=[_group_status(group) for group in groups[:STATUS_GROUPS_MAX]],
+            groups_more=max(0, len(groups) - STATUS_GROUPS_MAX),
+        )
+
+    def describe_cluster(self) -> pb.DescribeClusterResponse:
         """Members, and the health of every partition this node leads."""
         node = self._node
         host = node.host
@@ -541,6 +589,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                     under_replicated=len(in_sync) < wanted,
                     in_sync=in_sync,
                     term=core.term,
+                    high_watermark=core.high_watermark,
                 )
             )
         fenced = [
@@ -1067,6 +1116,10 @@ ACL_CHANGES_MAX = 1000
 """Most ACLs one CreateAcls call creates."""
 ACL_FILTERS_MAX = 100
 """Most filters one DeleteAcls call gives."""
+STATUS_GROUPS_MAX = 100
+"""Most groups one ``NodeStatus`` answer lists (the first by name)."""
+STATUS_COMMITS_MAX = 1_000
+"""Most committed offsets of one group a ``NodeStatus`` answer lists."""
 
 
 def replication_factor(node: NodeApi, key: TopicPartition) -> int:
@@ -1195,6 +1248,22 @@ def _describe(group: Group, answer: pb.DescribeGroupResponse) -> None:
             info.committed_offset = committed.next_offset
             info.metadata = committed.metadata
         answer.partitions.append(info)
+
+
+def _group_status(group: Group) -> pb.GroupStatus:
+    commits = sorted(group.commits.items())
+    return pb.GroupStatus(
+        group=group.group_id,
+        state=group_status(group),
+        member_count=len(group.members),
+        committed=[
+            pb.GroupCommitted(
+                topic=topic, partition=partition, committed_offset=position.next_offset
+            )
+            for (topic, partition), position in commits[:STATUS_COMMITS_MAX]
+        ],
+        committed_more=max(0, len(commits) - STATUS_COMMITS_MAX),
+    )
 
 
 def _member(member: Member) -> pb.Member:

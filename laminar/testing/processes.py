@@ -265,6 +265,7 @@ class ProcessCluster:
                 f"keyring_file = {json.dumps(str(keyring))}\n"
             )
         path = self.root / f"node{node.index}.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         return path
 

@@ -329,7 +329,7 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PartitionHealth(_message.Message):
-    __slots__ = ("topic", "partition", "leader", "replicas", "voters", "under_replicated", "in_sync", "term")
+    __slots__ = ("topic", "partition", "leader", "replicas", "voters", "under_replicated", "in_sync", "term", "high_watermark")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +338,7 @@ class PartitionHealth(_message.Message):
     UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     leader: str
@@ -346,7 +347,8 @@ class PartitionHealth(_message.Message):
     under_replicated: bool
     in_sync: _containers.RepeatedScalarFieldContainer[str]
     term: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., under_replicated: _Optional[bool] = ..., in_sync: _Optional[_Iterable[str]] = ..., term: _Optional[int] = ...) -> None: ...
+    high_watermark: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., under_replicated: _Optional[bool] = ..., in_sync: _Optional[_Iterable[str]] = ..., term: _Optional[int] = ..., high_watermark: _Optional[int] = ...) -> None: ...
 
 class FencedReplica(_message.Message):
     __slots__ = ("topic", "partition", "reason", "fenced_for_ms")
@@ -892,3 +894,71 @@ class DeleteAclsResponse(_message.Message):
     DELETED_FIELD_NUMBER: _ClassVar[int]
     deleted: _containers.RepeatedCompositeFieldContainer[AclBinding]
     def __init__(self, deleted: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+
+class NodeStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CounterSample(_message.Message):
+    __slots__ = ("age_ms", "produced_records", "fetched_records")
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    age_ms: int
+    produced_records: int
+    fetched_records: int
+    def __init__(self, age_ms: _Optional[int] = ..., produced_records: _Optional[int] = ..., fetched_records: _Optional[int] = ...) -> None: ...
+
+class LeadershipChange(_message.Message):
+    __slots__ = ("topic", "partition", "leader", "term", "age_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    leader: str
+    term: int
+    age_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., age_ms: _Optional[int] = ...) -> None: ...
+
+class GroupCommitted(_message.Message):
+    __slots__ = ("topic", "partition", "committed_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    committed_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed_offset: _Optional[int] = ...) -> None: ...
+
+class GroupStatus(_message.Message):
+    __slots__ = ("group", "state", "member_count", "committed", "committed_more")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_MORE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    state: str
+    member_count: int
+    committed: _containers.RepeatedCompositeFieldContainer[GroupCommitted]
+    committed_more: int
+    def __init__(self, group: _Optional[str] = ..., state: _Optional[str] = ..., member_count: _Optional[int] = ..., committed: _Optional[_Iterable[_Union[GroupCommitted, _Mapping]]] = ..., committed_more: _Optional[int] = ...) -> None: ...
+
+class NodeStatusResponse(_message.Message):
+    __slots__ = ("cluster", "sample_interval_ms", "samples", "leadership_changes", "groups", "groups_more")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    LEADERSHIP_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_MORE_FIELD_NUMBER: _ClassVar[int]
+    cluster: DescribeClusterResponse
+    sample_interval_ms: int
+    samples: _containers.RepeatedCompositeFieldContainer[CounterSample]
+    leadership_changes: _containers.RepeatedCompositeFieldContainer[LeadershipChange]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupStatus]
+    groups_more: int
+    def __init__(self, cluster: _Optional[_Union[DescribeClusterResponse, _Mapping]] = ..., sample_interval_ms: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[CounterSample, _Mapping]]] = ..., leadership_changes: _Optional[_Iterable[_Union[LeadershipChange, _Mapping]]] = ..., groups: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ..., groups_more: _Optional[int] = ...) -> None: ...

@@ -161,6 +161,11 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.NodeStatus = channel.unary_unary(
+                '/laminar.v1.Laminar/NodeStatus',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.NodeStatusRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.NodeStatusResponse.FromString,
+                _registered_method=True)
 
 
 class LaminarServicer:
@@ -361,6 +366,17 @@ class LaminarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NodeStatus(self, request, context):
+        """The answering node's part of the status page (`GET /` of `--metrics`): its
+        DescribeCluster answer, its produce and fetch counters sampled every few
+        seconds over the last minutes, the leadership changes it saw lately and the
+        groups it coordinates with their committed offsets. A node serving the page
+        asks every live member for this (describe on the cluster).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LaminarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -488,6 +504,11 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteAclsRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'NodeStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeStatus,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.NodeStatusRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.NodeStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1167,6 +1188,33 @@ class Laminar:
             '/laminar.v1.Laminar/DeleteAcls',
             laminar_dot_v1_dot_laminar__pb2.DeleteAclsRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/NodeStatus',
+            laminar_dot_v1_dot_laminar__pb2.NodeStatusRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.NodeStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

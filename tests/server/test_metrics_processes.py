@@ -86,7 +86,13 @@ def test_metrics_follow_the_cluster_under_load(cluster: ProcessCluster) -> None:
     with Client(addresses, timeout_s=CLIENT_TIMEOUT_S) as client:
         create_topic(cluster, client, TOPIC, PARTITIONS, 3)
     for node in cluster.nodes:
-        assert ready(node.metrics) == (True, "ready")
+        # Ready once its metadata reached the cluster's offset (a create a moment ago
+        # may still be on its way: "metadata applied to offset 9 of 10").
+        wait_for(
+            lambda node=node: ready(node.metrics) == (True, "ready"),  # type: ignore[misc]
+            DEADLINE_S,
+            f"node{node.index} ready",
+        )
         samples = scrape(node.metrics)
         assert samples.value("laminar_ready") == 1
         assert samples.value("laminar_members", state="alive") == 3
@@ -154,7 +160,13 @@ def test_metrics_follow_the_cluster_under_load(cluster: ProcessCluster) -> None:
             DEADLINE_S,
             f"every member alive in DescribeCluster and /metrics of node{node.index}",
         )
-        assert ready(node.metrics) == (True, "ready")
+        # Ready once its metadata reached the cluster's offset (a create a moment ago
+        # may still be on its way: "metadata applied to offset 9 of 10").
+        wait_for(
+            lambda node=node: ready(node.metrics) == (True, "ready"),  # type: ignore[misc]
+            DEADLINE_S,
+            f"node{node.index} ready",
+        )
 
 
 def scrape_at(node: NodeProcess) -> Samples:

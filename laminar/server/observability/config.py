@@ -12,7 +12,8 @@ PARTITION_SERIES = ("none", "leaders", "all")
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    """The HTTP endpoint of Prometheus metrics, ``/healthz`` and ``/ready``.
+    """The HTTP endpoint of Prometheus metrics, ``/healthz``, ``/ready`` and the
+    status page (``/``, ``/status.json``).
 
     Off while ``address`` is empty. docs/operations.md ("What to watch") lists the
     metric families and the alerts to set on them."""
@@ -38,6 +39,15 @@ class MetricsConfig:
     request_head_bytes_max: int = 8_192
     """The largest request line and headers together; a longer head is refused
     (431) without being read further."""
+    sample_interval_ms: int = 5_000
+    """How often the node samples its produce and fetch counters for the status
+    page's rate charts (``GET /``); it keeps 10 minutes of samples. Sampled whether
+    or not this node serves HTTP: a page served by another node shows this one's
+    rates too."""
+    status_call_timeout_ms: int = 1_500
+    """How long ``/status.json`` waits for each other node's ``NodeStatus`` answer
+    (asked in parallel); a node that does not answer in time is shown as such.
+    At most half of ``scrape_timeout_ms`` is used, whatever this says."""
 
     def __post_init__(self) -> None:
         if self.address:
@@ -53,6 +63,10 @@ class MetricsConfig:
             raise ConfigError("requests_max must be in 1..1000")
         if not 256 <= self.request_head_bytes_max <= 1 << 20:
             raise ConfigError("request_head_bytes_max must be in 256..1048576")
+        if not 100 <= self.sample_interval_ms <= 60_000:
+            raise ConfigError("sample_interval_ms must be in 100..60000")
+        if not 10 <= self.status_call_timeout_ms <= 60_000:
+            raise ConfigError("status_call_timeout_ms must be in 10..60000")
 
     @property
     def enabled(self) -> bool:

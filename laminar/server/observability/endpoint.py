@@ -1,10 +1,13 @@
-"""``/metrics``, ``/healthz`` and ``/ready`` of a node, on its :class:`~.http.HttpServer`.
+"""``/metrics``, ``/healthz``, ``/ready`` and the status page (``/``,
+``/status.json``) of a node, on its :class:`~.http.HttpServer`.
 
 The server starts before the node joins (``/healthz`` answers from the start, and
 ``/ready`` says the node is joining); :meth:`MetricsEndpoint.attach` connects the
 node once it exists. Each scrape or readiness check runs one coroutine on the
 node's event loop (``run_coroutine_threadsafe``) and waits at most
-``scrape_timeout_ms`` for it; the exposition text is built on the HTTP thread.
+``scrape_timeout_ms`` for it; the exposition text is built on the HTTP thread, and
+so is ``/status.json`` (:mod:`.status`: the other nodes' answers are gathered on
+the loop, merged on the HTTP thread).
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from laminar.server.observability.collector import NodeCollector
 from laminar.server.observability.config import MetricsConfig
 from laminar.server.observability.http import HttpServer, Response, text
+from laminar.server.observability.page import CONTENT_SECURITY_POLICY, PAGE
 from laminar.server.observability.snapshot import (
     NodeSnapshot,
     Readiness,
     readiness,
     take_snapshot,
 )
+from laminar.server.observability.status import build_status, gather_status
 
 if TYPE_CHECKING:
     from laminar.server.node import Node
@@ -54,6 +59,8 @@ class MetricsEndpoint:
         self.server.route("/metrics", self._metrics)
         self.server.route("/healthz", lambda: text(HTTPStatus.OK, "ok"))
         self.server.route("/ready", self._ready)
+        self.server.route("/", self._page)
+        self.server.route("/status.json", self._status)
 
     @classmethod
     def start(cls, config: MetricsConfig) -> MetricsEndpoint:
@@ -98,6 +105,27 @@ class MetricsEndpoint:
         except (LoopBusyError, RuntimeError) as error:
             return text(HTTPStatus.SERVICE_UNAVAILABLE, str(error))
         return Response(HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
+
+    def _page(self) -> Response:
+        return Response(
+            HTTPStatus.OK,
+            PAGE,
+            "text/html; charset=utf-8",
+            (("Content-Security-Policy", CONTENT_SECURITY_POLICY),),
+        )
+
+    def _status(self) -> Response:
+        node = self._node
+        if node is None:
+            return text(HTTPStatus.SERVICE_UNAVAILABLE, "the node is starting")
+        config = self.config
+        timeout_s = min(config.status_call_timeout_ms, config.scrape_timeout_ms // 2) / 1000
+        try:
+            gathered = self._on_loop(lambda: gather_status(node, timeout_s))
+        except LoopBusyError as error:
+            return text(HTTPStatus.SERVICE_UNAVAILABLE, str(error))
+        body = json.dumps(build_status(gathered), separators=(",", ":")).encode()
+        return Response(HTTPStatus.OK, body, "application/json")
 
     def _ready(self) -> Response:
         node = self._node

@@ -38,6 +38,8 @@ class Response:
     status: int
     body: bytes
     content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
+    """More headers (e.g. the status page's Content-Security-Policy)."""
 
 
 Route = Callable[[], Response]
@@ -199,6 +201,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(response.body)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in response.headers:
+            self.send_header(name, value)
         self.end_headers()
         if send_body:
             self.wfile.write(response.body)
