@@ -12,6 +12,7 @@ refused write writes nothing. Waits are on conditions with deadlines.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from laminar.security import certs
 from laminar.security.acl import Acl, AclFilter
 from laminar.security.tokens import add_token
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
+from laminar.testing.scrape import get
 from laminar.v1 import laminar_pb2 as pb
 
 SETTLE_S = 60.0
@@ -32,7 +34,7 @@ TOPIC = "orders"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(tmp_path_factory.mktemp("secure"), secure=True)
+    cluster = ProcessCluster(tmp_path_factory.mktemp("secure"), secure=True, metrics=True)
     try:
         for index in range(3):
             cluster.wait_ready(cluster.add_node(bootstrap=index == 0))
@@ -144,6 +146,18 @@ def test_a_certificate_user_is_known_by_its_asserted_certificate(
         pytest.raises(AuthenticationError, match="trusted CA"),
     ):
         client.produce(TOPIC, 0, [encode_batch([b"eve"])])
+
+
+def test_the_status_page_hears_every_node_of_a_secured_cluster(cluster: ProcessCluster) -> None:
+    """The page's JSON asks every node for its status over gRPC (NodeStatus, describe
+    on the cluster): under authorization a node's own call passes as Node:<id>."""
+
+    def every_node_answers() -> bool:
+        code, body = get(cluster.nodes[0].metrics, "/status.json")
+        members = json.loads(body)["members"] if code == 200 else []
+        return len(members) >= 3 and all(m["answered"] for m in members if m["state"] == "alive")
+
+    wait_for(every_node_answers, SETTLE_S, "every alive node to answer the status page")
 
 
 def _writes(client: Client) -> bool:
