@@ -56,17 +56,26 @@ class Client:
         return laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
 
     async def call(self, method: str, request: object) -> object:
+        """``method`` on the coordinator, following not-leader hints; a hint without
+        an address (the leader named is a node just stopped, or an election is under
+        way) is retried from the first node after a pause, as a client would, until
+        a deadline."""
         address = self.nodes[0].config.grpc
-        for _ in range(5):
+        deadline = asyncio.get_running_loop().time() + 15
+        while True:
             try:
                 return await getattr(self.stub(address), method)(request, timeout=10)
             except grpc.aio.AioRpcError as rpc_error:
                 error = error_from_rpc(rpc_error)
-                if isinstance(error, NotLeaderError) and error.leader_address:
+                if not isinstance(error, NotLeaderError):
+                    raise error from None
+                if asyncio.get_running_loop().time() > deadline:
+                    raise AssertionError(f"{method}: no leader found ({error})") from None
+                if error.leader_address:
                     address = error.leader_address
-                    continue
-                raise error from None
-        raise AssertionError(f"{method}: no leader found")
+                else:
+                    address = self.nodes[0].config.grpc
+                    await asyncio.sleep(0.1)
 
     async def close(self) -> None:
         for channel in self.channels.values():
