@@ -17,10 +17,20 @@ from laminar.replica.types import Acks, NodeId, Role
 from laminar.testing.replica_sim import Cluster, ReplicaSimNode, SeedOptions, run_seed
 
 SEEDS_PER_CHUNK = 25
-SEED_CHUNKS = 12  # 300 seeds with random faults in the default suite
+SEED_CHUNKS = 12  # 300 seeds with random faults
+FAST_CHUNKS = 6
+"""Chunks in make test (150 seeds); the others are marked slow (make test-slow, CI)."""
 
 
-@pytest.mark.parametrize("first", range(0, SEEDS_PER_CHUNK * SEED_CHUNKS, SEEDS_PER_CHUNK))
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param(
+            chunk * SEEDS_PER_CHUNK, marks=[pytest.mark.slow] if chunk >= FAST_CHUNKS else []
+        )
+        for chunk in range(SEED_CHUNKS)
+    ],
+)
 def test_random_faults(first: int) -> None:
     failures = {}
     reconfigured = 0
