@@ -330,6 +330,7 @@ def test_a_killed_member_only_loses_its_partitions_and_they_resume_at_its_commit
         assert all(m.stop() == 0 for m in others)
 
 
+@pytest.mark.slow  # make test-slow: a pause past the session, 10-12 s each
 def test_a_member_paused_past_its_session_cannot_commit_over_the_new_owner(
     cluster: ProcessCluster, client: Client, tmp_path: Path
 ) -> None:
@@ -383,6 +384,7 @@ def pause_while_processing(member: GroupMemberProcess) -> list[Event]:
     raise TimeoutError(f"no batch to pause the member in: {member.events()[-5:]}")
 
 
+@pytest.mark.slow  # make test-slow: a pause past the session, 10-12 s each
 def test_a_member_paused_past_its_session_hands_out_nothing_it_lost(
     cluster: ProcessCluster, client: Client, tmp_path: Path
 ) -> None:

@@ -66,6 +66,7 @@ def healths(client: Client) -> dict[int, PartitionHealth]:
     return {h.partition: h for h in client.describe_cluster().partitions if h.topic == TOPIC}
 
 
+@pytest.mark.slow  # make test-slow: a stop past the move grace, about 12 s
 def test_a_node_in_maintenance_keeps_its_replicas_through_a_long_stop(
     cluster: ProcessCluster,
 ) -> None:

@@ -18,8 +18,8 @@ from laminar.testing.replica_sim import Cluster, ReplicaSimNode, SeedOptions, ru
 
 SEEDS_PER_CHUNK = 25
 SEED_CHUNKS = 12  # 300 seeds with random faults
-FAST_CHUNKS = 6
-"""Chunks in make test (150 seeds); the others are marked slow (make test-slow, CI)."""
+FAST_CHUNKS = 4
+"""Chunks in make test (100 seeds); the others are marked slow (make test-slow, CI)."""
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,7 @@ def _crash(groups: int, *, rejoin: bool = False) -> None:
     assert result.acked > 0
 
 
+@pytest.mark.slow  # make test-slow
 def test_node_crash_with_1000_groups_and_its_return() -> None:
     _crash(1_000, rejoin=True)
 
@@ -87,6 +88,7 @@ def _pause(groups: int) -> None:
     assert result.writable_ms <= options.pause_ms + WRITABLE_AFTER_CRASH_MAX_MS
 
 
+@pytest.mark.slow  # make test-slow
 def test_node_pause_with_1000_groups() -> None:
     _pause(1_000)
 

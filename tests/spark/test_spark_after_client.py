@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from laminar.grpc_fork import FORK_SUPPORT_VARIABLE
 from laminar.testing.processes import ProcessCluster
 from tests.spark.conftest import run_module
 
 
+@pytest.mark.slow  # make test-slow: two Spark sessions in a subprocess, about 20 s
 def test_spark_after_clients_then_clients_after_spark(cluster: ProcessCluster) -> None:
     servers = ",".join(node.grpc for node in cluster.nodes)
     env = {k: v for k, v in os.environ.items() if k != FORK_SUPPORT_VARIABLE}
