@@ -259,12 +259,23 @@ def echo_server() -> Iterator[str]:
 
 
 async def pipelined_s(
-    address: str, method: str, requests: list[bytes], count: int, inflight: int
+    address: str,
+    method: str,
+    requests: list[bytes],
+    count: int,
+    inflight: int,
+    channel_of: Callable[[str], grpc.aio.Channel] | None = None,
 ) -> float:
-    """Seconds to complete ``count`` unary calls, ``inflight`` at a time, on one channel."""
-    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+    """Seconds to complete ``count`` unary calls, ``inflight`` at a time, on one channel
+    (``channel_of(address)``'s: a TLS one; plaintext by default)."""
+    channel = (
+        channel_of(address)
+        if channel_of is not None
+        else grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    )
+    async with channel:
         call = channel.unary_unary(method)
-        await call(requests[0], timeout=30)  # connect before timing
+        await call(requests[0], timeout=30)  # connect (and handshake) before timing
         next_index = 0
 
         async def worker() -> None:

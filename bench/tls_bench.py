@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -44,6 +45,7 @@ from bench.cluster_bench import (
     Bench,
     make_batches,
     percentile,
+    pipelined_s,
     produce_request,
     timed_calls,
     warm_up,
@@ -75,27 +77,6 @@ def aio_channel(cluster: ProcessCluster, address: str) -> grpc.aio.Channel:
     return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
 
 
-async def pipelined_s(
-    cluster: ProcessCluster, address: str, requests: list[bytes], count: int, inflight: int
-) -> float:
-    """Seconds to complete ``count`` produce calls, ``inflight`` at a time."""
-    async with aio_channel(cluster, address) as channel:
-        call = channel.unary_unary(PRODUCE_METHOD)
-        await call(requests[0], timeout=30)  # connect (and handshake) before timing
-        next_index = 0
-
-        async def worker() -> None:
-            nonlocal next_index
-            while next_index < count:
-                index = next_index
-                next_index += 1
-                await call(requests[index % len(requests)], timeout=30)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(inflight)))
-        return time.perf_counter() - started
-
-
 class Side:
     """One cluster (plaintext or TLS) and its figures."""
 
@@ -111,7 +92,10 @@ class Side:
     def produce(self, batches: list[bytes], count: int, inflight: int) -> None:
         requests = [produce_request("rf3", batch) for batch in batches]
         address = self.bench.leader("rf3").grpc
-        seconds = asyncio.run(pipelined_s(self.cluster, address, requests, count, inflight))
+        channel_of = partial(aio_channel, self.cluster)
+        seconds = asyncio.run(
+            pipelined_s(address, PRODUCE_METHOD, requests, count, inflight, channel_of)
+        )
         self.produce_records_s.append(count * RECORDS_PER_BATCH / seconds)
 
     def latency(self, samples: int) -> None:
