@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -54,9 +55,10 @@ def running(cluster: ProcessCluster) -> list[NodeProcess]:
     return [node for node in cluster.nodes if node.running]
 
 
-def start_cluster(root: Path, count: int) -> ProcessCluster:
-    """``count`` nodes, every one seeing every other alive, metadata fully replicated."""
-    cluster = ProcessCluster(root)
+def start_cluster(root: Path, count: int, **options: Any) -> ProcessCluster:
+    """``count`` nodes, every one seeing every other alive, metadata fully replicated;
+    ``options`` go to :class:`ProcessCluster` (``metrics=True``, ``node_config``)."""
+    cluster = ProcessCluster(root, **options)
     try:
         first = cluster.add_node(bootstrap=True)
         cluster.wait_ready(first)

@@ -27,7 +27,7 @@ from tests.server.test_cluster import (
     node_id,
     print_logs_on_failure,
     running,
-    wait_settled,
+    start_cluster,
 )
 
 TOPIC = "watched"
@@ -38,15 +38,8 @@ RECORDS_MIN = 100
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(tmp_path / "cluster", preset="local", metrics=True)
+    cluster = start_cluster(tmp_path / "cluster", 3, metrics=True)
     try:
-        first = cluster.add_node(bootstrap=True)
-        cluster.wait_ready(first)
-        for _ in range(2):
-            cluster.add_node()
-        for node in cluster.nodes:
-            cluster.wait_ready(node)
-        wait_settled(cluster)
         yield cluster
     finally:
         print_logs_on_failure(request, cluster)

@@ -28,7 +28,7 @@ from tests.server.test_cluster import (
     create_topic,
     node_id,
     print_logs_on_failure,
-    wait_settled,
+    start_cluster,
 )
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium is not installed")
@@ -44,20 +44,13 @@ SAMPLE_INTERVAL_MS = 500
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(
+    cluster = start_cluster(
         tmp_path / "cluster",
-        preset="local",
+        3,
         metrics=True,
         node_config=f"[metrics]\nsample_interval_ms = {SAMPLE_INTERVAL_MS}\n",
     )
     try:
-        first = cluster.add_node(bootstrap=True)
-        cluster.wait_ready(first)
-        for _ in range(2):
-            cluster.add_node()
-        for node in cluster.nodes:
-            cluster.wait_ready(node)
-        wait_settled(cluster)
         yield cluster
     finally:
         print_logs_on_failure(request, cluster)
