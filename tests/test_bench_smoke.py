@@ -9,17 +9,30 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _group_bench(phases: str) -> tuple[list[str], dict[str, float]]:
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.group_bench",
+def run_bench(
+    name: str, *args: str, timeout_s: float, figures: bool = True
+) -> tuple[list[str], dict[str, Any]]:
+    """Run ``python -m bench.<name> *args`` from the checkout; it must exit 0. Its
+    output lines, and (with ``figures``) the figures its last line holds as JSON."""
+    argv = [sys.executable, "-m", f"bench.{name}", *args]
+    done = subprocess.run(
+        argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    return lines, json.loads(lines[-1]) if figures else {}
+
+
+def _group_bench(phases: str) -> tuple[list[str], dict[str, Any]]:
+    return run_bench(
+        "group_bench",
         "--quick",
         "--only",
         phases,
@@ -27,11 +40,8 @@ def _group_bench(phases: str) -> tuple[list[str], dict[str, float]]:
         "1000",
         "--compaction-commits",
         "4000",
-    ]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    return lines, json.loads(lines[-1])
+        timeout_s=240,
+    )
 
 
 def test_group_bench_zombie_and_close_phases_run() -> None:
@@ -52,20 +62,15 @@ def test_group_bench_compaction_phase_runs() -> None:
 
 def test_scrub_bench_runs() -> None:
     """The scrubber's CPU figures (issue 28) on 8 MiB, with 2 s windows (~20 s)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.scrub_bench",
+    lines, figures = run_bench(
+        "scrub_bench",
         "--quick",
         "--data-mib",
         "8",
         "--window-s",
         "2",
-    ]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    figures = json.loads(lines[-1])
+        timeout_s=120,
+    )
     for suffix in ("", "_1kib_batches"):
         for name in ("scrub_cpu_pct", "scrub_read_mib_s", "idle_cpu_pct", "scrub_cpu_ms_per_mib"):
             assert name + suffix in figures
@@ -78,10 +83,8 @@ def test_repair_bench_repair_phase_runs() -> None:
     """A damaged 8 MiB replica repaired from its peers under a producer, at the
     default and without a budget (~20 s). The ratios are printed, not asserted:
     at this size a repair takes a fraction of a second."""
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.repair_bench",
+    lines, figures = run_bench(
+        "repair_bench",
         "--quick",
         "--only",
         "repair",
@@ -89,11 +92,8 @@ def test_repair_bench_repair_phase_runs() -> None:
         "8",
         "--variants",
         "default,unlimited",
-    ]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    figures = json.loads(lines[-1])
+        timeout_s=240,
+    )
     for suffix in ("", "_unlimited"):
         for name in ("repair_mb_s", "repair_vs_raw_read", "produce_p99_during_repair_vs_idle"):
             assert figures[name + suffix] > 0
@@ -104,19 +104,15 @@ def test_cluster_bench_failover_phases_run() -> None:
     """The kill and pause failover figures, once each (~30 s). A paused leader's
     partitions must take writes again well before the 3 s attempt timeout that
     used to bound them (the target, 1.5 s, is the bench's to report)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.cluster_bench",
+    _, figures = run_bench(
+        "cluster_bench",
         "--quick",
         "--phases",
         "gap,pause",
         "--repeat",
         "1",
-    ]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+        timeout_s=240,
+    )
     assert 0 < figures["write_gap_after_kill_s"] < 3.0
     assert 0 < figures["write_gap_after_pause_s"] < 2.5
 
@@ -124,21 +120,16 @@ def test_cluster_bench_failover_phases_run() -> None:
 def test_cluster_bench_metrics_phase_runs() -> None:
     """Issue 32: produce on a cluster scraped every second against one without
     metrics, in one run (~30 s). The ratio is printed, not asserted (a timing)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.cluster_bench",
+    lines, figures = run_bench(
+        "cluster_bench",
         "--quick",
         "--repeat",
         "1",
         "--phases",
         "metrics",
-    ]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
+        timeout_s=240,
+    )
     assert not any(line.startswith("phase failed") for line in lines), lines
-    figures = json.loads(lines[-1])
     assert figures["produce_with_metrics_vs_without"] > 0
     assert figures["produce_with_metrics_records_s"] > 0
 
@@ -149,10 +140,8 @@ def test_cluster_bench_rolling_restart_and_maintenance_phases_run() -> None:
     records/s here), and a node in maintenance stopped past a 2 s move grace
     (~35 s). The write gap is printed, not asserted: it is a timing on a shared
     machine; the counts are exact."""
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.cluster_bench",
+    lines, figures = run_bench(
+        "cluster_bench",
         "--quick",
         "--repeat",
         "1",
@@ -162,12 +151,9 @@ def test_cluster_bench_rolling_restart_and_maintenance_phases_run() -> None:
         "1000",
         "--maintenance-down-s",
         "6",
-    ]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
+        timeout_s=300,
+    )
     assert not any(line.startswith("phase failed") for line in lines), lines
-    figures = json.loads(lines[-1])
     assert figures["rolling_restart_records"] > 1000
     for name in (
         "rolling_restart_failed_records",
@@ -196,10 +182,7 @@ figures as the last line (a JSON object), whatever the figures are on this machi
 
 @pytest.mark.parametrize("bench", sorted(SMALL_RUNS))
 def test_bench_runs_at_its_smallest(bench: str) -> None:
-    argv = [sys.executable, "-m", f"bench.{bench}", *SMALL_RUNS[bench]]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-2000:]
-    last = done.stdout.strip().splitlines()[-1]
+    last = run_bench(bench, *SMALL_RUNS[bench], timeout_s=180, figures=False)[0][-1]
     if bench == "group_assignment":  # prints a table, no JSON line
         assert last.startswith("assign_ms")
         return
@@ -235,10 +218,7 @@ def test_security_bench_runs() -> None:
     """Issue 31's figures at tiny sizes (the TLS, gossip encryption and ACL benches,
     one short run each): every figure printed, and no record or fetch failed while
     certificates rotated."""
-    argv = [sys.executable, "-m", "bench.security_bench", "--quick"]
-    done = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    _, figures = run_bench("security_bench", "--quick", timeout_s=400)
     for name in ("tls_produce_rf3_vs_plain", "tls_produce_p99_vs_plain", "tls_fetch_vs_plain"):
         assert figures[name] > 0
     assert figures["cert_rotation_failed_rpcs"] == 0
