@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONNECT_STAMP := $(VENV)/.installed-spark-connect
 
-.PHONY: install check test test-slow test-spark-cluster test-guide test-dist dist bench bench-peers demo clean lint typecheck generated-check
+.PHONY: install check test test-fast test-slow test-spark-cluster test-guide test-dist dist bench bench-peers demo clean lint typecheck generated-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ check: lint typecheck generated-check
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not chaos and not multihost and not spark_cluster and not disk_full and not dist and not guide"
+
+# The edit loop: tests in one process and the simulators (tiers `unit` and `sim`,
+# tests/tiers.py), no node process, no Spark.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "(unit or sim) and not slow"
 
 # The long-running tests (marker `slow`: thousands of partitions or groups, in the
 # simulator and on real processes), run by .ci/run after make test.

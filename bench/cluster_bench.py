@@ -107,6 +107,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -1226,6 +1227,9 @@ def run_phase(
             shutdown_phase(bench, results)
     except Exception as error:  # report, keep measuring the rest
         failures.append(f"{phase}: {type(error).__name__}: {error}")
+        traceback.print_exc(file=sys.stderr)
+        for node in bench.cluster.nodes:  # what the nodes said, before their dir goes
+            print(f"# node{node.index} log:\n{bench.cluster.log_tail(node, 15)}", file=sys.stderr)
     print(f"# phase {phase}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
 
 

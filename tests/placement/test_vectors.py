@@ -172,6 +172,7 @@ def _run_child(hash_seed: str) -> Any:
     return json.loads(completed.stdout)
 
 
+@pytest.mark.process  # child interpreters
 def test_same_answer_in_processes_with_different_hash_seeds() -> None:
     first = _run_child("0")
     second = _run_child("4242")
