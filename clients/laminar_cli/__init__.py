@@ -18,7 +18,8 @@ parsers to the ``laminar`` command's subparsers and sets, on each leaf parser, t
 default ``handler`` (a callable taking the parsed :class:`argparse.Namespace` and
 returning the exit code): :mod:`~laminar_cli.topic`, :mod:`~laminar_cli.produce`,
 :mod:`~laminar_cli.consume`, :mod:`~laminar_cli.cluster` (with
-:mod:`~laminar_cli.keyring`), :mod:`~laminar_cli.group`,
+:mod:`~laminar_cli.keyring`, and :mod:`~laminar_cli.rolling` for ``cluster
+rolling-restart``), :mod:`~laminar_cli.group`,
 :mod:`~laminar_cli.partition`, :mod:`~laminar_cli.security` (``acl``, ``token``).
 What they share: :mod:`~laminar_cli.common` (the global options, the client they
 make, output and argument helpers) and :mod:`~laminar_cli.progress`.

@@ -10,9 +10,9 @@ from typing import Any
 from laminar_client import ClusterMetadata, MemberInfo, NodeDisk
 
 from laminar.errors import InvalidInputError
-from laminar.rolling import expand_command, rolling_restart
 from laminar_cli import keyring
 from laminar_cli.common import connect, non_negative_float, out, positive_float, table
+from laminar_cli.rolling import expand_command, rolling_restart
 
 
 def register(commands: Any) -> None:
