@@ -50,8 +50,8 @@ $(CONNECT_STAMP): $(STAMP)
 test-spark-cluster: $(CONNECT_STAMP)
 	$(BIN)/python -m pytest -q -m spark_cluster tests/spark_cluster
 
-# The sdist and the wheel (one distribution: laminar, laminar_client, laminar_spark,
-# pyspark_laminar) into dist/, built in an isolated environment by `python -m build`.
+# The sdist and the wheel (one distribution: laminar, laminar_client, laminar_cli,
+# laminar_spark, pyspark_laminar) into dist/, built in an isolated environment by `python -m build`.
 dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .

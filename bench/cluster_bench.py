@@ -49,7 +49,7 @@ and are encoded before timing starts.
   the 3 s attempt timeout.
 * ``rolling_restart_write_gap_s``: a keyed, idempotent :class:`~laminar_client.Producer`
   (``acks=all``) sends ``--rolling-rate`` records/s (10,000) to a 6-partition RF 3
-  topic while every node is restarted in turn by :func:`laminar.rolling.rolling_restart`
+  topic while every node is restarted in turn by :func:`laminar_cli.rolling.rolling_restart`
   (maintenance, SIGTERM and start, catch-up, maintenance exit); the longest time any
   partition went without an acknowledged record, from the first restart on.
   ``rolling_restart_failed_records``: records whose delivery failed;
@@ -799,7 +799,7 @@ def restart_node(cluster: ProcessCluster, node_id: str) -> None:
 def rolling_restart_phase(
     bench: Bench, results: dict[str, float], args: argparse.Namespace
 ) -> None:
-    from laminar.rolling import rolling_restart
+    from laminar_cli.rolling import rolling_restart
 
     topic = "rolling"
     bench.create_topic(topic, GAP_PARTITIONS, 3)

@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from laminar_cli import common, progress
+from laminar_cli.cluster import cluster_maintenance
 from laminar_client import Client, PartitionOffsets, key_partition
 
 from laminar import cli
@@ -96,10 +98,10 @@ def test_group_help_documents_every_command_and_option(capsys) -> None:
 
 
 def test_bootstrap_default_from_environment(monkeypatch) -> None:
-    monkeypatch.setenv(cli.BOOTSTRAP_ENV, "10.1.1.1:9")
+    monkeypatch.setenv(common.BOOTSTRAP_ENV, "10.1.1.1:9")
     assert cli.build_parser().parse_args(["topic", "list"]).bootstrap == "10.1.1.1:9"
-    monkeypatch.delenv(cli.BOOTSTRAP_ENV)
-    assert cli.build_parser().parse_args(["topic", "list"]).bootstrap == cli.DEFAULT_BOOTSTRAP
+    monkeypatch.delenv(common.BOOTSTRAP_ENV)
+    assert cli.build_parser().parse_args(["topic", "list"]).bootstrap == common.DEFAULT_BOOTSTRAP
 
 
 @pytest.mark.parametrize(
@@ -520,21 +522,21 @@ def test_progress_line_only_when_asked_or_on_a_terminal(
     assert capsys.readouterr().err == ""
 
     # A terminal: shown on runs that last, never with --no-progress.
-    monkeypatch.setattr(cli, "_isatty", lambda stream: stream is not cli.sys.stdout)
-    monkeypatch.setattr(cli, "_PROGRESS_INTERVAL_S", 0.0001)
+    monkeypatch.setattr(progress, "isatty", lambda stream: stream is not sys.stdout)
+    monkeypatch.setattr(progress, "PROGRESS_INTERVAL_S", 0.0001)
     assert run(cluster, "consume", "t", "--max", "10") == 0
     assert "consumed 10 records in " in capsys.readouterr().err
     assert run(cluster, "consume", "t", "--max", "10", "--no-progress") == 0
     assert capsys.readouterr().err == ""
-    monkeypatch.setattr(cli, "_isatty", lambda stream: True)  # stdout on the terminal too
+    monkeypatch.setattr(progress, "isatty", lambda stream: True)  # stdout on the terminal too
     assert run(cluster, "consume", "t", "--max", "10") == 0
     assert capsys.readouterr().err == ""
 
 
 def test_progress_line_rewrites_itself(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(cli, "_PROGRESS_INTERVAL_S", 0.02)
+    monkeypatch.setattr(progress, "PROGRESS_INTERVAL_S", 0.02)
     count = 0
-    with cli._Progress("produced", lambda: count, None):
+    with progress.Progress("produced", lambda: count, None):
         for _ in range(10):
             count += 123_456
             time.sleep(0.01)
@@ -648,5 +650,5 @@ def test_node_maintenance_is_the_cluster_maintenance_command() -> None:
     parser = cli.build_parser()
     for group in ("node", "cluster"):
         args = parser.parse_args([group, "maintenance", "enter", "n1"])
-        assert args.handler is cli._cluster_maintenance
+        assert args.handler is cluster_maintenance
         assert (args.change, args.node) == ("enter", "n1")

@@ -66,6 +66,14 @@ def test_the_spark_connector_loads_no_server(tmp_path: Path) -> None:
     assert sorted(under(modules, "laminar.server") | under(modules, "uvloop")) == []
 
 
+def test_the_client_commands_load_no_server(tmp_path: Path) -> None:
+    """``laminar_cli``, with its whole parser built, loads no node module: only the
+    console script, ``laminar.cli``, adds the server's ``node`` commands."""
+    modules = loaded_modules("from laminar_cli.app import build_parser\nbuild_parser()", tmp_path)
+    assert "laminar_cli.cluster" in modules and "laminar_client" in modules
+    assert sorted(under(modules, "laminar.server") | under(modules, "laminar_spark")) == []
+
+
 def test_the_arrow_conversion_still_loads_numpy_when_asked(tmp_path: Path) -> None:
     """The lazy import is where it is used: ``to_arrow`` still gets numpy and pyarrow."""
     modules = loaded_modules(

@@ -1,4 +1,4 @@
-"""Unit tests of the rolling-restart rules and driver (laminar/rolling.py), on a fake
+"""Unit tests of the rolling-restart rules and driver (clients/laminar_cli/rolling.py), on a fake
 client: the cluster as DescribeCluster answers it, scripted step by step."""
 
 from __future__ import annotations
@@ -6,15 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from laminar_client import ClusterDescription, MemberInfo, PartitionHealth
-
-from laminar.rolling import (
+from laminar_cli.rolling import (
     RollingRestartError,
     caught_up_refusal,
     expand_command,
     majority_refusal,
     rolling_restart,
 )
+from laminar_client import ClusterDescription, MemberInfo, PartitionHealth
 
 NODES = ("a", "b", "c")
 

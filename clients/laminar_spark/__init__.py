@@ -6,7 +6,10 @@ each module's docstring explains how it works:
 - batch read of a cluster: :mod:`laminar_spark.source` (``LaminarBatchReader``),
   :mod:`~laminar_spark.options`, :mod:`~laminar_spark.planner` (ranges resolved
   once on the driver, soft split points), :mod:`~laminar_spark.reader` (a task's
-  range from any replica as Arrow batches), :mod:`~laminar_spark.pushdown`;
+  range from any replica as Arrow batches), :mod:`~laminar_spark.pushdown` and
+  :mod:`~laminar_spark.pushdown_reader`;
+- what every read mode shares (the schema, the input partition, a task's read):
+  :mod:`laminar_spark.partition`;
 - batch read of segment files (the ``path`` option): :mod:`laminar_spark.offline`;
 - streaming read: :mod:`laminar_spark.stream`;
 - batch and streaming writes without duplicates from Spark's retries:

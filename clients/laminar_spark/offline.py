@@ -58,8 +58,9 @@ from laminar.segment.committed import read_committed
 from laminar.segment.index import SparseIndex
 from laminar_spark.kafka_options import unknown_option
 from laminar_spark.options import parse_assign, parse_boolean, parse_pattern, parse_subscribe
+from laminar_spark.partition import spark_schema
 from laminar_spark.pushdown import Pushed
-from laminar_spark.source import PushdownReader
+from laminar_spark.pushdown_reader import PushdownReader
 
 __all__ = [
     "BYTES_PER_TASK_DEFAULT",
@@ -173,8 +174,6 @@ def parse_offline_options(options: Mapping[str, str]) -> OfflineOptions:
 
 def offline_schema(options: dict[str, str]) -> StructType:
     """The live reader's schema (checks every option first, so a typo fails at ``load()``)."""
-    from laminar_spark.source import spark_schema
-
     return spark_schema(headers=parse_offline_options(options).include_headers)
 
 

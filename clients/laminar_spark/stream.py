@@ -68,6 +68,7 @@ from pyspark.sql.types import StructType
 from laminar.errors import InvalidInputError, UnknownTopicOrPartitionError
 from laminar_spark.kafka_options import warn_ignored
 from laminar_spark.options import ReadOptions, parse_options
+from laminar_spark.partition import input_partitions, read_partition
 from laminar_spark.planner import (
     DataLossError,
     OffsetRange,
@@ -502,8 +503,6 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The tasks of the micro-batch from ``start`` to ``end``: its ranges
         (:func:`stream_ranges`, checked against the log starts now) split by
         ``minPartitions`` / ``maxRecordsPerPartition``."""
-        from laminar_spark.source import LaminarInputPartition
-
         begin = offsets_from_json(start, "start offset")
         stop = offsets_from_json(end, "end offset")
         if self._position is None:  # 4.0/4.1: a replayed batch says where the stream is
@@ -519,10 +518,7 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             min_partitions=self.options.min_partitions,
             max_records=self.options.max_records_per_partition,
         )
-        return [
-            LaminarInputPartition(t.topic, t.partition, t.start, t.end, t.range_start, t.range_end)
-            for t in tasks
-        ]
+        return input_partitions(tasks)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do on the broker: Laminar keeps no consumer position for this
@@ -543,8 +539,6 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Arrow batches of one task's range, as the batch reader reads them."""
-        from laminar_spark.source import read_partition
-
         return read_partition(self.options, partition)
 
     # ------------------------------------------------------------------ helpers

@@ -36,16 +36,13 @@ SERVER_MODULES = ("grpc_health", "grpc_reflection", "prometheus_client", "python
 loop)."""
 
 
-def register(subparsers: Any) -> None:
-    """Add ``node start``, ``node config`` and ``node maintenance`` to the ``laminar``
-    command's subparsers."""
+def register(subparsers: Any, client_commands: Callable[[Any], None]) -> None:
+    """Add ``node``, with ``start`` and ``config``, to the ``laminar`` command's
+    subparsers; first ``client_commands`` adds its own under ``node`` (``laminar.cli``
+    gives ``node maintenance``, a client command: the server imports no client code)."""
     node = subparsers.add_parser("node", help="run a broker node, or put one in maintenance")
     node_commands = node.add_subparsers(dest="node_command", required=True)
-    # The client-side command, where an operator looks for it too (laminar.cli is
-    # loaded: it is what calls this function).
-    from laminar.cli import add_maintenance_command
-
-    add_maintenance_command(node_commands)
+    client_commands(node_commands)
     start = node_commands.add_parser(
         "start",
         help="start a node in the foreground",
@@ -296,6 +293,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m laminar.server start ...`` without the umbrella command."""
     parser = argparse.ArgumentParser(prog="laminar")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    register(subparsers)
+    register(subparsers, lambda node_commands: None)  # no client commands here
     args = parser.parse_args(argv)
     return int(args.handler(args))

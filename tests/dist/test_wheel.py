@@ -29,11 +29,12 @@ def site_packages(venv: Venv) -> Path:
     return found.resolve()
 
 
-def test_wheel_holds_the_four_packages_and_the_entry_point(server_venv: Venv) -> None:
+def test_wheel_holds_the_five_packages_and_the_entry_point(server_venv: Venv) -> None:
     site = site_packages(server_venv)
-    for package in ("laminar", "laminar_client", "laminar_spark", "pyspark_laminar"):
+    packages = ("laminar", "laminar_client", "laminar_cli", "laminar_spark", "pyspark_laminar")
+    for package in packages:
         assert (site / package / "__init__.py").is_file(), package
-    for typed in ("laminar", "laminar_client", "laminar_spark"):
+    for typed in ("laminar", "laminar_client", "laminar_cli", "laminar_spark"):
         assert (site / typed / "py.typed").is_file(), typed
     help_text = server_venv.run(server_venv.laminar, "node", "start", "--help").stdout
     assert "--preset" in help_text
