@@ -114,6 +114,7 @@ print(json.dumps(failed))
 loaded before it (other packages stay loaded: one interpreter, not one a module)."""
 
 
+@pytest.mark.process  # a fresh interpreter per package
 @pytest.mark.parametrize("package", PACKAGES)
 def test_each_module_imports_alone(package: str, tmp_path: Path) -> None:
     modules = sorted(package_modules(package))
