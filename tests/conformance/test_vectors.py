@@ -191,7 +191,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         channel = grpc.insecure_channel(node.grpc, options=[("grpc.use_local_subchannel_pool", 1)])
         try:
             stub = laminar_pb2_grpc.LaminarStub(channel)  # type: ignore[no-untyped-call]
-            yield Broker(cluster, node, stub, topic)
+            broker = Broker(cluster, node, stub, topic)
+            # The leader's first entry (its term's no-op at offset 0) committed: the
+            # high watermark the tests read as "before" moves no more on its own.
+            wait_for(lambda: high_watermark(broker, topic) >= 1, SETTLE_S, "the leader's no-op")
+            yield broker
         finally:
             channel.close()
     finally:
