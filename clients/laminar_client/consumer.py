@@ -61,7 +61,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple
 
 from typing_extensions import TypeVar
 
@@ -94,13 +94,13 @@ from laminar_client.groups import GroupOptions, GroupSession, Hook
 from laminar_client.metrics import (
     ConsumerMetrics,
     LatencyRecorder,
-    Registrations,
     error_name,
-    register_metrics,
 )
+from laminar_client.metrics_registry import Registrations, register_metrics
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Deserializer
 from laminar_client.tls import TlsOptions
+from laminar_client.types import OffsetReset, TopicPartition
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -118,19 +118,11 @@ _LOG = logging.getLogger(__name__)
 _K = TypeVar("_K", default=bytes)  # without deserializers, keys and values are bytes
 _V = TypeVar("_V", default=bytes)
 
-OffsetReset = Literal["earliest", "latest", "error"]
 _AVOID_S = 1.0
 """How long a replica that answered a fetch with an error (or whose log ends before
 the position) is left for the others."""
 _REPORTS_MAX = 16
 """Corruption reports to nodes under way at once; more are only logged."""
-
-
-class TopicPartition(NamedTuple):
-    """A partition: topic name and partition number (any ``(str, int)`` tuple works)."""
-
-    topic: str
-    partition: int
 
 
 class ConsumerRecord(NamedTuple, Generic[_K, _V]):

@@ -75,26 +75,20 @@ from laminar.records import (
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread, Unimplemented
 from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State, Verdict
-from laminar_client.client import (
-    ACKS,
-    LEADER_CHECK_INTERVAL_S,
-    UNKNOWN_TOPIC_WAIT_S,
-    AcksMode,
-    Client,
-    leader_moved_error,
-)
+from laminar_client.client import ACKS, UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.metadata import ClusterMetadata
+from laminar_client.metadata_cache import LEADER_CHECK_INTERVAL_S, leader_moved_error
 from laminar_client.metrics import (
     ProducerMetrics,
-    Registrations,
     TopicSent,
     error_name,
-    register_metrics,
 )
+from laminar_client.metrics_registry import Registrations, register_metrics
 from laminar_client.partitioner import StickyPartitioner, key_partition
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Serializer
 from laminar_client.tls import TlsOptions
+from laminar_client.types import AcksMode
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
