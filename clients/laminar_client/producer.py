@@ -120,7 +120,6 @@ REFRESH_INTERVAL_MIN_S = 0.1
 """The producer refreshes metadata (when an error made it stale) at most this often:
 during a failover every failed batch marks it stale, and refreshing for each one
 in turn let through ~60 batches a second."""
-_EVENT_LOCK = threading.Lock()
 
 
 # ----------------------------------------------------------------------------- settings
@@ -224,6 +223,7 @@ class _Batch:
     __slots__ = (
         "_callbacks",
         "_event",
+        "_events_lock",
         "_on_done",
         "_waiters",
         "backoff_s",
@@ -259,7 +259,10 @@ class _Batch:
         delivery_timeout_s: float,
         compression: Compression,
         on_done: Callable[[_Batch], None],
+        events_lock: threading.Lock,
     ) -> None:
+        """``events_lock``: the producer's lock over its batches' callbacks, waiters
+        and events (see :meth:`_finish`); ``on_done`` is called once resolved."""
         self.topic = topic
         self.partition = partition
         self.values: list[bytes | None] = []
@@ -287,6 +290,7 @@ class _Batch:
         self._callbacks: list[tuple[int, Callback]] | None = None
         self._waiters: list[asyncio.Future[None]] | None = None
         self._on_done = on_done
+        self._events_lock = events_lock
 
     @property
     def record_count(self) -> int:
@@ -325,21 +329,21 @@ class _Batch:
         """Resolve the batch once: ``done`` first, then the callbacks, then the
         buffer's bytes go back, and only then (``settled``) do waiters wake, so that
         ``flush`` and ``result`` return after all of it. Callbacks, waiters and the
-        event are taken under ``_EVENT_LOCK``, so that one registered from another
-        thread at the same moment is either taken here or sees the flag."""
+        event are taken under the producer's ``events_lock``, so that one registered
+        from another thread at the same moment is either taken here or sees the flag."""
         if self.done:
             return
         self.done = True
         self.values = []  # the records' memory goes back now; futures keep the batch
         self.keys = self.headers = None
         self.encoded = None
-        with _EVENT_LOCK:
+        with self._events_lock:
             callbacks, self._callbacks = self._callbacks, None
         if callbacks:
             for index, callback in callbacks:
                 self._run_callback(index, callback)
         self._on_done(self)
-        with _EVENT_LOCK:
+        with self._events_lock:
             self.settled = True
             event = self._event
             waiters, self._waiters = self._waiters, None
@@ -359,7 +363,7 @@ class _Batch:
         return RecordMetadata(self.topic, self.partition, offset, self.timestamps[index])
 
     def add_callback(self, index: int, callback: Callback) -> None:
-        with _EVENT_LOCK:
+        with self._events_lock:
             if not self.done:
                 if self._callbacks is None:
                     self._callbacks = []
@@ -376,7 +380,7 @@ class _Batch:
     def wait(self, timeout_s: float | None) -> bool:
         """Block until settled (True) or ``timeout_s`` passed (False); Ctrl-C
         interrupts."""
-        with _EVENT_LOCK:
+        with self._events_lock:
             if self.settled:
                 return True
             if self._event is None:
@@ -387,7 +391,7 @@ class _Batch:
     def waiter(self) -> asyncio.Future[None]:
         """A future on the running loop, done when the batch is settled."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        with _EVENT_LOCK:
+        with self._events_lock:
             if not self.settled:
                 if self._waiters is None:
                     self._waiters = []
@@ -485,6 +489,10 @@ class _Accumulator:
         self.clock = clock
         self.lock = threading.Lock()
         self.space = threading.Condition(self.lock)
+        self.events_lock = threading.Lock()
+        """Guards every batch's callbacks, waiters and event (held for a few field
+        reads and writes, never while a callback runs; apart from ``lock``, which
+        ``send`` takes for each record)."""
         self.sticky = StickyPartitioner(config.batch_bytes_max, rng)
         self.open: dict[tuple[str, int], _Batch] = {}
         self.sealed: deque[_Batch] = deque()
@@ -536,6 +544,7 @@ class _Accumulator:
                 config.delivery_timeout_s,
                 config.compression,
                 self._batch_done,
+                self.events_lock,
             )
             self.open[tp] = batch
             self.unfinished[id(batch)] = batch
@@ -1111,7 +1120,8 @@ class _ProducerBase(Generic[_K, _V]):
         self._record_bytes_max = min(config.buffer_bytes_max, DEFAULT_LIMITS.batch_bytes_max // 2)
         self._closed = False
         self._registrations = Registrations()
-        _warn_at_exit(self)
+        self._exit_warning = _ExitWarning(self)
+        self._exit_warning.register()
         self._start_core()
 
     def _start_core(self) -> None:
@@ -1385,6 +1395,7 @@ class Producer(_ProducerBase[_K, _V]):
         if self._closed:
             return
         self._closed = True
+        self._exit_warning.unregister()
         self._registrations.close()
         try:
             self._thread.run(self._core.close(timeout_s))
@@ -1500,6 +1511,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         if self._closed:
             return
         self._closed = True
+        self._exit_warning.unregister()
         self._registrations.close()
         try:
             await self._core.close(timeout_s)
@@ -1528,20 +1540,36 @@ def _wait_all(batches: Sequence[_Batch], timeout_s: float | None) -> None:
             raise TimeoutError(f"flush did not finish within {timeout_s} s")
 
 
-_LIVE: weakref.WeakSet[_ProducerBase[Any, Any]] = weakref.WeakSet()
+class _ExitWarning:
+    """A producer's promise that records it still holds at interpreter exit are not
+    lost silently: registered with :mod:`atexit` when the producer is made, it logs
+    a warning then if the producer was not closed and has batches not delivered.
+    ``close`` unregisters it; so does the producer's garbage collection (it holds
+    the producer weakly: a producer dropped without ``close`` is not kept alive)."""
 
+    __slots__ = ("_producer",)
 
-def _warn_at_exit(producer: _ProducerBase[Any, Any]) -> None:
-    _LIVE.add(producer)
+    def __init__(self, producer: _ProducerBase[Any, Any]) -> None:
+        self._producer = weakref.ref(producer)
 
+    def register(self) -> None:
+        producer = self._producer()
+        assert producer is not None, "registered by the producer's __init__"
+        atexit.register(self)
+        weakref.finalize(producer, atexit.unregister, self).atexit = False
 
-@atexit.register
-def _report_unflushed() -> None:
-    for producer in list(_LIVE):
-        if not producer._closed and producer._acc.unfinished:
+    def unregister(self) -> None:
+        atexit.unregister(self)
+
+    def __call__(self) -> None:
+        producer = self._producer()
+        if producer is None or producer._closed:
+            return
+        acc = producer._acc
+        if acc.unfinished:
             _LOG.warning(
                 "a laminar producer was not closed: %d batches (%d bytes) were never "
                 "delivered; call flush() or close(), or use it as a context manager",
-                len(producer._acc.unfinished),
-                producer._acc.buffered,
+                len(acc.unfinished),
+                acc.buffered,
             )

@@ -113,3 +113,43 @@ def test_topic_partition_is_defined_once() -> None:
         )
     ]
     assert definitions == ["types.py"]
+
+
+_STATEFUL_CALLS = frozenset(
+    {
+        "threading.Lock",
+        "threading.RLock",
+        "threading.Condition",
+        "threading.Event",
+        "weakref.WeakSet",
+        "weakref.WeakKeyDictionary",
+        "weakref.WeakValueDictionary",
+        "atexit.register",
+    }
+)
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def test_no_module_holds_mutable_state() -> None:
+    """No lock, weak set or exit hook at module level (conventions: "No global
+    state"): such state belongs to an object with an owner (the producer's
+    events lock, its exit warning)."""
+    found = []
+    for path in sorted(ROOT.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for statement in tree.body:
+            decorators = getattr(statement, "decorator_list", [])
+            calls = [d for d in decorators if _dotted(d) in _STATEFUL_CALLS]
+            if isinstance(statement, ast.Assign | ast.AnnAssign | ast.Expr):
+                calls += [
+                    node
+                    for node in ast.walk(statement)
+                    if isinstance(node, ast.Call) and _dotted(node.func) in _STATEFUL_CALLS
+                ]
+            found += [f"{path.name}:{statement.lineno}" for _ in calls]
+    assert found == []
