@@ -74,7 +74,7 @@ from laminar.records import (
 )
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread, Unimplemented
-from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State, Verdict
+from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State
 from laminar_client.client import ACKS, UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.metadata import ClusterMetadata
 from laminar_client.metadata_cache import LEADER_CHECK_INTERVAL_S, leader_moved_error
@@ -86,6 +86,7 @@ from laminar_client.metrics import (
 from laminar_client.metrics_registry import Registrations, register_metrics
 from laminar_client.partitioner import StickyPartitioner, key_partition
 from laminar_client.retry import RetryPolicy
+from laminar_client.sequencing import Verdict, random_producer_id
 from laminar_client.serializers import Serializer
 from laminar_client.tls import TlsOptions
 from laminar_client.types import AcksMode
@@ -110,7 +111,6 @@ _M = TypeVar("_M", bound=Message)
 _RECORD_OVERHEAD_BYTES = 16
 """Bytes a record costs in a batch beyond its key, value and headers (timestamp and
 two lengths), counted against ``batch_bytes_max`` and ``buffer_bytes_max``."""
-_PRODUCER_ID_MAX = 2**63 - 1
 _RESPONSE_MARGIN_S = 0.5
 ELECTION_RETRY_MAX_S = 0.25
 """The longest wait before asking again for a partition whose leader is unknown or
@@ -729,7 +729,7 @@ class _Core:
             rng = self._rng
 
             def new_id() -> int:
-                return rng.randrange(_PRODUCER_ID_MAX)
+                return random_producer_id(rng)
 
         return PartitionSender[_Batch](
             max_in_flight=self._config.max_in_flight, new_producer_id=new_id
