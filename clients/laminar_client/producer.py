@@ -45,7 +45,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, assert_never, cast
 
 from google.protobuf.message import Message
 from typing_extensions import TypeVar
@@ -75,6 +75,7 @@ from laminar.records import (
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread, Unimplemented
 from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State
+from laminar_client._steps import Steps, drive, drive_async
 from laminar_client.client import ACKS, UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.metadata import ClusterMetadata
 from laminar_client.metadata_cache import LEADER_CHECK_INTERVAL_S, leader_moved_error
@@ -1067,6 +1068,51 @@ class _Core:
         await self._transport.close()
 
 
+# ----------------------------------------------------------------------------- effects
+#
+# What Producer and AsyncProducer do besides ``send`` is written once, as steps
+# (_ProducerBase's ``_*_steps`` generators, laminar_client._steps): a step yields
+# one of these wherever the facades act differently, and each facade carries it out
+# its own way (``_perform``).
+
+
+@dataclass(frozen=True, slots=True)
+class _OnLoop:
+    """Have the core call ``function()`` (Producer: soon, on its loop thread)."""
+
+    function: Callable[[], object]
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """Wait until each of ``batches`` is settled (``TimeoutError`` after ``timeout_s``)."""
+
+    batches: Sequence[_Batch]
+    timeout_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """Wait for ``future``'s record: its metadata, or its error raised."""
+
+    future: DeliveryFuture
+
+
+@dataclass(frozen=True, slots=True)
+class _CloseCore:
+    """Stop the core within ``timeout_s`` (Producer: and its loop thread)."""
+
+    timeout_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _CloseClient:
+    """Close the producer's own client (AsyncProducer: in a worker thread)."""
+
+
+_Effect = _OnLoop | _Settled | _Outcome | _CloseCore | _CloseClient
+
+
 # ----------------------------------------------------------------------------- facades
 
 
@@ -1277,6 +1323,54 @@ class _ProducerBase(Generic[_K, _V]):
             refresh = True
             time.sleep(0.05)
 
+    # -- the steps both facades drive (laminar_client._steps), and their shared parts.
+    # ``send`` is not a step: it runs once per record, where driving a generator
+    # would cost a good part of its time; the facades share its parts instead.
+
+    def _stamp(
+        self, topic: str, partition: int | None, partitions: int, timestamp_ms: int | None
+    ) -> int:
+        """The record's timestamp (now by default), once ``partition`` is checked."""
+        if partition is not None:
+            self._check_partition(topic, partition, partitions)
+        return int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+
+    def _room_wait_s(self, deadline_s: float) -> float:
+        """How long ``send`` may still wait for room in the buffer; raises when the
+        producer closed, or :class:`BufferFullError` when ``max_block_s`` is over."""
+        if self._acc.closed:
+            raise ClientClosedError("the producer is closed")
+        remaining_s = deadline_s - time.monotonic()
+        if remaining_s <= 0:
+            raise BufferFullError(
+                f"the producer's buffer ({self.config.buffer_bytes_max} bytes) stayed "
+                f"full for max_block_s={self.config.max_block_s}"
+            )
+        return remaining_s
+
+    def _acknowledged_steps(self, future: DeliveryFuture) -> Steps[_Effect, RecordMetadata]:
+        """``send_and_wait`` after its ``send``: no linger, then the outcome."""
+        yield _OnLoop(self._core.flush_soon)
+        metadata: RecordMetadata = yield _Outcome(future)
+        return metadata
+
+    def _flush_steps(self, timeout_s: float | None) -> Steps[_Effect, None]:
+        pending = self._acc.seal_all()
+        yield _OnLoop(self._core.wake)
+        yield _Settled(pending, timeout_s)
+
+    def _close_steps(self, timeout_s: float | None) -> Steps[_Effect, None]:
+        if self._closed:
+            return
+        self._closed = True
+        self._exit_warning.unregister()
+        self._registrations.close()
+        try:
+            yield _CloseCore(timeout_s)
+        finally:
+            if self._owns_client:
+                yield _CloseClient()
+
 
 def _headers_size(headers: Sequence[Header]) -> int:
     size = 0
@@ -1326,13 +1420,12 @@ class Producer(_ProducerBase[_K, _V]):
         full (up to ``max_block_s``, then :class:`~laminar.errors.BufferFullError`)
         or while the topic's metadata is first fetched.
         """
+        # Per record: straight-line code, no step to drive (see _ProducerBase).
         data, key_data, size = self._encode(value, key, headers)
         partitions = self._partitions_of(topic)
         if partitions is None:
             partitions = self._load_partition_count(topic, self.config.max_block_s)
-        if partition is not None:
-            self._check_partition(topic, partition, partitions)
-        stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        stamp = self._stamp(topic, partition, partitions, timestamp_ms)
         acc = self._acc
         with acc.lock:
             if acc.buffered + size > self.config.buffer_bytes_max:
@@ -1354,15 +1447,7 @@ class Producer(_ProducerBase[_K, _V]):
         deadline_s = time.monotonic() + self.config.max_block_s
         self._thread.call_soon(self._core.flush_soon)  # full buffer: don't wait for linger
         while acc.buffered + size > self.config.buffer_bytes_max:
-            if acc.closed:
-                raise ClientClosedError("the producer is closed")
-            remaining_s = deadline_s - time.monotonic()
-            if remaining_s <= 0:
-                raise BufferFullError(
-                    f"the producer's buffer ({self.config.buffer_bytes_max} bytes) stayed "
-                    f"full for max_block_s={self.config.max_block_s}"
-                )
-            acc.space.wait(remaining_s)
+            acc.space.wait(self._room_wait_s(deadline_s))
 
     def send_and_wait(
         self,
@@ -1378,37 +1463,47 @@ class Producer(_ProducerBase[_K, _V]):
         future = self.send(
             topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
         )
-        self._thread.call_soon(self._core.flush_soon)
-        return future.result()
+        return drive(self._acknowledged_steps(future), self._perform)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send every buffered record now and wait until each sent before this call
         is acknowledged or failed (``TimeoutError`` after ``timeout_s``). Per-record
         errors stay in their futures."""
-        pending = self._acc.seal_all()
-        self._thread.call_soon(self._core.wake)
-        _wait_all(pending, timeout_s)
+        drive(self._flush_steps(timeout_s), self._perform)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush (up to ``timeout_s``), then stop; records still pending fail with
         :class:`~laminar.errors.ClientClosedError`. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._exit_warning.unregister()
-        self._registrations.close()
-        try:
-            self._thread.run(self._core.close(timeout_s))
-        finally:
-            self._thread.close()
-            if self._owns_client:
-                self._client.close()
+        drive(self._close_steps(timeout_s), self._perform)
 
     def __enter__(self) -> Producer[_K, _V]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _perform(self, effect: _Effect) -> Any:
+        """Carry out a step's effect in the caller's thread."""
+        match effect:
+            case _OnLoop(function):
+                self._thread.call_soon(function)
+                return None
+            case _Settled(batches, timeout_s):
+                _wait_all(batches, timeout_s)
+                return None
+            case _Outcome(future):
+                return future.result()
+            case _CloseCore(timeout_s):
+                try:
+                    self._thread.run(self._core.close(timeout_s))
+                finally:
+                    self._thread.close()
+                return None
+            case _CloseClient():
+                self._client.close()
+                return None
+            case _:
+                assert_never(effect)
 
 
 class AsyncProducer(_ProducerBase[_K, _V]):
@@ -1436,15 +1531,14 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         """Take a record (see :meth:`Producer.send`); ``await`` the returned future
         for its acknowledgement. Awaiting ``send`` itself waits only for buffer room
         and, for a new topic, its metadata."""
+        # Per record: straight-line code, no step to drive (see _ProducerBase).
         data, key_data, size = self._encode(value, key, headers)
         partitions = self._partitions_of(topic)
         if partitions is None:
             partitions = await asyncio.to_thread(
                 self._load_partition_count, topic, self.config.max_block_s
             )
-        if partition is not None:
-            self._check_partition(topic, partition, partitions)
-        stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        stamp = self._stamp(topic, partition, partitions, timestamp_ms)
         acc = self._acc
         if acc.buffered + size > self.config.buffer_bytes_max:
             await self._wait_for_room(size)
@@ -1463,14 +1557,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         deadline_s = time.monotonic() + self.config.max_block_s
         self._core.flush_soon()
         while acc.buffered + size > self.config.buffer_bytes_max:
-            if acc.closed:
-                raise ClientClosedError("the producer is closed")
-            remaining_s = deadline_s - time.monotonic()
-            if remaining_s <= 0:
-                raise BufferFullError(
-                    f"the producer's buffer ({self.config.buffer_bytes_max} bytes) stayed "
-                    f"full for max_block_s={self.config.max_block_s}"
-                )
+            remaining_s = self._room_wait_s(deadline_s)
             waiter: asyncio.Future[None] = self._loop.create_future()
             with acc.lock:
                 if acc.buffered + size <= self.config.buffer_bytes_max:
@@ -1493,37 +1580,45 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         future = await self.send(
             topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
         )
-        self._core.flush_soon()
-        return await future
+        return await drive_async(self._acknowledged_steps(future), self._perform)
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Send every buffered record now and wait until each sent before this call
         is acknowledged or failed (``TimeoutError`` after ``timeout_s``)."""
-        pending = self._acc.seal_all()
-        self._core.wake()
-        waiters = [batch.waiter() for batch in pending if not batch.settled]
-        if waiters:
-            await asyncio.wait_for(asyncio.gather(*waiters), timeout_s)
+        await drive_async(self._flush_steps(timeout_s), self._perform)
 
     async def close(self, timeout_s: float | None = None) -> None:
         """Flush (up to ``timeout_s``), then stop; records still pending fail with
         :class:`~laminar.errors.ClientClosedError`. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._exit_warning.unregister()
-        self._registrations.close()
-        try:
-            await self._core.close(timeout_s)
-        finally:
-            if self._owns_client:
-                await asyncio.to_thread(self._client.close)
+        await drive_async(self._close_steps(timeout_s), self._perform)
 
     async def __aenter__(self) -> AsyncProducer[_K, _V]:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    async def _perform(self, effect: _Effect) -> Any:
+        """Carry out a step's effect on the running event loop."""
+        match effect:
+            case _OnLoop(function):
+                function()
+                return None
+            case _Settled(batches, timeout_s):
+                waiters = [batch.waiter() for batch in batches if not batch.settled]
+                if waiters:
+                    await asyncio.wait_for(asyncio.gather(*waiters), timeout_s)
+                return None
+            case _Outcome(future):
+                return await future
+            case _CloseCore(timeout_s):
+                await self._core.close(timeout_s)
+                return None
+            case _CloseClient():
+                await asyncio.to_thread(self._client.close)
+                return None
+            case _:
+                assert_never(effect)
 
 
 def _encoded(batch: _Batch) -> bytes:
