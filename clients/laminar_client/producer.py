@@ -1324,16 +1324,9 @@ class _ProducerBase(Generic[_K, _V]):
             time.sleep(0.05)
 
     # -- the steps both facades drive (laminar_client._steps), and their shared parts.
-    # ``send`` is not a step: it runs once per record, where driving a generator
-    # would cost a good part of its time; the facades share its parts instead.
-
-    def _stamp(
-        self, topic: str, partition: int | None, partitions: int, timestamp_ms: int | None
-    ) -> int:
-        """The record's timestamp (now by default), once ``partition`` is checked."""
-        if partition is not None:
-            self._check_partition(topic, partition, partitions)
-        return int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    # ``send`` is not a step: it runs once per record, where driving a generator (or
+    # even one more call) costs a measurable part of its time; the two sends share
+    # only their slow path (_room_wait_s) and the helpers above.
 
     def _room_wait_s(self, deadline_s: float) -> float:
         """How long ``send`` may still wait for room in the buffer; raises when the
@@ -1420,12 +1413,14 @@ class Producer(_ProducerBase[_K, _V]):
         full (up to ``max_block_s``, then :class:`~laminar.errors.BufferFullError`)
         or while the topic's metadata is first fetched.
         """
-        # Per record: straight-line code, no step to drive (see _ProducerBase).
+        # Per record: straight-line code, no step to drive (see _ProducerBase._room_wait_s).
         data, key_data, size = self._encode(value, key, headers)
         partitions = self._partitions_of(topic)
         if partitions is None:
             partitions = self._load_partition_count(topic, self.config.max_block_s)
-        stamp = self._stamp(topic, partition, partitions, timestamp_ms)
+        if partition is not None:
+            self._check_partition(topic, partition, partitions)
+        stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         acc = self._acc
         with acc.lock:
             if acc.buffered + size > self.config.buffer_bytes_max:
@@ -1531,14 +1526,16 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         """Take a record (see :meth:`Producer.send`); ``await`` the returned future
         for its acknowledgement. Awaiting ``send`` itself waits only for buffer room
         and, for a new topic, its metadata."""
-        # Per record: straight-line code, no step to drive (see _ProducerBase).
+        # Per record: straight-line code, no step to drive (see _ProducerBase._room_wait_s).
         data, key_data, size = self._encode(value, key, headers)
         partitions = self._partitions_of(topic)
         if partitions is None:
             partitions = await asyncio.to_thread(
                 self._load_partition_count, topic, self.config.max_block_s
             )
-        stamp = self._stamp(topic, partition, partitions, timestamp_ms)
+        if partition is not None:
+            self._check_partition(topic, partition, partitions)
+        stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         acc = self._acc
         if acc.buffered + size > self.config.buffer_bytes_max:
             await self._wait_for_room(size)
