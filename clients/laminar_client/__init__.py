@@ -16,7 +16,9 @@
 How the layers fit, and why one asyncio core serves both the sync and the async
 surface: ``docs/design.md``, "Client". The transport, the metadata cache and the
 per-partition sender are internal (:mod:`laminar_client.transport`,
-:class:`laminar_client.client.MetadataCache`, :mod:`laminar_client._sender`).
+:class:`laminar_client.metadata_cache.MetadataCache`, :mod:`laminar_client._sender`).
+The value types (:class:`TopicPartition`, :class:`FetchResult`, ...) are defined
+once, in the leaf module :mod:`laminar_client.types`.
 """
 
 from laminar.errors import (
@@ -65,22 +67,8 @@ from laminar.errors import (
     UnsupportedMagicError,
 )
 from laminar.records import Compression
-from laminar_client.client import (
-    ACKS,
-    AcksMode,
-    Client,
-    FetchResult,
-    PartitionOffsets,
-    Watermarks,
-)
-from laminar_client.consumer import (
-    AsyncConsumer,
-    Consumer,
-    ConsumerBatch,
-    ConsumerRecord,
-    OffsetReset,
-    TopicPartition,
-)
+from laminar_client.client import ACKS, Client
+from laminar_client.consumer import AsyncConsumer, Consumer, ConsumerBatch, ConsumerRecord
 from laminar_client.idempotent import IdempotentProducer
 from laminar_client.metadata import (
     ClusterDescription,
@@ -107,6 +95,14 @@ from laminar_client.producer import (
 )
 from laminar_client.retry import NO_RETRY, RetryPolicy
 from laminar_client.tls import TlsOptions
+from laminar_client.types import (
+    AcksMode,
+    FetchResult,
+    OffsetReset,
+    PartitionOffsets,
+    TopicPartition,
+    Watermarks,
+)
 
 __all__ = [
     "ACKS",

@@ -1,6 +1,6 @@
 """The ``prometheus_client`` collectors of a producer and a consumer.
 
-Imported only by :func:`laminar_client.metrics.register_metrics` (this module
+Imported only by :func:`laminar_client.metrics_registry.register_metrics` (this module
 imports ``prometheus_client``, an optional extra). A collector reads the client's
 ``metrics()`` snapshot at each scrape and turns it into metric families named
 ``laminar_client_producer_*`` / ``laminar_client_consumer_*`` with units in the name

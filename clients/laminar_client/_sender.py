@@ -6,7 +6,8 @@ no I/O and keeps no time of its own: the producer's event loop sends what
 :meth:`PartitionSender.to_send` returns and reports each attempt's outcome with
 :meth:`~PartitionSender.acked` or :meth:`~PartitionSender.failed`.
 
-The rules (specified for every client in ``docs/format.md``, section 2; they rely
+The rules (specified for every client in ``docs/format.md``, section 2; the
+numbers, and what an error means, are :mod:`laminar_client.sequencing`'s; they rely
 on the broker's producer table, ``laminar/replica/producers.py``:
 it remembers each producer's last 5 batches per partition, answers a retry of one
 of them with its original offset, refuses a batch whose sequence leaves a gap after
@@ -57,20 +58,27 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from laminar.errors import (
-    DeliveryTimeoutError,
-    LaminarError,
-    OutOfOrderSequenceError,
-    RetriableError,
-    StorageError,
-    StorageFullError,
-    UnknownTopicOrPartitionError,
-)
+from laminar.errors import DeliveryTimeoutError
 from laminar.records import NO_PRODUCER
+from laminar_client.sequencing import (
+    PRODUCER_WINDOW_BATCHES,
+    SEQUENCE_LIMIT,
+    Lineage,
+    Verdict,
+    verdict,
+)
 
-SEQUENCE_LIMIT = 2**31
-"""Sequences are int32: a lineage that would pass this starts a new producer id."""
-MAX_IN_FLIGHT_LIMIT = 5
+__all__ = [
+    "MAX_IN_FLIGHT_LIMIT",
+    "SEQUENCE_LIMIT",
+    "Batch",
+    "PartitionSender",
+    "State",
+    "Verdict",
+    "verdict",
+]
+
+MAX_IN_FLIGHT_LIMIT = PRODUCER_WINDOW_BATCHES
 """The broker remembers the last 5 batches of each producer (``producer_window``)."""
 
 
@@ -111,35 +119,6 @@ class Batch(Protocol):
 B = TypeVar("B", bound=Batch)
 
 
-class Verdict(enum.Enum):
-    """What a failed attempt means for its batch."""
-
-    RETRY = "retry"  # outcome unknown, or refused for now: resend the same bytes
-    OUT_OF_ORDER = "out_of_order"  # certainly not written (a gap before it)
-    FATAL = "fatal"  # certainly not written, and never will be
-
-
-def verdict(error: BaseException) -> Verdict:
-    """How the sender treats ``error`` from a produce attempt.
-
-    ``STORAGE`` is retried: the leader fenced its replica, but its followers may
-    hold the batch, and a new leader may commit it. ``STORAGE_FULL`` is fatal: the
-    batch was refused before it was written (no majority of the partition's replicas
-    has disk space), and retrying for the whole delivery timeout would only hide that.
-    ``UNKNOWN_TOPIC_OR_PARTITION`` is fatal here; the producer itself retries it for a
-    moment first (a topic reaches every node shortly after its creation).
-    """
-    if isinstance(error, OutOfOrderSequenceError):
-        return Verdict.OUT_OF_ORDER
-    if isinstance(error, StorageFullError):
-        return Verdict.FATAL
-    if isinstance(error, RetriableError | StorageError):
-        return Verdict.RETRY
-    if isinstance(error, LaminarError | UnknownTopicOrPartitionError):
-        return Verdict.FATAL
-    return Verdict.RETRY  # a transport surprise: the outcome is unknown
-
-
 class PartitionSender(Generic[B]):
     """Sequencing, pipelining and recovery of one partition's batches (see the module)."""
 
@@ -157,8 +136,7 @@ class PartitionSender(Generic[B]):
         self._new_producer_id = new_producer_id
         self._queue: deque[B] = deque()
         self._unresolved: deque[B] = deque()  # stamped, in sequence order
-        self.producer_id = NO_PRODUCER
-        self._next_sequence = 0
+        self._lineage: Lineage | None = None  # the producer id and its next sequence
         self._lineage_confirmed = new_producer_id is None
         self.recovering = False
         self.restamps = 0
@@ -169,6 +147,11 @@ class PartitionSender(Generic[B]):
         self._stamped: deque[B] = deque()
 
     # ------------------------------------------------------------------ state
+
+    @property
+    def producer_id(self) -> int:
+        """The current lineage's producer id (``NO_PRODUCER`` before the first)."""
+        return NO_PRODUCER if self._lineage is None else self._lineage.producer_id
 
     def enqueue(self, batch: B) -> None:
         """A sealed batch, to be sent after every batch enqueued before it."""
@@ -329,22 +312,20 @@ class PartitionSender(Generic[B]):
 
     def _needs_new_lineage(self, batch: B) -> bool:
         return self._new_producer_id is not None and (
-            self.producer_id == NO_PRODUCER
-            or self._next_sequence + batch.record_count >= SEQUENCE_LIMIT
+            self._lineage is None or not self._lineage.fits(batch.record_count)
         )
 
     def _stamp_new(self, batch: B) -> None:
-        if self._new_producer_id is None:
+        lineage = self._lineage
+        if lineage is None:  # not idempotent
             batch.stamp(NO_PRODUCER, -1)
             return
-        batch.stamp(self.producer_id, self._next_sequence)
-        self._next_sequence += batch.record_count
+        batch.stamp(lineage.producer_id, lineage.take(batch.record_count))
         self._stamped.append(batch)
 
     def _new_lineage(self) -> None:
         assert self._new_producer_id is not None
-        self.producer_id = self._new_producer_id()
-        self._next_sequence = 0
+        self._lineage = Lineage(self._new_producer_id())
         self._acked_end = 0  # the sequence after the lineage's acknowledged batches
         self._lineage_confirmed = False
         self._stamped.clear()
@@ -357,6 +338,4 @@ class PartitionSender(Generic[B]):
         self.restamps += 1
         self._new_lineage()
         for batch in self._unresolved:
-            batch.stamp(self.producer_id, self._next_sequence)
-            self._next_sequence += batch.record_count
-            self._stamped.append(batch)
+            self._stamp_new(batch)

@@ -57,11 +57,19 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, assert_never
 
 from typing_extensions import TypeVar
 
@@ -89,18 +97,19 @@ from laminar.records import (
 )
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread
+from laminar_client._steps import HandOut, Steps, drive, drive_async, iterate, iterate_async
 from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.groups import GroupOptions, GroupSession, Hook
 from laminar_client.metrics import (
     ConsumerMetrics,
     LatencyRecorder,
-    Registrations,
     error_name,
-    register_metrics,
 )
+from laminar_client.metrics_registry import Registrations, register_metrics
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Deserializer
 from laminar_client.tls import TlsOptions
+from laminar_client.types import OffsetReset, PartitionOffsets, TopicPartition
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -117,20 +126,13 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 _K = TypeVar("_K", default=bytes)  # without deserializers, keys and values are bytes
 _V = TypeVar("_V", default=bytes)
+_T = TypeVar("_T")
 
-OffsetReset = Literal["earliest", "latest", "error"]
 _AVOID_S = 1.0
 """How long a replica that answered a fetch with an error (or whose log ends before
 the position) is left for the others."""
 _REPORTS_MAX = 16
 """Corruption reports to nodes under way at once; more are only logged."""
-
-
-class TopicPartition(NamedTuple):
-    """A partition: topic name and partition number (any ``(str, int)`` tuple works)."""
-
-    topic: str
-    partition: int
 
 
 class ConsumerRecord(NamedTuple, Generic[_K, _V]):
@@ -841,6 +843,55 @@ def _next_offset(data: bytes, offset: int) -> int:
 # ----------------------------------------------------------------------------- facades
 
 
+# ----------------------------------------------------------------------------- effects
+#
+# What Consumer and AsyncConsumer do is written once, as steps (_Reader's ``_*_steps``
+# generators, laminar_client._steps): a step yields an effect wherever the facades
+# act differently, and each facade carries the effects out its own way.
+
+
+@dataclass(frozen=True, slots=True)
+class _OnCore:
+    """Call ``function(*args)`` on the core (Consumer: on its loop thread, waiting)."""
+
+    function: Callable[..., object]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Blocking:
+    """A blocking (network) call: AsyncConsumer runs it in a worker thread."""
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _InGroup:
+    """A group session driver (``poll``, ``close``; AsyncConsumer: the ``_async``
+    one), given the facade's own assign; or ``commit`` without one."""
+
+    sync: Callable[..., None]
+    asynchronous: Callable[..., Awaitable[None]]
+    with_assign: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _TakeChunk:
+    """Wait up to ``timeout_s`` for the next usable chunk of the inbox."""
+
+    timeout_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _CloseCore:
+    """Stop the core (Consumer: and its loop thread)."""
+
+
+_Effect = _OnCore | _Blocking | _InGroup | _TakeChunk | _CloseCore
+_Item = tuple[TopicPartition, list["ConsumerRecord[Any, Any]"], int]
+
+
 class _ConsumerBase(Generic[_K, _V]):
     """What both facades share: positions, decoding, settings."""
 
@@ -1390,8 +1441,10 @@ class _Reader(_ConsumerBase[_K, _V]):
         self._after_seek(chunk.tp, corrupt.offset)
 
     def _corrupt_in_core(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
-        """Run :meth:`_Core.corrupt` for ``chunk`` (the facade's loop)."""
-        raise NotImplementedError
+        """Run :meth:`_Core.corrupt` for ``chunk``."""
+        self._core_call(
+            self._core.corrupt, chunk.tp, chunk.epoch, chunk.source, corrupt.offset, corrupt.error
+        )
 
     def _raise_poison(self) -> None:
         for tp in list(self._poison):
@@ -1399,8 +1452,9 @@ class _Reader(_ConsumerBase[_K, _V]):
                 raise self._poison.pop(tp)
 
     def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
-        """Make the core fetch ``tp`` from ``offset`` again (the facade's loop)."""
-        raise NotImplementedError
+        """Make the core fetch ``tp`` from ``offset`` again."""
+        self._core_call(self._core.seek, tp, offset)
+        self._after_seek(tp, offset)
 
     def _cut(self, tp: TopicPartition | None, *, keep: bool) -> None:
         """Stop handing out the current chunk of ``tp`` (None: whatever partition it
@@ -1535,8 +1589,12 @@ class _Reader(_ConsumerBase[_K, _V]):
                 self._refetch(tp)
 
     def _refetch(self, tp: TopicPartition) -> None:
-        """Read ``tp`` again from its position (the facade's loop)."""
-        raise NotImplementedError
+        """Read ``tp`` again from its position."""
+        if not self._closed and tp in self._epochs:
+            position = self._positions.get(tp, -1)
+            offset = position if position >= 0 else None
+            self._core_call(self._core.seek, tp, offset)
+            self._after_seek(tp, offset)
 
     def _stop_handing_out(self, chunk: _Chunk, marker: int) -> bool:
         """Whether ``batches()`` must stop handing out ``chunk``: its partition was
@@ -1621,6 +1679,229 @@ class _Reader(_ConsumerBase[_K, _V]):
     def _missing_high_watermarks(self) -> tuple[TopicPartition, ...]:
         return tuple(tp for tp in self._epochs if self._lag_of(tp) is None)
 
+    # -- the steps both facades drive (laminar_client._steps; effects: see _Effect)
+
+    def _subscribe_steps(
+        self, topics: str | Sequence[str], pattern: str | None
+    ) -> Steps[_Effect, None]:
+        subscription, current = self._subscribing(topics, pattern)
+        if current:
+            return
+        if self._group is not None:
+            yield from self._unsubscribe_steps()
+        self._join(subscription)
+
+    def _unsubscribe_steps(self) -> Steps[_Effect, None]:
+        self._check_open()
+        group = self._group
+        if group is None:
+            yield from self._assign_steps({})
+            return
+        try:
+            # The hooks may still commit: _group is set.
+            yield _InGroup(group.close, group.close_async)
+        finally:
+            self._group = None
+            yield from self._assign_steps({})
+
+    def _commit_steps(
+        self, offsets: Mapping[tuple[str, int], int] | None, metadata: str
+    ) -> Steps[_Effect, None]:
+        member = self._member("commit")
+        yield _InGroup(
+            partial(member.commit, offsets, metadata, changed_only=False),
+            partial(member.commit_async, offsets, metadata, changed_only=False),
+            with_assign=False,
+        )
+
+    def _committed_steps(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> Steps[_Effect, dict[TopicPartition, int | None]]:
+        group = self._group_id("committed")
+        committed: dict[TopicPartition, int | None] = yield _Blocking(
+            self._committed_of, (group, list(partitions))
+        )
+        return committed
+
+    def _committed_lag_steps(self) -> Steps[_Effect, dict[TopicPartition, int]]:
+        committed = self._member("committed_lag").committed()
+        wanted = [tp for tp in committed if tp in self._epochs]
+        listed: dict[TopicPartition, PartitionOffsets] = yield _Blocking(self._list, (wanted, None))
+        return {
+            tp: max(0, offsets.high_watermark - committed[tp]) for tp, offsets in listed.items()
+        }
+
+    def _assign_steps(
+        self, partitions: Iterable[tuple[str, int]] | Mapping[Any, Any]
+    ) -> Steps[_Effect, None]:
+        self._check_open()
+        offsets = self._normalize(partitions)
+        self._cut_for(offsets)
+        yield _OnCore(self._core.assign, (offsets,))
+        self._after_assign(offsets)
+        self._stash = {tp: v for tp, v in self._stash.items() if tp in offsets}
+        self._interrupts += 1
+
+    def _seek_steps(self, tp: tuple[str, int], offset: int) -> Steps[_Effect, None]:
+        self._check_open()
+        key, offset = self._seek_args(tp, offset)
+        self._cut(key, keep=False)
+        yield _OnCore(self._core.seek, (key, offset))
+        self._after_seek(key, offset)
+        self._stash.pop(key, None)
+        self._interrupts += 1
+
+    def _seek_to_steps(
+        self,
+        partitions: Sequence[tuple[str, int]],
+        timestamp_ms: int | None,
+        target: Callable[[PartitionOffsets], int],
+    ) -> Steps[_Effect, None]:
+        """Seek each of ``partitions`` (default: every assigned one) to the ``target``
+        of its listed offsets."""
+        listed: dict[TopicPartition, PartitionOffsets] = yield _Blocking(
+            self._list, (partitions, timestamp_ms)
+        )
+        for tp, offsets in listed.items():
+            yield from self._seek_steps(tp, target(offsets))
+
+    def _pause_steps(self, partitions: Sequence[tuple[str, int]]) -> Steps[_Effect, None]:
+        for tp in self._targets(partitions):
+            offset = self._pause_point(tp)
+            yield _OnCore(self._core.pause, (tp, offset))
+            self._after_pause(tp)
+        self._interrupts += 1
+
+    def _resume_steps(self, partitions: Sequence[tuple[str, int]]) -> Steps[_Effect, None]:
+        for tp in self._targets(partitions):
+            self._paused.discard(tp)
+            yield _OnCore(self._core.resume, (tp,))
+
+    def _lag_steps(self) -> Steps[_Effect, dict[TopicPartition, int]]:
+        self._check_open()
+        if self._group is not None:
+            return (yield from self._committed_lag_steps())
+        missing = self._missing_high_watermarks()
+        listed: dict[TopicPartition, PartitionOffsets] = {}
+        if missing:
+            listed = yield _Blocking(self._list, (missing, None))
+        return self._lag_with(listed)
+
+    def _offsets_steps(
+        self, partitions: Iterable[tuple[str, int]], field: Callable[[PartitionOffsets], int]
+    ) -> Steps[_Effect, dict[TopicPartition, int]]:
+        """``field`` of the offsets of any ``partitions``, from their leaders."""
+        self._check_open()
+        listed: dict[TopicPartition, PartitionOffsets] = yield _Blocking(
+            self._offsets_of, (list(partitions),)
+        )
+        return {tp: field(offsets) for tp, offsets in listed.items()}
+
+    def _records_steps(self, timeout_s: float | None) -> Steps[_Effect | HandOut, None]:
+        """``records()``: each chunk's records handed out (:meth:`_hand_out`)."""
+        self._settle_abandoned(batches=False)
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            group = self._group
+            if group is None:
+                item = yield from self._next_steps(timeout_s)
+            else:
+                # The lease, auto-commit, then rebalance.
+                yield _InGroup(group.poll, group.poll_async)
+                item = yield from self._next_steps(group.slice_s(deadline_s))
+                if item is None and (deadline_s is None or time.monotonic() < deadline_s):
+                    continue
+            if item is None:
+                return
+            yield HandOut(self._hand_out(item))
+            if timeout_s is not None:  # the timeout is of idleness: it starts again
+                deadline_s = time.monotonic() + timeout_s
+
+    def _next_steps(self, timeout_s: float | None) -> Steps[_Effect, _Item | None]:
+        """The next records to hand out: stashed ones, else a chunk's."""
+        while True:
+            self._raise_poison()
+            stashed = self._stashed()
+            if stashed is not None:
+                return stashed
+            chunk: _Chunk | None = yield _TakeChunk(timeout_s)
+            if chunk is None:
+                return None
+            item = self._decode_chunk(chunk)
+            if item is not None:
+                return item
+
+    def _batches_steps(
+        self, max_records: int, timeout_s: float | None
+    ) -> Steps[_Effect | HandOut, None]:
+        """``batches()``: each chunk handed out as batches (:meth:`_batches_of`)."""
+        if max_records < 1:
+            raise InvalidInputError("max_records must be >= 1")
+        self._settle_abandoned(batches=True)
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            group = self._group
+            chunk: _Chunk | None
+            if group is None:
+                chunk = yield _TakeChunk(timeout_s)
+            else:
+                yield _InGroup(group.poll, group.poll_async)
+                chunk = yield _TakeChunk(group.slice_s(deadline_s))
+                if chunk is None and (deadline_s is None or time.monotonic() < deadline_s):
+                    continue
+            if chunk is None:
+                return
+            if timeout_s is not None:  # the timeout is of idleness: it starts again
+                deadline_s = time.monotonic() + timeout_s
+            yield HandOut(self._batches_of(chunk, max_records))
+
+    def _close_steps(self) -> Steps[_Effect, None]:
+        if self._closed:
+            return
+        group = getattr(self, "_group", None)
+        try:
+            if group is not None and not self._closing:
+                self._closing = True
+                # The hooks may still commit: _group is set.
+                yield _InGroup(group.close, group.close_async)
+        finally:
+            self._group = None
+            yield from self._close_reader_steps()
+
+    def _close_reader_steps(self) -> Steps[_Effect, None]:
+        self._closed = True
+        self._registrations.close()
+        try:
+            yield _CloseCore()
+        finally:
+            self._inbox.wake_all()
+            if self._owns_client:
+                yield _Blocking(self._client.close, ())
+
+    # -- what the facades do differently, outside the steps
+
+    def _core_call(self, function: Callable[..., object], *args: Any) -> None:
+        """Call ``function(*args)`` on the core, and wait for it (the facade's loop)."""
+        raise NotImplementedError
+
+    def _core_soon(self, function: Callable[..., object], *args: Any) -> None:
+        """Have the core call ``function(*args)`` soon (the facade's loop)."""
+        raise NotImplementedError
+
+    def _taken(self, chunk: _Chunk) -> _Chunk | None:
+        """A chunk just taken from the inbox: its bytes go back to the core; the chunk
+        if it still counts (its error raised), else None."""
+        self._core_soon(self._core.release, chunk.nbytes)
+        if not self._usable(chunk):
+            return None
+        if chunk.error is not None:
+            raise chunk.error
+        self._bytes_consumed += chunk.nbytes
+        return chunk
+
+
+# ----------------------------------------------------------------------------- facades
+
 
 class Consumer(_Reader[_K, _V]):
     """A synchronous consumer of assigned partitions.
@@ -1640,6 +1921,9 @@ class Consumer(_Reader[_K, _V]):
     Blocking waits can be interrupted with Ctrl-C.
     """
 
+    def _start_core(self) -> None:
+        self._thread = LoopThread("laminar-consumer")
+
     def _abandon(self) -> None:
         self.close()
 
@@ -1651,27 +1935,13 @@ class Consumer(_Reader[_K, _V]):
         created later are picked up). Subscribing anew with another subscription
         leaves the group first (:meth:`unsubscribe`), as Kafka's ``subscribe`` does.
         Refused while partitions given to :meth:`assign` are read."""
-        subscription, current = self._subscribing(topics, pattern)
-        if current:
-            return
-        if self._group is not None:
-            self.unsubscribe()
-        self._join(subscription)
+        self._run(self._subscribe_steps(topics, pattern))
 
     def unsubscribe(self) -> None:
         """Leave the group: what is read is revoked as at :meth:`close` (auto-commit,
         ``on_revoked``), then nothing is read. Without a subscription, it drops the
         partitions given to :meth:`assign`."""
-        self._check_open()
-        group = self._group
-        if group is None:
-            self._assign_now({})
-            return
-        try:
-            group.close(self._assign_now)  # the hooks may still commit: _group is set
-        finally:
-            self._group = None
-            self._assign_now({})
+        self._run(self._unsubscribe_steps())
 
     def commit(
         self, offsets: Mapping[tuple[str, int], int] | None = None, metadata: str = ""
@@ -1681,32 +1951,18 @@ class Consumer(_Reader[_K, _V]):
         :class:`~laminar.errors.FencedMemberError` when the member lost a partition
         or its lease lapsed (the next read then calls ``on_lost`` and the member
         rejoins)."""
-        self._member("commit").commit(offsets, metadata, changed_only=False)
+        self._run(self._commit_steps(offsets, metadata))
 
     def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int | None]:
         """The group's committed position (the next offset to read) of each of
         ``partitions``, as its coordinator holds it (None: nothing committed)."""
-        group = self._group_id("committed")
-        return self._committed_of(group, partitions)
+        return self._run(self._committed_steps(partitions))
 
     def committed_lag(self) -> dict[TopicPartition, int]:
         """Per owned partition with a commit: high watermark - committed offset."""
-        committed = self._member("committed_lag").committed()
-        listed = self._list([tp for tp in committed if tp in self._epochs], None)
-        return {
-            tp: max(0, offsets.high_watermark - committed[tp]) for tp, offsets in listed.items()
-        }
-
-    def _start_core(self) -> None:
-        self._thread = LoopThread("laminar-consumer")
+        return self._run(self._committed_lag_steps())
 
     # -- assignment and positions
-
-    def _on_loop(self, function: Callable[..., object], *args: Any) -> None:
-        async def call() -> None:
-            function(*args)
-
-        self._thread.run(call())
 
     def assign(self, partitions: Iterable[tuple[str, int]] | Mapping[tuple[str, int], int]) -> None:
         """Read these partitions (and stop reading the others): an iterable of
@@ -1716,75 +1972,47 @@ class Consumer(_Reader[_K, _V]):
         self._assign_now(partitions)
 
     def _assign_now(self, partitions: Iterable[tuple[str, int]] | Mapping[Any, Any]) -> None:
-        self._check_open()
-        offsets = self._normalize(partitions)
-        self._cut_for(offsets)
-        self._on_loop(self._core.assign, offsets)
-        self._after_assign(offsets)
-        self._stash = {tp: v for tp, v in self._stash.items() if tp in offsets}
-        self._interrupts += 1
+        self._run(self._assign_steps(partitions))
 
     def seek(self, tp: tuple[str, int], offset: int) -> None:
         """Make ``offset`` the next record read from ``tp``."""
-        self._check_open()
-        key, offset = self._seek_args(tp, offset)
-        self._cut(key, keep=False)
-        self._on_loop(self._core.seek, key, offset)
-        self._after_seek(key, offset)
-        self._stash.pop(key, None)
-        self._interrupts += 1
+        self._run(self._seek_steps(tp, offset))
 
     def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
         """Seek to the log start of ``partitions`` (default: every assigned one)."""
-        for tp, offsets in self._list(partitions, None).items():
-            self.seek(tp, offsets.log_start_offset)
+        self._run(self._seek_to_steps(partitions, None, _log_start))
 
     def seek_to_end(self, *partitions: tuple[str, int]) -> None:
         """Seek to the high watermark (the next record written) of ``partitions``."""
-        for tp, offsets in self._list(partitions, None).items():
-            self.seek(tp, offsets.high_watermark)
+        self._run(self._seek_to_steps(partitions, None, _high_watermark))
 
     def seek_to_time(self, timestamp_ms: int, *partitions: tuple[str, int]) -> None:
         """Seek to the first record with a timestamp >= ``timestamp_ms`` (the end
         when there is none) in ``partitions`` (default: every assigned one)."""
-        for tp, offsets in self._list(partitions, timestamp_ms).items():
-            found = offsets.offset_for_timestamp
-            self.seek(tp, offsets.high_watermark if found is None else found)
+        self._run(self._seek_to_steps(partitions, timestamp_ms, _found_or_end))
 
     def pause(self, *partitions: tuple[str, int]) -> None:
         """Stop fetching and handing out records of ``partitions`` (default: all)."""
-        for tp in self._targets(partitions):
-            offset = self._pause_point(tp)
-            self._on_loop(self._core.pause, tp, offset)
-            self._after_pause(tp)
-        self._interrupts += 1
+        self._run(self._pause_steps(partitions))
 
     def resume(self, *partitions: tuple[str, int]) -> None:
         """Undo :meth:`pause` for ``partitions`` (default: all)."""
-        for tp in self._targets(partitions):
-            self._paused.discard(tp)
-            self._on_loop(self._core.resume, tp)
+        self._run(self._resume_steps(partitions))
 
     def lag(self) -> dict[TopicPartition, int]:
         """Per assigned partition: high watermark - position (records not yet read).
         The high watermark is the latest a fetch saw; partitions not fetched yet
         ask :meth:`~laminar_client.Client.list_offsets`. In a group: high
         watermark - committed offset (:meth:`committed_lag`)."""
-        self._check_open()
-        if self._group is not None:
-            return self.committed_lag()
-        missing = self._missing_high_watermarks()
-        return self._lag_with(self._list(missing, None) if missing else {})
+        return self._run(self._lag_steps())
 
     def beginning_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
         """Each partition's log start offset (the first offset still stored)."""
-        self._check_open()
-        return {tp: o.log_start_offset for tp, o in self._offsets_of(partitions).items()}
+        return self._run(self._offsets_steps(partitions, _log_start))
 
     def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
         """Each partition's high watermark (the offset the next record gets)."""
-        self._check_open()
-        return {tp: o.high_watermark for tp, o in self._offsets_of(partitions).items()}
+        return self._run(self._offsets_steps(partitions, _high_watermark))
 
     # -- reading
 
@@ -1794,61 +2022,59 @@ class Consumer(_Reader[_K, _V]):
     def records(self, timeout_s: float | None = None) -> Iterator[ConsumerRecord[_K, _V]]:
         """Yield records as they arrive; end after ``timeout_s`` without any (None:
         never)."""
-        self._settle_abandoned(batches=False)
-        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            group = self._group
-            if group is None:
-                item = self._next(timeout_s)
-            else:
-                group.poll(self._assign_now)  # the lease, auto-commit, then rebalance
-                item = self._next(group.slice_s(deadline_s))
-                if item is None and (deadline_s is None or time.monotonic() < deadline_s):
-                    continue
-            if item is None:
-                return
-            yield from self._hand_out(item)
-            if timeout_s is not None:  # the timeout is of idleness: it starts again
-                deadline_s = time.monotonic() + timeout_s
+        return iterate(self._records_steps(timeout_s), self._perform)
 
     def batches(
         self, max_records: int = 10_000, timeout_s: float | None = None
     ) -> Iterator[ConsumerBatch[_K, _V]]:
         """Yield :class:`ConsumerBatch` es of one partition and at most
         ``max_records`` records each; end after ``timeout_s`` without any."""
-        if max_records < 1:
-            raise InvalidInputError("max_records must be >= 1")
-        self._settle_abandoned(batches=True)
-        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            group = self._group
-            if group is None:
-                chunk = self._next_chunk(timeout_s)
-            else:
-                group.poll(self._assign_now)
-                chunk = self._next_chunk(group.slice_s(deadline_s))
-                if chunk is None and (deadline_s is None or time.monotonic() < deadline_s):
-                    continue
-            if chunk is None:
-                return
-            if timeout_s is not None:  # the timeout is of idleness: it starts again
-                deadline_s = time.monotonic() + timeout_s
-            yield from self._batches_of(chunk, max_records)
+        return iterate(self._batches_steps(max_records, timeout_s), self._perform)
 
-    def _next(
-        self, timeout_s: float | None
-    ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
-        while True:
-            self._raise_poison()
-            stashed = self._stashed()
-            if stashed is not None:
-                return stashed
-            chunk = self._next_chunk(timeout_s)
-            if chunk is None:
+    def close(self) -> None:
+        """Stop fetching and close the connections (in a group: what is read is
+        revoked, with auto-commit and ``on_revoked``, then the member leaves).
+        Idempotent."""
+        self._run(self._close_steps())
+
+    def __enter__(self) -> Consumer[_K, _V]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the effects, carried out in the caller's thread
+
+    def _run(self, steps: Steps[_Effect, _T]) -> _T:
+        return drive(steps, self._perform)
+
+    def _perform(self, effect: _Effect) -> Any:
+        match effect:
+            case _OnCore(function, args):
+                return self._core_call(function, *args)
+            case _Blocking(function, args):
+                return function(*args)
+            case _InGroup(sync, _, with_assign):
+                return sync(self._assign_now) if with_assign else sync()
+            case _TakeChunk(timeout_s):
+                return self._next_chunk(timeout_s)
+            case _CloseCore():
+                try:
+                    self._thread.run(self._core.close(), timeout_s=10)
+                finally:
+                    self._thread.close()
                 return None
-            item = self._decode_chunk(chunk)
-            if item is not None:
-                return item
+            case _:
+                assert_never(effect)
+
+    def _core_call(self, function: Callable[..., object], *args: Any) -> None:
+        async def call() -> None:
+            function(*args)
+
+        self._thread.run(call())
+
+    def _core_soon(self, function: Callable[..., object], *args: Any) -> None:
+        self._thread.call_soon(function, *args)
 
     def _next_chunk(self, timeout_s: float | None) -> _Chunk | None:
         """The next usable chunk from the inbox (waiting up to ``timeout_s``)."""
@@ -1869,63 +2095,9 @@ class Consumer(_Reader[_K, _V]):
                             return None
                         inbox.ready.wait(remaining_s)
                     chunk = self._take_locked()
-            self._thread.call_soon(self._core.release, chunk.nbytes)
-            if self._usable(chunk):
-                if chunk.error is not None:
-                    raise chunk.error
-                self._bytes_consumed += chunk.nbytes
-                return chunk
-
-    def _refetch(self, tp: TopicPartition) -> None:
-        if not self._closed and tp in self._epochs:
-            self._seek_core(tp)
-
-    def _corrupt_in_core(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
-        self._on_loop(
-            self._core.corrupt, chunk.tp, chunk.epoch, chunk.source, corrupt.offset, corrupt.error
-        )
-
-    def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
-        self._on_loop(self._core.seek, tp, offset)
-        self._after_seek(tp, offset)
-
-    def _seek_core(self, tp: TopicPartition) -> None:
-        position = self._positions.get(tp, -1)
-        offset = position if position >= 0 else None
-        self._on_loop(self._core.seek, tp, offset)
-        self._after_seek(tp, offset)
-
-    def close(self) -> None:
-        """Stop fetching and close the connections (in a group: what is read is
-        revoked, with auto-commit and ``on_revoked``, then the member leaves).
-        Idempotent."""
-        if self._closed:
-            return
-        group = getattr(self, "_group", None)
-        try:
-            if group is not None and not self._closing:
-                self._closing = True
-                group.close(self._assign_now)  # the hooks may still commit: _group is set
-        finally:
-            self._group = None
-            self._close_reader()
-
-    def _close_reader(self) -> None:
-        self._closed = True
-        self._registrations.close()
-        try:
-            self._thread.run(self._core.close(), timeout_s=10)
-        finally:
-            self._thread.close()
-            self._inbox.wake_all()
-            if self._owns_client:
-                self._client.close()
-
-    def __enter__(self) -> Consumer[_K, _V]:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+            taken = self._taken(chunk)
+            if taken is not None:
+                return taken
 
 
 class AsyncConsumer(_Reader[_K, _V]):
@@ -1947,47 +2119,27 @@ class AsyncConsumer(_Reader[_K, _V]):
         self, topics: str | Sequence[str] = (), *, pattern: str | None = None
     ) -> None:
         """See :meth:`Consumer.subscribe`."""
-        subscription, current = self._subscribing(topics, pattern)
-        if current:
-            return
-        if self._group is not None:
-            await self.unsubscribe()
-        self._join(subscription)
+        await self._run(self._subscribe_steps(topics, pattern))
 
     async def unsubscribe(self) -> None:
         """See :meth:`Consumer.unsubscribe`."""
-        self._check_open()
-        group = self._group
-        if group is None:
-            await self._assign_now({})
-            return
-        try:
-            await group.close_async(self._assign_now)
-        finally:
-            self._group = None
-            await self._assign_now({})
+        await self._run(self._unsubscribe_steps())
 
     async def commit(
         self, offsets: Mapping[tuple[str, int], int] | None = None, metadata: str = ""
     ) -> None:
         """See :meth:`Consumer.commit` (the call runs in a worker thread)."""
-        await self._member("commit").commit_async(offsets, metadata, changed_only=False)
+        await self._run(self._commit_steps(offsets, metadata))
 
     async def committed(
         self, partitions: Iterable[tuple[str, int]]
     ) -> dict[TopicPartition, int | None]:
         """See :meth:`Consumer.committed`."""
-        group = self._group_id("committed")
-        return await asyncio.to_thread(self._committed_of, group, list(partitions))
+        return await self._run(self._committed_steps(partitions))
 
     async def committed_lag(self) -> dict[TopicPartition, int]:
         """See :meth:`Consumer.committed_lag`."""
-        committed = self._member("committed_lag").committed()
-        wanted = [tp for tp in committed if tp in self._epochs]
-        listed = await asyncio.to_thread(self._list, wanted, None)
-        return {
-            tp: max(0, offsets.high_watermark - committed[tp]) for tp, offsets in listed.items()
-        }
+        return await self._run(self._committed_lag_steps())
 
     async def assign(
         self, partitions: Iterable[tuple[str, int]] | Mapping[tuple[str, int], int]
@@ -1997,143 +2149,96 @@ class AsyncConsumer(_Reader[_K, _V]):
         await self._assign_now(partitions)
 
     async def _assign_now(self, partitions: Iterable[tuple[str, int]] | Mapping[Any, Any]) -> None:
-        self._check_open()
-        offsets = self._normalize(partitions)
-        self._cut_for(offsets)
-        self._core.assign(offsets)
-        self._after_assign(offsets)
-        self._stash = {tp: v for tp, v in self._stash.items() if tp in offsets}
-        self._interrupts += 1
+        await self._run(self._assign_steps(partitions))
 
     async def seek(self, tp: tuple[str, int], offset: int) -> None:
         """See :meth:`Consumer.seek`."""
-        self._check_open()
-        key, offset = self._seek_args(tp, offset)
-        self._cut(key, keep=False)
-        self._core.seek(key, offset)
-        self._after_seek(key, offset)
-        self._stash.pop(key, None)
-        self._interrupts += 1
+        await self._run(self._seek_steps(tp, offset))
 
     async def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
         """See :meth:`Consumer.seek_to_beginning`."""
-        listed = await asyncio.to_thread(self._list, partitions, None)
-        for tp, offsets in listed.items():
-            await self.seek(tp, offsets.log_start_offset)
+        await self._run(self._seek_to_steps(partitions, None, _log_start))
 
     async def seek_to_end(self, *partitions: tuple[str, int]) -> None:
         """See :meth:`Consumer.seek_to_end`."""
-        listed = await asyncio.to_thread(self._list, partitions, None)
-        for tp, offsets in listed.items():
-            await self.seek(tp, offsets.high_watermark)
+        await self._run(self._seek_to_steps(partitions, None, _high_watermark))
 
     async def seek_to_time(self, timestamp_ms: int, *partitions: tuple[str, int]) -> None:
         """See :meth:`Consumer.seek_to_time`."""
-        listed = await asyncio.to_thread(self._list, partitions, timestamp_ms)
-        for tp, offsets in listed.items():
-            found = offsets.offset_for_timestamp
-            await self.seek(tp, offsets.high_watermark if found is None else found)
+        await self._run(self._seek_to_steps(partitions, timestamp_ms, _found_or_end))
 
     async def pause(self, *partitions: tuple[str, int]) -> None:
         """See :meth:`Consumer.pause`."""
-        for tp in self._targets(partitions):
-            offset = self._pause_point(tp)
-            self._core.pause(tp, offset)
-            self._after_pause(tp)
-        self._interrupts += 1
+        await self._run(self._pause_steps(partitions))
 
     async def resume(self, *partitions: tuple[str, int]) -> None:
         """See :meth:`Consumer.resume`."""
-        for tp in self._targets(partitions):
-            self._paused.discard(tp)
-            self._core.resume(tp)
+        await self._run(self._resume_steps(partitions))
 
     async def lag(self) -> dict[TopicPartition, int]:
         """See :meth:`Consumer.lag`."""
-        self._check_open()
-        if self._group is not None:
-            return await self.committed_lag()
-        missing = self._missing_high_watermarks()
-        listed = await asyncio.to_thread(self._list, missing, None) if missing else {}
-        return self._lag_with(listed)
+        return await self._run(self._lag_steps())
 
     async def beginning_offsets(
         self, partitions: Iterable[tuple[str, int]]
     ) -> dict[TopicPartition, int]:
         """See :meth:`Consumer.beginning_offsets`."""
-        self._check_open()
-        listed = await asyncio.to_thread(self._offsets_of, list(partitions))
-        return {tp: o.log_start_offset for tp, o in listed.items()}
+        return await self._run(self._offsets_steps(partitions, _log_start))
 
     async def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
         """See :meth:`Consumer.end_offsets`."""
-        self._check_open()
-        listed = await asyncio.to_thread(self._offsets_of, list(partitions))
-        return {tp: o.high_watermark for tp, o in listed.items()}
+        return await self._run(self._offsets_steps(partitions, _high_watermark))
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord[_K, _V]]:
         return self.records()
 
-    async def records(
-        self, timeout_s: float | None = None
-    ) -> AsyncIterator[ConsumerRecord[_K, _V]]:
+    def records(self, timeout_s: float | None = None) -> AsyncIterator[ConsumerRecord[_K, _V]]:
         """See :meth:`Consumer.records`."""
-        self._settle_abandoned(batches=False)
-        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            group = self._group
-            if group is None:
-                item = await self._next(timeout_s)
-            else:
-                await group.poll_async(self._assign_now)  # the lease, auto-commit, rebalance
-                item = await self._next(group.slice_s(deadline_s))
-                if item is None and (deadline_s is None or time.monotonic() < deadline_s):
-                    continue
-            if item is None:
-                return
-            for record in self._hand_out(item):
-                yield record
-            if timeout_s is not None:  # the timeout is of idleness: it starts again
-                deadline_s = time.monotonic() + timeout_s
+        return iterate_async(self._records_steps(timeout_s), self._perform)
 
-    async def batches(
+    def batches(
         self, max_records: int = 10_000, timeout_s: float | None = None
     ) -> AsyncIterator[ConsumerBatch[_K, _V]]:
         """See :meth:`Consumer.batches`."""
-        if max_records < 1:
-            raise InvalidInputError("max_records must be >= 1")
-        self._settle_abandoned(batches=True)
-        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            group = self._group
-            if group is None:
-                chunk = await self._next_chunk(timeout_s)
-            else:
-                await group.poll_async(self._assign_now)
-                chunk = await self._next_chunk(group.slice_s(deadline_s))
-                if chunk is None and (deadline_s is None or time.monotonic() < deadline_s):
-                    continue
-            if chunk is None:
-                return
-            if timeout_s is not None:  # the timeout is of idleness: it starts again
-                deadline_s = time.monotonic() + timeout_s
-            for batch in self._batches_of(chunk, max_records):
-                yield batch
+        return iterate_async(self._batches_steps(max_records, timeout_s), self._perform)
 
-    async def _next(
-        self, timeout_s: float | None
-    ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
-        while True:
-            self._raise_poison()
-            stashed = self._stashed()
-            if stashed is not None:
-                return stashed
-            chunk = await self._next_chunk(timeout_s)
-            if chunk is None:
+    async def close(self) -> None:
+        """Stop fetching and close the connections (in a group: final commit,
+        ``on_revoked``, leave). Idempotent."""
+        await self._run(self._close_steps())
+
+    async def __aenter__(self) -> AsyncConsumer[_K, _V]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- the effects, carried out on the running event loop
+
+    async def _run(self, steps: Steps[_Effect, _T]) -> _T:
+        return await drive_async(steps, self._perform)
+
+    async def _perform(self, effect: _Effect) -> Any:
+        match effect:
+            case _OnCore(function, args):
+                return function(*args)
+            case _Blocking(function, args):
+                return await asyncio.to_thread(function, *args)
+            case _InGroup(_, asynchronous, with_assign):
+                return await (asynchronous(self._assign_now) if with_assign else asynchronous())
+            case _TakeChunk(timeout_s):
+                return await self._next_chunk(timeout_s)
+            case _CloseCore():
+                await self._core.close()
                 return None
-            item = self._decode_chunk(chunk)
-            if item is not None:
-                return item
+            case _:
+                assert_never(effect)
+
+    def _core_call(self, function: Callable[..., object], *args: Any) -> None:
+        function(*args)
+
+    def _core_soon(self, function: Callable[..., object], *args: Any) -> None:
+        function(*args)
 
     async def _next_chunk(self, timeout_s: float | None) -> _Chunk | None:
         self._check_open()
@@ -2159,53 +2264,19 @@ class AsyncConsumer(_Reader[_K, _V]):
                     return None
                 continue
             assert chunk is not None
-            self._core.release(chunk.nbytes)
-            if self._usable(chunk):
-                if chunk.error is not None:
-                    raise chunk.error
-                self._bytes_consumed += chunk.nbytes
-                return chunk
+            taken = self._taken(chunk)
+            if taken is not None:
+                return taken
 
-    def _seek_core_to(self, tp: TopicPartition, offset: int) -> None:
-        self._core.seek(tp, offset)
-        self._after_seek(tp, offset)
 
-    def _corrupt_in_core(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
-        self._core.corrupt(chunk.tp, chunk.epoch, chunk.source, corrupt.offset, corrupt.error)
+def _log_start(offsets: PartitionOffsets) -> int:
+    return offsets.log_start_offset
 
-    def _refetch(self, tp: TopicPartition) -> None:
-        if not self._closed and tp in self._epochs:
-            position = self._positions.get(tp, -1)
-            offset = position if position >= 0 else None
-            self._core.seek(tp, offset)
-            self._after_seek(tp, offset)
 
-    async def close(self) -> None:
-        """Stop fetching and close the connections (in a group: final commit,
-        ``on_revoked``, leave). Idempotent."""
-        if self._closed:
-            return
-        group = self._group
-        try:
-            if group is not None and not self._closing:
-                self._closing = True
-                await group.close_async(self._assign_now)  # the hooks may still commit
-        finally:
-            self._group = None
-            await self._close_reader()
+def _high_watermark(offsets: PartitionOffsets) -> int:
+    return offsets.high_watermark
 
-    async def _close_reader(self) -> None:
-        self._closed = True
-        self._registrations.close()
-        try:
-            await self._core.close()
-        finally:
-            self._inbox.wake_all()
-            if self._owns_client:
-                await asyncio.to_thread(self._client.close)
 
-    async def __aenter__(self) -> AsyncConsumer[_K, _V]:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+def _found_or_end(offsets: PartitionOffsets) -> int:
+    found = offsets.offset_for_timestamp
+    return offsets.high_watermark if found is None else found

@@ -51,7 +51,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, assert_never
+from typing import Protocol, assert_never
 
 from laminar.errors import (
     FencedMemberError,
@@ -60,12 +60,7 @@ from laminar.errors import (
     UnknownTopicOrPartitionError,
 )
 from laminar.groups.assignment import check_group_id, check_member_key, check_weight
-from laminar.groups.coordinator import (
-    HEARTBEATS_PER_SESSION,
-    AnswerMember,
-    HeartbeatAnswer,
-    HeartbeatRequest,
-)
+from laminar.groups.coordinator import HEARTBEATS_PER_SESSION, HeartbeatAnswer, HeartbeatRequest
 from laminar.groups.entries import Subscription
 from laminar.groups.member import (
     CommitNow,
@@ -77,17 +72,28 @@ from laminar.groups.member import (
     Released,
     handover_steps,
 )
-from laminar.grpc_errors import error_from_detail
-from laminar.partitioning import key_partition
-from laminar.v1 import laminar_pb2 as pb
-
-if TYPE_CHECKING:
-    from laminar_client.client import Client
-    from laminar_client.consumer import TopicPartition
+from laminar_client.client import UNKNOWN_TOPIC_WAIT_S, Client
+from laminar_client.group_wire import (
+    GROUP_PARTITIONS_PER_CALL_MAX,
+    GROUPS_PARTITIONS,
+    GROUPS_TOPIC,
+    CommittedOffset,
+    GroupDescription,
+    GroupMemberInfo,
+    GroupPartitionInfo,
+    GroupSummary,
+    answer_from_proto,
+    check_partition_count,
+    commit_results,
+    group_partition,
+    heartbeat_to_proto,
+)
+from laminar_client.types import TopicPartition
 
 __all__ = [
     "GROUPS_PARTITIONS",
     "GROUPS_TOPIC",
+    "GROUP_PARTITIONS_PER_CALL_MAX",
     "CommittedOffset",
     "GroupDescription",
     "GroupMemberInfo",
@@ -96,17 +102,15 @@ __all__ = [
     "GroupSession",
     "GroupSummary",
     "HeartbeatRequest",
+    "answer_from_proto",
+    "check_partition_count",
+    "commit_results",
     "group_partition",
+    "heartbeat_to_proto",
 ]
 
 _LOG = logging.getLogger(__name__)
 
-GROUPS_TOPIC = "__groups"
-"""The internal topic holding the groups (``laminar.server.groups.GROUPS_TOPIC``)."""
-GROUPS_PARTITIONS = 8
-"""Its partition count, fixed for a cluster's life (``laminar.server.groups``)."""
-GROUP_PARTITIONS_PER_CALL_MAX = 10_000
-"""Most partitions one commit, fetch or reset names (the server's limit)."""
 ACTIONS_QUEUED_MAX = 1024
 """Most heartbeat outcomes waiting for the application's thread. Only answers that
 change something are queued; past this the application has not polled for
@@ -120,175 +124,10 @@ _RETRY_WAIT_S = 0.2
 """Pause after a failed heartbeat (coordinator moving) before the next try."""
 
 
-def group_partition(group: str) -> tuple[str, int]:
-    """The ``__groups`` partition whose leader coordinates ``group``."""
-    return GROUPS_TOPIC, key_partition(group.encode(), GROUPS_PARTITIONS)
-
-
-# ----------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    """A partition's committed position (``next_offset`` None: nothing committed)."""
-
-    topic: str
-    partition: int
-    next_offset: int | None
-    metadata: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSummary:
-    """One line of :meth:`Client.list_groups`."""
-
-    group: str
-    state: str
-    member_count: int
-    coordinator: str
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMemberInfo:
-    """A member as the coordinator holds it."""
-
-    member_id: str
-    instance_id: str | None
-    weight: float
-    member_epoch: int
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    host: str | None = None
-    """``host:port`` it last heartbeated from (None: not heard by this coordinator yet)."""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupPartitionInfo:
-    """A partition of the group: confirmed owner, target and committed position."""
-
-    topic: str
-    partition: int
-    owner: str | None
-    assignment_epoch: int
-    target: str | None
-    committed_offset: int | None
-    metadata: str
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescription:
-    """:meth:`Client.describe_group`: state is dead, empty, stable or reconciling."""
-
-    group: str
-    state: str
-    group_epoch: int
-    coordinator: str
-    topics: tuple[str, ...]
-    pattern: str | None
-    members: tuple[GroupMemberInfo, ...]
-    partitions: tuple[GroupPartitionInfo, ...]
-
-    @classmethod
-    def from_proto(cls, answer: pb.DescribeGroupResponse) -> GroupDescription:
-        return cls(
-            group=answer.group,
-            state=answer.state,
-            group_epoch=answer.group_epoch,
-            coordinator=answer.coordinator,
-            topics=tuple(answer.topics),
-            pattern=answer.pattern or None,
-            members=tuple(
-                GroupMemberInfo(
-                    m.member_id,
-                    m.instance_id or None,
-                    m.weight,
-                    m.member_epoch,
-                    m.session_timeout_ms,
-                    m.rebalance_timeout_ms,
-                    m.host or None,
-                )
-                for m in answer.members
-            ),
-            partitions=tuple(
-                GroupPartitionInfo(
-                    p.topic,
-                    p.partition,
-                    p.owner or None,
-                    p.assignment_epoch,
-                    p.target or None,
-                    p.committed_offset if p.HasField("committed_offset") else None,
-                    p.metadata,
-                )
-                for p in answer.partitions
-            ),
-        )
-
-
-# ----------------------------------------------------------------------------- wire
-
-
-def heartbeat_to_proto(request: HeartbeatRequest) -> pb.GroupHeartbeatRequest:
-    """The wire form of a sans-IO heartbeat (``leave`` is LeaveGroup's, not sent)."""
-    subscription = request.subscription
-    return pb.GroupHeartbeatRequest(
-        group=request.group_id,
-        member_id=request.member_id,
-        member_epoch=request.member_epoch,
-        instance_id=request.instance_id or "",
-        weight=request.weight,
-        topics=list(subscription.topics),
-        pattern=subscription.pattern or "",
-        session_timeout_ms=request.session_timeout_ms,
-        rebalance_timeout_ms=request.rebalance_timeout_ms,
-        released=[
-            pb.GroupPartitionEpoch(topic=topic, partition=index, assignment_epoch=epoch)
-            for topic, index, epoch in request.released
-        ],
-    )
-
-
-def answer_from_proto(group: str, response: pb.GroupHeartbeatResponse) -> HeartbeatAnswer:
-    """The sans-IO answer :meth:`GroupMember.on_answer` takes."""
-    return HeartbeatAnswer(
-        group_id=group,
-        member_id=response.member_id,
-        fenced=False,
-        group_epoch=response.group_epoch,
-        member_epoch=response.member_epoch,
-        heartbeat_interval_ms=response.heartbeat_interval_ms,
-        members=tuple(AnswerMember(m.member_id, m.key, m.weight) for m in response.members),
-        partition_counts=tuple((t.topic, t.partitions) for t in response.topics),
-        owned=tuple((p.topic, p.partition, p.assignment_epoch) for p in response.owned),
-        committed=tuple(
-            (p.topic, p.partition, p.committed_offset)
-            for p in response.owned
-            if p.HasField("committed_offset")
-        ),
-        assigned=tuple((p.topic, p.partition) for p in response.assigned),
-    )
-
-
-def commit_results(
-    response: pb.CommitOffsetsResponse,
-) -> dict[tuple[str, int], LaminarError | None]:
-    """Per partition: None when the commit applied, else its typed error."""
-    return {
-        (p.topic, p.partition): error_from_detail(p.error) if p.HasField("error") else None
-        for p in response.partitions
-    }
-
-
-def check_partition_count(count: int, what: str) -> None:
-    if not 1 <= count <= GROUP_PARTITIONS_PER_CALL_MAX:
-        raise InvalidInputError(
-            f"{what} names 1 to {GROUP_PARTITIONS_PER_CALL_MAX} partitions, got {count}"
-        )
-
-
 # ----------------------------------------------------------------------------- session
 
 
-Hook = Callable[[list["TopicPartition"]], object]
+Hook = Callable[[list[TopicPartition]], object]
 """``on_assigned`` / ``on_revoked`` / ``on_lost``: called with the partitions. With
 an :class:`~laminar_client.consumer.AsyncConsumer` a hook may also be a coroutine
 function (its result is awaited)."""
@@ -501,8 +340,6 @@ class GroupSession:
         have not existed for ``UNKNOWN_TOPIC_WAIT_S`` (a topic created a moment ago
         may still be spreading); the subscription stays, and a topic created later
         is read (app thread)."""
-        from laminar_client.client import UNKNOWN_TOPIC_WAIT_S
-
         now_s = time.monotonic()
         with self._lock:
             due = sorted(
@@ -900,6 +737,4 @@ def _log_quiet_commit(group: str, error: LaminarError) -> None:
 
 
 def _tp(tp: tuple[str, int]) -> TopicPartition:
-    from laminar_client.consumer import TopicPartition
-
     return TopicPartition(*tp)

@@ -16,7 +16,9 @@ colliding is negligible); the broker accepts any sequence from a producer id it
 does not know. When a send fails with its outcome unknown (the retries ran out on
 a retriable error), the producer switches to a new producer id: the next batch
 neither collides with nor waits for the one in doubt. A failure that proves the
-batch was not written (invalid input, unknown topic) keeps id and sequence.
+batch was not written (invalid input, unknown topic) keeps id and sequence. Which
+failure is which, the sequence arithmetic and the id are
+:mod:`laminar_client.sequencing`'s, as for every Laminar writer.
 """
 
 from __future__ import annotations
@@ -26,12 +28,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from laminar.errors import OutOfOrderSequenceError, RetriableError
 from laminar.records import Compression, Header, encode_batch
 from laminar_client.client import AcksMode, Client
-
-_PRODUCER_ID_MAX = 2**63 - 1
-_SEQUENCE_LIMIT = 2**31
+from laminar_client.sequencing import Lineage, Verdict, random_producer_id, verdict
 
 
 class IdempotentProducer:
@@ -54,8 +53,9 @@ class IdempotentProducer:
         self._rng = rng if rng is not None else random.Random()
         self._compression = compression
         self._lock = threading.Lock()
-        self.producer_id = producer_id if producer_id is not None else self._new_producer_id()
-        self._next_sequence: dict[tuple[str, int], int] = {}
+        self.producer_id = producer_id if producer_id is not None else random_producer_id(self._rng)
+        self._lineages: dict[tuple[str, int], Lineage] = {}
+        """Per partition, ``producer_id``'s next sequence (all dropped by a rotation)."""
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
 
     def send(
@@ -76,10 +76,11 @@ class IdempotentProducer:
             partition_lock = self._partition_locks.setdefault(key, threading.Lock())
         with partition_lock:
             with self._lock:
-                producer_id = self.producer_id
-                sequence = self._next_sequence.get(key, 0)
-            if sequence + len(values) >= _SEQUENCE_LIMIT:
-                producer_id, sequence = self._rotate(), 0
+                lineage = self._lineage_locked(key)
+                if not lineage.fits(len(values)):
+                    self._rotate_locked()
+                    lineage = self._lineage_locked(key)
+                producer_id, sequence = lineage.producer_id, lineage.next_sequence
             stamp_ms = int(time.time() * 1000) if timestamps_ms is None else timestamps_ms
             batch = encode_batch(
                 values,
@@ -94,20 +95,23 @@ class IdempotentProducer:
                 (base_offset,) = self._client.produce(
                     topic, partition, [batch], acks=acks, timeout_s=timeout_s
                 )
-            except (RetriableError, OutOfOrderSequenceError):
-                self._rotate()
+            except Exception as error:
+                if verdict(error) is not Verdict.FATAL:  # perhaps written, or a gap
+                    with self._lock:
+                        self._rotate_locked()
                 raise
             with self._lock:
-                if self.producer_id == producer_id:
-                    self._next_sequence[key] = sequence + len(values)
+                if self._lineages.get(key) is lineage:  # not rotated meanwhile
+                    lineage.take(len(values))
             return base_offset
 
-    def _rotate(self) -> int:
-        """Start over with a fresh producer id and every sequence at 0."""
-        with self._lock:
-            self.producer_id = self._new_producer_id()
-            self._next_sequence.clear()
-            return self.producer_id
+    def _lineage_locked(self, key: tuple[str, int]) -> Lineage:
+        lineage = self._lineages.get(key)
+        if lineage is None:
+            lineage = self._lineages[key] = Lineage(self.producer_id)
+        return lineage
 
-    def _new_producer_id(self) -> int:
-        return self._rng.randrange(_PRODUCER_ID_MAX)
+    def _rotate_locked(self) -> None:
+        """Start over with a fresh producer id and every sequence at 0."""
+        self.producer_id = random_producer_id(self._rng)
+        self._lineages.clear()

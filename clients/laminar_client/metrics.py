@@ -1,7 +1,7 @@
 """What a producer or consumer measured: :meth:`Producer.metrics` and
 :meth:`Consumer.metrics` return a :class:`ProducerMetrics` / :class:`ConsumerMetrics`
-snapshot; :func:`register_metrics` exports them to a ``prometheus_client`` registry
-the application owns.
+snapshot; :func:`laminar_client.metrics_registry.register_metrics` exports them to
+a ``prometheus_client`` registry the application owns.
 
 The counts are kept where the client already accounts, per batch and per fetch,
 never per record: a producer adds to them when a batch is resolved (acknowledged or
@@ -10,28 +10,24 @@ application takes a fetch answer, and when it has been handed a chunk's records.
 A snapshot is read without stopping the client, so its fields may be a batch or a
 fetch apart from each other; each one alone is exact.
 
-This module does not import ``prometheus_client`` (``import laminar_client`` must
-not need it): :func:`register_metrics` imports :mod:`laminar_client._prometheus`,
-which does, when it is first called (the optional extra ``laminar[metrics]``).
+This module imports no other client module (the collectors of
+:mod:`laminar_client._prometheus` read these types) and not ``prometheus_client``
+(``import laminar_client`` must not need it).
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import itertools
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from laminar.errors import ClientClosedError, InvalidInputError, LaminarError
+from laminar.errors import InvalidInputError, LaminarError
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import CollectorRegistry
-
-    from laminar_client.consumer import TopicPartition
+    from laminar_client.types import TopicPartition
 
 __all__ = [
     "FETCH_LATENCY_BOUNDS_S",
@@ -40,7 +36,6 @@ __all__ = [
     "ProducerMetrics",
     "TopicSent",
     "error_name",
-    "register_metrics",
 ]
 
 FETCH_LATENCY_BOUNDS_S = (
@@ -61,8 +56,6 @@ FETCH_LATENCY_BOUNDS_S = (
 """The upper bounds of the fetch latency histogram's buckets, in seconds (a last
 bucket takes the rest). A caught-up partition's fetch waits up to ``fetch_wait_s``
 (0.5 s by default) on the node, so its latency lands near that bound."""
-CLIENT_ID_CHARACTERS_MAX = 128
-_CLIENT_ID = re.compile(r"[A-Za-z0-9._:@/-]+")
 UNEXPECTED_ERROR = "Unexpected"
 """The error name of an exception outside :class:`~laminar.errors.LaminarError`
 (a transport surprise), so that the error label stays a short, fixed set."""
@@ -267,68 +260,6 @@ class ConsumerMetrics:
 
 
 class MetricsSource(Protocol):
-    """A producer or consumer, for :func:`register_metrics`."""
+    """A producer or consumer, for :func:`~laminar_client.metrics_registry.register_metrics`."""
 
     def metrics(self) -> ProducerMetrics | ConsumerMetrics: ...
-
-
-class Registrations:
-    """The registries a client's collectors were registered with, unregistered
-    together when the client closes (:meth:`close`)."""
-
-    __slots__ = ("_closed", "_entries")
-
-    def __init__(self) -> None:
-        self._entries: list[tuple[CollectorRegistry, Any]] = []
-        self._closed = False
-
-    def add(self, registry: CollectorRegistry, collector: Any) -> None:
-        if self._closed:
-            raise ClientClosedError("the client is closed: its metrics cannot be registered")
-        if any(known is registry for known, _ in self._entries):
-            raise InvalidInputError("this client's metrics are registered with that registry")
-        registry.register(collector)
-        self._entries.append((registry, collector))
-
-    def close(self) -> None:
-        """Unregister every collector (idempotent)."""
-        self._closed = True
-        entries, self._entries = self._entries, []
-        for registry, collector in entries:
-            with contextlib.suppress(KeyError):  # the application unregistered it
-                registry.unregister(collector)
-
-
-def check_client_id(client_id: str) -> str:
-    """``client_id`` if it is a usable label value, else :class:`InvalidInputError`."""
-    if (
-        not isinstance(client_id, str)
-        or len(client_id) > CLIENT_ID_CHARACTERS_MAX
-        or not _CLIENT_ID.fullmatch(client_id)
-    ):
-        raise InvalidInputError(
-            f"client_id must be 1 to {CLIENT_ID_CHARACTERS_MAX} characters of letters, "
-            f"digits and . _ : @ / -, got {client_id!r}"
-        )
-    return client_id
-
-
-def register_metrics(
-    source: MetricsSource,
-    registrations: Registrations,
-    registry: CollectorRegistry,
-    client_id: str,
-) -> None:
-    """Register a collector reading ``source.metrics()`` at each scrape with
-    ``registry`` (what :meth:`Producer.register_metrics` and
-    :meth:`Consumer.register_metrics` do); it is unregistered when the client closes.
-    Raises :class:`InvalidInputError` when ``prometheus_client`` is not installed
-    (the ``laminar[metrics]`` extra)."""
-    check_client_id(client_id)
-    try:
-        from laminar_client._prometheus import collector_for
-    except ImportError as error:
-        raise InvalidInputError(
-            "register_metrics needs prometheus_client: pip install 'laminar[metrics]'"
-        ) from error
-    registrations.add(registry, collector_for(source, client_id))

@@ -45,7 +45,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, assert_never, cast
 
 from google.protobuf.message import Message
 from typing_extensions import TypeVar
@@ -74,27 +74,23 @@ from laminar.records import (
 )
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client._aio import AsyncTransport, LoopThread, Unimplemented
-from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State, Verdict
-from laminar_client.client import (
-    ACKS,
-    LEADER_CHECK_INTERVAL_S,
-    UNKNOWN_TOPIC_WAIT_S,
-    AcksMode,
-    Client,
-    leader_moved_error,
-)
+from laminar_client._sender import MAX_IN_FLIGHT_LIMIT, PartitionSender, State
+from laminar_client._steps import Steps, drive, drive_async
+from laminar_client.client import ACKS, UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.metadata import ClusterMetadata
+from laminar_client.metadata_cache import LEADER_CHECK_INTERVAL_S, leader_moved_error
 from laminar_client.metrics import (
     ProducerMetrics,
-    Registrations,
     TopicSent,
     error_name,
-    register_metrics,
 )
+from laminar_client.metrics_registry import Registrations, register_metrics
 from laminar_client.partitioner import StickyPartitioner, key_partition
 from laminar_client.retry import RetryPolicy
+from laminar_client.sequencing import Verdict, random_producer_id
 from laminar_client.serializers import Serializer
 from laminar_client.tls import TlsOptions
+from laminar_client.types import AcksMode
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -116,7 +112,6 @@ _M = TypeVar("_M", bound=Message)
 _RECORD_OVERHEAD_BYTES = 16
 """Bytes a record costs in a batch beyond its key, value and headers (timestamp and
 two lengths), counted against ``batch_bytes_max`` and ``buffer_bytes_max``."""
-_PRODUCER_ID_MAX = 2**63 - 1
 _RESPONSE_MARGIN_S = 0.5
 ELECTION_RETRY_MAX_S = 0.25
 """The longest wait before asking again for a partition whose leader is unknown or
@@ -126,7 +121,6 @@ REFRESH_INTERVAL_MIN_S = 0.1
 """The producer refreshes metadata (when an error made it stale) at most this often:
 during a failover every failed batch marks it stale, and refreshing for each one
 in turn let through ~60 batches a second."""
-_EVENT_LOCK = threading.Lock()
 
 
 # ----------------------------------------------------------------------------- settings
@@ -230,6 +224,7 @@ class _Batch:
     __slots__ = (
         "_callbacks",
         "_event",
+        "_events_lock",
         "_on_done",
         "_waiters",
         "backoff_s",
@@ -265,7 +260,10 @@ class _Batch:
         delivery_timeout_s: float,
         compression: Compression,
         on_done: Callable[[_Batch], None],
+        events_lock: threading.Lock,
     ) -> None:
+        """``events_lock``: the producer's lock over its batches' callbacks, waiters
+        and events (see :meth:`_finish`); ``on_done`` is called once resolved."""
         self.topic = topic
         self.partition = partition
         self.values: list[bytes | None] = []
@@ -293,6 +291,7 @@ class _Batch:
         self._callbacks: list[tuple[int, Callback]] | None = None
         self._waiters: list[asyncio.Future[None]] | None = None
         self._on_done = on_done
+        self._events_lock = events_lock
 
     @property
     def record_count(self) -> int:
@@ -331,21 +330,21 @@ class _Batch:
         """Resolve the batch once: ``done`` first, then the callbacks, then the
         buffer's bytes go back, and only then (``settled``) do waiters wake, so that
         ``flush`` and ``result`` return after all of it. Callbacks, waiters and the
-        event are taken under ``_EVENT_LOCK``, so that one registered from another
-        thread at the same moment is either taken here or sees the flag."""
+        event are taken under the producer's ``events_lock``, so that one registered
+        from another thread at the same moment is either taken here or sees the flag."""
         if self.done:
             return
         self.done = True
         self.values = []  # the records' memory goes back now; futures keep the batch
         self.keys = self.headers = None
         self.encoded = None
-        with _EVENT_LOCK:
+        with self._events_lock:
             callbacks, self._callbacks = self._callbacks, None
         if callbacks:
             for index, callback in callbacks:
                 self._run_callback(index, callback)
         self._on_done(self)
-        with _EVENT_LOCK:
+        with self._events_lock:
             self.settled = True
             event = self._event
             waiters, self._waiters = self._waiters, None
@@ -365,7 +364,7 @@ class _Batch:
         return RecordMetadata(self.topic, self.partition, offset, self.timestamps[index])
 
     def add_callback(self, index: int, callback: Callback) -> None:
-        with _EVENT_LOCK:
+        with self._events_lock:
             if not self.done:
                 if self._callbacks is None:
                     self._callbacks = []
@@ -382,7 +381,7 @@ class _Batch:
     def wait(self, timeout_s: float | None) -> bool:
         """Block until settled (True) or ``timeout_s`` passed (False); Ctrl-C
         interrupts."""
-        with _EVENT_LOCK:
+        with self._events_lock:
             if self.settled:
                 return True
             if self._event is None:
@@ -393,7 +392,7 @@ class _Batch:
     def waiter(self) -> asyncio.Future[None]:
         """A future on the running loop, done when the batch is settled."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        with _EVENT_LOCK:
+        with self._events_lock:
             if not self.settled:
                 if self._waiters is None:
                     self._waiters = []
@@ -491,6 +490,10 @@ class _Accumulator:
         self.clock = clock
         self.lock = threading.Lock()
         self.space = threading.Condition(self.lock)
+        self.events_lock = threading.Lock()
+        """Guards every batch's callbacks, waiters and event (held for a few field
+        reads and writes, never while a callback runs; apart from ``lock``, which
+        ``send`` takes for each record)."""
         self.sticky = StickyPartitioner(config.batch_bytes_max, rng)
         self.open: dict[tuple[str, int], _Batch] = {}
         self.sealed: deque[_Batch] = deque()
@@ -542,6 +545,7 @@ class _Accumulator:
                 config.delivery_timeout_s,
                 config.compression,
                 self._batch_done,
+                self.events_lock,
             )
             self.open[tp] = batch
             self.unfinished[id(batch)] = batch
@@ -726,7 +730,7 @@ class _Core:
             rng = self._rng
 
             def new_id() -> int:
-                return rng.randrange(_PRODUCER_ID_MAX)
+                return random_producer_id(rng)
 
         return PartitionSender[_Batch](
             max_in_flight=self._config.max_in_flight, new_producer_id=new_id
@@ -1064,6 +1068,51 @@ class _Core:
         await self._transport.close()
 
 
+# ----------------------------------------------------------------------------- effects
+#
+# What Producer and AsyncProducer do besides ``send`` is written once, as steps
+# (_ProducerBase's ``_*_steps`` generators, laminar_client._steps): a step yields
+# one of these wherever the facades act differently, and each facade carries it out
+# its own way (``_perform``).
+
+
+@dataclass(frozen=True, slots=True)
+class _OnLoop:
+    """Have the core call ``function()`` (Producer: soon, on its loop thread)."""
+
+    function: Callable[[], object]
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """Wait until each of ``batches`` is settled (``TimeoutError`` after ``timeout_s``)."""
+
+    batches: Sequence[_Batch]
+    timeout_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """Wait for ``future``'s record: its metadata, or its error raised."""
+
+    future: DeliveryFuture
+
+
+@dataclass(frozen=True, slots=True)
+class _CloseCore:
+    """Stop the core within ``timeout_s`` (Producer: and its loop thread)."""
+
+    timeout_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _CloseClient:
+    """Close the producer's own client (AsyncProducer: in a worker thread)."""
+
+
+_Effect = _OnLoop | _Settled | _Outcome | _CloseCore | _CloseClient
+
+
 # ----------------------------------------------------------------------------- facades
 
 
@@ -1117,7 +1166,8 @@ class _ProducerBase(Generic[_K, _V]):
         self._record_bytes_max = min(config.buffer_bytes_max, DEFAULT_LIMITS.batch_bytes_max // 2)
         self._closed = False
         self._registrations = Registrations()
-        _warn_at_exit(self)
+        self._exit_warning = _ExitWarning(self)
+        self._exit_warning.register()
         self._start_core()
 
     def _start_core(self) -> None:
@@ -1273,6 +1323,47 @@ class _ProducerBase(Generic[_K, _V]):
             refresh = True
             time.sleep(0.05)
 
+    # -- the steps both facades drive (laminar_client._steps), and their shared parts.
+    # ``send`` is not a step: it runs once per record, where driving a generator (or
+    # even one more call) costs a measurable part of its time; the two sends share
+    # only their slow path (_room_wait_s) and the helpers above.
+
+    def _room_wait_s(self, deadline_s: float) -> float:
+        """How long ``send`` may still wait for room in the buffer; raises when the
+        producer closed, or :class:`BufferFullError` when ``max_block_s`` is over."""
+        if self._acc.closed:
+            raise ClientClosedError("the producer is closed")
+        remaining_s = deadline_s - time.monotonic()
+        if remaining_s <= 0:
+            raise BufferFullError(
+                f"the producer's buffer ({self.config.buffer_bytes_max} bytes) stayed "
+                f"full for max_block_s={self.config.max_block_s}"
+            )
+        return remaining_s
+
+    def _acknowledged_steps(self, future: DeliveryFuture) -> Steps[_Effect, RecordMetadata]:
+        """``send_and_wait`` after its ``send``: no linger, then the outcome."""
+        yield _OnLoop(self._core.flush_soon)
+        metadata: RecordMetadata = yield _Outcome(future)
+        return metadata
+
+    def _flush_steps(self, timeout_s: float | None) -> Steps[_Effect, None]:
+        pending = self._acc.seal_all()
+        yield _OnLoop(self._core.wake)
+        yield _Settled(pending, timeout_s)
+
+    def _close_steps(self, timeout_s: float | None) -> Steps[_Effect, None]:
+        if self._closed:
+            return
+        self._closed = True
+        self._exit_warning.unregister()
+        self._registrations.close()
+        try:
+            yield _CloseCore(timeout_s)
+        finally:
+            if self._owns_client:
+                yield _CloseClient()
+
 
 def _headers_size(headers: Sequence[Header]) -> int:
     size = 0
@@ -1322,6 +1413,7 @@ class Producer(_ProducerBase[_K, _V]):
         full (up to ``max_block_s``, then :class:`~laminar.errors.BufferFullError`)
         or while the topic's metadata is first fetched.
         """
+        # Per record: straight-line code, no step to drive (see _ProducerBase._room_wait_s).
         data, key_data, size = self._encode(value, key, headers)
         partitions = self._partitions_of(topic)
         if partitions is None:
@@ -1350,15 +1442,7 @@ class Producer(_ProducerBase[_K, _V]):
         deadline_s = time.monotonic() + self.config.max_block_s
         self._thread.call_soon(self._core.flush_soon)  # full buffer: don't wait for linger
         while acc.buffered + size > self.config.buffer_bytes_max:
-            if acc.closed:
-                raise ClientClosedError("the producer is closed")
-            remaining_s = deadline_s - time.monotonic()
-            if remaining_s <= 0:
-                raise BufferFullError(
-                    f"the producer's buffer ({self.config.buffer_bytes_max} bytes) stayed "
-                    f"full for max_block_s={self.config.max_block_s}"
-                )
-            acc.space.wait(remaining_s)
+            acc.space.wait(self._room_wait_s(deadline_s))
 
     def send_and_wait(
         self,
@@ -1374,36 +1458,47 @@ class Producer(_ProducerBase[_K, _V]):
         future = self.send(
             topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
         )
-        self._thread.call_soon(self._core.flush_soon)
-        return future.result()
+        return drive(self._acknowledged_steps(future), self._perform)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send every buffered record now and wait until each sent before this call
         is acknowledged or failed (``TimeoutError`` after ``timeout_s``). Per-record
         errors stay in their futures."""
-        pending = self._acc.seal_all()
-        self._thread.call_soon(self._core.wake)
-        _wait_all(pending, timeout_s)
+        drive(self._flush_steps(timeout_s), self._perform)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush (up to ``timeout_s``), then stop; records still pending fail with
         :class:`~laminar.errors.ClientClosedError`. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._registrations.close()
-        try:
-            self._thread.run(self._core.close(timeout_s))
-        finally:
-            self._thread.close()
-            if self._owns_client:
-                self._client.close()
+        drive(self._close_steps(timeout_s), self._perform)
 
     def __enter__(self) -> Producer[_K, _V]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _perform(self, effect: _Effect) -> Any:
+        """Carry out a step's effect in the caller's thread."""
+        match effect:
+            case _OnLoop(function):
+                self._thread.call_soon(function)
+                return None
+            case _Settled(batches, timeout_s):
+                _wait_all(batches, timeout_s)
+                return None
+            case _Outcome(future):
+                return future.result()
+            case _CloseCore(timeout_s):
+                try:
+                    self._thread.run(self._core.close(timeout_s))
+                finally:
+                    self._thread.close()
+                return None
+            case _CloseClient():
+                self._client.close()
+                return None
+            case _:
+                assert_never(effect)
 
 
 class AsyncProducer(_ProducerBase[_K, _V]):
@@ -1431,6 +1526,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         """Take a record (see :meth:`Producer.send`); ``await`` the returned future
         for its acknowledgement. Awaiting ``send`` itself waits only for buffer room
         and, for a new topic, its metadata."""
+        # Per record: straight-line code, no step to drive (see _ProducerBase._room_wait_s).
         data, key_data, size = self._encode(value, key, headers)
         partitions = self._partitions_of(topic)
         if partitions is None:
@@ -1458,14 +1554,7 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         deadline_s = time.monotonic() + self.config.max_block_s
         self._core.flush_soon()
         while acc.buffered + size > self.config.buffer_bytes_max:
-            if acc.closed:
-                raise ClientClosedError("the producer is closed")
-            remaining_s = deadline_s - time.monotonic()
-            if remaining_s <= 0:
-                raise BufferFullError(
-                    f"the producer's buffer ({self.config.buffer_bytes_max} bytes) stayed "
-                    f"full for max_block_s={self.config.max_block_s}"
-                )
+            remaining_s = self._room_wait_s(deadline_s)
             waiter: asyncio.Future[None] = self._loop.create_future()
             with acc.lock:
                 if acc.buffered + size <= self.config.buffer_bytes_max:
@@ -1488,36 +1577,45 @@ class AsyncProducer(_ProducerBase[_K, _V]):
         future = await self.send(
             topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
         )
-        self._core.flush_soon()
-        return await future
+        return await drive_async(self._acknowledged_steps(future), self._perform)
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Send every buffered record now and wait until each sent before this call
         is acknowledged or failed (``TimeoutError`` after ``timeout_s``)."""
-        pending = self._acc.seal_all()
-        self._core.wake()
-        waiters = [batch.waiter() for batch in pending if not batch.settled]
-        if waiters:
-            await asyncio.wait_for(asyncio.gather(*waiters), timeout_s)
+        await drive_async(self._flush_steps(timeout_s), self._perform)
 
     async def close(self, timeout_s: float | None = None) -> None:
         """Flush (up to ``timeout_s``), then stop; records still pending fail with
         :class:`~laminar.errors.ClientClosedError`. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._registrations.close()
-        try:
-            await self._core.close(timeout_s)
-        finally:
-            if self._owns_client:
-                await asyncio.to_thread(self._client.close)
+        await drive_async(self._close_steps(timeout_s), self._perform)
 
     async def __aenter__(self) -> AsyncProducer[_K, _V]:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    async def _perform(self, effect: _Effect) -> Any:
+        """Carry out a step's effect on the running event loop."""
+        match effect:
+            case _OnLoop(function):
+                function()
+                return None
+            case _Settled(batches, timeout_s):
+                waiters = [batch.waiter() for batch in batches if not batch.settled]
+                if waiters:
+                    await asyncio.wait_for(asyncio.gather(*waiters), timeout_s)
+                return None
+            case _Outcome(future):
+                return await future
+            case _CloseCore(timeout_s):
+                await self._core.close(timeout_s)
+                return None
+            case _CloseClient():
+                await asyncio.to_thread(self._client.close)
+                return None
+            case _:
+                assert_never(effect)
 
 
 def _encoded(batch: _Batch) -> bytes:
@@ -1534,20 +1632,36 @@ def _wait_all(batches: Sequence[_Batch], timeout_s: float | None) -> None:
             raise TimeoutError(f"flush did not finish within {timeout_s} s")
 
 
-_LIVE: weakref.WeakSet[_ProducerBase[Any, Any]] = weakref.WeakSet()
+class _ExitWarning:
+    """A producer's promise that records it still holds at interpreter exit are not
+    lost silently: registered with :mod:`atexit` when the producer is made, it logs
+    a warning then if the producer was not closed and has batches not delivered.
+    ``close`` unregisters it; so does the producer's garbage collection (it holds
+    the producer weakly: a producer dropped without ``close`` is not kept alive)."""
 
+    __slots__ = ("_producer",)
 
-def _warn_at_exit(producer: _ProducerBase[Any, Any]) -> None:
-    _LIVE.add(producer)
+    def __init__(self, producer: _ProducerBase[Any, Any]) -> None:
+        self._producer = weakref.ref(producer)
 
+    def register(self) -> None:
+        producer = self._producer()
+        assert producer is not None, "registered by the producer's __init__"
+        atexit.register(self)
+        weakref.finalize(producer, atexit.unregister, self).atexit = False
 
-@atexit.register
-def _report_unflushed() -> None:
-    for producer in list(_LIVE):
-        if not producer._closed and producer._acc.unfinished:
+    def unregister(self) -> None:
+        atexit.unregister(self)
+
+    def __call__(self) -> None:
+        producer = self._producer()
+        if producer is None or producer._closed:
+            return
+        acc = producer._acc
+        if acc.unfinished:
             _LOG.warning(
                 "a laminar producer was not closed: %d batches (%d bytes) were never "
                 "delivered; call flush() or close(), or use it as a context manager",
-                len(producer._acc.unfinished),
-                producer._acc.buffered,
+                len(acc.unfinished),
+                acc.buffered,
             )

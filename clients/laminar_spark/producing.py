@@ -68,6 +68,7 @@ import numpy as np
 from laminar_client.arrow import arrow_to_batch, binary_lengths, header_blobs, timestamps_ms
 from laminar_client.client import UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.partitioner import StickyPartitioner, key_partition
+from laminar_client.sequencing import PRODUCER_ID_MAX, SEQUENCE_LIMIT, Lineage, records_held
 
 from laminar.errors import (
     InvalidInputError,
@@ -76,7 +77,7 @@ from laminar.errors import (
     TopicNotAuthorizedError,
     UnknownTopicOrPartitionError,
 )
-from laminar.records import Compression, decode_batch, encode_batch
+from laminar.records import NO_PRODUCER, Compression, decode_batch, encode_batch
 from laminar_spark.write_options import WriteOptions
 
 __all__ = [
@@ -98,8 +99,6 @@ log = logging.getLogger("laminar_spark")
 RECORD_OVERHEAD_BYTES = 16
 """Bytes a record counts beyond its key, value and headers (as the client's producer
 counts it): its timestamp and two lengths in the payload."""
-SEQUENCE_LIMIT = 2**31
-"""Sequences are int32: one task writes fewer records than this to one partition."""
 SEND_THREADS = 8
 """Partitions sent to at once by one task (each has at most one request in flight)."""
 BUFFER_BYTES_MAX = 64 * 1024 * 1024
@@ -112,7 +111,6 @@ REQUEST_BATCHES_MAX = 256
 PRODUCE_TIMEOUT_S = 60.0
 """How long one produce call (its retries included) may take before the task fails
 (Spark then retries the task, which is safe): long enough for a leader election."""
-_PRODUCER_ID_MASK = 2**63 - 1
 
 
 class SequenceGapError(ProducerSequenceError):
@@ -126,7 +124,7 @@ def producer_id_for(*parts: str | int) -> int:
     machines and Python versions, unlike ``hash``)."""
     text = "\x1f".join(str(part) for part in parts).encode()
     digest = hashlib.blake2b(text, digest_size=8, person=b"laminar-spark").digest()
-    return int.from_bytes(digest, "big") & _PRODUCER_ID_MASK
+    return int.from_bytes(digest, "big") & PRODUCER_ID_MAX
 
 
 # ----------------------------------------------------------------------------- routing
@@ -307,13 +305,18 @@ class PartitionStream:
     """The batches of one partition, in sequence order, and what answers mean.
 
     Sans-IO: the sender asks :meth:`next_request`, sends it, and reports the answer
-    with :meth:`acknowledged` or :meth:`out_of_order`. See the module docstring.
+    with :meth:`acknowledged` or :meth:`out_of_order`. See the module docstring; the
+    sequence numbers (:attr:`lineage`) and what an out-of-order answer says
+    (:func:`~laminar_client.sequencing.records_held`) are
+    :mod:`laminar_client.sequencing`'s, as for every Laminar writer.
     """
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, producer_id: int = NO_PRODUCER) -> None:
         self.topic = topic
         self.partition = partition
-        self.next_sequence = 0  # of the next batch sealed
+        self.lineage = Lineage(producer_id)
+        """The task's producer id and the sequence of the next batch sealed (from 0;
+        one task writes fewer than ``SEQUENCE_LIMIT`` records to one partition)."""
         self.queue: deque[OutgoingBatch] = deque()
         self.records = 0  # acknowledged or skipped
         self.skipped = 0
@@ -324,9 +327,13 @@ class PartitionStream:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @property
+    def next_sequence(self) -> int:
+        return self.lineage.next_sequence
+
     def add(self, batch: OutgoingBatch) -> None:
         assert batch.base_sequence == self.next_sequence, (batch, self.next_sequence)
-        self.next_sequence = batch.end_sequence
+        self.lineage.take(batch.record_count)
         self.queue.append(batch)
 
     def next_request(self, bytes_max: int, batches_max: int) -> list[OutgoingBatch]:
@@ -357,7 +364,7 @@ class PartitionStream:
         """The leader refused ``request``, expecting sequence ``expected``: drop what
         it already holds (cut a batch it holds part of); the bytes freed."""
         base = request[0].base_sequence
-        if expected < base:
+        if records_held(expected, base) is None:
             raise SequenceGapError(
                 f"{self.name}: the leader expects sequence {expected} of producer "
                 f"{producer_id}, but this task's next batch starts at {base}: records "
@@ -599,10 +606,10 @@ class TaskProducer:
         key = (topic, partition)
         stream = self._streams.get(key)
         if stream is None:
-            stream = self._streams[key] = PartitionStream(topic, partition)
+            stream = self._streams[key] = PartitionStream(topic, partition, self.producer_id)
         count = records.num_rows
         base = stream.next_sequence
-        if base + count >= SEQUENCE_LIMIT:
+        if not stream.lineage.fits(count):
             raise InvalidInputError(
                 f"{stream.name}: one task may write at most {SEQUENCE_LIMIT - 1} records to "
                 "a partition; split the input into more partitions"
@@ -672,14 +679,15 @@ class TaskProducer:
         try:
             self._target.produce(stream.topic, stream.partition, [batch.data])
         except OutOfOrderSequenceError as error:
-            if error.expected_sequence < batch.base_sequence:
+            held = records_held(error.expected_sequence, batch.base_sequence)
+            if held is None:
                 raise SequenceGapError(
                     f"{stream.name}: records an earlier attempt wrote were not committed "
                     f"(the leader expects sequence {error.expected_sequence}, this task "
                     f"skipped up to {batch.end_sequence}); the task fails so that Spark "
                     "retries it"
                 ) from error
-            if error.expected_sequence > batch.end_sequence:
+            if held > batch.record_count:
                 log.warning(
                     "%s: producer %d holds records up to sequence %d, more than this task "
                     "produced (%d): the input differs between attempts, not deduplicated",

@@ -331,6 +331,24 @@ def test_idempotent_producer_rotates_id_after_unknown_outcome(cluster: FakeClust
         assert producer.send("t", 0, [b"b"]) == 0
 
 
+def test_idempotent_producer_rotates_id_after_a_storage_error(cluster: FakeCluster) -> None:
+    """STORAGE: the leader fenced its replica after the batch reached it, and a new
+    leader may commit it (laminar_client.sequencing.verdict). Reusing the sequence
+    under the same id would have the next batch answered as that one's duplicate,
+    its records dropped."""
+    cluster.add_topic("t")
+    cluster.fail_next("n0", "Produce", ("after", StorageError("replica fenced")))
+    with make_client(cluster) as client:
+        producer = IdempotentProducer(client, rng=random.Random(3))
+        first_id = producer.producer_id
+        with pytest.raises(StorageError):
+            producer.send("t", 0, [b"a"])
+        assert producer.producer_id != first_id
+        assert producer.send("t", 0, [b"b"]) == 1
+    stored = cluster.partition("t").batches
+    assert [[r.value for r in decode_records(b)] for b in stored] == [[b"a"], [b"b"]]
+
+
 def test_admin_calls(cluster: FakeCluster) -> None:
     with make_client(cluster) as client:
         created = client.create_topic("orders", 3, 2, retention_s=1.0)

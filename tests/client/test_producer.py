@@ -7,9 +7,12 @@ import asyncio
 import itertools
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -704,6 +707,50 @@ def test_ctrl_c_interrupts_a_blocked_flush(h: Harness) -> None:
     start_s = time.monotonic()
     producer.close(timeout_s=0.2)
     assert time.monotonic() - start_s < 1.2
+
+
+_EXIT_SCRIPT = """
+import gc, sys
+from laminar_client import Producer
+from tests.client.fake_server import FakeCluster
+
+cluster = FakeCluster(1)
+cluster.add_topic("t", rf=1)
+kept = []
+for how in sys.argv[1].split(","):
+    producer = Producer(cluster.bootstrap, linger_s=60.0)  # nothing leaves by itself
+    producer.send("t", b"x" * 10)
+    if how == "closed":
+        producer.close(timeout_s=0.0)
+    elif how == "dropped":
+        del producer
+        gc.collect()
+    else:
+        kept.append(producer)
+print("exiting", flush=True)
+"""
+
+
+def exit_warnings(*producers: str) -> list[str]:
+    """Run producers left ``open``, ``closed`` or ``dropped`` (garbage without a
+    close) to interpreter exit in a fresh process; the warnings it logged."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT, ",".join(producers)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0 and done.stdout == "exiting\n", done.stderr
+    return [line for line in done.stderr.splitlines() if "was not closed" in line]
+
+
+def test_a_producer_left_open_warns_at_interpreter_exit_and_a_closed_one_does_not() -> None:
+    warnings = exit_warnings("open", "closed", "open")
+    assert len(warnings) == 2
+    assert "1 batches (26 bytes) were never delivered" in warnings[0]
+    assert exit_warnings("closed", "dropped") == []
 
 
 # ----------------------------------------------------------------------------- asyncio
