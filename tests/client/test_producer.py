@@ -746,6 +746,7 @@ def exit_warnings(*producers: str) -> list[str]:
     return [line for line in done.stderr.splitlines() if "was not closed" in line]
 
 
+@pytest.mark.process  # a fresh interpreter, to exit
 def test_a_producer_left_open_warns_at_interpreter_exit_and_a_closed_one_does_not() -> None:
     warnings = exit_warnings("open", "closed", "open")
     assert len(warnings) == 2
