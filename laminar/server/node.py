@@ -72,6 +72,7 @@ from laminar.security.tokens import TokenStore
 from laminar.segment.log import SegmentLog
 from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
 from laminar.server import rules
+from laminar.server.api import ReplicaStatus
 from laminar.server.channels import ChannelCache
 from laminar.server.config import NodeConfig
 from laminar.server.disk import DiskUsage
@@ -721,6 +722,31 @@ class Node:
             cached = (state.generation, not_after(state.cert).timestamp())
             self._tls_expiry = cached
         return cached[1]
+
+    # ------------------------------------------------------------------ replicas (NodeApi)
+
+    def serves(self, key: TopicPartition) -> bool:
+        """Whether a replica of ``key`` is here, fenced or not."""
+        return self.host.get(key) is not None or self.host.is_fenced(key)
+
+    def replica_status(self, key: TopicPartition) -> ReplicaStatus | None:
+        replica = self.host.get(key)
+        if replica is None:
+            return None
+        core = replica.core
+        config = core.group_config
+        return ReplicaStatus(
+            role=core.role,
+            leader=core.leader,
+            term=core.term,
+            high_watermark=core.high_watermark,
+            voters=config.voters if config is not None else (),
+            learners=config.learners if config is not None else (),
+        )
+
+    def in_sync_voters(self, key: TopicPartition, now_ms: int) -> list[str]:
+        replica = self.host.get(key)
+        return list(replica.core.in_sync_voters(now_ms)) if replica is not None else []
 
     # ------------------------------------------------------------------ members
 
