@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import random
@@ -34,7 +33,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +96,7 @@ from laminar.server.metadata import (
     create_topic_command,
     snapshot_commands,
 )
+from laminar.server.node_files import Identity, read_founded, write_founded
 from laminar.server.observability.history import CounterHistory
 from laminar.server.service import LaminarService, add_to_server
 from laminar.server.tracing import Tracing
@@ -113,7 +112,6 @@ if TYPE_CHECKING:
     from laminar.server.observability.endpoint import MetricsEndpoint
 
 _LOG = logging.getLogger(__name__)
-_IDENTITY_FILE = "node.json"
 _CLUSTER_META = "cluster"
 _PEER_META = "peer"  # the member's peer (replication) address
 _DISK_META = "disk"  # "full" while the member's disk is below its watermark (absent: space)
@@ -126,12 +124,6 @@ _EARLY_EVENTS_MAX = 10_000
 _SNAPSHOT_CHUNKS_PER_BATCH = 3
 """Snapshot chunks (256 KiB each) per appended batch: about the 1 MiB of a groups
 append."""
-
-
-_FOUNDED_FILE = "founded"
-"""The node's founded offset: every topic creation below this metadata offset has
-had its founding replicas created here, so replaying it after a restart must not
-found them again (see :meth:`Node._apply_change`)."""
 
 
 def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
@@ -155,82 +147,6 @@ def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
             "node certificate needs the URI SAN laminar:node/<id> (docs/operations.md, TLS)"
         )
     return reloader
-
-
-def _read_founded(data_dir: str) -> int:
-    try:
-        with open(os.path.join(data_dir, _FOUNDED_FILE), encoding="ascii") as file:
-            return int(file.read().strip() or 0)
-    except FileNotFoundError:
-        return 0
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot read {_FOUNDED_FILE} in {data_dir}: {error}") from None
-
-
-def _write_founded(data_dir: str, offset: int) -> None:
-    """Replace the founded offset durably (after the replicas it covers are)."""
-    path = os.path.join(data_dir, _FOUNDED_FILE)
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="ascii") as file:
-        file.write(str(offset))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    descriptor = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-@dataclass
-class Identity:
-    node_id: str
-    cluster_id: str | None
-    weight: float
-    zone: str
-
-    @classmethod
-    def load_or_create(cls, config: NodeConfig) -> Identity:
-        path = os.path.join(config.data_dir, _IDENTITY_FILE)
-        try:
-            with open(path, encoding="utf-8") as file:
-                saved = json.load(file)
-            identity = cls(
-                str(saved["node_id"]),
-                saved.get("cluster_id"),
-                float(saved.get("weight", 1.0)),
-                str(saved.get("zone", "")),
-            )
-        except FileNotFoundError:
-            node_id = config.node_id or f"n-{uuid.uuid4().hex[:10]}"
-            identity = cls(node_id, None, 1.0, "")
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ConfigError(f"cannot read {path}: {error}") from None
-        if config.weight is not None:
-            identity.weight = config.weight
-        if config.zone is not None:
-            identity.zone = config.zone
-        identity.save(config.data_dir)
-        return identity
-
-    def save(self, data_dir: str) -> None:
-        os.makedirs(data_dir, exist_ok=True)
-        path = os.path.join(data_dir, _IDENTITY_FILE)
-        temporary = path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(
-                {
-                    "node_id": self.node_id,
-                    "cluster_id": self.cluster_id,
-                    "weight": self.weight,
-                    "zone": self.zone,
-                },
-                file,
-            )
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
 
 
 class MemberEventRelay:
@@ -352,7 +268,7 @@ class Node:
         self.counter_history = CounterHistory(config.metrics.sample_interval_ms)
         """Produce and fetch counters sampled for the status page (``NodeStatus``)."""
         self._sampler_task: asyncio.Task[None] | None = None
-        self._founded_offset = _read_founded(config.data_dir)
+        self._founded_offset = read_founded(config.data_dir)
         self._replica_changes: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
         self._health = health.aio.HealthServicer()
@@ -1081,7 +997,7 @@ class Node:
     async def _found(self, groups: list[tuple[TopicPartition, GroupConfig]], offset: int) -> None:
         await self.host.open_founding(groups)
         self._founded_offset = max(self._founded_offset, offset + 1)
-        await asyncio.to_thread(_write_founded, self.config.data_dir, self._founded_offset)
+        await asyncio.to_thread(write_founded, self.config.data_dir, self._founded_offset)
 
     async def _delete(self, keys: list[TopicPartition]) -> None:
         for key in keys:
