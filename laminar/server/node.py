@@ -31,7 +31,6 @@ import os
 import random
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -52,7 +51,7 @@ from laminar.groups.replay import snapshot_due
 from laminar.grpc_errors import error_from_rpc
 from laminar.ids import TopicPartition
 from laminar.logfields import fields
-from laminar.membership import EventKind, LocalMember, Member, MemberEvent, MemberState
+from laminar.membership import LocalMember, Member, MemberEvent
 from laminar.membership.crypto import Keyring
 from laminar.placement import PlacementMember
 from laminar.records import encode_batch
@@ -85,6 +84,15 @@ from laminar.server.groups import (
 )
 from laminar.server.host import LogFactory, ReplicaHost
 from laminar.server.keyring import NodeKeyring, keyring_path, load_node_keyring
+from laminar.server.members import (
+    PEER_META,
+    MemberEventRelay,
+    MemberTracker,
+    cluster_ids_seen,
+    full_peers,
+    gossip_metadata,
+    protocol_problem,
+)
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
@@ -98,12 +106,12 @@ from laminar.server.metadata import (
 )
 from laminar.server.node_files import Identity, read_founded, write_founded
 from laminar.server.observability.history import CounterHistory
+from laminar.server.placement_keeper import PlacementKeeper, partition_counts, retention_of
 from laminar.server.service import LaminarService, add_to_server
 from laminar.server.tracing import Tracing
 from laminar.server.transport import (
     IncompatiblePeer,
     PeerTransport,
-    compatible_versions,
     incompatibility,
 )
 from laminar.v1 import laminar_pb2, laminar_pb2_grpc
@@ -112,15 +120,7 @@ if TYPE_CHECKING:
     from laminar.server.observability.endpoint import MetricsEndpoint
 
 _LOG = logging.getLogger(__name__)
-_CLUSTER_META = "cluster"
-_PEER_META = "peer"  # the member's peer (replication) address
-_DISK_META = "disk"  # "full" while the member's disk is below its watermark (absent: space)
-_DISK_FULL = "full"
-_PROTOCOL_META = "proto"  # the member's peer protocol version (absent: 1, before issue 30)
-_INCOMPATIBLE_MAX = 1024
-"""Most peers remembered as refused for their protocol version (oldest dropped)."""
 _JOIN_POLL_S = 0.05
-_EARLY_EVENTS_MAX = 10_000
 _SNAPSHOT_CHUNKS_PER_BATCH = 3
 """Snapshot chunks (256 KiB each) per appended batch: about the 1 MiB of a groups
 append."""
@@ -147,30 +147,6 @@ def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
             "node certificate needs the URI SAN laminar:node/<id> (docs/operations.md, TLS)"
         )
     return reloader
-
-
-class MemberEventRelay:
-    """Membership's event callback, connected to the node once it exists.
-
-    Membership must run before the node can be built (the node needs the cluster
-    id it learns from gossip); events of that interval are kept (at most
-    ``_EARLY_EVENTS_MAX``) and replayed on :meth:`connect`.
-    """
-
-    def __init__(self) -> None:
-        self._early: deque[MemberEvent] = deque(maxlen=_EARLY_EVENTS_MAX)
-        self._sink: Callable[[MemberEvent], None] | None = None
-
-    def __call__(self, event: MemberEvent) -> None:
-        if self._sink is None:
-            self._early.append(event)
-        else:
-            self._sink(event)
-
-    def connect(self, sink: Callable[[MemberEvent], None]) -> None:
-        self._sink = sink
-        while self._early:
-            sink(self._early.popleft())
 
 
 class Node:
@@ -208,8 +184,19 @@ class Node:
             config.cluster_key,
         )
         self.metadata = MetadataState()
-        self._alive_peers: set[str] = set()
-        """Members alive or suspect by gossip: the cores' node-level liveness."""
+        self.tracker = MemberTracker(
+            self.node_id,
+            replica_move_grace_ms=config.replica_move_grace_ms,
+            maintenance_grace_ms=config.maintenance_grace_ms,
+        )
+        self.placement = PlacementKeeper(
+            self.node_id,
+            self.tracker,
+            replica_move_grace_ms=config.replica_move_grace_ms,
+            maintenance_grace_ms=config.maintenance_grace_ms,
+        )
+        self._alive_peers = self.tracker.alive_peers
+        self._dead_since_ms = self.tracker.dead_since_ms
         self.host = ReplicaHost(
             self.node_id,
             config.data_dir,
@@ -277,17 +264,7 @@ class Node:
         self.audit: AuditLog | None = None
         self.auth_interceptor = self._build_interceptor()
         self.server = self._build_server()
-        self._dead_since_ms: dict[str, int] = {}
-        self._incompatible: dict[str, IncompatiblePeer] = {}
-        """Peers refused for their protocol version (by gossip or at a hello)."""
-        self._gone: dict[str, tuple[Member, int]] = {}
-        """Members declared dead or that left -> (their last entry, since when), kept
-        after gossip reaps them (``reap_after_ms``, seconds) until placement's grace
-        for them ends (minutes, or hours in maintenance): placement must not forget
-        a member before its grace is over."""
-        self._targets: dict[TopicPartition, tuple[str, ...]] = {}
         self._peer_addresses: dict[str, str] = {}
-        self._known_members: set[NodeId] = set()
         self._stopping = False
         self._metadata_offset_remote: int | None = None
         """The metadata log's high watermark as the node long-polled last answered."""
@@ -354,7 +331,7 @@ class Node:
                 grpc_address=config.advertised_grpc,
                 weight=identity.weight,
                 zone=identity.zone,
-                metadata=_gossip_metadata(config, identity.cluster_id),
+                metadata=gossip_metadata(config, identity.cluster_id),
             ),
             config.cluster_key.encode(),
             bind_address=config.gossip,
@@ -415,15 +392,9 @@ class Node:
         await self.server.start()
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._health.set("laminar.v1.Laminar", health_pb2.HealthCheckResponse.SERVING)
-        now_ms = self.host.now_ms()
-        for member in self.membership.view():  # dead before this node was built
-            if member.state is MemberState.DEAD:
-                self._dead_since_ms.setdefault(member.node_id, now_ms)
-            if member.state.is_gone:
-                self._gone.setdefault(member.node_id, (member, now_ms))
-            elif member.node_id != self.node_id:
-                self._check_protocol(member)
-        self._known_members = {member.node_id for member in self.membership.view()}
+        # Members dead before this node was built; the others' protocol versions.
+        for member in self.tracker.start(self.membership.view(), self.host.now_ms()):
+            self._check_protocol(member)
         self._replan()
         self.follower.start()
         if self.tls is not None:
@@ -688,48 +659,23 @@ class Node:
             extra=fields(node_id=self.node_id, peer=node_id),
         )
         self._peer_addresses.pop(node_id, None)  # it may have moved
+        note = self.tracker.note_event(event, self.host.now_ms())
         loop = asyncio.get_running_loop()
-        was_dead = False
-        if event.kind in (EventKind.DEAD, EventKind.LEFT):
-            since_ms = self._gone.get(node_id, (event.member, self.host.now_ms()))[1]
-            self._gone[node_id] = (event.member, since_ms)
-            # Placement keeps a dead member's replicas through the move grace (a
-            # restart, a short partition), one in maintenance through the
-            # maintenance grace even when it left; replan when they expire.
-            # Leadership does not wait: the hint below starts elections in the
-            # groups it led.
-            grace_s = self.config.replica_move_grace_ms / 1000
-            loop.call_later(grace_s + 0.05, self._replan)
-            maintenance_grace_s = self.config.maintenance_grace_ms / 1000
-            if maintenance_grace_s > grace_s:  # in case it is (or enters) maintenance
-                loop.call_later(maintenance_grace_s + 0.05, self._replan)
-        if event.kind is EventKind.DEAD:
-            self._dead_since_ms.setdefault(node_id, self.host.now_ms())
-        elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.LEFT):
-            was_dead = self._dead_since_ms.pop(node_id, None) is not None
-        if event.kind in (EventKind.JOINED, EventKind.ALIVE):
-            self._gone.pop(node_id, None)
-        if event.kind in (EventKind.DEAD, EventKind.LEFT):
+        for delay_s in note.replan_after_s:
+            loop.call_later(delay_s, self._replan)
+        if note.leader_dead:
             self.host.hint_leader_dead(node_id)
-        if event.kind is EventKind.LEFT:
+        if note.forget_link:
             self.transport.forget(node_id)
-        if event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.UPDATED):
+        if note.check_protocol:
             self._check_protocol(event.member)
         view = self.membership.view()
-        self._alive_peers.clear()
-        self._alive_peers.update(m.node_id for m in view if not m.state.is_gone)
-        if event.kind in (EventKind.JOINED, EventKind.ALIVE) and was_dead:
-            self.host.peer_returned(node_id)  # after _alive_peers says so
-        current = {member.node_id for member in view}
-        for gone in self._known_members - current:  # reaped: its link goes too
+        reaped = self.tracker.note_view(view)
+        if note.returned:
+            self.host.peer_returned(node_id)  # after the tracker has it alive
+        for gone in reaped:  # its link goes too
             self.transport.forget(gone)
-            self._dead_since_ms.pop(gone, None)
-        self._known_members = current
-        self.host.set_full_peers(
-            m.node_id
-            for m in view
-            if not m.state.is_gone and m.metadata_dict().get(_DISK_META) == _DISK_FULL
-        )
+        self.host.set_full_peers(full_peers(view))
         self._replan()
 
     # ------------------------------------------------------------------ protocol versions
@@ -739,22 +685,17 @@ class Node:
         return self.config.protocol_version
 
     def incompatible_peers(self) -> list[IncompatiblePeer]:
-        return list(self._incompatible.values())
+        return list(self.tracker.incompatible.values())
 
     def _check_protocol(self, member: Member) -> None:
         """Note (and log, once) a member that gossips an incompatible protocol
         version; forget it once it gossips a compatible one (upgraded)."""
-        version = _protocol_version_of(member)
-        own = self.config.protocol_version
-        if version is not None and compatible_versions(own, version):
-            self._incompatible.pop(member.node_id, None)
+        problem = protocol_problem(self.config.protocol_version, member)
+        if problem is None:
+            self.tracker.compatible(member.node_id)
             return
-        reason = (
-            incompatibility(own, version)
-            if version is not None
-            else "gossips a protocol version that is not a number"
-        )
-        self._note_incompatible(member.node_id, version or 0, reason, "gossip")
+        version, reason = problem
+        self._note_incompatible(member.node_id, version, reason, "gossip")
 
     def _refused_hello(self, source: str, version: int) -> None:
         """The transport refused a connection from ``source`` for its version."""
@@ -763,10 +704,10 @@ class Node:
         )
 
     def _note_incompatible(self, node_id: str, version: int, reason: str, seen_in: str) -> None:
-        known = self._incompatible.get(node_id)
-        if known is not None and known.protocol_version == version:
-            return
         address = self.peer_address_of(node_id) or ""
+        peer = self.tracker.note_incompatible(node_id, version, reason, address, self.host.now_ms())
+        if peer is None:
+            return  # refused for this version already
         _LOG.warning(
             "incompatible peer node=%s peer=%s address=%s seen_in=%s: %s; refused",
             self.node_id,
@@ -776,10 +717,6 @@ class Node:
             reason,
             extra=fields(node_id=self.node_id, peer=node_id),
         )
-        since_ms = known.since_ms if known is not None else self.host.now_ms()
-        self._incompatible[node_id] = IncompatiblePeer(node_id, address, version, reason, since_ms)
-        if len(self._incompatible) > _INCOMPATIBLE_MAX:
-            del self._incompatible[next(iter(self._incompatible))]
         self._replan()  # it holds no replicas
 
     def _on_disk_full(self, full: bool) -> None:
@@ -789,31 +726,15 @@ class Node:
         if self._stopping:
             return
         self.membership.update_local(
-            metadata=_gossip_metadata(self.config, self.cluster_id, disk_full=full)
+            metadata=gossip_metadata(self.config, self.cluster_id, disk_full=full)
         )
         self._replan()
 
     def placement_members(self) -> list[PlacementMember]:
-        """The members as placement sees them: the view, and the members gossip
-        reaped while their grace lasts (dropped once it is over)."""
-        view = list(self.membership.view())
-        in_view = {member.node_id for member in view}
-        now_ms = self.host.now_ms()
-        view += [member for node_id, (member, _) in self._gone.items() if node_id not in in_view]
-        members = rules.placement_members(
-            view,
-            self.node_id,
-            {node_id: since_ms for node_id, (_member, since_ms) in self._gone.items()},
-            now_ms,
-            self.config.replica_move_grace_ms,
-            self.metadata.maintenance,
-            self.config.maintenance_grace_ms,
-            self._incompatible,
+        """The members as placement sees them (:meth:`PlacementKeeper.placement_members`)."""
+        return self.placement.placement_members(
+            self.membership.view(), self.host.now_ms(), self.metadata.maintenance
         )
-        for placed in members:
-            if not placed.alive and placed.node_id not in in_view:
-                del self._gone[placed.node_id]  # reaped, and its grace is over
-        return members
 
     def update_self(self, weight: float | None, zone: str | None) -> Member:
         """Change this node's weight or zone: saved, gossiped, and placement follows.
@@ -838,52 +759,28 @@ class Node:
     # ------------------------------------------------------------------ placement
 
     def target_of(self, key: TopicPartition) -> tuple[str, ...]:
-        return self._targets.get(key, ())
+        return self.placement.target_of(key)
 
     def _replan(self) -> None:
         """Recompute every partition's target replica list from the current members."""
         if self._stopping:
             return
-        topics = {
-            name: (topic.spec.partitions, topic.spec.replication_factor)
-            for name, topic in self.metadata.topics.items()
-        }
-        self._targets = rules.placement_targets(self.placement_members(), topics)
-        full = self.host.full_nodes() | self.host.maintenance_nodes()  # may not lead
-        for key, target in self._targets.items():
-            if target:
-                self.host.set_target(key, rules.full_last(target, full))
+        may_not_lead = self.host.full_nodes() | self.host.maintenance_nodes()
+        targets = self.placement.replan(
+            self.membership.view(), self.host.now_ms(), self.metadata, may_not_lead
+        )
+        for key, target in targets.items():
+            self.host.set_target(key, target)
 
     def _accept_replica(self, key: TopicPartition) -> bool:
-        """Whether a message for a partition this node lacks may create its replica.
-
-        Only when placement assigns the partition to this node: a leader adding us
-        agrees with our own placement, while messages still in flight to a replica
-        that was just removed (drained, moved) must not resurrect it empty.
-        """
-        if key != METADATA_KEY and (
-            key[0] not in self.metadata.topics
-            or not 0 <= key[1] < self.metadata.topics[key[0]].spec.partitions
-        ):
-            return False
-        return self.node_id in self._targets.get(key, ())
+        return self.placement.accepts(key, self.metadata)
 
     def _retention_of(self, key: TopicPartition) -> tuple[int | None, int | None]:
-        """The topic's retention, ``(bytes, ms)`` with None for unlimited."""
-        topic = self.metadata.topics.get(key[0])
-        if topic is None:
-            return None, None
-        spec = topic.spec
-        return (
-            spec.retention_bytes if spec.retention_bytes > 0 else None,
-            spec.retention_ms if spec.retention_ms > 0 else None,
-        )
+        return retention_of(self.metadata, key)
 
     def _on_removed(self, key: TopicPartition) -> None:
-        """The group removed this replica: delete it, unless placement wants it here
-        (it was removed while unreachable and is back): then keep its log, so that it
-        catches up from where it matches when the leader adds it again."""
-        if self.node_id in self._targets.get(key, ()):
+        """The group removed this replica: delete it, unless placement keeps it here."""
+        if self.placement.keeps(key):
             self.host.reopen_replica(key)
         else:
             self.host.delete_replica(key)
@@ -894,7 +791,7 @@ class Node:
         if address is None:
             member = self.membership.member(node_id)
             if member is not None:
-                address = member.metadata_dict().get(_PEER_META)
+                address = member.metadata_dict().get(PEER_META)
                 if address is not None:
                     self._peer_addresses[node_id] = address
         return address
@@ -918,7 +815,7 @@ class Node:
 
     async def _fetch_metadata_remote(self, offset: int) -> bytes:
         """Long-poll ``__cluster/0`` from a node that should hold it."""
-        candidates = [n for n in self._targets.get(METADATA_KEY, ()) if n != self.node_id]
+        candidates = [n for n in self.target_of(METADATA_KEY) if n != self.node_id]
         random.shuffle(candidates)
         request = laminar_pb2.FetchRequest(
             topic=CLUSTER_TOPIC,
@@ -1004,8 +901,7 @@ class Node:
             self.host.delete_replica(key)
 
     def _partition_counts(self) -> dict[str, int]:
-        """Each topic's partition count, for the group coordinators."""
-        return {name: topic.spec.partitions for name, topic in self.metadata.topics.items()}
+        return partition_counts(self.metadata)
 
     # ------------------------------------------------------------------ groups
 
@@ -1137,27 +1033,6 @@ class Node:
         await self.follower.wait_applied(offset, timeout_s)
 
 
-def _gossip_metadata(
-    config: NodeConfig, cluster_id: str | None, *, disk_full: bool = False
-) -> tuple[tuple[str, str], ...]:
-    entries = [
-        (_PEER_META, config.advertised_peer),
-        (_PROTOCOL_META, str(config.protocol_version)),
-    ]
-    if cluster_id:
-        entries.insert(0, (_CLUSTER_META, cluster_id))
-    if disk_full:
-        entries.append((_DISK_META, _DISK_FULL))
-    return tuple(entries)
-
-
-def _protocol_version_of(member: Member) -> int | None:
-    """The protocol version a member gossips: 1 when it gossips none (a node from
-    before versions were gossiped), None when it is not a number."""
-    text = member.metadata_dict().get(_PROTOCOL_META, "1")
-    return int(text) if text.isdigit() and len(text) <= 3 else None
-
-
 async def _learn_cluster_id(
     config: NodeConfig, identity: Identity, membership: ThreadedMembership
 ) -> None:
@@ -1165,13 +1040,7 @@ async def _learn_cluster_id(
     loop = asyncio.get_running_loop()
     started = loop.time()
     while True:
-        seen = [
-            cluster_id
-            for member in membership.view()
-            if member.node_id != identity.node_id
-            and not member.state.is_gone
-            and (cluster_id := member.metadata_dict().get(_CLUSTER_META))
-        ]
+        seen = cluster_ids_seen(membership.view(), identity.node_id)
         decision = rules.join_decision(
             identity.cluster_id,
             seen,
@@ -1189,7 +1058,7 @@ async def _learn_cluster_id(
             case rules.Join.ADOPT:
                 identity.cluster_id = decision.cluster_id
                 identity.save(config.data_dir)
-                membership.update_local(metadata=_gossip_metadata(config, identity.cluster_id))
+                membership.update_local(metadata=gossip_metadata(config, identity.cluster_id))
                 _LOG.info("joined cluster %s", identity.cluster_id)
                 return
             case rules.Join.NO_CLUSTER:
