@@ -31,7 +31,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -44,19 +44,14 @@ from laminar.errors import (
     ClusterIdMismatchError,
     ConfigError,
     InvalidInputError,
-    LaminarError,
-    OffsetOutOfRangeError,
 )
-from laminar.groups.replay import snapshot_due
-from laminar.grpc_errors import error_from_rpc
 from laminar.ids import TopicPartition
 from laminar.logfields import fields
 from laminar.membership import LocalMember, Member, MemberEvent
 from laminar.membership.crypto import Keyring
 from laminar.placement import PlacementMember
-from laminar.records import encode_batch
 from laminar.replica.core import ReplicaCore
-from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.replica.types import GroupConfig, NodeId, Role
 from laminar.security.acl import Authorizer
 from laminar.security.assertion import METADATA_KEY as ASSERTION_METADATA_KEY
 from laminar.security.assertion import REUSE_MS as ASSERTION_REUSE_MS
@@ -70,14 +65,13 @@ from laminar.segment.log import SegmentLog
 from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
 from laminar.server import rules
 from laminar.server.api import ReplicaStatus
+from laminar.server.catalogue import CatalogueApplier
 from laminar.server.channels import ChannelCache
 from laminar.server.config import NodeConfig
 from laminar.server.disk import DiskUsage
-from laminar.server.follower import READ_BYTES_MAX, MetadataFollower
+from laminar.server.follower import MetadataFollower
 from laminar.server.gossip import ThreadedMembership
 from laminar.server.groups import (
-    GROUPS_PARTITIONS,
-    GROUPS_REPLICATION_MAX,
     GROUPS_TOPIC,
     TICK_INTERVAL_MS,
     GroupHost,
@@ -94,17 +88,12 @@ from laminar.server.members import (
     protocol_problem,
 )
 from laminar.server.metadata import (
-    CLUSTER_TOPIC,
     METADATA_KEY,
-    Change,
-    MaintenanceChange,
-    MetadataChange,
     MetadataState,
-    TopicSpec,
-    create_topic_command,
-    snapshot_commands,
 )
-from laminar.server.node_files import Identity, read_founded, write_founded
+from laminar.server.metadata_duties import MetadataDuties
+from laminar.server.metadata_fetch import RemoteMetadataFetch
+from laminar.server.node_files import Identity
 from laminar.server.observability.history import CounterHistory
 from laminar.server.placement_keeper import PlacementKeeper, partition_counts, retention_of
 from laminar.server.service import LaminarService, add_to_server
@@ -114,16 +103,13 @@ from laminar.server.transport import (
     PeerTransport,
     incompatibility,
 )
-from laminar.v1 import laminar_pb2, laminar_pb2_grpc
+from laminar.v1 import laminar_pb2
 
 if TYPE_CHECKING:
     from laminar.server.observability.endpoint import MetricsEndpoint
 
 _LOG = logging.getLogger(__name__)
 _JOIN_POLL_S = 0.05
-_SNAPSHOT_CHUNKS_PER_BATCH = 3
-"""Snapshot chunks (256 KiB each) per appended batch: about the 1 MiB of a groups
-append."""
 
 
 def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
@@ -241,22 +227,41 @@ class Node:
             tls=self.tls,
             interceptors=self.tracing.client_interceptors() if self.tracing else (),
         )
+        self.catalogue = CatalogueApplier(
+            self.node_id, config.data_dir, self.host, self.metadata, self._replan
+        )
+        self.metadata_fetch = RemoteMetadataFetch(
+            self.node_id,
+            partial(self.target_of, METADATA_KEY),
+            self.grpc_address_of,
+            self.channels,
+            self.node_call_metadata,
+            wait_ms=config.metadata_wait_ms,
+            call_timeout_ms=config.metadata_call_timeout_ms,
+            rng=random.Random(),
+        )
         self.follower = MetadataFollower(
             self.metadata,
             self._metadata_core,
-            self._fetch_metadata_remote,
-            self._on_changes,
+            self.metadata_fetch,
+            self.catalogue.on_changes,
             partial(self.host.advance_start, METADATA_KEY),
         )
-        self._metadata_snapshot: asyncio.Task[None] | None = None
+        self.metadata_duties = MetadataDuties(
+            self.node_id,
+            self.host,
+            self.metadata,
+            committed_end=self._metadata_committed_end,
+            placement_members=self.placement_members,
+            wait_metadata=self.wait_metadata,
+            snapshot_bytes_floor=config.host.snapshot_bytes_floor,
+        )
         self.groups = GroupHost(self.host, self._partition_counts, self.grpc_address_of)
         self._groups_task: asyncio.Task[None] | None = None
         self._tls_task: asyncio.Task[None] | None = None
         self.counter_history = CounterHistory(config.metrics.sample_interval_ms)
         """Produce and fetch counters sampled for the status page (``NodeStatus``)."""
         self._sampler_task: asyncio.Task[None] | None = None
-        self._founded_offset = read_founded(config.data_dir)
-        self._replica_changes: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
         self._health = health.aio.HealthServicer()
         auth = config.auth
@@ -266,8 +271,6 @@ class Node:
         self.server = self._build_server()
         self._peer_addresses: dict[str, str] = {}
         self._stopping = False
-        self._metadata_offset_remote: int | None = None
-        """The metadata log's high watermark as the node long-polled last answered."""
         self.ready = asyncio.Event()
         self.metrics = metrics
         self._tls_expiry: tuple[int, float] | None = None
@@ -525,16 +528,8 @@ class Node:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.membership.leave(), remaining_s())
         await self.follower.stop()
-        changes, self._replica_changes = self._replica_changes, None
-        if changes is not None:
-            changes.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await changes
-        snapshot, self._metadata_snapshot = self._metadata_snapshot, None
-        if snapshot is not None:
-            snapshot.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await snapshot
+        await self.catalogue.close()
+        await self.metadata_duties.close()
         tls_task, self._tls_task = self._tls_task, None
         if tls_task is not None:
             tls_task.cancel()
@@ -592,7 +587,7 @@ class Node:
         answered last (None: nobody has answered yet)."""
         replica = self.host.get(METADATA_KEY)
         local = replica.core.high_watermark if replica is not None else 0
-        remote = self._metadata_offset_remote
+        remote = self.metadata_fetch.high_watermark_seen
         if local > 0:
             return max(local, remote or 0)
         return remote
@@ -813,93 +808,6 @@ class Node:
         elif key[0] == GROUPS_TOPIC:
             self.groups.committed(key)
 
-    async def _fetch_metadata_remote(self, offset: int) -> bytes:
-        """Long-poll ``__cluster/0`` from a node that should hold it."""
-        candidates = [n for n in self.target_of(METADATA_KEY) if n != self.node_id]
-        random.shuffle(candidates)
-        request = laminar_pb2.FetchRequest(
-            topic=CLUSTER_TOPIC,
-            partition=0,
-            offset=offset,
-            max_bytes=READ_BYTES_MAX,
-            max_wait_ms=self.config.metadata_wait_ms,
-        )
-        timeout_s = self.config.metadata_call_timeout_ms / 1000
-        for node in candidates:
-            address = self.grpc_address_of(node)
-            if address is None:
-                continue
-            stub = laminar_pb2_grpc.LaminarStub(self.channels.get(address))  # type: ignore[no-untyped-call]
-            try:
-                response = await stub.Fetch(
-                    request, timeout=timeout_s, metadata=self.node_call_metadata()
-                )
-                self._metadata_offset_remote = response.high_watermark
-                return bytes(response.batches)
-            except grpc.aio.AioRpcError as rpc_error:
-                error = error_from_rpc(rpc_error)
-                if isinstance(error, OffsetOutOfRangeError):
-                    raise error from None  # its log starts past ``offset``: a snapshot
-                _LOG.debug("metadata fetch from %s failed: %s", node, rpc_error.details())
-        await asyncio.sleep(0.2)
-        return b""
-
-    def _on_changes(self, changes: list[MetadataChange]) -> None:
-        for change in changes:
-            if isinstance(change, MaintenanceChange):
-                self.host.set_maintenance(self.metadata.maintenance)
-            else:
-                self._apply_change(change)
-        self._replan()
-
-    def _apply_change(self, change: Change) -> None:
-        """Create or delete this node's replicas of a topic, in metadata order.
-
-        Founding replicas are created off the loop in batches
-        (:meth:`ReplicaHost.open_founding`); creations and deletions run one after
-        the other on one chain of tasks, so that a topic deleted right after its
-        creation is not created after its deletion. A creation the node applied
-        before a restart (below its founded offset) is not founded again: the
-        replicas that still exist were opened from disk, and one deleted since (moved
-        away) must not come back as the term-1 leader of a group that has moved on.
-        """
-        topic = change.topic
-        if change.kind == "created":
-            _LOG.info("topic %s created (%d partitions)", topic.spec.name, topic.spec.partitions)
-            if change.offset < self._founded_offset:
-                return
-            groups = [
-                ((topic.spec.name, partition), GroupConfig(tuple(NodeId(n) for n in founders)))
-                for partition, founders in enumerate(topic.founding_replicas)
-                if self.node_id in founders
-            ]
-            self.host.reserve_founding([key for key, _ in groups])  # before the replan
-            self._chain_replica_change(self._found(groups, change.offset))
-        else:
-            _LOG.info("topic %s deleted", topic.spec.name)
-            keys = [(topic.spec.name, partition) for partition in range(topic.spec.partitions)]
-            self._chain_replica_change(self._delete(keys))
-
-    def _chain_replica_change(self, step: Coroutine[Any, Any, None]) -> None:
-        previous = self._replica_changes
-
-        async def run() -> None:
-            if previous is not None:
-                with contextlib.suppress(Exception):
-                    await previous
-            await step
-
-        self._replica_changes = asyncio.get_running_loop().create_task(run())
-
-    async def _found(self, groups: list[tuple[TopicPartition, GroupConfig]], offset: int) -> None:
-        await self.host.open_founding(groups)
-        self._founded_offset = max(self._founded_offset, offset + 1)
-        await asyncio.to_thread(write_founded, self.config.data_dir, self._founded_offset)
-
-    async def _delete(self, keys: list[TopicPartition]) -> None:
-        for key in keys:
-            self.host.delete_replica(key)
-
     def _partition_counts(self) -> dict[str, int]:
         return partition_counts(self.metadata)
 
@@ -928,8 +836,8 @@ class Node:
         timeout_s = self.config.service.admin_timeout_ms / 1000
         while True:
             try:
-                await self._ensure_groups_topic(timeout_s)
-                self._maybe_snapshot_metadata(timeout_s)
+                await self.metadata_duties.ensure_groups_topic(timeout_s)
+                self.metadata_duties.maybe_snapshot(timeout_s)
                 await self.groups.tick(timeout_s)
             except asyncio.CancelledError:
                 raise
@@ -942,91 +850,13 @@ class Node:
                 )
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
 
-    async def _ensure_groups_topic(self, timeout_s: float) -> None:
-        """The leader of ``__cluster/0`` creates ``__groups`` once its catalogue is
-        complete (its own term committed and applied) and does not have it.
-
-        Its spec says :data:`GROUPS_REPLICATION_MAX` replicas; the founding ones are
-        as many as the cluster has now (at least one), and placement adds the rest
-        as nodes join, as for ``__cluster/0``. Applying a creation is idempotent, so
-        a second leader racing this one changes nothing.
-        """
-        if GROUPS_TOPIC in self.metadata.topics:
-            return
+    def _metadata_committed_end(self) -> int | None:
+        """The high watermark of this node's replica of ``__cluster/0`` when its own
+        term is committed there (:mod:`laminar.server.metadata_duties`)."""
         replica = self.host.get(METADATA_KEY)
         if replica is None or not replica.core.term_committed:
-            return
-        if self.metadata.applied_offset < replica.core.high_watermark:
-            return
-        members = self.placement_members()
-        full = self.host.full_nodes()
-        eligible = sum(1 for member in members if member.eligible and member.node_id not in full)
-        spec = TopicSpec(GROUPS_TOPIC, GROUPS_PARTITIONS, GROUPS_REPLICATION_MAX)
-        founders = rules.plan_topic(
-            GROUPS_TOPIC,
-            GROUPS_PARTITIONS,
-            max(1, min(GROUPS_REPLICATION_MAX, eligible)),
-            members,
-            full,
-        )
-        batch = create_topic_command(spec, founders, uuid.uuid4().hex)
-        result = await self.host.produce(METADATA_KEY, batch, Acks.ALL, timeout_s)
-        await self.wait_metadata(result.base_offset + 1, timeout_s)
-        _LOG.info(
-            "node %s: created %s", self.node_id, GROUPS_TOPIC, extra=fields(node_id=self.node_id)
-        )
-
-    def _maybe_snapshot_metadata(self, timeout_s: float) -> None:
-        """The leader of ``__cluster/0`` writes a snapshot of the catalogue when one is
-        due (the rule of ``__groups``: :func:`~laminar.groups.replay.snapshot_due`)."""
-        if self._metadata_snapshot is not None and not self._metadata_snapshot.done():
-            return
-        replica = self.host.get(METADATA_KEY)
-        state = self.metadata
-        if replica is None or not replica.core.term_committed or state.seeking:
-            return
-        if state.applied_offset < replica.core.high_watermark or not snapshot_due(
-            state.bytes_since_snapshot,
-            state.last_snapshot_bytes,
-            self.host.config.snapshot_bytes_floor,
-        ):
-            return
-        self._metadata_snapshot = asyncio.get_running_loop().create_task(
-            self._write_metadata_snapshot(timeout_s), name="metadata snapshot"
-        )
-
-    async def _write_metadata_snapshot(self, timeout_s: float) -> None:
-        """Append the snapshot's chunks (acks=all) and wait until it is applied here;
-        a failure (a lost leadership) leaves a torn snapshot that readers ignore."""
-        state = self.metadata
-        as_of = state.applied_offset
-        values = snapshot_commands(state, uuid.uuid4().hex)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        end = as_of
-        try:
-            for start in range(0, len(values), _SNAPSHOT_CHUNKS_PER_BATCH):
-                batch = encode_batch(values[start : start + _SNAPSHOT_CHUNKS_PER_BATCH])
-                remaining = max(0.0, deadline - loop.time())
-                result = await self.host.produce(METADATA_KEY, batch, Acks.ALL, remaining)
-                end = result.base_offset + min(_SNAPSHOT_CHUNKS_PER_BATCH, len(values) - start)
-            await self.wait_metadata(end, max(0.1, deadline - loop.time()))
-        except (LaminarError, TimeoutError) as error:
-            _LOG.info(
-                "node %s: metadata snapshot as of %d abandoned: %s",
-                self.node_id,
-                as_of,
-                error,
-                extra=fields(node_id=self.node_id),
-            )
-            return
-        _LOG.info(
-            "node %s: metadata snapshot as of %d written (%d chunks)",
-            self.node_id,
-            as_of,
-            len(values),
-            extra=fields(node_id=self.node_id),
-        )
+            return None
+        return replica.core.high_watermark
 
     async def wait_metadata(self, offset: int, timeout_s: float) -> None:
         """Wait until this node applied the metadata log up to ``offset``."""
