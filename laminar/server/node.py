@@ -3,22 +3,37 @@
 :meth:`Node.open` does the start-up in order and returns a node whose parts all
 exist (no field is filled in later)::
 
-    identity (data dir: node id, cluster id, weight, zone)
+    identity (data dir: node id, cluster id, weight, zone; node_files.py)
     membership (SWIM over UDP, on its own thread) -- learns the cluster id from
                peers when joining (rules.join_decision)
     Node(...): replica host (log factory, clock) + peer transport (TCP) + metadata
                follower (applies __cluster/0) + gRPC service and server
     start: listen, open the replicas on disk, serve, follow the metadata
 
-Every protocol decision the node makes is a pure function in
-:mod:`laminar.server.rules` (placement targets with the two graces, the cluster-id
-join rule, topic planning, the shutdown successor); the node gathers their inputs
-and acts on the results. A node hosts the partitions placement gives it: founding
-replicas are opened when a topic's creation is applied; a node added later gets its
-replica when the leader first replicates to it; a replica is deleted when its group
-removed it and placement does not want it back, or when its topic is deleted.
-Shutdown (SIGTERM) hands leaderships over, gossips ``left`` and closes everything,
-each step bounded in time whatever the peers do.
+The node holds no controller logic of its own; each concern is a module it wires:
+
+- :mod:`~laminar.server.members`: the peers as membership's events tell them
+  (alive, dead since, gone, incompatible) and what to do about an event;
+- :mod:`~laminar.server.placement_keeper`: every partition's target replicas,
+  which replicas a message may create and which removed ones stay;
+- :mod:`~laminar.server.catalogue`: this node's replicas follow the topics the
+  metadata log creates and deletes (the founded offset in
+  :mod:`~laminar.server.node_files`);
+- :mod:`~laminar.server.metadata_fetch` and :mod:`~laminar.server.metadata_duties`:
+  following ``__cluster/0`` from other nodes, and what its leader does (create
+  ``__groups``, snapshot the catalogue);
+- :mod:`~laminar.server.service`: the gRPC API, on the narrow
+  :class:`~laminar.server.api.NodeApi` this class implements.
+
+Every protocol decision is a pure function in :mod:`laminar.server.rules` or one of
+those modules (placement targets with the two graces, the cluster-id join rule,
+topic planning, the shutdown successor, the not-leader hint); the node gathers
+their inputs and acts on the results. A node hosts the partitions placement gives
+it: founding replicas are opened when a topic's creation is applied; a node added
+later gets its replica when the leader first replicates to it; a replica is deleted
+when its group removed it and placement does not want it back, or when its topic
+is deleted. Shutdown (SIGTERM) hands leaderships over, gossips ``left`` and closes
+everything, each step bounded in time whatever the peers do.
 """
 
 from __future__ import annotations
@@ -52,15 +67,7 @@ from laminar.membership.crypto import Keyring
 from laminar.placement import PlacementMember
 from laminar.replica.core import ReplicaCore
 from laminar.replica.types import GroupConfig, NodeId, Role
-from laminar.security.acl import Authorizer
-from laminar.security.assertion import METADATA_KEY as ASSERTION_METADATA_KEY
-from laminar.security.assertion import REUSE_MS as ASSERTION_REUSE_MS
-from laminar.security.assertion import AssertionVerifier, make_assertion
-from laminar.security.audit import AuditLog
-from laminar.security.interceptor import Authenticator, AuthInterceptor
-from laminar.security.principals import CertificatePrincipals
-from laminar.security.tls import TlsFiles, TlsReloader, grpc_server_credentials
-from laminar.security.tokens import TokenStore
+from laminar.security.tls import TlsReloader, grpc_server_credentials
 from laminar.segment.log import SegmentLog
 from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
 from laminar.server import rules
@@ -94,6 +101,7 @@ from laminar.server.metadata import (
 from laminar.server.metadata_duties import MetadataDuties
 from laminar.server.metadata_fetch import RemoteMetadataFetch
 from laminar.server.node_files import Identity
+from laminar.server.node_security import NodeCredentials, build_auth, tls_reloader
 from laminar.server.observability.history import CounterHistory
 from laminar.server.placement_keeper import PlacementKeeper, partition_counts, retention_of
 from laminar.server.service import LaminarService, add_to_server
@@ -110,29 +118,6 @@ if TYPE_CHECKING:
 
 _LOG = logging.getLogger(__name__)
 _JOIN_POLL_S = 0.05
-
-
-def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
-    """The node's ``[tls]`` files, loaded (None with TLS off); a certificate that
-    does not name this node (``laminar:node/<id>``) is refused: peers would refuse
-    every connection from it."""
-    tls = config.tls
-    if not tls.enabled:
-        return None
-    reloader = TlsReloader(
-        TlsFiles(tls.ca_file, tls.cert_file, tls.key_file),
-        check_interval_s=tls.reload_check_interval_ms / 1000,
-        what=f"node {node_id}",
-    )
-    from laminar.security.certs import node_ids_of  # cryptography: the server extra
-
-    named = node_ids_of(reloader.current().cert)
-    if node_id not in named:
-        raise ConfigError(
-            f"{tls.cert_file} names node(s) {named or 'none'}, not this node ({node_id}): a "
-            "node certificate needs the URI SAN laminar:node/<id> (docs/operations.md, TLS)"
-        )
-    return reloader
 
 
 class Node:
@@ -208,9 +193,10 @@ class Node:
             else None
         )
         self.host.tracing = self.tracing
-        self.tls = _tls_reloader(config, self.node_id)
-        self._verifier: tuple[int, AssertionVerifier] | None = None
-        self._assertion: tuple[int, int, tuple[str, str]] | None = None
+        self.tls = tls_reloader(config, self.node_id)
+        self.credentials = NodeCredentials(
+            self.tls, verify_assertions=config.tls.client_auth == "request"
+        )
         self.transport = PeerTransport(
             self.node_id,
             self.cluster_id,
@@ -264,16 +250,17 @@ class Node:
         self._sampler_task: asyncio.Task[None] | None = None
         self.service = LaminarService(self, config.service)
         self._health = health.aio.HealthServicer()
-        auth = config.auth
-        self.authorizer = Authorizer(enabled=auth.authorization, super_users=auth.super_users)
-        self.audit: AuditLog | None = None
-        self.auth_interceptor = self._build_interceptor()
+        auth = build_auth(
+            config.auth, self.node_id, self.metadata, self.credentials.assertion_verifier
+        )
+        self.authorizer = auth.authorizer
+        self.audit = auth.audit
+        self.auth_interceptor = auth.interceptor
         self.server = self._build_server()
         self._peer_addresses: dict[str, str] = {}
         self._stopping = False
         self.ready = asyncio.Event()
         self.metrics = metrics
-        self._tls_expiry: tuple[int, float] | None = None
         events.connect(self._on_member_event)
         if metrics is not None:
             metrics.attach(self)
@@ -425,59 +412,10 @@ class Node:
             extra=fields(node_id=self.node_id),
         )
 
-    def _build_interceptor(self) -> AuthInterceptor | None:
-        """The client API's authentication, authorization and audit; None with
-        ``[auth]`` all default (no check runs, a token is ignored)."""
-        auth = self.config.auth
-        if not (auth.authorization or auth.token_file or auth.audit_log_file):
-            return None
-        tokens = TokenStore(auth.token_file) if auth.token_file else None
-        if auth.audit_log_file:
-            try:
-                self.audit = AuditLog(
-                    auth.audit_log_file, bytes_max=auth.audit_log_bytes_max, node_id=self.node_id
-                )
-            except OSError as error:
-                raise ConfigError(
-                    f"cannot open the audit log {auth.audit_log_file}: {error.strerror}"
-                ) from None
-        metadata = self.metadata
-        return AuthInterceptor(
-            Authenticator(
-                tokens, CertificatePrincipals(auth.principal_rules), self._assertion_verifier
-            ),
-            self.authorizer,
-            lambda: (metadata.acls_version, metadata.acls.keys()),
-            self.audit,
-        )
-
-    def _assertion_verifier(self) -> AssertionVerifier | None:
-        """With ``client_auth = "request"``: the verifier of the certificate
-        assertions callers send (laminar.security.assertion), following the CA file."""
-        tls = self.tls
-        if tls is None or self.config.tls.client_auth != "request":
-            return None
-        state = tls.current()
-        cached = self._verifier
-        if cached is None or cached[0] != state.generation:
-            cached = (state.generation, AssertionVerifier.from_pem(state.ca))
-            self._verifier = cached
-        return cached[1]
-
     def node_call_metadata(self) -> tuple[tuple[str, str], ...] | None:
         """Metadata of this node's own calls to other nodes: its certificate asserted
-        (a node with ``client_auth = "request"`` learns it is ``Node:<id>`` so)."""
-        tls = self.tls
-        if tls is None:
-            return None
-        state = tls.current()
-        now_ms = time.time_ns() // 1_000_000
-        made = self._assertion
-        if made is None or made[0] != state.generation or now_ms - made[1] >= ASSERTION_REUSE_MS:
-            pair = (ASSERTION_METADATA_KEY, make_assertion(state.cert, state.key, now_ms))
-            made = (state.generation, now_ms, pair)
-            self._assertion = made
-        return (made[2],)
+        (:meth:`NodeCredentials.call_metadata`)."""
+        return self.credentials.call_metadata(time.time_ns() // 1_000_000)
 
     def _build_server(self) -> grpc.aio.Server:
         limit = self.config.service.request_bytes_max
@@ -594,16 +532,7 @@ class Node:
 
     def tls_expiry_s(self) -> float | None:
         """When the node's current ``[tls]`` certificate expires (Unix seconds)."""
-        if self.tls is None:
-            return None
-        state = self.tls.current()
-        cached = self._tls_expiry
-        if cached is None or cached[0] != state.generation:
-            from laminar.security.certs import not_after  # cryptography: the server extra
-
-            cached = (state.generation, not_after(state.cert).timestamp())
-            self._tls_expiry = cached
-        return cached[1]
+        return self.credentials.expiry_s()
 
     # ------------------------------------------------------------------ replicas (NodeApi)
 
