@@ -30,6 +30,7 @@ from laminar.ids import TopicPartition
 from laminar.replica.types import GroupConfig, NodeId
 from laminar.server.metadata import Change, MaintenanceChange, MetadataChange, MetadataState
 from laminar.server.node_files import read_founded, write_founded
+from laminar.server.tasks import cancel_and_wait
 
 _LOG = logging.getLogger(__name__)
 
@@ -116,10 +117,7 @@ class CatalogueApplier:
     async def close(self) -> None:
         """Cancel the changes not carried out yet (the node is stopping)."""
         chain, self._chain = self._chain, None
-        if chain is not None:
-            chain.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await chain
+        await cancel_and_wait(chain)
 
     def _then(self, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` once the changes before it are done (whether or not they failed)."""

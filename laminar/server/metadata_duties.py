@@ -20,7 +20,6 @@ there (None otherwise), read by the node.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -41,6 +40,7 @@ from laminar.server.metadata import (
     create_topic_command,
     snapshot_commands,
 )
+from laminar.server.tasks import cancel_and_wait
 
 _LOG = logging.getLogger(__name__)
 SNAPSHOT_CHUNKS_PER_BATCH = 3
@@ -131,10 +131,7 @@ class MetadataDuties:
     async def close(self) -> None:
         """Stop a snapshot being written (the node is stopping)."""
         snapshot, self._snapshot = self._snapshot, None
-        if snapshot is not None:
-            snapshot.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await snapshot
+        await cancel_and_wait(snapshot)
 
     async def _write_snapshot(self, timeout_s: float) -> None:
         state = self._metadata

@@ -105,6 +105,7 @@ from laminar.server.node_security import NodeCredentials, build_auth, tls_reload
 from laminar.server.observability.history import CounterHistory
 from laminar.server.placement_keeper import PlacementKeeper, partition_counts, retention_of
 from laminar.server.service import LaminarService, add_to_server
+from laminar.server.tasks import cancel_and_wait
 from laminar.server.tracing import Tracing
 from laminar.server.transport import (
     IncompatiblePeer,
@@ -468,17 +469,9 @@ class Node:
         await self.follower.stop()
         await self.catalogue.close()
         await self.metadata_duties.close()
-        tls_task, self._tls_task = self._tls_task, None
-        if tls_task is not None:
-            tls_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await tls_task
-        for task in (self._groups_task, self._sampler_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        self._groups_task = self._sampler_task = None
+        for task in (self._tls_task, self._groups_task, self._sampler_task):
+            await cancel_and_wait(task)
+        self._tls_task = self._groups_task = self._sampler_task = None
         await self.server.stop(grace=min(1.0, remaining_s()))
         await self.channels.close(remaining_s())
         await self.transport.close()
