@@ -55,11 +55,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from laminar.address import parse_address
-from laminar.errors import (
-    ClusterIdMismatchError,
-    ConfigError,
-    InvalidInputError,
-)
+from laminar.errors import ClusterIdMismatchError, ConfigError, InvalidInputError
 from laminar.ids import TopicPartition
 from laminar.logfields import fields
 from laminar.membership import LocalMember, Member, MemberEvent
@@ -78,11 +74,7 @@ from laminar.server.config import NodeConfig
 from laminar.server.disk import DiskUsage
 from laminar.server.follower import MetadataFollower
 from laminar.server.gossip import ThreadedMembership
-from laminar.server.groups import (
-    GROUPS_TOPIC,
-    TICK_INTERVAL_MS,
-    GroupHost,
-)
+from laminar.server.groups import GROUPS_TOPIC, TICK_INTERVAL_MS, GroupHost
 from laminar.server.host import LogFactory, ReplicaHost
 from laminar.server.keyring import NodeKeyring, keyring_path, load_node_keyring
 from laminar.server.members import (
@@ -94,10 +86,7 @@ from laminar.server.members import (
     gossip_metadata,
     protocol_problem,
 )
-from laminar.server.metadata import (
-    METADATA_KEY,
-    MetadataState,
-)
+from laminar.server.metadata import METADATA_KEY, MetadataState
 from laminar.server.metadata_duties import MetadataDuties
 from laminar.server.metadata_fetch import RemoteMetadataFetch
 from laminar.server.node_files import Identity
@@ -107,11 +96,7 @@ from laminar.server.placement_keeper import PlacementKeeper, partition_counts, r
 from laminar.server.service import LaminarService, add_to_server
 from laminar.server.tasks import cancel_and_wait
 from laminar.server.tracing import Tracing
-from laminar.server.transport import (
-    IncompatiblePeer,
-    PeerTransport,
-    incompatibility,
-)
+from laminar.server.transport import IncompatiblePeer, PeerTransport, incompatibility
 from laminar.v1 import laminar_pb2
 
 if TYPE_CHECKING:
@@ -733,7 +718,7 @@ class Node:
     def _partition_counts(self) -> dict[str, int]:
         return partition_counts(self.metadata)
 
-    # ------------------------------------------------------------------ groups
+    # ------------------------------------------------------------------ background loops
 
     async def _sampler_loop(self) -> None:
         """Sample the produce and fetch counters every ``sample_interval_ms``."""
