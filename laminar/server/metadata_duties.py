@@ -94,8 +94,9 @@ class MetadataDuties:
         committed_end: Callable[[], int | None],
         placement_members: Callable[[], list[PlacementMember]],
         wait_metadata: Callable[[int, float], Awaitable[None]],
-        snapshot_bytes_floor: int,
+        snapshot_bytes_floor: Callable[[], int],
     ) -> None:
+        """``snapshot_bytes_floor``: the host's current floor (read at each round)."""
         self.node_id = node_id
         self._host = host
         self._metadata = metadata
@@ -122,7 +123,7 @@ class MetadataDuties:
         """Start writing a catalogue snapshot if one is due and none is being written."""
         if self._snapshot is not None and not self._snapshot.done():
             return
-        if not snapshot_wanted(self._metadata, self._committed_end(), self._snapshot_bytes_floor):
+        if not snapshot_wanted(self._metadata, self._committed_end(), self._snapshot_bytes_floor()):
             return
         self._snapshot = asyncio.get_running_loop().create_task(
             self._write_snapshot(timeout_s), name="metadata snapshot"

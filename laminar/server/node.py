@@ -226,7 +226,7 @@ class Node:
             committed_end=self._metadata_committed_end,
             placement_members=self.placement_members,
             wait_metadata=self.wait_metadata,
-            snapshot_bytes_floor=config.host.snapshot_bytes_floor,
+            snapshot_bytes_floor=lambda: self.host.config.snapshot_bytes_floor,
         )
         self.groups = GroupHost(self.host, self._partition_counts, self.grpc_address_of)
         self._groups_task: asyncio.Task[None] | None = None
