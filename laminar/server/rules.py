@@ -17,6 +17,8 @@ table tests in ``tests/server/test_rules.py``.
 - :func:`plan_topic`: the founding replicas of a new topic (never on a node out
   of disk space).
 - :func:`shutdown_successor`: to whom a stopping leader hands a partition.
+- :func:`leader_hint`: whom a ``NOT_LEADER`` answer names, so that the client goes
+  there next (the service adds that node's gRPC address).
 - :func:`full_last`: a target as given to the replica host, nodes that may not
   lead (out of disk space, in maintenance) moved last (never the preferred
   leader, yet still replicas).
@@ -205,3 +207,22 @@ def shutdown_successor(
         key=lambda voter: (-match_offsets.get(voter, -1), voter),
     )
     return others[0] if others else None
+
+
+def leader_hint(
+    self_id: str, known_leader: str | None, target: Sequence[str], gone: Collection[str]
+) -> str | None:
+    """Whom a node that does not lead a partition names in its ``NOT_LEADER`` answer.
+
+    The leader its replica knows, if it has one that knows; else placement's first
+    replica (``target``) that gossip does not call dead or gone (a dead node keeps
+    its place in the target through the replica move grace, but leads nothing), and
+    never this node: it may be in the target without a replica yet (catching up on
+    the catalogue), and naming itself would send the client straight back. None
+    when there is nobody to name (the client asks another node for metadata)."""
+    if known_leader is not None:
+        return known_leader
+    for replica in target:
+        if replica != self_id and replica not in gone:
+            return replica
+    return None

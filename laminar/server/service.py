@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -44,21 +44,19 @@ from laminar.grpc_errors import abort_with, error_code_name, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
 from laminar.membership.keyring import KeyringState
-from laminar.placement import PlacementMember
 from laminar.records import check_produced_header, next_offset
 from laminar.replica.types import Acks, Role
 from laminar.security.acl import ACLS_MAX, Acl, AclFilter
 from laminar.security.acl_wire import acl_of, binding_of, filter_of
 from laminar.server import rules
+from laminar.server.api import NodeApi
 from laminar.server.config import ServiceConfig
-from laminar.server.groups import GroupHost, group_partition, group_status
-from laminar.server.host import ProduceResult, ReplicaHost
-from laminar.server.keyring import NodeKeyring
+from laminar.server.groups import group_partition, group_status
+from laminar.server.host import ProduceResult
 from laminar.server.metadata import (
     CLUSTER_TOPIC,
     METADATA_KEY,
     PARTITIONS_MAX,
-    MetadataState,
     TopicSpec,
     TopicState,
     acls_command,
@@ -68,8 +66,6 @@ from laminar.server.metadata import (
     validate_node_id,
 )
 from laminar.server.observability.histogram import RequestStats
-from laminar.server.observability.history import CounterHistory
-from laminar.server.transport import IncompatiblePeer
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 
@@ -83,62 +79,6 @@ LIST_OFFSETS_PARTITIONS_MAX = PARTITIONS_MAX
 """Most partitions one ``ListOffsets`` call names: every partition of the largest topic."""
 _LOOKUPS_PER_YIELD = 64
 """Timestamp lookups (each may read and decode a batch) between yields to the loop."""
-
-
-class NodeApi(Protocol):
-    """What the service needs of its node (:class:`~laminar.server.node.Node` is one)."""
-
-    @property
-    def node_id(self) -> str: ...
-
-    @property
-    def cluster_id(self) -> str: ...
-
-    @property
-    def host(self) -> ReplicaHost: ...
-
-    @property
-    def metadata(self) -> MetadataState: ...
-
-    @property
-    def groups(self) -> GroupHost: ...
-
-    @property
-    def keyring(self) -> NodeKeyring:
-        """The node's gossip keyring."""
-        ...
-
-    def members(self) -> list[Member]:
-        """The membership view (never blocks)."""
-        ...
-
-    def target_of(self, key: TopicPartition) -> tuple[str, ...]:
-        """Placement's replica list for ``key``, preferred leader first."""
-        ...
-
-    def grpc_address_of(self, node_id: str | None) -> str | None: ...
-
-    def placement_members(self) -> list[PlacementMember]: ...
-
-    @property
-    def protocol_version(self) -> int: ...
-
-    def incompatible_peers(self) -> list[IncompatiblePeer]:
-        """Peers refused for their protocol version."""
-        ...
-
-    def update_self(self, weight: float | None, zone: str | None) -> Member:
-        """Change this node's weight and/or zone; returns it as a member."""
-        ...
-
-    async def wait_metadata(self, offset: int, timeout_s: float) -> None:
-        """Wait until the catalogue applied the metadata log up to ``offset``."""
-        ...
-
-    @property
-    def counter_history(self) -> CounterHistory:
-        """The node's produce and fetch counters, sampled (``NodeStatus``)."""
-        ...
 
 
 class RateLimitedLog:
@@ -385,8 +325,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if not batches:
             raise InvalidInputError("a produce request needs at least one batch")
         records = [check_produced_header(batch).record_count for batch in batches]
-        host = self._node.host
-        if host.get(key) is None and not host.is_fenced(key):
+        if not self._node.serves(key):
             raise self._not_leader(key)
         return key, records
 
@@ -403,10 +342,9 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if request.offset < 0:
             raise InvalidInputError(f"offset must be >= 0, got {request.offset}")
         wait_s = min(request.max_wait_ms, config.fetch_wait_ms_max) / 1000
-        host = node.host
-        if host.get(key) is None and not host.is_fenced(key):
+        if not node.serves(key):
             raise self._no_replica(key)
-        result = await host.fetch(key, request.offset, max_bytes, wait_s)
+        result = await node.host.fetch(key, request.offset, max_bytes, wait_s)
         if result.batches:
             stats = self.stats
             stats.fetched_bytes += len(result.batches)
@@ -428,10 +366,9 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         key = self._key(request.topic, request.partition, internal=True)
         if request.offset < 0:
             raise InvalidInputError(f"offset must be >= 0, got {request.offset}")
-        host = self._node.host
-        if host.get(key) is None and not host.is_fenced(key):
+        if not self._node.serves(key):
             raise self._no_replica(key)
-        damage = await host.check_reported(key, request.offset)
+        damage = await self._node.host.check_reported(key, request.offset)
         if damage is None:
             return pb.ReportCorruptionResponse(damaged=False)
         return pb.ReportCorruptionResponse(damaged=True, reason=str(damage))
@@ -466,15 +403,15 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     ) -> pb.PartitionOffsets:
         answer = pb.PartitionOffsets(partition=partition)
         key = METADATA_KEY if topic == CLUSTER_TOPIC else (topic, partition)
-        host = self._node.host
+        node = self._node
         try:
             if partition >= partition_count:
                 raise UnknownTopicOrPartitionError(
                     f"topic {topic!r} has partitions 0..{partition_count - 1}, not {partition}"
                 )
-            if host.get(key) is None and not host.is_fenced(key):
+            if not node.serves(key):
                 raise self._no_replica(key)
-            offsets = host.list_offsets(key, timestamp_ms)
+            offsets = node.host.list_offsets(key, timestamp_ms)
         except LaminarError as error:
             answer.error.CopyFrom(error_to_status(error)[1])
             return answer
@@ -571,13 +508,10 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         now_ms = host.now_ms()
         partitions = []
         for key in sorted(host.replica_keys()):
-            replica = host.get(key)
-            if replica is None or replica.core.role is not Role.LEADER:
+            status = node.replica_status(key)
+            if status is None or status.role is not Role.LEADER:
                 continue
-            core = replica.core
-            config = core.group_config
-            voters = list(config.voters) if config else []
-            in_sync = [v for v in core.in_sync_voters(now_ms) if v in alive]
+            in_sync = [v for v in node.in_sync_voters(key, now_ms) if v in alive]
             wanted = self._replication_factor(key)
             partitions.append(
                 pb.PartitionHealth(
@@ -585,11 +519,11 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                     partition=key[1],
                     leader=node.node_id,
                     replicas=list(node.target_of(key)),
-                    voters=voters,
+                    voters=list(status.voters),
                     under_replicated=len(in_sync) < wanted,
                     in_sync=in_sync,
-                    term=core.term,
-                    high_watermark=core.high_watermark,
+                    term=status.term,
+                    high_watermark=status.high_watermark,
                 )
             )
         fenced = [
@@ -649,9 +583,9 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 "records: say so with accept_data_loss"
             )
         key = (request.topic, request.partition)
-        host = self._node.host
-        hosted = host.get(key) is not None
-        return pb.RecoverPartitionResponse(recovered=host.accept_data_loss(key), hosted=hosted)
+        hosted = self._node.replica_status(key) is not None
+        recovered = self._node.host.accept_data_loss(key)
+        return pb.RecoverPartitionResponse(recovered=recovered, hosted=hosted)
 
     @_guarded
     async def UpdateNode(  # noqa: N802
@@ -671,7 +605,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         validate_node_id(node_id)
         if request.enter and node_id not in {m.node_id for m in node.members()}:
             raise InvalidInputError(f"no member {node_id!r} in this cluster")
-        self._require_metadata_leader()
+        self._require_leader(METADATA_KEY)
         if request.enter != (node_id in node.metadata.maintenance):
             command = maintenance_command(node_id, request.enter, uuid.uuid4().hex)
             await self._propose_metadata(command)
@@ -724,7 +658,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             defaults=tuple(defaults),
         )
         spec.validate()
-        self._require_metadata_leader()  # whose settings give the defaults
+        self._require_leader(METADATA_KEY)  # whose settings give the defaults
         if spec.name in node.metadata.topics:
             raise TopicExistsError(f"topic {spec.name!r} already exists")
         founders = rules.plan_topic(
@@ -752,7 +686,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         node = self._node
         if request.name.startswith("__"):
             raise InvalidTopicError(f"topic {request.name!r} is internal and cannot be deleted")
-        self._require_metadata_leader()
+        self._require_leader(METADATA_KEY)
         if request.name not in node.metadata.topics:
             raise UnknownTopicOrPartitionError(f"no topic {request.name!r}")
         await self._propose_metadata(delete_topic_command(request.name, uuid.uuid4().hex))
@@ -767,7 +701,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if not 1 <= len(request.acls) <= ACL_CHANGES_MAX:
             raise InvalidInputError(f"create 1 to {ACL_CHANGES_MAX} ACLs per call")
         acls = [acl_from_binding(binding) for binding in request.acls]
-        self._require_metadata_leader()
+        self._require_leader(METADATA_KEY)
         held = self._node.metadata.acls
         new = [acl for acl in dict.fromkeys(acls) if acl not in held]
         if len(held) + len(new) > ACLS_MAX:
@@ -793,7 +727,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if not 1 <= len(request.filters) <= ACL_FILTERS_MAX:
             raise InvalidInputError(f"give 1 to {ACL_FILTERS_MAX} filters per call")
         filters = [filter_from_message(message) for message in request.filters]
-        self._require_metadata_leader()
+        self._require_leader(METADATA_KEY)
         doomed = sorted(
             acl for acl in self._node.metadata.acls if any(f.matches(acl) for f in filters)
         )
@@ -996,14 +930,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     def _require_group_leader(self, group_id: str) -> None:
         """Refuse a group call on a node that does not lead the group's partition
         (``NOT_LEADER`` with the leader it knows, else placement's hint)."""
-        key = group_partition(group_id)
-        replica = self._node.host.get(key)
-        if replica is not None and replica.core.role is Role.LEADER:
-            return
-        if replica is not None and replica.core.leader is not None:
-            leader = str(replica.core.leader)
-            raise NotLeaderError(leader, self._node.grpc_address_of(leader))
-        raise self._not_leader(key)
+        self._require_leader(group_partition(group_id))
 
     # ------------------------------------------------------------------ helpers
 
@@ -1044,28 +971,21 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     def _replication_factor(self, key: TopicPartition) -> int:
         return replication_factor(self._node, key)
 
-    def _not_leader(self, key: TopicPartition) -> NotLeaderError:
-        """Where to go for ``key`` when this node has no replica: placement's first
-        replica that gossip does not call dead or gone (a dead node keeps its place
-        in the target through the replica move grace, but leads nothing), and never
-        this node: it may be in the target without a replica yet (catching up on the
-        catalogue), and naming itself would send the client straight back."""
+    def _require_leader(self, key: TopicPartition) -> None:
+        """Refuse a call on a node whose replica of ``key`` does not lead (or that has
+        none), with ``NOT_LEADER`` naming :func:`rules.leader_hint`'s node."""
+        status = self._node.replica_status(key)
+        if status is not None and status.role is Role.LEADER:
+            return
+        raise self._not_leader(key, status.leader if status is not None else None)
+
+    def _not_leader(self, key: TopicPartition, known_leader: str | None = None) -> NotLeaderError:
+        """``NOT_LEADER`` for ``key``, naming :func:`rules.leader_hint`'s node and where
+        it serves clients."""
         node = self._node
         gone = {m.node_id for m in node.members() if m.state.is_gone}
-        live = [r for r in node.target_of(key) if r not in gone and r != node.node_id]
-        leader = live[0] if live else None
+        leader = rules.leader_hint(node.node_id, known_leader, node.target_of(key), gone)
         return NotLeaderError(leader, node.grpc_address_of(leader))
-
-    def _require_metadata_leader(self) -> None:
-        node = self._node
-        host = node.host
-        replica = host.get(METADATA_KEY)
-        if replica is not None and replica.core.role is Role.LEADER:
-            return
-        if replica is not None and replica.core.leader is not None:
-            leader = str(replica.core.leader)
-            raise NotLeaderError(leader, node.grpc_address_of(leader))
-        raise self._not_leader(METADATA_KEY)
 
     async def _propose_metadata(self, batch: bytes) -> int:
         node = self._node
@@ -1079,20 +999,16 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
 
     def _topic_info(self, topic: TopicState) -> pb.TopicInfo:
         node = self._node
-        host = node.host
         partitions = []
         for partition in range(topic.spec.partitions):
             key = (topic.spec.name, partition)
-            replica = host.get(key)
+            status = node.replica_status(key)
             info = pb.PartitionInfo(partition=partition, replicas=list(node.target_of(key)))
-            if replica is not None:
-                core = replica.core
-                info.leader = str(core.leader or "")
-                info.high_watermark = core.high_watermark
-                config = core.group_config
-                if config is not None:
-                    info.voters.extend(config.voters)
-                    info.learners.extend(config.learners)
+            if status is not None:
+                info.leader = status.leader or ""
+                info.high_watermark = status.high_watermark
+                info.voters.extend(status.voters)
+                info.learners.extend(status.learners)
             else:
                 info.high_watermark = -1
             partitions.append(info)

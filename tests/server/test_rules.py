@@ -13,6 +13,7 @@ from laminar.server.rules import (
     Join,
     full_last,
     join_decision,
+    leader_hint,
     placement_members,
     placement_targets,
     plan_topic,
@@ -195,3 +196,21 @@ def test_join_decision(
 )
 def test_shutdown_successor(voters: list[str], matches: dict[str, int], expected: str) -> None:
     assert shutdown_successor("a", voters, matches) == expected
+
+
+@pytest.mark.parametrize(
+    ("known_leader", "target", "gone", "expected"),
+    [
+        ("n4", ("n2", "n3"), {"n4"}, "n4"),  # the leader the replica knows, as it is
+        (None, ("n2", "n3"), set(), "n2"),  # placement's preferred leader
+        (None, ("n2", "n3"), {"n2"}, "n3"),  # not one gossip calls dead or gone
+        (None, ("n1", "n2"), set(), "n2"),  # never this node (n1): the client comes back
+        (None, ("n1",), set(), None),  # nobody else to name
+        (None, ("n2",), {"n2"}, None),
+        (None, (), set(), None),  # no target yet
+    ],
+)
+def test_leader_hint(
+    known_leader: str | None, target: tuple[str, ...], gone: set[str], expected: str | None
+) -> None:
+    assert leader_hint("n1", known_leader, target, gone) == expected

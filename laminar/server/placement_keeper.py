@@ -1,0 +1,134 @@
+"""Placement's bookkeeping on a node: the target replica list of every partition.
+
+The rules are pure functions (:func:`laminar.server.rules.placement_members`,
+:func:`~laminar.server.rules.placement_targets`); :class:`PlacementKeeper` holds
+their last result and answers from it:
+
+- :meth:`PlacementKeeper.replan`: every partition's target from the members (the
+  view, and the members gossip reaped while their grace lasts) and the catalogue,
+  each ordered for the replica host (nodes that may not lead moved last);
+- :meth:`PlacementKeeper.accepts`: whether a message for a partition this node
+  lacks may create its replica (only when placement assigns it here);
+- :meth:`PlacementKeeper.keeps`: whether a replica its group removed stays (it was
+  removed while unreachable and placement wants it back here).
+
+:func:`retention_of` and :func:`partition_counts` read the catalogue for the host
+and the group coordinators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from laminar.ids import TopicPartition
+from laminar.membership import Member
+from laminar.placement import PlacementMember
+from laminar.server import rules
+from laminar.server.members import MemberTracker
+from laminar.server.metadata import METADATA_KEY, MetadataState
+
+
+class PlacementKeeper:
+    """The targets placement gives the partitions, as of the last :meth:`replan`."""
+
+    def __init__(
+        self,
+        node_id: str,
+        members: MemberTracker,
+        *,
+        replica_move_grace_ms: int,
+        maintenance_grace_ms: int,
+    ) -> None:
+        self.node_id = node_id
+        self._members = members
+        self._replica_move_grace_ms = replica_move_grace_ms
+        self._maintenance_grace_ms = maintenance_grace_ms
+        self._targets: dict[TopicPartition, tuple[str, ...]] = {}
+
+    def placement_members(
+        self, view: Iterable[Member], now_ms: int, maintenance: Collection[str]
+    ) -> list[PlacementMember]:
+        """The members as placement sees them: the view, and the members gossip
+        reaped while their grace lasts (forgotten once it is over)."""
+        view = list(view)
+        in_view = {member.node_id for member in view}
+        gone = self._members.gone
+        view += [member for node_id, (member, _) in gone.items() if node_id not in in_view]
+        members = rules.placement_members(
+            view,
+            self.node_id,
+            {node_id: since_ms for node_id, (_member, since_ms) in gone.items()},
+            now_ms,
+            self._replica_move_grace_ms,
+            maintenance,
+            self._maintenance_grace_ms,
+            self._members.incompatible,
+        )
+        for placed in members:
+            if not placed.alive and placed.node_id not in in_view:
+                del gone[placed.node_id]  # reaped, and its grace is over
+        return members
+
+    def replan(
+        self,
+        view: Iterable[Member],
+        now_ms: int,
+        metadata: MetadataState,
+        may_not_lead: Collection[str],
+    ) -> dict[TopicPartition, tuple[str, ...]]:
+        """Recompute every partition's target; returns the non-empty ones as the
+        replica host takes them (``may_not_lead``, out of disk space or in
+        maintenance, moved last: never the preferred leader)."""
+        topics = {
+            name: (topic.spec.partitions, topic.spec.replication_factor)
+            for name, topic in metadata.topics.items()
+        }
+        members = self.placement_members(view, now_ms, metadata.maintenance)
+        self._targets = rules.placement_targets(members, topics)
+        return {
+            key: rules.full_last(target, may_not_lead)
+            for key, target in self._targets.items()
+            if target
+        }
+
+    def target_of(self, key: TopicPartition) -> tuple[str, ...]:
+        """Placement's replica list for ``key``, preferred leader first (unordered
+        for the host: see :meth:`replan`)."""
+        return self._targets.get(key, ())
+
+    def accepts(self, key: TopicPartition, metadata: MetadataState) -> bool:
+        """Whether a message for a partition this node lacks may create its replica.
+
+        Only when placement assigns the partition to this node: a leader adding us
+        agrees with our own placement, while messages still in flight to a replica
+        that was just removed (drained, moved) must not resurrect it empty.
+        """
+        if key != METADATA_KEY and (
+            key[0] not in metadata.topics
+            or not 0 <= key[1] < metadata.topics[key[0]].spec.partitions
+        ):
+            return False
+        return self.node_id in self._targets.get(key, ())
+
+    def keeps(self, key: TopicPartition) -> bool:
+        """Whether this node's replica that its group removed stays: placement wants
+        it here (it was removed while unreachable and is back), so it keeps its log
+        and catches up from where it matches when the leader adds it again."""
+        return self.node_id in self._targets.get(key, ())
+
+
+def retention_of(metadata: MetadataState, key: TopicPartition) -> tuple[int | None, int | None]:
+    """The topic's retention, ``(bytes, ms)`` with None for unlimited."""
+    topic = metadata.topics.get(key[0])
+    if topic is None:
+        return None, None
+    spec = topic.spec
+    return (
+        spec.retention_bytes if spec.retention_bytes > 0 else None,
+        spec.retention_ms if spec.retention_ms > 0 else None,
+    )
+
+
+def partition_counts(metadata: MetadataState) -> dict[str, int]:
+    """Each topic's partition count, for the group coordinators."""
+    return {name: topic.spec.partitions for name, topic in metadata.topics.items()}
