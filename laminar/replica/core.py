@@ -133,7 +133,7 @@ from laminar.replica.messages import (
     VoteResponse,
 )
 from laminar.replica.producers import ProducerTable, SequenceCheck, Verdict
-from laminar.replica.quorum import in_sync, majority_offset
+from laminar.replica.quorum import commit_offset, in_sync
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.storage import Buffer, LogStorage
 
@@ -1695,28 +1695,34 @@ class ReplicaCore:
             self._election_deadline = self._now + self._election_timeout()
 
     def _maybe_commit(self) -> None:
-        voters = self._voters()
-        if not voters:
+        committed = commit_offset(
+            self._voters(),
+            leader=self.node_id,
+            durable_end=self._durable_end,
+            acked_offset=self._acked_offset,
+            high_watermark=self.high_watermark,
+            term=self.term,
+            term_start_offset=self._term_start_offset,
+            term_at=self._epochs.term_at,
+        )
+        if committed == self.high_watermark:
             return
-        matches = [
-            self._durable_end
-            if voter == self.node_id
-            else (
-                progress.match_offset
-                if (progress := self._progress.get(voter)) and not progress.healing
-                else -1
-            )
-            for voter in voters
-        ]
-        candidate = majority_offset(matches)
-        if candidate <= self.high_watermark or candidate <= self._term_start_offset:
-            return
-        if self._epochs.term_at(candidate - 1) != self.term:
-            return
-        self.high_watermark = candidate
+        assert self.high_watermark < committed <= self._storage.end_offset, (
+            self._label,
+            self.high_watermark,
+            committed,
+            self._storage.end_offset,
+        )
+        self.high_watermark = committed
         self._answer_committed()
         if self.node_id not in self._members():
             self._check_removed()  # only if leadership could not be moved away first
+
+    def _acked_offset(self, peer: NodeId) -> int:
+        """What ``peer`` acknowledged of this leader's log, for the commit (-1 while
+        it heals from damaged storage)."""
+        progress = self._progress.get(peer)
+        return progress.match_offset if progress is not None and not progress.healing else -1
 
     def _answer_committed(self) -> None:
         while self._pending and self._pending[0].next_offset <= self.high_watermark:
