@@ -134,52 +134,30 @@ from laminar.replica.messages import (
 )
 from laminar.replica.producers import ProducerTable, SequenceCheck, Verdict
 from laminar.replica.quorum import commit_offset, in_sync
+from laminar.replica.state import BOOTSTRAP_OFFSET, decode_state, encode_state, founding_state
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.storage import Buffer, LogStorage
+
+__all__ = [  # names other modules import from here (some now live in the modules above)
+    "CONTROL_CONFIG",
+    "CONTROL_NOOP",
+    "GROUP_SILENCE_MAX_TIMEOUTS",
+    "SLOWNESS_STRETCH_MAX",
+    "LoopLag",
+    "NodeLiveness",
+    "ReplicaCore",
+    "StorageDamage",
+    "encode_config",
+    "founding_state",
+]
 
 _LOG = logging.getLogger(__name__)
 
 CONTROL_NOOP = b"noop"
 CONTROL_CONFIG = b"config"
-_STATE_VERSION = 1
-_BOOTSTRAP_OFFSET = -1  # the configuration a group was created with precedes its log
 _NEVER = -(2**62)
 _EARLY = (AppendRequest, Heartbeat)  # a leader's; sendable before its own fsync
 _QUIESCED_WAKE_MS = 60_000  # a quiesced replica still ticks now and then (cheaply)
-
-
-def _state_bytes(
-    term: int,
-    vote: NodeId | None,
-    configs: Sequence[tuple[int, GroupConfig]],
-    start_epochs: Sequence[Sequence[int]],
-    healing_since: int | None = None,
-) -> bytes:
-    """The replica state file's content (msgpack, version :data:`_STATE_VERSION`;
-    ``heal``, the log end when damage was found, only while healing)."""
-    state: dict[str, object] = {
-        "v": _STATE_VERSION,
-        "term": term,
-        "vote": vote,
-        "configs": [[o, list(c.voters), list(c.learners)] for o, c in configs],
-        "start": [list(pair) for pair in start_epochs],
-    }
-    if healing_since is not None:
-        state["heal"] = healing_since
-    packed: bytes = msgpack.packb(state)
-    return packed
-
-
-def founding_state(initial: GroupConfig) -> bytes:
-    """The state of a founding replica of a new group: term 1, voted for the first
-    voter, the founding configuration. Term 1 belongs to the first voter by
-    construction, so a new group needs no election; every later one is for term 2+.
-
-    A node may act on it only when it first creates the replica: a replica deleted
-    and created again must not lead term 1 a second time with a different log (the
-    node keeps a founded-offset marker for that; see ``laminar.server.node``).
-    """
-    return _state_bytes(1, initial.voters[0], [(_BOOTSTRAP_OFFSET, initial)], [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +364,7 @@ class ReplicaCore:
         self._now = now_ms
 
         self.term = 0
+        self._saved_term = 0  # the term last saved: terms never go back
         self.voted_for: NodeId | None = None
         self._configs: list[tuple[int, GroupConfig]] = []
         # (term, offset) pairs answering "term of the entry at o" for o just below the
@@ -406,7 +385,7 @@ class ReplicaCore:
             founding = saved is None and initial is not None and bool(initial.voters)
         if saved is None:
             if initial is not None:
-                self._configs.append((_BOOTSTRAP_OFFSET, initial))
+                self._configs.append((BOOTSTRAP_OFFSET, initial))
             if founding:
                 assert initial is not None
                 # A new group needs no election: term 1 belongs to its first voter by
@@ -487,7 +466,9 @@ class ReplicaCore:
         start (retention, ``InstallStart``) and a group's founding are written at
         once (``now``).
         """
-        state = _state_bytes(
+        assert self.term >= self._saved_term, (self._label, self.term, self._saved_term)
+        self._saved_term = self.term
+        state = encode_state(
             self.term, self.voted_for, self._configs, self._start_epochs, self._healing_since
         )
         if now:
@@ -497,19 +478,12 @@ class ReplicaCore:
             self._appended = True  # the next Ready must sync
 
     def _load_state(self, saved: bytes) -> None:
-        state = msgpack.unpackb(saved)
-        if state.get("v") != _STATE_VERSION:
-            raise ValueError(f"unsupported replica state version {state.get('v')!r}")
-        self.term = int(state["term"])
-        vote = state["vote"]
-        self.voted_for = NodeId(vote) if vote is not None else None
-        self._configs = [
-            (int(o), GroupConfig(tuple(map(NodeId, v)), tuple(map(NodeId, lr))))
-            for o, v, lr in state["configs"]
-        ]
-        self._start_epochs = [[int(t), int(o)] for t, o in state.get("start", [])]
-        heal = state.get("heal")
-        self._healing_since = None if heal is None else int(heal)
+        state = decode_state(saved)
+        self.term = self._saved_term = state.term
+        self.voted_for = state.vote
+        self._configs = state.configs
+        self._start_epochs = state.start_epochs
+        self._healing_since = state.healing_since
 
     def _rebuild_from_log(self) -> list[tuple[int, GroupConfig]]:
         """Apply every batch of the log to the producer table (state lives in the
@@ -582,7 +556,7 @@ class ReplicaCore:
         if self._healing_since is None:
             return False
         if self.group_config is None and members:
-            self._configs.insert(0, (_BOOTSTRAP_OFFSET, GroupConfig(tuple(members))))
+            self._configs.insert(0, (BOOTSTRAP_OFFSET, GroupConfig(tuple(members))))
         _LOG.warning(
             "%s: accepting data loss: healing stopped at offset %d (log end %d); this "
             "replica votes again",
@@ -1185,7 +1159,7 @@ class ReplicaCore:
 
     def _send_install(self, peer: NodeId, progress: _Progress) -> None:
         start = self._storage.start_offset
-        config_offset, config = _BOOTSTRAP_OFFSET, self.group_config
+        config_offset, config = BOOTSTRAP_OFFSET, self.group_config
         for known_offset, known in self._configs:
             if known_offset < start:
                 config_offset, config = known_offset, known
@@ -1735,7 +1709,7 @@ class ReplicaCore:
         committed = self._committed_config_offset()
         for peer, until in list(self._departing.items()):
             if until < 0:
-                latest = self._configs[-1][0] if self._configs else _BOOTSTRAP_OFFSET
+                latest = self._configs[-1][0] if self._configs else BOOTSTRAP_OFFSET
                 if latest <= committed and (
                     (progress := self._progress.get(peer)) is None
                     or progress.match_offset > latest
@@ -1751,7 +1725,7 @@ class ReplicaCore:
         for offset, _ in reversed(self._configs):
             if offset < self.high_watermark:
                 return offset
-        return _BOOTSTRAP_OFFSET
+        return BOOTSTRAP_OFFSET
 
     def _caught_up(self, peer: NodeId) -> bool:
         progress = self._progress.get(peer)
@@ -1766,7 +1740,7 @@ class ReplicaCore:
         """Committed an entry of this term, and the latest configuration is committed."""
         if self.high_watermark <= self._term_start_offset or self._transfer_to is not None:
             return False
-        latest = self._configs[-1][0] if self._configs else _BOOTSTRAP_OFFSET
+        latest = self._configs[-1][0] if self._configs else BOOTSTRAP_OFFSET
         return latest < self.high_watermark
 
     def _maybe_reconfigure(self) -> None:
