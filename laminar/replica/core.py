@@ -113,6 +113,15 @@ from laminar.records import (
 )
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.epochs import Epochs
+from laminar.replica.liveness import (
+    GROUP_SILENCE_MAX_TIMEOUTS,
+    NO_LIVENESS,
+    SLOWNESS_STRETCH_MAX,
+    LoopLag,
+    NodeLiveness,
+    leader_presumed_alive,
+    stretched_ms,
+)
 from laminar.replica.messages import (
     AppendRequest,
     AppendResponse,
@@ -135,7 +144,7 @@ from laminar.replica.messages import (
 from laminar.replica.producers import ProducerTable, SequenceCheck, Verdict
 from laminar.replica.quorum import commit_offset, in_sync
 from laminar.replica.state import BOOTSTRAP_OFFSET, decode_state, encode_state, founding_state
-from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.replica.types import NEVER_MS, Acks, GroupConfig, NodeId, Role
 from laminar.segment.storage import Buffer, LogStorage
 
 __all__ = [  # names other modules import from here (some now live in the modules above)
@@ -155,7 +164,6 @@ _LOG = logging.getLogger(__name__)
 
 CONTROL_NOOP = b"noop"
 CONTROL_CONFIG = b"config"
-_NEVER = -(2**62)
 _EARLY = (AppendRequest, Heartbeat)  # a leader's; sendable before its own fsync
 _QUIESCED_WAKE_MS = 60_000  # a quiesced replica still ticks now and then (cheaply)
 
@@ -172,105 +180,6 @@ class StorageDamage:
     the log start are gone."""
 
 
-class NodeLiveness:
-    """What the node hosting a core knows beyond the core's own group (issue 17).
-
-    Thousands of groups on a few nodes must not each decide on its own, from its
-    own heartbeats, that a peer is gone or that it should step down: when the node
-    is busy every group's heartbeats are late at once, and thousands of elections
-    make it busier still (a metastable collapse). The shell passes this to every
-    core; the defaults (nothing heard, never slow) leave a core to its group alone.
-
-    - :meth:`peer_heard_ms`: when the node last received anything from ``peer``'s
-      node (any group). A follower whose election timeout passes does not campaign
-      while its leader's node is talking to it (up to
-      :data:`GROUP_SILENCE_MAX_TIMEOUTS` election timeouts of silence in the group
-      itself), and a leader's check-quorum counts a peer whose node talks to it.
-    - :meth:`slowness`: >= 1; how far behind the node's own event loop runs
-      (Lifeguard's local health). Above 1 the node's timers are not to be trusted:
-      elections wait and check-quorum's window stretches by that factor.
-    - :meth:`peer_alive`: membership (SWIM) says ``peer``'s node is alive. A
-      quiesced follower does not campaign while its leader's node is alive: it
-      learns of the leader's death from membership, and otherwise its periodic
-      wake-up would wake every idle group once a minute.
-    - :meth:`peer_dead`: membership declared ``peer``'s node dead. A leader may
-      quiesce without it (its other voters caught up, a majority with itself)
-      instead of heartbeating it until placement moves the replica away;
-      :meth:`ReplicaCore.peer_returned` wakes the group when it is back.
-    - :meth:`may_lead`: False while the node must not lead (its disk is below its
-      free-space watermark, :mod:`laminar.server.disk`): a follower does not
-      campaign and ignores a leadership handed to it (``TimeoutNow``); it still
-      votes and follows. The host hands its current leaderships over itself.
-    - :meth:`recovery_grant` / :meth:`recovery_spend`: the node's budget for
-      replicating to peers that catch up as learners (a replica healing from
-      damaged storage, or a new one): a leader sends them at most what the grant
-      says (at least one batch), and the rest at a later flush (its heartbeats go
-      on). Catching up at full speed saturated the disk and the links that the
-      voters' own writes need (produce p99 x150 on one machine's disk).
-
-    None of this touches safety: votes, leases and commits stay per group.
-    """
-
-    def peer_heard_ms(self, peer: NodeId) -> int:
-        return _NEVER
-
-    def peer_alive(self, peer: NodeId) -> bool:
-        return False
-
-    def peer_dead(self, peer: NodeId) -> bool:
-        return False
-
-    def slowness(self) -> float:
-        return 1.0
-
-    def may_lead(self) -> bool:
-        return True
-
-    def recovery_grant(self) -> int:
-        return _UNLIMITED
-
-    def recovery_spend(self, count: int) -> None:
-        pass
-
-
-_UNLIMITED = 1 << 62
-_NO_LIVENESS = NodeLiveness()
-
-
-class LoopLag:
-    """A node's event-loop lag as :meth:`NodeLiveness.slowness` wants it: the worst
-    recent lag (how late a timer ran), fading linearly over :attr:`DECAY_MS`;
-    slowness is lag / ``tolerated_ms`` when above it, else 1. The host feeds it from
-    its tick loop, the scale simulator from its simulated loop."""
-
-    DECAY_MS = 2_000
-
-    def __init__(self, tolerated_ms: float) -> None:
-        self.tolerated_ms = max(1.0, tolerated_ms)
-        self._lag_ms = 0.0
-        self._at_ms = 0
-
-    def note(self, lag_ms: int, now_ms: int) -> None:
-        if lag_ms >= self.current(now_ms):
-            self._lag_ms, self._at_ms = float(lag_ms), now_ms
-
-    def current(self, now_ms: int) -> float:
-        return max(0.0, self._lag_ms * (1 - (now_ms - self._at_ms) / self.DECAY_MS))
-
-    def slowness(self, now_ms: int) -> float:
-        lag = self.current(now_ms)
-        return 1.0 if lag <= self.tolerated_ms else lag / self.tolerated_ms
-
-
-SLOWNESS_STRETCH_MAX = 8.0
-"""Election timeouts stretch with the node's slowness up to this factor."""
-
-GROUP_SILENCE_MAX_TIMEOUTS = 10
-"""A follower waits at most this many maximum election timeouts for its group's
-leader while the leader's node keeps talking (a leader replica gone silently, e.g.
-fenced by a storage failure, is replaced after that)."""
-
-
 class _Mode(Enum):
     PROBE = "probe"
     REPLICATE = "replicate"
@@ -285,8 +194,8 @@ class _Progress:
     mode: _Mode = _Mode.PROBE
     inflight: deque[int] = field(default_factory=deque)  # end offsets of requests sent
     waiting_since_ms: int = 0
-    heard_ms: int = _NEVER
-    caught_up_ms: int = _NEVER  # when the peer last held the leader's whole log
+    heard_ms: int = NEVER_MS
+    caught_up_ms: int = NEVER_MS  # when the peer last held the leader's whole log
     reported_end: int = -1
     reported_watermark: int = -1
     healing: bool = False  # its storage was damaged: out of the voters until caught up
@@ -356,7 +265,7 @@ class ReplicaCore:
         self.node_id = node_id
         self._label = f"{node_id} {name}" if name else node_id
         self._log_fields = fields(parse_partition_name(name), node_id=node_id)
-        self._liveness = liveness or _NO_LIVENESS
+        self._liveness = liveness or NO_LIVENESS
         self._storage = storage
         self._config = config
         self._rng = rng
@@ -411,7 +320,7 @@ class ReplicaCore:
         self.leader: NodeId | None = None
         self.high_watermark = storage.start_offset
         self._durable_end = end
-        self._leader_heard_ms = _NEVER
+        self._leader_heard_ms = NEVER_MS
         self._election_deadline = now_ms + self._election_timeout()
         self._votes: set[NodeId] = set()
 
@@ -909,7 +818,7 @@ class ReplicaCore:
         """
         gone = self.leader if self.leader is not None else self.last_leader
         self._quiesced = False
-        self._leader_heard_ms = _NEVER
+        self._leader_heard_ms = NEVER_MS
         base = self._config.election_timeout_min_ms
         self._successor = gone is not None and self._successor_of(gone) == self.node_id
         self._deferred = True  # its own wait follows
@@ -1015,14 +924,16 @@ class ReplicaCore:
         talks to this one, or this node is too slow for its timers to mean anything
         (see :class:`NodeLiveness`). Never after a hint that the leader died."""
         leader = self.leader
-        if leader is None or self.role is not Role.FOLLOWER or self._leader_heard_ms == _NEVER:
+        if leader is None or self.role is not Role.FOLLOWER:
             return False
-        silence = now_ms - self._leader_heard_ms
-        if silence >= GROUP_SILENCE_MAX_TIMEOUTS * self._config.election_timeout_max_ms:
-            return False
-        if self._liveness.slowness() > 1.0:
-            return True
-        return now_ms - self._liveness.peer_heard_ms(leader) < self._config.election_timeout_min_ms
+        return leader_presumed_alive(
+            self._liveness,
+            leader,
+            now_ms=now_ms,
+            leader_heard_ms=self._leader_heard_ms,
+            election_timeout_min_ms=self._config.election_timeout_min_ms,
+            election_timeout_max_ms=self._config.election_timeout_max_ms,
+        )
 
     def step(self, source: NodeId, message: Message, now_ms: int) -> None:
         """A message from peer ``source``."""
@@ -1263,7 +1174,7 @@ class ReplicaCore:
         timeout = self._rng.randint(
             self._config.election_timeout_min_ms, self._config.election_timeout_max_ms
         )
-        return int(timeout * min(self._liveness.slowness(), SLOWNESS_STRETCH_MAX))
+        return stretched_ms(timeout, self._liveness.slowness())
 
     def _set_role(self, role: Role, leader: NodeId | None) -> None:
         if role is not self.role or leader != self.leader:
@@ -1610,7 +1521,7 @@ class ReplicaCore:
         progress.healing = True
         progress.healing_since = since
         progress.match_offset = -1
-        progress.caught_up_ms = _NEVER
+        progress.caught_up_ms = NEVER_MS
         progress.mode = _Mode.PROBE
         progress.inflight.clear()
         progress.next_offset = min(progress.next_offset, self._storage.end_offset)
@@ -1997,7 +1908,7 @@ class ReplicaCore:
             message.leader,
             extra=self._log_extra(message.leader),
         )
-        self._leader_heard_ms = _NEVER
+        self._leader_heard_ms = NEVER_MS
         self._campaign(pre_vote=False, transfer=True)
 
     # ------------------------------------------------------------------ votes
