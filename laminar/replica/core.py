@@ -89,10 +89,8 @@ import dataclasses
 import heapq
 import logging
 import random
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 import msgpack
 
@@ -142,6 +140,7 @@ from laminar.replica.messages import (
     VoteResponse,
 )
 from laminar.replica.producers import ProducerTable, SequenceCheck, Verdict
+from laminar.replica.progress import Mode, Progress, probe_after_rejection
 from laminar.replica.quorum import commit_offset, in_sync
 from laminar.replica.state import BOOTSTRAP_OFFSET, decode_state, encode_state, founding_state
 from laminar.replica.types import NEVER_MS, Acks, GroupConfig, NodeId, Role
@@ -178,29 +177,6 @@ class StorageDamage:
     lost_state: bool = False
     """The state file had no valid copy: its term, vote and the configurations below
     the log start are gone."""
-
-
-class _Mode(Enum):
-    PROBE = "probe"
-    REPLICATE = "replicate"
-
-
-@dataclass(slots=True)
-class _Progress:
-    """The leader's view of one peer's log."""
-
-    next_offset: int
-    match_offset: int = -1
-    mode: _Mode = _Mode.PROBE
-    inflight: deque[int] = field(default_factory=deque)  # end offsets of requests sent
-    waiting_since_ms: int = 0
-    heard_ms: int = NEVER_MS
-    caught_up_ms: int = NEVER_MS  # when the peer last held the leader's whole log
-    reported_end: int = -1
-    reported_watermark: int = -1
-    healing: bool = False  # its storage was damaged: out of the voters until caught up
-    healing_since: int = -1  # the damage it heals from (its ``healing_since``)
-    healed_since: int = -1  # the damage this leader promoted it back from: old news
 
 
 @dataclass(slots=True, order=True)
@@ -325,7 +301,7 @@ class ReplicaCore:
         self._votes: set[NodeId] = set()
 
         # leader state
-        self._progress: dict[NodeId, _Progress] = {}
+        self._progress: dict[NodeId, Progress] = {}
         # While _flush_appends runs: start offset -> (batches read, their end).
         self._read_once: dict[int, tuple[bytes, int]] | None = None
         self._departing: dict[NodeId, int] = {}  # removed peers still told the commit
@@ -1068,7 +1044,7 @@ class ReplicaCore:
                 term = known_term
         return term if offset >= 0 else -1
 
-    def _send_install(self, peer: NodeId, progress: _Progress) -> None:
+    def _send_install(self, peer: NodeId, progress: Progress) -> None:
         start = self._storage.start_offset
         config_offset, config = BOOTSTRAP_OFFSET, self.group_config
         for known_offset, known in self._configs:
@@ -1084,9 +1060,7 @@ class ReplicaCore:
             commit_offset=self.high_watermark,
         )
         self._messages.append(Outbound(peer, request))
-        if not progress.inflight:
-            progress.waiting_since_ms = self._now
-        progress.inflight.append(start)
+        progress.sent(start, self._now, advance=False)
         _LOG.info(
             "%s: %s is below the log start %d: sending the start",
             self._label,
@@ -1257,13 +1231,13 @@ class ReplicaCore:
         self._progress = {}
         for peer in self._members():
             if peer != self.node_id:
-                self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+                self._progress[peer] = Progress(next_offset=end, heard_ms=self._now)
         self._departing.clear()
         if len(self._configs) > 1:
             # Members the latest change removed may not know yet: keep telling them.
             for peer in self._configs[-2][1].members:
                 if peer != self.node_id and peer not in self._progress:
-                    self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+                    self._progress[peer] = Progress(next_offset=end, heard_ms=self._now)
                     self._departing[peer] = -1
         self._transfer_to = None
         self._term_start_offset = end
@@ -1286,7 +1260,7 @@ class ReplicaCore:
             if peer not in self._progress or peer in self._departing:
                 # New, or re-added while its removal was still being told: it may
                 # have deleted its replica since, so nothing it held is assumed.
-                self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+                self._progress[peer] = Progress(next_offset=end, heard_ms=self._now)
             self._departing.pop(peer, None)
         for peer in list(self._progress):
             if peer not in config.members:
@@ -1317,12 +1291,7 @@ class ReplicaCore:
             self._transfer_backoff_until = now + 5 * self._config.transfer_timeout_ms
         retransmit_ms = self._config.election_timeout_min_ms // 2
         for progress in self._progress.values():
-            if progress.inflight and now - progress.waiting_since_ms >= retransmit_ms:
-                # Requests (or their answers) were lost: find the follower's end again.
-                progress.inflight.clear()
-                progress.mode = _Mode.PROBE
-                if progress.match_offset >= 0:
-                    progress.next_offset = progress.match_offset
+            progress.expire(now, retransmit_ms)
         quiesce = self._may_quiesce()
         for peer, progress in self._progress.items():
             commit = min(self.high_watermark, max(progress.match_offset, 0))
@@ -1374,11 +1343,11 @@ class ReplicaCore:
             self._read_once = None  # the log changes after this: never reuse a read
         self._maybe_send_timeout_now()
 
-    def _send_appends(self, peer: NodeId, progress: _Progress) -> None:
+    def _send_appends(self, peer: NodeId, progress: Progress) -> None:
         end = self._storage.end_offset
         # A learner (healing, or new) catches up within the node's recovery budget.
         recovering = progress.healing or peer not in self._voters()
-        if progress.mode is _Mode.PROBE:
+        if progress.mode is Mode.PROBE:
             if not progress.inflight:
                 self._send_append(peer, progress, advance=False, recovering=recovering)
             return
@@ -1389,7 +1358,7 @@ class ReplicaCore:
                 return  # out of recovery budget: a later flush sends on
 
     def _send_append(
-        self, peer: NodeId, progress: _Progress, *, advance: bool, recovering: bool = False
+        self, peer: NodeId, progress: Progress, *, advance: bool, recovering: bool = False
     ) -> bool:
         """Send ``peer`` an append from its next offset; False (nothing sent) when it
         is ``recovering`` and the node's recovery budget is spent."""
@@ -1416,6 +1385,7 @@ class ReplicaCore:
                     shared[start] = (data, request_end)
             else:
                 data, request_end = cached
+        assert start <= request_end <= self._storage.end_offset, (self._label, start, request_end)
         request = AppendRequest(
             term=self.term,
             leader=self.node_id,
@@ -1426,11 +1396,7 @@ class ReplicaCore:
             commit_offset=self.high_watermark,
         )
         self._messages.append(Outbound(peer, request))
-        if not progress.inflight:
-            progress.waiting_since_ms = self._now
-        progress.inflight.append(request_end)
-        if advance:
-            progress.next_offset = request_end
+        progress.sent(request_end, self._now, advance=advance)
         return True
 
     def _on_append_response(self, response: AppendResponse) -> None:
@@ -1454,46 +1420,34 @@ class ReplicaCore:
         elif progress.healing and since != progress.healing_since:
             return  # sent before the damage: it says nothing about its log now
         if response.success:
-            progress.match_offset = max(progress.match_offset, response.match_offset)
-            if progress.match_offset >= self._storage.end_offset:
-                progress.caught_up_ms = self._now
-            while progress.inflight and progress.inflight[0] <= progress.match_offset:
-                progress.inflight.popleft()
-            progress.waiting_since_ms = self._now
-            if progress.mode is _Mode.PROBE:
-                progress.mode = _Mode.REPLICATE
-                progress.inflight.clear()
-                progress.next_offset = max(progress.match_offset, progress.next_offset)
-            progress.next_offset = max(progress.next_offset, progress.match_offset)
+            # Paired with the assertion on sending: only this leader's log is acked.
+            assert response.match_offset <= self._storage.end_offset, (
+                self._label,
+                response.follower,
+                response.match_offset,
+                self._storage.end_offset,
+            )
+            progress.acknowledged(response.match_offset, self._storage.end_offset, self._now)
             self._maybe_commit()
             return
-        # A rejection: ignore answers to requests that no longer matter.
-        if progress.mode is _Mode.PROBE:
-            if response.prev_end_offset != progress.next_offset:
-                return
-        elif response.prev_end_offset < progress.match_offset:
+        if progress.stale_rejection(response.prev_end_offset):
             return
         if 0 < response.prev_end_offset <= self._storage.start_offset:
             # No match at our log start: nothing older to probe; the follower restarts
             # its log at our start.
-            progress.next_offset = self._storage.start_offset - 1
-            progress.mode = _Mode.PROBE
-            progress.inflight.clear()
+            progress.probe(self._storage.start_offset - 1)
             return
-        end = self._storage.end_offset
-        if response.conflict_term < 0:
-            candidate = min(response.end_offset, response.prev_end_offset - 1)
-        else:
-            term_end = self._epochs.end_of(response.conflict_term, end)
-            if term_end >= 0 and self._epochs.start_of(response.conflict_term) >= 0:
-                candidate = term_end  # we hold that term: the follower matches up to its end
-            else:
-                candidate = response.conflict_start
-            candidate = min(candidate, response.prev_end_offset - 1)
-        candidate = max(candidate, progress.match_offset, self._storage.start_offset)
-        progress.next_offset = self._boundary_at_or_below(min(candidate, end))
-        progress.mode = _Mode.PROBE
-        progress.inflight.clear()
+        candidate = probe_after_rejection(
+            conflict_term=response.conflict_term,
+            conflict_start=response.conflict_start,
+            follower_end=response.end_offset,
+            prev_end_offset=response.prev_end_offset,
+            match_offset=progress.match_offset,
+            epochs=self._epochs,
+            log_start=self._storage.start_offset,
+            log_end=self._storage.end_offset,
+        )
+        progress.probe(self._boundary_at_or_below(candidate))
 
     def _on_heartbeat_response(self, response: HeartbeatResponse) -> None:
         if response.term > self.term:
@@ -1509,7 +1463,7 @@ class ReplicaCore:
             if progress.match_offset >= self._storage.end_offset:
                 progress.caught_up_ms = self._now
 
-    def _forget_log_of(self, peer: NodeId, progress: _Progress, since: int) -> None:
+    def _forget_log_of(self, peer: NodeId, progress: Progress, since: int) -> None:
         """``peer`` heals from damaged storage found at ``since``: nothing it said
         before counts; probe its log again, and it leaves the voters meanwhile."""
         _LOG.info(
@@ -1518,13 +1472,7 @@ class ReplicaCore:
             peer,
             extra=self._log_extra(peer),
         )
-        progress.healing = True
-        progress.healing_since = since
-        progress.match_offset = -1
-        progress.caught_up_ms = NEVER_MS
-        progress.mode = _Mode.PROBE
-        progress.inflight.clear()
-        progress.next_offset = min(progress.next_offset, self._storage.end_offset)
+        progress.forget_log(since, self._storage.end_offset)
 
     def _may_quiesce(self) -> bool:
         """Idle, settled, and every peer holds the whole log and knows it is committed."""
@@ -1642,7 +1590,7 @@ class ReplicaCore:
         progress = self._progress.get(peer)
         return (
             progress is not None
-            and progress.mode is _Mode.REPLICATE
+            and progress.mode is Mode.REPLICATE
             and progress.match_offset >= self.high_watermark - self._config.catch_up_lag_offsets_max
             and self._now - progress.heard_ms < self._config.election_timeout_min_ms
         )
