@@ -91,6 +91,7 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import assert_never
 
 import msgpack
 
@@ -102,12 +103,19 @@ from laminar.records import (
     BatchHeader,
     BatchLimits,
     check_payload,
-    decode_batch,
     encode_control_batch,
     iter_batches,
     next_offset,
     parse_header,
     verify_batch,
+)
+from laminar.replica.confchange import (
+    CONTROL_CONFIG,
+    CONTROL_NOOP,
+    TransferTo,
+    config_in,
+    encode_config,
+    next_change,
 )
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.epochs import Epochs
@@ -161,8 +169,6 @@ __all__ = [  # names other modules import from here (some now live in the module
 
 _LOG = logging.getLogger(__name__)
 
-CONTROL_NOOP = b"noop"
-CONTROL_CONFIG = b"config"
 _EARLY = (AppendRequest, Heartbeat)  # a leader's; sendable before its own fsync
 _QUIESCED_WAKE_MS = 60_000  # a quiesced replica still ticks now and then (cheaply)
 
@@ -187,20 +193,6 @@ class _Pending:
     request_id: int
     base_offset: int = field(compare=False)
     status: ProduceStatus = field(compare=False)
-
-
-def encode_config(config: GroupConfig, timestamp_ms: int) -> bytes:
-    """The control batch that makes ``config`` the group's configuration."""
-    data = msgpack.packb({"voters": list(config.voters), "learners": list(config.learners)})
-    return encode_control_batch(CONTROL_CONFIG, data, timestamp_ms)
-
-
-def _decode_config(data: bytes) -> GroupConfig:
-    value = msgpack.unpackb(data)
-    return GroupConfig(
-        tuple(NodeId(voter) for voter in value["voters"]),
-        tuple(NodeId(learner) for learner in value["learners"]),
-    )
 
 
 class ReplicaCore:
@@ -388,7 +380,7 @@ class ReplicaCore:
                     )
                 else:
                     batch = memoryview(data)[position : position + header.length]
-                    config = self._config_in(header, batch)
+                    config = config_in(header, batch, self._limits)
                     if config is not None:
                         configs.append((header.base_offset, config))
                 offset = header.next_offset
@@ -987,22 +979,12 @@ class ReplicaCore:
                 header.producer_id, header.base_sequence, header.record_count, header.base_offset
             )
             return
-        config = self._config_in(header, batch)
+        config = config_in(header, batch, self._limits)
         if config is not None:
             assert self._configs and self._configs[-1] == (header.base_offset, config)
             self._events.append(ConfigChanged(config, header.base_offset))
             if self.role is Role.LEADER:
                 self._leader_config_changed(config)
-
-    def _config_in(self, header: BatchHeader, batch: Buffer) -> GroupConfig | None:
-        if not header.is_control:
-            return None
-        decoded = decode_batch(batch, verify=False, limits=self._limits)
-        if decoded.keys[0] != CONTROL_CONFIG:
-            return None
-        value = decoded.values[0]
-        assert value is not None
-        return _decode_config(value)
 
     def _record_config(self, base_offset: int, config: GroupConfig) -> None:
         """Note a configuration entry before its batch is appended. Its save is
@@ -1606,21 +1588,37 @@ class ReplicaCore:
         config = self.group_config
         if config is None or not self._stable_leader():
             return
-        change = self._demote_healing(config)
         target = self._target
-        if change is None and target is None:
+        if target is None:
             # Without a placement target the members stay; learners are promoted
             # once caught up (a replica healing from damaged storage, for one).
             target = config.members
-        elif change is None and (
-            target is None or self._now - self._target_since_ms < self._config.reconfigure_stable_ms
-        ):
-            return
-        if change is None:
-            assert target is not None
-            change = self._target_change(config, target)
-        if change is None:
-            return
+        elif self._now - self._target_since_ms < self._config.reconfigure_stable_ms:
+            target = None  # placement's wish is not settled yet: only demotions
+        change = next_change(
+            config,
+            target,
+            leader=self.node_id,
+            caught_up=self._caught_up,
+            healing=self._peer_healing,
+        )
+        match change:
+            case None:
+                return
+            case TransferTo(node=successor):
+                self.transfer_leadership(successor, self._now)
+                return
+            case GroupConfig():
+                self._append_config(config, change)
+            case _:
+                assert_never(change)
+
+    def _peer_healing(self, peer: NodeId) -> bool:
+        progress = self._progress.get(peer)
+        return progress is not None and progress.healing
+
+    def _append_config(self, config: GroupConfig, change: GroupConfig) -> None:
+        """Append ``change``, the next configuration after ``config``."""
         _LOG.info(
             "%s: configuration %s -> %s", self._label, config, change, extra=self._log_extra()
         )
@@ -1635,50 +1633,6 @@ class ReplicaCore:
         self._record_config(self._storage.end_offset, change)
         base = self._storage.append(batch, term=self.term)
         self._note_appended(parse_header(batch)._replace(base_offset=base, term=self.term), batch)
-
-    def _demote_healing(self, config: GroupConfig) -> GroupConfig | None:
-        """A voter healing from damaged storage becomes a learner (one at a time)."""
-        for node in config.voters:
-            progress = self._progress.get(node)
-            if node != self.node_id and progress is not None and progress.healing:
-                voters = tuple(v for v in config.voters if v != node)
-                return GroupConfig(voters, (*config.learners, node))
-        return None
-
-    def _target_change(self, config: GroupConfig, target: tuple[NodeId, ...]) -> GroupConfig | None:
-        """The next step towards ``target`` (one change at a time)."""
-        voters, learners = list(config.voters), list(config.learners)
-        change: GroupConfig | None = None
-        for node in target:
-            if node not in voters and node not in learners:
-                change = GroupConfig(config.voters, (*config.learners, node))
-                break
-        else:
-            waiting = [node for node in learners if node in target]
-            ready = [node for node in waiting if self._caught_up(node)]
-            if ready:
-                node = ready[0]
-                learners.remove(node)
-                change = GroupConfig((*config.voters, node), tuple(learners))
-            elif waiting:
-                return None  # a replacement is catching up: remove nothing before it votes
-            elif leaving := [node for node in learners if node not in target]:
-                learners.remove(leaving[0])
-                change = GroupConfig(config.voters, tuple(learners))
-            elif leaving := [node for node in voters if node not in target]:
-                node = leaving[0] if leaving[0] != self.node_id or len(leaving) == 1 else leaving[1]
-                if node == self.node_id:
-                    successor = next(
-                        (n for n in target if n in voters and self._caught_up(n)), None
-                    )
-                    if successor is not None:
-                        self.transfer_leadership(successor, self._now)
-                    return None
-                if len(voters) == 1:
-                    return None
-                voters.remove(node)
-                change = GroupConfig(tuple(voters), config.learners)
-        return change
 
     def _maybe_prefer_leader(self) -> None:
         target = self._target
@@ -1791,7 +1745,7 @@ class ReplicaCore:
                 if self._epochs.term_at(header.base_offset) == header.term:
                     continue  # already held: same term and offset means the same batch
                 self._truncate(header.base_offset)
-            config = self._config_in(header, batch)
+            config = config_in(header, batch, self._limits)
             if config is not None:
                 self._record_config(header.base_offset, config)
             self._storage.append_stamped(batch)
