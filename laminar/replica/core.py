@@ -99,7 +99,6 @@ from laminar.errors import OffsetOutOfRangeError, RecordFormatError
 from laminar.logfields import PEER, TERM, fields, parse_partition_name
 from laminar.records import (
     DEFAULT_LIMITS,
-    NO_PRODUCER,
     BatchHeader,
     BatchLimits,
     check_payload,
@@ -147,7 +146,7 @@ from laminar.replica.messages import (
     VoteRequest,
     VoteResponse,
 )
-from laminar.replica.producers import ProducerTable, SequenceCheck, Verdict
+from laminar.replica.producers import NotConsecutive, ProducerTable, SequenceCheck, Verdict
 from laminar.replica.progress import Mode, Progress, probe_after_rejection
 from laminar.replica.quorum import commit_offset, in_sync
 from laminar.replica.state import BOOTSTRAP_OFFSET, decode_state, encode_state, founding_state
@@ -675,39 +674,30 @@ class ReplicaCore:
             return ProduceReply(
                 request_id, ProduceStatus.INVALID, detail="control batches are internal"
             )
-        producer_id = header.producer_id
-        previous = None
-        if producer_id != NO_PRODUCER:
-            previous = next((c for c in reversed(earlier) if c[0].producer_id == producer_id), None)
-        if previous is not None:
-            last, last_check = previous
-            if header.base_sequence != last.base_sequence + last.record_count:
+        check = self._producers.admit(header, earlier)
+        match check:
+            case NotConsecutive():
+                return ProduceReply(request_id, ProduceStatus.INVALID, detail=check.detail)
+            case SequenceCheck(verdict=Verdict.OUT_OF_ORDER):
+                if not self._has_lease():
+                    # A deposed leader (cut off, or idle and quiesced) may not know the
+                    # producer's latest batches: only a confirmed leader may say "gap".
+                    return ProduceReply(
+                        request_id,
+                        ProduceStatus.UNAVAILABLE,
+                        detail="cannot confirm the producer's sequence yet; retry",
+                    )
                 return ProduceReply(
                     request_id,
-                    ProduceStatus.INVALID,
-                    detail="batches of one producer in one request must have consecutive "
-                    f"sequences: {last.base_sequence}+{last.record_count} is followed by "
-                    f"{header.base_sequence}",
+                    ProduceStatus.OUT_OF_ORDER_SEQUENCE,
+                    expected_sequence=check.expected_sequence,
+                    detail=f"expected sequence {check.expected_sequence}, "
+                    f"got {header.base_sequence}",
                 )
-            if last_check.verdict is Verdict.NEW:
-                return header, last_check  # follows a new batch: new too
-        check = self._producers.check(producer_id, header.base_sequence, header.record_count)
-        if check.verdict is Verdict.OUT_OF_ORDER:
-            if not self._has_lease():
-                # A deposed leader (cut off, or idle and quiesced) may not know the
-                # producer's latest batches: only a confirmed leader may say "gap".
-                return ProduceReply(
-                    request_id,
-                    ProduceStatus.UNAVAILABLE,
-                    detail="cannot confirm the producer's sequence yet; retry",
-                )
-            return ProduceReply(
-                request_id,
-                ProduceStatus.OUT_OF_ORDER_SEQUENCE,
-                expected_sequence=check.expected_sequence,
-                detail=f"expected sequence {check.expected_sequence}, got {header.base_sequence}",
-            )
-        return header, check
+            case SequenceCheck():
+                return header, check
+            case _:
+                assert_never(check)
 
     def _accept(
         self,
