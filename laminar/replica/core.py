@@ -7,6 +7,23 @@ message, :meth:`~ReplicaCore.tick`, :meth:`~ReplicaCore.set_target`,
 :meth:`~ReplicaCore.hint_leader_dead`) with the current time, and then drains the
 outputs.
 
+This module holds the roles and their transitions: elections, replication, the
+leader's tick, healing. The rules it applies live in modules of their own, split
+along the seams etcd raft has (``quorum``, ``tracker``, ``confchange``):
+
+* :mod:`~laminar.replica.quorum`: the commit rule
+  (:func:`~laminar.replica.quorum.commit_offset`) and the in-sync rule;
+* :mod:`~laminar.replica.progress`: the leader's view of each peer (probe and
+  replicate modes, requests in flight, where to probe after a rejection);
+* :mod:`~laminar.replica.confchange`: configuration control batches and the next
+  single change towards the placement target;
+* :mod:`~laminar.replica.producers`: idempotent producers' duplicates and gaps;
+* :mod:`~laminar.replica.state`: what is persisted besides the log (term, vote,
+  configurations) and its format;
+* :mod:`~laminar.replica.liveness`: what the core asks of its node
+  (:class:`~laminar.replica.liveness.NodeLiveness`);
+* :mod:`~laminar.replica.epochs`: the term of each offset.
+
 Shell contract
 --------------
 The core calls its :class:`~laminar.segment.storage.LogStorage` directly (appends,
@@ -370,6 +387,8 @@ class ReplicaCore:
         while offset < end:
             data = self._storage.read(offset, 1 << 20)
             for position, header in iter_batches(data, verify=False, limits=self._limits):
+                # Paired with the storage's check on append: the log is contiguous.
+                assert header.base_offset == offset, (self._label, header.base_offset, offset)
                 if not header.is_control:
                     self._producers.record(
                         header.producer_id,
@@ -915,6 +934,8 @@ class ReplicaCore:
                 self._on_timeout_now(message)
             case InstallStart():
                 self._on_install_start(message)
+            case _:
+                assert_never(message)
 
     # ------------------------------------------------------------------ outputs
 
@@ -971,7 +992,7 @@ class ReplicaCore:
             return
         config = config_in(header, batch, self._limits)
         if config is not None:
-            assert self._configs and self._configs[-1] == (header.base_offset, config)
+            assert self._configs and self._configs[-1] == (header.base_offset, config), self._label
             self._events.append(ConfigChanged(config, header.base_offset))
             if self.role is Role.LEADER:
                 self._leader_config_changed(config)
@@ -1054,7 +1075,7 @@ class ReplicaCore:
         if not matches:
             # Everything we hold below ``start`` is committed (and so matches) only up to
             # our high watermark, which is at most ``start`` here: drop it all.
-            assert self.high_watermark <= start, (self.high_watermark, start)
+            assert self.high_watermark <= start, (self._label, self.high_watermark, start)
             config_offset, voters, learners = msgpack.unpackb(request.config)
             storage.reset(start)
             self._epochs.reset(start, request.start_term)
@@ -1068,7 +1089,7 @@ class ReplicaCore:
                 )
             ]
             self._save_state(now=True)
-            self.high_watermark = max(self.high_watermark, start)
+            self._follow_commit(start)
             _LOG.info(
                 "%s: log restarted at %d from %s",
                 self._label,
@@ -1076,14 +1097,12 @@ class ReplicaCore:
                 request.leader,
                 extra=self._log_extra(request.leader),
             )
-        self.high_watermark = max(
-            self.high_watermark, min(request.commit_offset, storage.end_offset, start)
-        )
+        self._follow_commit(min(request.commit_offset, storage.end_offset, start))
         self._acknowledge(request.leader, match_offset=start, prev_end_offset=start)
 
     def _truncate(self, offset: int) -> None:
         assert offset >= self.high_watermark, (
-            f"{self.node_id}: truncating committed entries ({offset} < {self.high_watermark})"
+            f"{self._label}: truncating committed entries ({offset} < {self.high_watermark})"
         )
         self._storage.truncate_suffix(offset)
         self._epochs.truncate(offset)
@@ -1672,7 +1691,10 @@ class ReplicaCore:
             return
         # Below our log start (retention deleted it) everything was committed, so it
         # matches any leader's log: take what the request holds past the start.
-        assert self._storage.start_offset <= self.high_watermark, "deleted past the commit"
+        assert self._storage.start_offset <= self.high_watermark, (
+            self._label,
+            "deleted past the commit",
+        )
         local_term = (
             request.prev_term if prev < self._storage.start_offset else self._term_before(prev)
         )
@@ -1695,10 +1717,15 @@ class ReplicaCore:
                 extra=self._log_extra(request.leader),
             )
             return
-        self.high_watermark = max(
-            self.high_watermark, min(request.commit_offset, request.end_offset)
-        )
+        self._follow_commit(min(request.commit_offset, request.end_offset))
         self._acknowledge(request.leader, match_offset=request.end_offset, prev_end_offset=prev)
+
+    def _follow_commit(self, offset: int) -> None:
+        """The leader committed up to ``offset``, which this follower holds: its high
+        watermark follows, never back and never past its own log end (paired with
+        the same assertion on the leader's side, in :meth:`_maybe_commit`)."""
+        assert offset <= self._storage.end_offset, (self._label, offset, self._storage.end_offset)
+        self.high_watermark = max(self.high_watermark, offset)
 
     def _acknowledge(self, leader: NodeId, *, match_offset: int, prev_end_offset: int) -> None:
         """Tell ``leader`` this log holds its entries up to ``match_offset``."""
@@ -1771,7 +1798,7 @@ class ReplicaCore:
             )
             return
         commit = min(heartbeat.commit_offset, self._storage.end_offset)
-        self.high_watermark = max(self.high_watermark, commit)
+        self._follow_commit(commit)
         # Quiesce only when this replica holds everything the leader committed.
         quiesce = heartbeat.quiesce and commit == heartbeat.commit_offset
         self._heard_from_leader(heartbeat.term, heartbeat.leader, quiesce=quiesce)
