@@ -72,6 +72,9 @@ def test_only_an_entry_of_the_current_term_commits() -> None:
     assert _commit((A, B, C), {B: 7, C: 5}, terms=terms, term_start_offset=6) == 7
     # At the term start itself (the no-op not yet held by a majority): nothing.
     assert _commit((A, B, C), {B: 6, C: 6}, terms=terms, term_start_offset=6) == 0
+    # The term of the entry decides on its own too, whatever the term start says.
+    assert _commit((A, B, C), {B: 5, C: 5}, terms=terms, term_start_offset=0) == 0
+    assert _commit((A, B, C), {B: 7, C: 7}, terms=terms, term_start_offset=0) == 7
 
 
 def test_never_moves_back() -> None:
