@@ -103,11 +103,10 @@ it is over):
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import assert_never
 
 import msgpack
@@ -163,6 +162,7 @@ from laminar.replica.messages import (
     VoteRequest,
     VoteResponse,
 )
+from laminar.replica.pending import PendingWrites
 from laminar.replica.producers import NotConsecutive, ProducerTable, SequenceCheck, Verdict
 from laminar.replica.progress import Mode, Progress, probe_after_rejection
 from laminar.replica.quorum import commit_offset, in_sync
@@ -199,16 +199,6 @@ class StorageDamage:
     lost_state: bool = False
     """The state file had no valid copy: its term, vote and the configurations below
     the log start are gone."""
-
-
-@dataclass(slots=True, order=True)
-class _Pending:
-    """An ``acks=all`` produce waiting for the commit to pass ``next_offset``."""
-
-    next_offset: int
-    request_id: int
-    base_offset: int = field(compare=False)
-    status: ProduceStatus = field(compare=False)
 
 
 class ReplicaCore:
@@ -313,7 +303,7 @@ class ReplicaCore:
         # While _flush_appends runs: start offset -> (batches read, their end).
         self._read_once: dict[int, tuple[bytes, int]] | None = None
         self._departing: dict[NodeId, int] = {}  # removed peers still told the commit
-        self._pending: list[_Pending] = []
+        self._pending = PendingWrites()
         self._heartbeat_due = 0
         self._leader_since_ms = 0
         self._term_start_offset = 0
@@ -731,19 +721,15 @@ class ReplicaCore:
         if check.verdict is Verdict.DUPLICATE:
             original_next = check.base_offset + header.record_count
             if acks is Acks.ALL and original_next > self.high_watermark:
-                heapq.heappush(
-                    self._pending,
-                    _Pending(original_next, request_id, check.base_offset, ProduceStatus.DUPLICATE),
+                self._pending.add(
+                    original_next, request_id, check.base_offset, ProduceStatus.DUPLICATE
                 )
                 return None
             return ProduceReply(request_id, ProduceStatus.DUPLICATE, base_offset=check.base_offset)
         base = self._storage.append(batch, term=self.term, verified=True)
         self._note_appended(header._replace(base_offset=base, term=self.term), batch)
         if acks is Acks.ALL:
-            heapq.heappush(
-                self._pending,
-                _Pending(base + header.record_count, request_id, base, ProduceStatus.OK),
-            )
+            self._pending.add(base + header.record_count, request_id, base, ProduceStatus.OK)
             return None
         return ProduceReply(request_id, ProduceStatus.OK, base_offset=base)
 
@@ -1160,16 +1146,7 @@ class ReplicaCore:
         self._election_deadline = self._now + self._election_timeout()
 
     def _abandon_leadership(self, new_leader: NodeId | None) -> None:
-        for pending in self._pending:
-            self._replies.append(
-                ProduceReply(
-                    pending.request_id,
-                    ProduceStatus.NOT_LEADER,
-                    leader_hint=new_leader,
-                    detail="leadership lost before commit; outcome unknown",
-                )
-            )
-        self._pending.clear()
+        self._pending.abandon(new_leader, self._replies)
         self._progress.clear()
         self._departing.clear()
         self._transfer_to = None
@@ -1538,7 +1515,7 @@ class ReplicaCore:
             self._storage.end_offset,
         )
         self.high_watermark = committed
-        self._answer_committed()
+        self._pending.committed(self.high_watermark, self._replies)
         if self.node_id not in self._members():
             self._check_removed()  # only if leadership could not be moved away first
 
@@ -1547,13 +1524,6 @@ class ReplicaCore:
         it heals from damaged storage)."""
         progress = self._progress.get(peer)
         return progress.match_offset if progress is not None and not progress.healing else -1
-
-    def _answer_committed(self) -> None:
-        while self._pending and self._pending[0].next_offset <= self.high_watermark:
-            pending = heapq.heappop(self._pending)
-            self._replies.append(
-                ProduceReply(pending.request_id, pending.status, base_offset=pending.base_offset)
-            )
 
     def _expire_departing(self) -> None:
         committed = self._committed_config_offset()
