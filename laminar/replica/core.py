@@ -165,7 +165,7 @@ from laminar.replica.messages import (
 from laminar.replica.pending import PendingWrites
 from laminar.replica.producers import NotConsecutive, ProducerTable, SequenceCheck, Verdict
 from laminar.replica.progress import Mode, Progress, probe_after_rejection
-from laminar.replica.quorum import commit_offset, in_sync
+from laminar.replica.quorum import commit_offset, in_sync, majority_heard
 from laminar.replica.state import BOOTSTRAP_OFFSET, decode_state, encode_state, founding_state
 from laminar.replica.types import NEVER_MS, Acks, GroupConfig, NodeId, Role
 from laminar.segment.storage import Buffer, LogStorage
@@ -1287,19 +1287,19 @@ class ReplicaCore:
         return self._majority_heard_within(int(window), node_level=True)
 
     def _majority_heard_within(self, window_ms: int, *, node_level: bool = False) -> bool:
-        voters = self._voters()
-        now = self._now
-        heard = sum(
-            1
-            for voter in voters
-            if voter == self.node_id
-            or (
-                (progress := self._progress.get(voter)) is not None
-                and now - progress.heard_ms < window_ms
-            )
-            or (node_level and now - self._liveness.peer_heard_ms(voter) < window_ms)
+        return majority_heard(
+            self._voters(),
+            leader=self.node_id,
+            now_ms=self._now,
+            window_ms=window_ms,
+            heard_ms=self._heard_ms,
+            node_heard_ms=self._liveness.peer_heard_ms if node_level else None,
         )
-        return heard >= len(voters) // 2 + 1
+
+    def _heard_ms(self, peer: NodeId) -> int:
+        """When this leader last heard from ``peer``'s replica."""
+        progress = self._progress.get(peer)
+        return progress.heard_ms if progress is not None else NEVER_MS
 
     def _flush_appends(self) -> None:
         # Followers in step get the same batches: read them from the log once.

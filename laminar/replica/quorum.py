@@ -1,4 +1,5 @@
-"""The commit rule (what a leader may call committed) and the in-sync rule."""
+"""The commit rule (what a leader may call committed), the rule of a leader's lease
+and check-quorum (a majority heard recently), and the in-sync rule."""
 
 from __future__ import annotations
 
@@ -57,6 +58,33 @@ def commit_offset(
     if term_at(candidate - 1) != term:
         return high_watermark
     return candidate
+
+
+def majority_heard(
+    voters: Sequence[NodeId],
+    *,
+    leader: NodeId,
+    now_ms: int,
+    window_ms: int,
+    heard_ms: Callable[[NodeId], int],
+    node_heard_ms: Callable[[NodeId], int] | None = None,
+) -> bool:
+    """Whether a majority of ``voters`` (the leader counting for itself) was heard
+    within the last ``window_ms``: by their replica (``heard_ms``), or, when
+    ``node_heard_ms`` is given, by anything from their node.
+
+    With the minimum election timeout as the window and replicas only, this is the
+    leader's lease (no other leader can have been elected meanwhile: voters refuse
+    votes that long); with the maximum one and nodes, check-quorum.
+    """
+    heard = sum(
+        1
+        for voter in voters
+        if voter == leader
+        or now_ms - heard_ms(voter) < window_ms
+        or (node_heard_ms is not None and now_ms - node_heard_ms(voter) < window_ms)
+    )
+    return heard >= len(voters) // 2 + 1
 
 
 def in_sync(

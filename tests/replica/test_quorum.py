@@ -1,12 +1,12 @@
 """Table tests of the commit rule (laminar.replica.quorum.commit_offset): majority,
-current term, and the leader's durable end."""
+current term, and the leader's durable end; and of majority_heard (lease, check-quorum)."""
 
 from __future__ import annotations
 
 import pytest
 
-from laminar.replica.quorum import commit_offset
-from laminar.replica.types import NodeId
+from laminar.replica.quorum import commit_offset, majority_heard
+from laminar.replica.types import NEVER_MS, NodeId
 
 A, B, C, D = NodeId("a"), NodeId("b"), NodeId("c"), NodeId("d")
 TERM = 3
@@ -81,3 +81,27 @@ def test_never_moves_back() -> None:
     assert _commit((A, B, C), {B: 4, C: 4}, high_watermark=6) == 6
     assert _commit((A, B, C), {B: 6, C: 6}, high_watermark=6) == 6
     assert _commit((A, B, C), {B: 8, C: 2}, high_watermark=6) == 8
+
+
+def test_majority_heard_counts_the_leader_and_recent_replicas_or_nodes() -> None:
+    now = 10_000
+    replica_heard = {B: now - 100, C: now - 500}
+    node_heard = {C: now - 10, D: now - 10}
+
+    def heard(window_ms: int, voters: tuple[NodeId, ...], *, nodes: bool = False) -> bool:
+        return majority_heard(
+            voters,
+            leader=A,
+            now_ms=now,
+            window_ms=window_ms,
+            heard_ms=lambda peer: replica_heard.get(peer, NEVER_MS),
+            node_heard_ms=(lambda peer: node_heard.get(peer, NEVER_MS)) if nodes else None,
+        )
+
+    assert heard(101, (A, B, C))  # the leader and B
+    assert not heard(100, (A, B, C))  # B just outside the window
+    assert heard(100, (A, B, C), nodes=True)  # C's node talks to the leader
+    assert not heard(500, (A, B, C, D))  # 3 of 4 needed: A and B only
+    assert heard(501, (A, B, C, D))
+    assert heard(100, (A, B, C, D), nodes=True)  # A, C and D by their nodes
+    assert heard(0, (A,))  # a group of one: the leader alone
