@@ -7,6 +7,23 @@ message, :meth:`~ReplicaCore.tick`, :meth:`~ReplicaCore.set_target`,
 :meth:`~ReplicaCore.hint_leader_dead`) with the current time, and then drains the
 outputs.
 
+This module holds the roles and their transitions: elections, replication, the
+leader's tick, healing. The rules it applies live in modules of their own, split
+along the seams etcd raft has (``quorum``, ``tracker``, ``confchange``):
+
+* :mod:`~laminar.replica.quorum`: the commit rule
+  (:func:`~laminar.replica.quorum.commit_offset`) and the in-sync rule;
+* :mod:`~laminar.replica.progress`: the leader's view of each peer (probe and
+  replicate modes, requests in flight, where to probe after a rejection);
+* :mod:`~laminar.replica.confchange`: configuration control batches and the next
+  single change towards the placement target;
+* :mod:`~laminar.replica.producers`: idempotent producers' duplicates and gaps;
+* :mod:`~laminar.replica.state`: what is persisted besides the log (term, vote,
+  configurations) and its format;
+* :mod:`~laminar.replica.liveness`: what the core asks of its node
+  (:class:`~laminar.replica.liveness.NodeLiveness`);
+* :mod:`~laminar.replica.epochs`: the term of each offset.
+
 Shell contract
 --------------
 The core calls its :class:`~laminar.segment.storage.LogStorage` directly (appends,
@@ -86,13 +103,11 @@ it is over):
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
 import random
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
+from typing import assert_never
 
 import msgpack
 
@@ -100,19 +115,34 @@ from laminar.errors import OffsetOutOfRangeError, RecordFormatError
 from laminar.logfields import PEER, TERM, fields, parse_partition_name
 from laminar.records import (
     DEFAULT_LIMITS,
-    NO_PRODUCER,
     BatchHeader,
     BatchLimits,
     check_payload,
-    decode_batch,
     encode_control_batch,
     iter_batches,
     next_offset,
     parse_header,
     verify_batch,
 )
+from laminar.replica.confchange import (
+    CONTROL_CONFIG,
+    CONTROL_NOOP,
+    TransferTo,
+    config_in,
+    encode_config,
+    next_change,
+)
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.epochs import Epochs
+from laminar.replica.liveness import (
+    GROUP_SILENCE_MAX_TIMEOUTS,
+    NO_LIVENESS,
+    SLOWNESS_STRETCH_MAX,
+    LoopLag,
+    NodeLiveness,
+    leader_presumed_alive,
+    stretched_ms,
+)
 from laminar.replica.messages import (
     AppendRequest,
     AppendResponse,
@@ -132,54 +162,31 @@ from laminar.replica.messages import (
     VoteRequest,
     VoteResponse,
 )
-from laminar.replica.producers import ProducerTable, SequenceCheck, Verdict
-from laminar.replica.quorum import in_sync, majority_offset
-from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.replica.pending import PendingWrites
+from laminar.replica.producers import NotConsecutive, ProducerTable, SequenceCheck, Verdict
+from laminar.replica.progress import Mode, Progress, probe_after_rejection
+from laminar.replica.quorum import commit_offset, in_sync, majority_heard
+from laminar.replica.state import BOOTSTRAP_OFFSET, decode_state, encode_state, founding_state
+from laminar.replica.types import NEVER_MS, Acks, GroupConfig, NodeId, Role
 from laminar.segment.storage import Buffer, LogStorage
+
+__all__ = [  # names other modules import from here (some now live in the modules above)
+    "CONTROL_CONFIG",
+    "CONTROL_NOOP",
+    "GROUP_SILENCE_MAX_TIMEOUTS",
+    "SLOWNESS_STRETCH_MAX",
+    "LoopLag",
+    "NodeLiveness",
+    "ReplicaCore",
+    "StorageDamage",
+    "encode_config",
+    "founding_state",
+]
 
 _LOG = logging.getLogger(__name__)
 
-CONTROL_NOOP = b"noop"
-CONTROL_CONFIG = b"config"
-_STATE_VERSION = 1
-_BOOTSTRAP_OFFSET = -1  # the configuration a group was created with precedes its log
-_NEVER = -(2**62)
 _EARLY = (AppendRequest, Heartbeat)  # a leader's; sendable before its own fsync
 _QUIESCED_WAKE_MS = 60_000  # a quiesced replica still ticks now and then (cheaply)
-
-
-def _state_bytes(
-    term: int,
-    vote: NodeId | None,
-    configs: Sequence[tuple[int, GroupConfig]],
-    start_epochs: Sequence[Sequence[int]],
-    healing_since: int | None = None,
-) -> bytes:
-    """The replica state file's content (msgpack, version :data:`_STATE_VERSION`;
-    ``heal``, the log end when damage was found, only while healing)."""
-    state: dict[str, object] = {
-        "v": _STATE_VERSION,
-        "term": term,
-        "vote": vote,
-        "configs": [[o, list(c.voters), list(c.learners)] for o, c in configs],
-        "start": [list(pair) for pair in start_epochs],
-    }
-    if healing_since is not None:
-        state["heal"] = healing_since
-    packed: bytes = msgpack.packb(state)
-    return packed
-
-
-def founding_state(initial: GroupConfig) -> bytes:
-    """The state of a founding replica of a new group: term 1, voted for the first
-    voter, the founding configuration. Term 1 belongs to the first voter by
-    construction, so a new group needs no election; every later one is for term 2+.
-
-    A node may act on it only when it first creates the replica: a replica deleted
-    and created again must not lead term 1 a second time with a different log (the
-    node keeps a founded-offset marker for that; see ``laminar.server.node``).
-    """
-    return _state_bytes(1, initial.voters[0], [(_BOOTSTRAP_OFFSET, initial)], [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,152 +199,6 @@ class StorageDamage:
     lost_state: bool = False
     """The state file had no valid copy: its term, vote and the configurations below
     the log start are gone."""
-
-
-class NodeLiveness:
-    """What the node hosting a core knows beyond the core's own group (issue 17).
-
-    Thousands of groups on a few nodes must not each decide on its own, from its
-    own heartbeats, that a peer is gone or that it should step down: when the node
-    is busy every group's heartbeats are late at once, and thousands of elections
-    make it busier still (a metastable collapse). The shell passes this to every
-    core; the defaults (nothing heard, never slow) leave a core to its group alone.
-
-    - :meth:`peer_heard_ms`: when the node last received anything from ``peer``'s
-      node (any group). A follower whose election timeout passes does not campaign
-      while its leader's node is talking to it (up to
-      :data:`GROUP_SILENCE_MAX_TIMEOUTS` election timeouts of silence in the group
-      itself), and a leader's check-quorum counts a peer whose node talks to it.
-    - :meth:`slowness`: >= 1; how far behind the node's own event loop runs
-      (Lifeguard's local health). Above 1 the node's timers are not to be trusted:
-      elections wait and check-quorum's window stretches by that factor.
-    - :meth:`peer_alive`: membership (SWIM) says ``peer``'s node is alive. A
-      quiesced follower does not campaign while its leader's node is alive: it
-      learns of the leader's death from membership, and otherwise its periodic
-      wake-up would wake every idle group once a minute.
-    - :meth:`peer_dead`: membership declared ``peer``'s node dead. A leader may
-      quiesce without it (its other voters caught up, a majority with itself)
-      instead of heartbeating it until placement moves the replica away;
-      :meth:`ReplicaCore.peer_returned` wakes the group when it is back.
-    - :meth:`may_lead`: False while the node must not lead (its disk is below its
-      free-space watermark, :mod:`laminar.server.disk`): a follower does not
-      campaign and ignores a leadership handed to it (``TimeoutNow``); it still
-      votes and follows. The host hands its current leaderships over itself.
-    - :meth:`recovery_grant` / :meth:`recovery_spend`: the node's budget for
-      replicating to peers that catch up as learners (a replica healing from
-      damaged storage, or a new one): a leader sends them at most what the grant
-      says (at least one batch), and the rest at a later flush (its heartbeats go
-      on). Catching up at full speed saturated the disk and the links that the
-      voters' own writes need (produce p99 x150 on one machine's disk).
-
-    None of this touches safety: votes, leases and commits stay per group.
-    """
-
-    def peer_heard_ms(self, peer: NodeId) -> int:
-        return _NEVER
-
-    def peer_alive(self, peer: NodeId) -> bool:
-        return False
-
-    def peer_dead(self, peer: NodeId) -> bool:
-        return False
-
-    def slowness(self) -> float:
-        return 1.0
-
-    def may_lead(self) -> bool:
-        return True
-
-    def recovery_grant(self) -> int:
-        return _UNLIMITED
-
-    def recovery_spend(self, count: int) -> None:
-        pass
-
-
-_UNLIMITED = 1 << 62
-_NO_LIVENESS = NodeLiveness()
-
-
-class LoopLag:
-    """A node's event-loop lag as :meth:`NodeLiveness.slowness` wants it: the worst
-    recent lag (how late a timer ran), fading linearly over :attr:`DECAY_MS`;
-    slowness is lag / ``tolerated_ms`` when above it, else 1. The host feeds it from
-    its tick loop, the scale simulator from its simulated loop."""
-
-    DECAY_MS = 2_000
-
-    def __init__(self, tolerated_ms: float) -> None:
-        self.tolerated_ms = max(1.0, tolerated_ms)
-        self._lag_ms = 0.0
-        self._at_ms = 0
-
-    def note(self, lag_ms: int, now_ms: int) -> None:
-        if lag_ms >= self.current(now_ms):
-            self._lag_ms, self._at_ms = float(lag_ms), now_ms
-
-    def current(self, now_ms: int) -> float:
-        return max(0.0, self._lag_ms * (1 - (now_ms - self._at_ms) / self.DECAY_MS))
-
-    def slowness(self, now_ms: int) -> float:
-        lag = self.current(now_ms)
-        return 1.0 if lag <= self.tolerated_ms else lag / self.tolerated_ms
-
-
-SLOWNESS_STRETCH_MAX = 8.0
-"""Election timeouts stretch with the node's slowness up to this factor."""
-
-GROUP_SILENCE_MAX_TIMEOUTS = 10
-"""A follower waits at most this many maximum election timeouts for its group's
-leader while the leader's node keeps talking (a leader replica gone silently, e.g.
-fenced by a storage failure, is replaced after that)."""
-
-
-class _Mode(Enum):
-    PROBE = "probe"
-    REPLICATE = "replicate"
-
-
-@dataclass(slots=True)
-class _Progress:
-    """The leader's view of one peer's log."""
-
-    next_offset: int
-    match_offset: int = -1
-    mode: _Mode = _Mode.PROBE
-    inflight: deque[int] = field(default_factory=deque)  # end offsets of requests sent
-    waiting_since_ms: int = 0
-    heard_ms: int = _NEVER
-    caught_up_ms: int = _NEVER  # when the peer last held the leader's whole log
-    reported_end: int = -1
-    reported_watermark: int = -1
-    healing: bool = False  # its storage was damaged: out of the voters until caught up
-    healing_since: int = -1  # the damage it heals from (its ``healing_since``)
-    healed_since: int = -1  # the damage this leader promoted it back from: old news
-
-
-@dataclass(slots=True, order=True)
-class _Pending:
-    """An ``acks=all`` produce waiting for the commit to pass ``next_offset``."""
-
-    next_offset: int
-    request_id: int
-    base_offset: int = field(compare=False)
-    status: ProduceStatus = field(compare=False)
-
-
-def encode_config(config: GroupConfig, timestamp_ms: int) -> bytes:
-    """The control batch that makes ``config`` the group's configuration."""
-    data = msgpack.packb({"voters": list(config.voters), "learners": list(config.learners)})
-    return encode_control_batch(CONTROL_CONFIG, data, timestamp_ms)
-
-
-def _decode_config(data: bytes) -> GroupConfig:
-    value = msgpack.unpackb(data)
-    return GroupConfig(
-        tuple(NodeId(voter) for voter in value["voters"]),
-        tuple(NodeId(learner) for learner in value["learners"]),
-    )
 
 
 class ReplicaCore:
@@ -378,7 +239,7 @@ class ReplicaCore:
         self.node_id = node_id
         self._label = f"{node_id} {name}" if name else node_id
         self._log_fields = fields(parse_partition_name(name), node_id=node_id)
-        self._liveness = liveness or _NO_LIVENESS
+        self._liveness = liveness or NO_LIVENESS
         self._storage = storage
         self._config = config
         self._rng = rng
@@ -386,6 +247,7 @@ class ReplicaCore:
         self._now = now_ms
 
         self.term = 0
+        self._saved_term = 0  # the term last saved: terms never go back
         self.voted_for: NodeId | None = None
         self._configs: list[tuple[int, GroupConfig]] = []
         # (term, offset) pairs answering "term of the entry at o" for o just below the
@@ -406,7 +268,7 @@ class ReplicaCore:
             founding = saved is None and initial is not None and bool(initial.voters)
         if saved is None:
             if initial is not None:
-                self._configs.append((_BOOTSTRAP_OFFSET, initial))
+                self._configs.append((BOOTSTRAP_OFFSET, initial))
             if founding:
                 assert initial is not None
                 # A new group needs no election: term 1 belongs to its first voter by
@@ -432,16 +294,16 @@ class ReplicaCore:
         self.leader: NodeId | None = None
         self.high_watermark = storage.start_offset
         self._durable_end = end
-        self._leader_heard_ms = _NEVER
+        self._leader_heard_ms = NEVER_MS
         self._election_deadline = now_ms + self._election_timeout()
         self._votes: set[NodeId] = set()
 
         # leader state
-        self._progress: dict[NodeId, _Progress] = {}
+        self._progress: dict[NodeId, Progress] = {}
         # While _flush_appends runs: start offset -> (batches read, their end).
         self._read_once: dict[int, tuple[bytes, int]] | None = None
         self._departing: dict[NodeId, int] = {}  # removed peers still told the commit
-        self._pending: list[_Pending] = []
+        self._pending = PendingWrites()
         self._heartbeat_due = 0
         self._leader_since_ms = 0
         self._term_start_offset = 0
@@ -487,7 +349,9 @@ class ReplicaCore:
         start (retention, ``InstallStart``) and a group's founding are written at
         once (``now``).
         """
-        state = _state_bytes(
+        assert self.term >= self._saved_term, (self._label, self.term, self._saved_term)
+        self._saved_term = self.term
+        state = encode_state(
             self.term, self.voted_for, self._configs, self._start_epochs, self._healing_since
         )
         if now:
@@ -497,19 +361,12 @@ class ReplicaCore:
             self._appended = True  # the next Ready must sync
 
     def _load_state(self, saved: bytes) -> None:
-        state = msgpack.unpackb(saved)
-        if state.get("v") != _STATE_VERSION:
-            raise ValueError(f"unsupported replica state version {state.get('v')!r}")
-        self.term = int(state["term"])
-        vote = state["vote"]
-        self.voted_for = NodeId(vote) if vote is not None else None
-        self._configs = [
-            (int(o), GroupConfig(tuple(map(NodeId, v)), tuple(map(NodeId, lr))))
-            for o, v, lr in state["configs"]
-        ]
-        self._start_epochs = [[int(t), int(o)] for t, o in state.get("start", [])]
-        heal = state.get("heal")
-        self._healing_since = None if heal is None else int(heal)
+        state = decode_state(saved)
+        self.term = self._saved_term = state.term
+        self.voted_for = state.vote
+        self._configs = state.configs
+        self._start_epochs = state.start_epochs
+        self._healing_since = state.healing_since
 
     def _rebuild_from_log(self) -> list[tuple[int, GroupConfig]]:
         """Apply every batch of the log to the producer table (state lives in the
@@ -520,6 +377,8 @@ class ReplicaCore:
         while offset < end:
             data = self._storage.read(offset, 1 << 20)
             for position, header in iter_batches(data, verify=False, limits=self._limits):
+                # Paired with the storage's check on append: the log is contiguous.
+                assert header.base_offset == offset, (self._label, header.base_offset, offset)
                 if not header.is_control:
                     self._producers.record(
                         header.producer_id,
@@ -529,7 +388,7 @@ class ReplicaCore:
                     )
                 else:
                     batch = memoryview(data)[position : position + header.length]
-                    config = self._config_in(header, batch)
+                    config = config_in(header, batch, self._limits)
                     if config is not None:
                         configs.append((header.base_offset, config))
                 offset = header.next_offset
@@ -582,7 +441,7 @@ class ReplicaCore:
         if self._healing_since is None:
             return False
         if self.group_config is None and members:
-            self._configs.insert(0, (_BOOTSTRAP_OFFSET, GroupConfig(tuple(members))))
+            self._configs.insert(0, (BOOTSTRAP_OFFSET, GroupConfig(tuple(members))))
         _LOG.warning(
             "%s: accepting data loss: healing stopped at offset %d (log end %d); this "
             "replica votes again",
@@ -824,39 +683,30 @@ class ReplicaCore:
             return ProduceReply(
                 request_id, ProduceStatus.INVALID, detail="control batches are internal"
             )
-        producer_id = header.producer_id
-        previous = None
-        if producer_id != NO_PRODUCER:
-            previous = next((c for c in reversed(earlier) if c[0].producer_id == producer_id), None)
-        if previous is not None:
-            last, last_check = previous
-            if header.base_sequence != last.base_sequence + last.record_count:
+        check = self._producers.admit(header, earlier)
+        match check:
+            case NotConsecutive():
+                return ProduceReply(request_id, ProduceStatus.INVALID, detail=check.detail)
+            case SequenceCheck(verdict=Verdict.OUT_OF_ORDER):
+                if not self._has_lease():
+                    # A deposed leader (cut off, or idle and quiesced) may not know the
+                    # producer's latest batches: only a confirmed leader may say "gap".
+                    return ProduceReply(
+                        request_id,
+                        ProduceStatus.UNAVAILABLE,
+                        detail="cannot confirm the producer's sequence yet; retry",
+                    )
                 return ProduceReply(
                     request_id,
-                    ProduceStatus.INVALID,
-                    detail="batches of one producer in one request must have consecutive "
-                    f"sequences: {last.base_sequence}+{last.record_count} is followed by "
-                    f"{header.base_sequence}",
+                    ProduceStatus.OUT_OF_ORDER_SEQUENCE,
+                    expected_sequence=check.expected_sequence,
+                    detail=f"expected sequence {check.expected_sequence}, "
+                    f"got {header.base_sequence}",
                 )
-            if last_check.verdict is Verdict.NEW:
-                return header, last_check  # follows a new batch: new too
-        check = self._producers.check(producer_id, header.base_sequence, header.record_count)
-        if check.verdict is Verdict.OUT_OF_ORDER:
-            if not self._has_lease():
-                # A deposed leader (cut off, or idle and quiesced) may not know the
-                # producer's latest batches: only a confirmed leader may say "gap".
-                return ProduceReply(
-                    request_id,
-                    ProduceStatus.UNAVAILABLE,
-                    detail="cannot confirm the producer's sequence yet; retry",
-                )
-            return ProduceReply(
-                request_id,
-                ProduceStatus.OUT_OF_ORDER_SEQUENCE,
-                expected_sequence=check.expected_sequence,
-                detail=f"expected sequence {check.expected_sequence}, got {header.base_sequence}",
-            )
-        return header, check
+            case SequenceCheck():
+                return header, check
+            case _:
+                assert_never(check)
 
     def _accept(
         self,
@@ -871,19 +721,15 @@ class ReplicaCore:
         if check.verdict is Verdict.DUPLICATE:
             original_next = check.base_offset + header.record_count
             if acks is Acks.ALL and original_next > self.high_watermark:
-                heapq.heappush(
-                    self._pending,
-                    _Pending(original_next, request_id, check.base_offset, ProduceStatus.DUPLICATE),
+                self._pending.add(
+                    original_next, request_id, check.base_offset, ProduceStatus.DUPLICATE
                 )
                 return None
             return ProduceReply(request_id, ProduceStatus.DUPLICATE, base_offset=check.base_offset)
         base = self._storage.append(batch, term=self.term, verified=True)
         self._note_appended(header._replace(base_offset=base, term=self.term), batch)
         if acks is Acks.ALL:
-            heapq.heappush(
-                self._pending,
-                _Pending(base + header.record_count, request_id, base, ProduceStatus.OK),
-            )
+            self._pending.add(base + header.record_count, request_id, base, ProduceStatus.OK)
             return None
         return ProduceReply(request_id, ProduceStatus.OK, base_offset=base)
 
@@ -935,7 +781,7 @@ class ReplicaCore:
         """
         gone = self.leader if self.leader is not None else self.last_leader
         self._quiesced = False
-        self._leader_heard_ms = _NEVER
+        self._leader_heard_ms = NEVER_MS
         base = self._config.election_timeout_min_ms
         self._successor = gone is not None and self._successor_of(gone) == self.node_id
         self._deferred = True  # its own wait follows
@@ -1041,14 +887,16 @@ class ReplicaCore:
         talks to this one, or this node is too slow for its timers to mean anything
         (see :class:`NodeLiveness`). Never after a hint that the leader died."""
         leader = self.leader
-        if leader is None or self.role is not Role.FOLLOWER or self._leader_heard_ms == _NEVER:
+        if leader is None or self.role is not Role.FOLLOWER:
             return False
-        silence = now_ms - self._leader_heard_ms
-        if silence >= GROUP_SILENCE_MAX_TIMEOUTS * self._config.election_timeout_max_ms:
-            return False
-        if self._liveness.slowness() > 1.0:
-            return True
-        return now_ms - self._liveness.peer_heard_ms(leader) < self._config.election_timeout_min_ms
+        return leader_presumed_alive(
+            self._liveness,
+            leader,
+            now_ms=now_ms,
+            leader_heard_ms=self._leader_heard_ms,
+            election_timeout_min_ms=self._config.election_timeout_min_ms,
+            election_timeout_max_ms=self._config.election_timeout_max_ms,
+        )
 
     def step(self, source: NodeId, message: Message, now_ms: int) -> None:
         """A message from peer ``source``."""
@@ -1072,6 +920,8 @@ class ReplicaCore:
                 self._on_timeout_now(message)
             case InstallStart():
                 self._on_install_start(message)
+            case _:
+                assert_never(message)
 
     # ------------------------------------------------------------------ outputs
 
@@ -1126,22 +976,12 @@ class ReplicaCore:
                 header.producer_id, header.base_sequence, header.record_count, header.base_offset
             )
             return
-        config = self._config_in(header, batch)
+        config = config_in(header, batch, self._limits)
         if config is not None:
-            assert self._configs and self._configs[-1] == (header.base_offset, config)
+            assert self._configs and self._configs[-1] == (header.base_offset, config), self._label
             self._events.append(ConfigChanged(config, header.base_offset))
             if self.role is Role.LEADER:
                 self._leader_config_changed(config)
-
-    def _config_in(self, header: BatchHeader, batch: Buffer) -> GroupConfig | None:
-        if not header.is_control:
-            return None
-        decoded = decode_batch(batch, verify=False, limits=self._limits)
-        if decoded.keys[0] != CONTROL_CONFIG:
-            return None
-        value = decoded.values[0]
-        assert value is not None
-        return _decode_config(value)
 
     def _record_config(self, base_offset: int, config: GroupConfig) -> None:
         """Note a configuration entry before its batch is appended. Its save is
@@ -1183,9 +1023,9 @@ class ReplicaCore:
                 term = known_term
         return term if offset >= 0 else -1
 
-    def _send_install(self, peer: NodeId, progress: _Progress) -> None:
+    def _send_install(self, peer: NodeId, progress: Progress) -> None:
         start = self._storage.start_offset
-        config_offset, config = _BOOTSTRAP_OFFSET, self.group_config
+        config_offset, config = BOOTSTRAP_OFFSET, self.group_config
         for known_offset, known in self._configs:
             if known_offset < start:
                 config_offset, config = known_offset, known
@@ -1199,9 +1039,7 @@ class ReplicaCore:
             commit_offset=self.high_watermark,
         )
         self._messages.append(Outbound(peer, request))
-        if not progress.inflight:
-            progress.waiting_since_ms = self._now
-        progress.inflight.append(start)
+        progress.sent(start, self._now, advance=False)
         _LOG.info(
             "%s: %s is below the log start %d: sending the start",
             self._label,
@@ -1223,7 +1061,7 @@ class ReplicaCore:
         if not matches:
             # Everything we hold below ``start`` is committed (and so matches) only up to
             # our high watermark, which is at most ``start`` here: drop it all.
-            assert self.high_watermark <= start, (self.high_watermark, start)
+            assert self.high_watermark <= start, (self._label, self.high_watermark, start)
             config_offset, voters, learners = msgpack.unpackb(request.config)
             storage.reset(start)
             self._epochs.reset(start, request.start_term)
@@ -1237,7 +1075,7 @@ class ReplicaCore:
                 )
             ]
             self._save_state(now=True)
-            self.high_watermark = max(self.high_watermark, start)
+            self._follow_commit(start)
             _LOG.info(
                 "%s: log restarted at %d from %s",
                 self._label,
@@ -1245,14 +1083,12 @@ class ReplicaCore:
                 request.leader,
                 extra=self._log_extra(request.leader),
             )
-        self.high_watermark = max(
-            self.high_watermark, min(request.commit_offset, storage.end_offset, start)
-        )
+        self._follow_commit(min(request.commit_offset, storage.end_offset, start))
         self._acknowledge(request.leader, match_offset=start, prev_end_offset=start)
 
     def _truncate(self, offset: int) -> None:
         assert offset >= self.high_watermark, (
-            f"{self.node_id}: truncating committed entries ({offset} < {self.high_watermark})"
+            f"{self._label}: truncating committed entries ({offset} < {self.high_watermark})"
         )
         self._storage.truncate_suffix(offset)
         self._epochs.truncate(offset)
@@ -1289,7 +1125,7 @@ class ReplicaCore:
         timeout = self._rng.randint(
             self._config.election_timeout_min_ms, self._config.election_timeout_max_ms
         )
-        return int(timeout * min(self._liveness.slowness(), SLOWNESS_STRETCH_MAX))
+        return stretched_ms(timeout, self._liveness.slowness())
 
     def _set_role(self, role: Role, leader: NodeId | None) -> None:
         if role is not self.role or leader != self.leader:
@@ -1310,16 +1146,7 @@ class ReplicaCore:
         self._election_deadline = self._now + self._election_timeout()
 
     def _abandon_leadership(self, new_leader: NodeId | None) -> None:
-        for pending in self._pending:
-            self._replies.append(
-                ProduceReply(
-                    pending.request_id,
-                    ProduceStatus.NOT_LEADER,
-                    leader_hint=new_leader,
-                    detail="leadership lost before commit; outcome unknown",
-                )
-            )
-        self._pending.clear()
+        self._pending.abandon(new_leader, self._replies)
         self._progress.clear()
         self._departing.clear()
         self._transfer_to = None
@@ -1372,13 +1199,13 @@ class ReplicaCore:
         self._progress = {}
         for peer in self._members():
             if peer != self.node_id:
-                self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+                self._progress[peer] = Progress(next_offset=end, heard_ms=self._now)
         self._departing.clear()
         if len(self._configs) > 1:
             # Members the latest change removed may not know yet: keep telling them.
             for peer in self._configs[-2][1].members:
                 if peer != self.node_id and peer not in self._progress:
-                    self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+                    self._progress[peer] = Progress(next_offset=end, heard_ms=self._now)
                     self._departing[peer] = -1
         self._transfer_to = None
         self._term_start_offset = end
@@ -1401,7 +1228,7 @@ class ReplicaCore:
             if peer not in self._progress or peer in self._departing:
                 # New, or re-added while its removal was still being told: it may
                 # have deleted its replica since, so nothing it held is assumed.
-                self._progress[peer] = _Progress(next_offset=end, heard_ms=self._now)
+                self._progress[peer] = Progress(next_offset=end, heard_ms=self._now)
             self._departing.pop(peer, None)
         for peer in list(self._progress):
             if peer not in config.members:
@@ -1432,12 +1259,7 @@ class ReplicaCore:
             self._transfer_backoff_until = now + 5 * self._config.transfer_timeout_ms
         retransmit_ms = self._config.election_timeout_min_ms // 2
         for progress in self._progress.values():
-            if progress.inflight and now - progress.waiting_since_ms >= retransmit_ms:
-                # Requests (or their answers) were lost: find the follower's end again.
-                progress.inflight.clear()
-                progress.mode = _Mode.PROBE
-                if progress.match_offset >= 0:
-                    progress.next_offset = progress.match_offset
+            progress.expire(now, retransmit_ms)
         quiesce = self._may_quiesce()
         for peer, progress in self._progress.items():
             commit = min(self.high_watermark, max(progress.match_offset, 0))
@@ -1465,19 +1287,19 @@ class ReplicaCore:
         return self._majority_heard_within(int(window), node_level=True)
 
     def _majority_heard_within(self, window_ms: int, *, node_level: bool = False) -> bool:
-        voters = self._voters()
-        now = self._now
-        heard = sum(
-            1
-            for voter in voters
-            if voter == self.node_id
-            or (
-                (progress := self._progress.get(voter)) is not None
-                and now - progress.heard_ms < window_ms
-            )
-            or (node_level and now - self._liveness.peer_heard_ms(voter) < window_ms)
+        return majority_heard(
+            self._voters(),
+            leader=self.node_id,
+            now_ms=self._now,
+            window_ms=window_ms,
+            heard_ms=self._heard_ms,
+            node_heard_ms=self._liveness.peer_heard_ms if node_level else None,
         )
-        return heard >= len(voters) // 2 + 1
+
+    def _heard_ms(self, peer: NodeId) -> int:
+        """When this leader last heard from ``peer``'s replica."""
+        progress = self._progress.get(peer)
+        return progress.heard_ms if progress is not None else NEVER_MS
 
     def _flush_appends(self) -> None:
         # Followers in step get the same batches: read them from the log once.
@@ -1489,11 +1311,11 @@ class ReplicaCore:
             self._read_once = None  # the log changes after this: never reuse a read
         self._maybe_send_timeout_now()
 
-    def _send_appends(self, peer: NodeId, progress: _Progress) -> None:
+    def _send_appends(self, peer: NodeId, progress: Progress) -> None:
         end = self._storage.end_offset
         # A learner (healing, or new) catches up within the node's recovery budget.
         recovering = progress.healing or peer not in self._voters()
-        if progress.mode is _Mode.PROBE:
+        if progress.mode is Mode.PROBE:
             if not progress.inflight:
                 self._send_append(peer, progress, advance=False, recovering=recovering)
             return
@@ -1504,7 +1326,7 @@ class ReplicaCore:
                 return  # out of recovery budget: a later flush sends on
 
     def _send_append(
-        self, peer: NodeId, progress: _Progress, *, advance: bool, recovering: bool = False
+        self, peer: NodeId, progress: Progress, *, advance: bool, recovering: bool = False
     ) -> bool:
         """Send ``peer`` an append from its next offset; False (nothing sent) when it
         is ``recovering`` and the node's recovery budget is spent."""
@@ -1531,6 +1353,7 @@ class ReplicaCore:
                     shared[start] = (data, request_end)
             else:
                 data, request_end = cached
+        assert start <= request_end <= self._storage.end_offset, (self._label, start, request_end)
         request = AppendRequest(
             term=self.term,
             leader=self.node_id,
@@ -1541,11 +1364,7 @@ class ReplicaCore:
             commit_offset=self.high_watermark,
         )
         self._messages.append(Outbound(peer, request))
-        if not progress.inflight:
-            progress.waiting_since_ms = self._now
-        progress.inflight.append(request_end)
-        if advance:
-            progress.next_offset = request_end
+        progress.sent(request_end, self._now, advance=advance)
         return True
 
     def _on_append_response(self, response: AppendResponse) -> None:
@@ -1569,46 +1388,34 @@ class ReplicaCore:
         elif progress.healing and since != progress.healing_since:
             return  # sent before the damage: it says nothing about its log now
         if response.success:
-            progress.match_offset = max(progress.match_offset, response.match_offset)
-            if progress.match_offset >= self._storage.end_offset:
-                progress.caught_up_ms = self._now
-            while progress.inflight and progress.inflight[0] <= progress.match_offset:
-                progress.inflight.popleft()
-            progress.waiting_since_ms = self._now
-            if progress.mode is _Mode.PROBE:
-                progress.mode = _Mode.REPLICATE
-                progress.inflight.clear()
-                progress.next_offset = max(progress.match_offset, progress.next_offset)
-            progress.next_offset = max(progress.next_offset, progress.match_offset)
+            # Paired with the assertion on sending: only this leader's log is acked.
+            assert response.match_offset <= self._storage.end_offset, (
+                self._label,
+                response.follower,
+                response.match_offset,
+                self._storage.end_offset,
+            )
+            progress.acknowledged(response.match_offset, self._storage.end_offset, self._now)
             self._maybe_commit()
             return
-        # A rejection: ignore answers to requests that no longer matter.
-        if progress.mode is _Mode.PROBE:
-            if response.prev_end_offset != progress.next_offset:
-                return
-        elif response.prev_end_offset < progress.match_offset:
+        if progress.stale_rejection(response.prev_end_offset):
             return
         if 0 < response.prev_end_offset <= self._storage.start_offset:
             # No match at our log start: nothing older to probe; the follower restarts
             # its log at our start.
-            progress.next_offset = self._storage.start_offset - 1
-            progress.mode = _Mode.PROBE
-            progress.inflight.clear()
+            progress.probe(self._storage.start_offset - 1)
             return
-        end = self._storage.end_offset
-        if response.conflict_term < 0:
-            candidate = min(response.end_offset, response.prev_end_offset - 1)
-        else:
-            term_end = self._epochs.end_of(response.conflict_term, end)
-            if term_end >= 0 and self._epochs.start_of(response.conflict_term) >= 0:
-                candidate = term_end  # we hold that term: the follower matches up to its end
-            else:
-                candidate = response.conflict_start
-            candidate = min(candidate, response.prev_end_offset - 1)
-        candidate = max(candidate, progress.match_offset, self._storage.start_offset)
-        progress.next_offset = self._boundary_at_or_below(min(candidate, end))
-        progress.mode = _Mode.PROBE
-        progress.inflight.clear()
+        candidate = probe_after_rejection(
+            conflict_term=response.conflict_term,
+            conflict_start=response.conflict_start,
+            follower_end=response.end_offset,
+            prev_end_offset=response.prev_end_offset,
+            match_offset=progress.match_offset,
+            epochs=self._epochs,
+            log_start=self._storage.start_offset,
+            log_end=self._storage.end_offset,
+        )
+        progress.probe(self._boundary_at_or_below(candidate))
 
     def _on_heartbeat_response(self, response: HeartbeatResponse) -> None:
         if response.term > self.term:
@@ -1624,7 +1431,7 @@ class ReplicaCore:
             if progress.match_offset >= self._storage.end_offset:
                 progress.caught_up_ms = self._now
 
-    def _forget_log_of(self, peer: NodeId, progress: _Progress, since: int) -> None:
+    def _forget_log_of(self, peer: NodeId, progress: Progress, since: int) -> None:
         """``peer`` heals from damaged storage found at ``since``: nothing it said
         before counts; probe its log again, and it leaves the voters meanwhile."""
         _LOG.info(
@@ -1633,13 +1440,7 @@ class ReplicaCore:
             peer,
             extra=self._log_extra(peer),
         )
-        progress.healing = True
-        progress.healing_since = since
-        progress.match_offset = -1
-        progress.caught_up_ms = _NEVER
-        progress.mode = _Mode.PROBE
-        progress.inflight.clear()
-        progress.next_offset = min(progress.next_offset, self._storage.end_offset)
+        progress.forget_log(since, self._storage.end_offset)
 
     def _may_quiesce(self) -> bool:
         """Idle, settled, and every peer holds the whole log and knows it is committed."""
@@ -1695,41 +1496,40 @@ class ReplicaCore:
             self._election_deadline = self._now + self._election_timeout()
 
     def _maybe_commit(self) -> None:
-        voters = self._voters()
-        if not voters:
+        committed = commit_offset(
+            self._voters(),
+            leader=self.node_id,
+            durable_end=self._durable_end,
+            acked_offset=self._acked_offset,
+            high_watermark=self.high_watermark,
+            term=self.term,
+            term_start_offset=self._term_start_offset,
+            term_at=self._epochs.term_at,
+        )
+        if committed == self.high_watermark:
             return
-        matches = [
-            self._durable_end
-            if voter == self.node_id
-            else (
-                progress.match_offset
-                if (progress := self._progress.get(voter)) and not progress.healing
-                else -1
-            )
-            for voter in voters
-        ]
-        candidate = majority_offset(matches)
-        if candidate <= self.high_watermark or candidate <= self._term_start_offset:
-            return
-        if self._epochs.term_at(candidate - 1) != self.term:
-            return
-        self.high_watermark = candidate
-        self._answer_committed()
+        assert self.high_watermark < committed <= self._storage.end_offset, (
+            self._label,
+            self.high_watermark,
+            committed,
+            self._storage.end_offset,
+        )
+        self.high_watermark = committed
+        self._pending.committed(self.high_watermark, self._replies)
         if self.node_id not in self._members():
             self._check_removed()  # only if leadership could not be moved away first
 
-    def _answer_committed(self) -> None:
-        while self._pending and self._pending[0].next_offset <= self.high_watermark:
-            pending = heapq.heappop(self._pending)
-            self._replies.append(
-                ProduceReply(pending.request_id, pending.status, base_offset=pending.base_offset)
-            )
+    def _acked_offset(self, peer: NodeId) -> int:
+        """What ``peer`` acknowledged of this leader's log, for the commit (-1 while
+        it heals from damaged storage)."""
+        progress = self._progress.get(peer)
+        return progress.match_offset if progress is not None and not progress.healing else -1
 
     def _expire_departing(self) -> None:
         committed = self._committed_config_offset()
         for peer, until in list(self._departing.items()):
             if until < 0:
-                latest = self._configs[-1][0] if self._configs else _BOOTSTRAP_OFFSET
+                latest = self._configs[-1][0] if self._configs else BOOTSTRAP_OFFSET
                 if latest <= committed and (
                     (progress := self._progress.get(peer)) is None
                     or progress.match_offset > latest
@@ -1745,13 +1545,13 @@ class ReplicaCore:
         for offset, _ in reversed(self._configs):
             if offset < self.high_watermark:
                 return offset
-        return _BOOTSTRAP_OFFSET
+        return BOOTSTRAP_OFFSET
 
     def _caught_up(self, peer: NodeId) -> bool:
         progress = self._progress.get(peer)
         return (
             progress is not None
-            and progress.mode is _Mode.REPLICATE
+            and progress.mode is Mode.REPLICATE
             and progress.match_offset >= self.high_watermark - self._config.catch_up_lag_offsets_max
             and self._now - progress.heard_ms < self._config.election_timeout_min_ms
         )
@@ -1760,28 +1560,44 @@ class ReplicaCore:
         """Committed an entry of this term, and the latest configuration is committed."""
         if self.high_watermark <= self._term_start_offset or self._transfer_to is not None:
             return False
-        latest = self._configs[-1][0] if self._configs else _BOOTSTRAP_OFFSET
+        latest = self._configs[-1][0] if self._configs else BOOTSTRAP_OFFSET
         return latest < self.high_watermark
 
     def _maybe_reconfigure(self) -> None:
         config = self.group_config
         if config is None or not self._stable_leader():
             return
-        change = self._demote_healing(config)
         target = self._target
-        if change is None and target is None:
+        if target is None:
             # Without a placement target the members stay; learners are promoted
             # once caught up (a replica healing from damaged storage, for one).
             target = config.members
-        elif change is None and (
-            target is None or self._now - self._target_since_ms < self._config.reconfigure_stable_ms
-        ):
-            return
-        if change is None:
-            assert target is not None
-            change = self._target_change(config, target)
-        if change is None:
-            return
+        elif self._now - self._target_since_ms < self._config.reconfigure_stable_ms:
+            target = None  # placement's wish is not settled yet: only demotions
+        change = next_change(
+            config,
+            target,
+            leader=self.node_id,
+            caught_up=self._caught_up,
+            healing=self._peer_healing,
+        )
+        match change:
+            case None:
+                return
+            case TransferTo(node=successor):
+                self.transfer_leadership(successor, self._now)
+                return
+            case GroupConfig():
+                self._append_config(config, change)
+            case _:
+                assert_never(change)
+
+    def _peer_healing(self, peer: NodeId) -> bool:
+        progress = self._progress.get(peer)
+        return progress is not None and progress.healing
+
+    def _append_config(self, config: GroupConfig, change: GroupConfig) -> None:
+        """Append ``change``, the next configuration after ``config``."""
         _LOG.info(
             "%s: configuration %s -> %s", self._label, config, change, extra=self._log_extra()
         )
@@ -1796,50 +1612,6 @@ class ReplicaCore:
         self._record_config(self._storage.end_offset, change)
         base = self._storage.append(batch, term=self.term)
         self._note_appended(parse_header(batch)._replace(base_offset=base, term=self.term), batch)
-
-    def _demote_healing(self, config: GroupConfig) -> GroupConfig | None:
-        """A voter healing from damaged storage becomes a learner (one at a time)."""
-        for node in config.voters:
-            progress = self._progress.get(node)
-            if node != self.node_id and progress is not None and progress.healing:
-                voters = tuple(v for v in config.voters if v != node)
-                return GroupConfig(voters, (*config.learners, node))
-        return None
-
-    def _target_change(self, config: GroupConfig, target: tuple[NodeId, ...]) -> GroupConfig | None:
-        """The next step towards ``target`` (one change at a time)."""
-        voters, learners = list(config.voters), list(config.learners)
-        change: GroupConfig | None = None
-        for node in target:
-            if node not in voters and node not in learners:
-                change = GroupConfig(config.voters, (*config.learners, node))
-                break
-        else:
-            waiting = [node for node in learners if node in target]
-            ready = [node for node in waiting if self._caught_up(node)]
-            if ready:
-                node = ready[0]
-                learners.remove(node)
-                change = GroupConfig((*config.voters, node), tuple(learners))
-            elif waiting:
-                return None  # a replacement is catching up: remove nothing before it votes
-            elif leaving := [node for node in learners if node not in target]:
-                learners.remove(leaving[0])
-                change = GroupConfig(config.voters, tuple(learners))
-            elif leaving := [node for node in voters if node not in target]:
-                node = leaving[0] if leaving[0] != self.node_id or len(leaving) == 1 else leaving[1]
-                if node == self.node_id:
-                    successor = next(
-                        (n for n in target if n in voters and self._caught_up(n)), None
-                    )
-                    if successor is not None:
-                        self.transfer_leadership(successor, self._now)
-                    return None
-                if len(voters) == 1:
-                    return None
-                voters.remove(node)
-                change = GroupConfig(tuple(voters), config.learners)
-        return change
 
     def _maybe_prefer_leader(self) -> None:
         target = self._target
@@ -1889,7 +1661,10 @@ class ReplicaCore:
             return
         # Below our log start (retention deleted it) everything was committed, so it
         # matches any leader's log: take what the request holds past the start.
-        assert self._storage.start_offset <= self.high_watermark, "deleted past the commit"
+        assert self._storage.start_offset <= self.high_watermark, (
+            self._label,
+            "deleted past the commit",
+        )
         local_term = (
             request.prev_term if prev < self._storage.start_offset else self._term_before(prev)
         )
@@ -1912,10 +1687,15 @@ class ReplicaCore:
                 extra=self._log_extra(request.leader),
             )
             return
-        self.high_watermark = max(
-            self.high_watermark, min(request.commit_offset, request.end_offset)
-        )
+        self._follow_commit(min(request.commit_offset, request.end_offset))
         self._acknowledge(request.leader, match_offset=request.end_offset, prev_end_offset=prev)
+
+    def _follow_commit(self, offset: int) -> None:
+        """The leader committed up to ``offset``, which this follower holds: its high
+        watermark follows, never back and never past its own log end (paired with
+        the same assertion on the leader's side, in :meth:`_maybe_commit`)."""
+        assert offset <= self._storage.end_offset, (self._label, offset, self._storage.end_offset)
+        self.high_watermark = max(self.high_watermark, offset)
 
     def _acknowledge(self, leader: NodeId, *, match_offset: int, prev_end_offset: int) -> None:
         """Tell ``leader`` this log holds its entries up to ``match_offset``."""
@@ -1952,7 +1732,7 @@ class ReplicaCore:
                 if self._epochs.term_at(header.base_offset) == header.term:
                     continue  # already held: same term and offset means the same batch
                 self._truncate(header.base_offset)
-            config = self._config_in(header, batch)
+            config = config_in(header, batch, self._limits)
             if config is not None:
                 self._record_config(header.base_offset, config)
             self._storage.append_stamped(batch)
@@ -1988,7 +1768,7 @@ class ReplicaCore:
             )
             return
         commit = min(heartbeat.commit_offset, self._storage.end_offset)
-        self.high_watermark = max(self.high_watermark, commit)
+        self._follow_commit(commit)
         # Quiesce only when this replica holds everything the leader committed.
         quiesce = heartbeat.quiesce and commit == heartbeat.commit_offset
         self._heard_from_leader(heartbeat.term, heartbeat.leader, quiesce=quiesce)
@@ -2017,7 +1797,7 @@ class ReplicaCore:
             message.leader,
             extra=self._log_extra(message.leader),
         )
-        self._leader_heard_ms = _NEVER
+        self._leader_heard_ms = NEVER_MS
         self._campaign(pre_vote=False, transfer=True)
 
     # ------------------------------------------------------------------ votes

@@ -6,15 +6,21 @@ replica applies the batches it appends (leader and followers alike), so a new
 leader already knows each producer's recent batches. The table remembers the last
 ``window`` batches per producer; a retry of one of them is a duplicate answered
 with the original offset, a batch that skips ahead is out of order.
+
+A produce request may carry several batches of one producer: :meth:`ProducerTable.admit`
+checks each against the table and the request's earlier batches (they must follow
+each other's sequences). What a verdict means for the reply (and that only a leader
+sure of its lease may call a sequence out of order) is the core's decision.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from laminar.records import NO_PRODUCER
+from laminar.records import NO_PRODUCER, BatchHeader
 
 
 class Verdict(Enum):
@@ -31,6 +37,24 @@ class SequenceCheck:
 
 
 _NEW = SequenceCheck(Verdict.NEW)
+
+
+@dataclass(frozen=True, slots=True)
+class NotConsecutive:
+    """A batch of one request that does not follow the same producer's batch before
+    it in that request."""
+
+    previous_sequence: int
+    previous_count: int
+    base_sequence: int
+
+    @property
+    def detail(self) -> str:
+        return (
+            "batches of one producer in one request must have consecutive "
+            f"sequences: {self.previous_sequence}+{self.previous_count} is followed by "
+            f"{self.base_sequence}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +91,24 @@ class ProducerTable:
         if base_sequence == expected:
             return _NEW
         return SequenceCheck(Verdict.OUT_OF_ORDER, expected_sequence=expected)
+
+    def admit(
+        self, header: BatchHeader, earlier: Sequence[tuple[BatchHeader, SequenceCheck]]
+    ) -> SequenceCheck | NotConsecutive:
+        """The verdict on a request's batch given the request's ``earlier`` batches
+        (with their verdicts): a batch following a new batch of its producer in the
+        request is new too; otherwise :meth:`check` decides."""
+        producer_id = header.producer_id
+        previous = None
+        if producer_id != NO_PRODUCER:
+            previous = next((c for c in reversed(earlier) if c[0].producer_id == producer_id), None)
+        if previous is not None:
+            last, last_check = previous
+            if header.base_sequence != last.base_sequence + last.record_count:
+                return NotConsecutive(last.base_sequence, last.record_count, header.base_sequence)
+            if last_check.verdict is Verdict.NEW:
+                return last_check
+        return self.check(producer_id, header.base_sequence, header.record_count)
 
     def record(
         self, producer_id: int, base_sequence: int, record_count: int, base_offset: int

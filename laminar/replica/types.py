@@ -7,7 +7,10 @@ from enum import StrEnum
 
 from laminar.ids import NodeId, Term
 
-__all__ = ["Acks", "GroupConfig", "NodeId", "Role", "Term"]
+__all__ = ["NEVER_MS", "Acks", "GroupConfig", "NodeId", "Role", "Term"]
+
+NEVER_MS = -(2**62)
+"""A time (in ms) that never happened: "not heard from", "never caught up"."""
 
 
 class Role(StrEnum):
