@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONNECT_STAMP := $(VENV)/.installed-spark-connect
 
-.PHONY: install check test test-fast test-slow test-spark-cluster test-guide test-dist dist bench bench-peers demo clean lint typecheck generated-check
+.PHONY: install check imports test test-fast test-slow test-spark-cluster test-guide test-dist dist bench bench-peers demo clean lint typecheck generated-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,12 @@ typecheck: $(STAMP)
 generated-check: $(STAMP)
 	$(BIN)/python scripts/check_generated.py
 
-check: lint typecheck generated-check
+# The import contracts of pyproject.toml's [tool.importlinter] (cores import no shell,
+# the broker no client, clients no server).
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+check: lint typecheck imports generated-check
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not chaos and not multihost and not spark_cluster and not disk_full and not dist and not guide"
