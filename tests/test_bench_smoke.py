@@ -16,6 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+STOP_S = 30
+"""How long a bench that ran past its time gets to stop its nodes after SIGTERM."""
+
+
 def run_bench(
     name: str, *args: str, timeout_s: float, figures: bool = True
 ) -> tuple[list[str], dict[str, Any]]:
@@ -23,13 +27,24 @@ def run_bench(
     report no failed phase (else its failure and traceback show). Its output lines,
     and (with ``figures``) the figures its last line holds as JSON."""
     argv = [sys.executable, "-m", f"bench.{name}", *args]
-    done = subprocess.run(
-        argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+    process = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        # SIGTERM first: the bench stops its node processes (bench/__init__.py).
+        process.terminate()
+        try:
+            stdout, stderr = process.communicate(timeout=STOP_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        pytest.fail(f"bench.{name} ran past {timeout_s} s:\n{stderr[-4000:]}")
+    assert process.returncode == 0, stderr[-2000:]
+    lines = stdout.strip().splitlines()
     failed = [line for line in lines if line.startswith("phase failed")]
-    assert not failed, "\n".join([*failed, "stderr:", done.stderr[-8000:]])
+    assert not failed, "\n".join([*failed, "stderr:", stderr[-8000:]])
     return lines, json.loads(lines[-1]) if figures else {}
 
 
