@@ -69,8 +69,9 @@ from laminar.security.interceptor import Authenticator, AuthInterceptor
 from laminar.security.principals import CertificatePrincipals
 from laminar.security.tls import TlsFiles, TlsReloader, grpc_server_credentials
 from laminar.security.tokens import TokenStore
+from laminar.segment.layout import founded_path, node_path, quarantine_directory, replace_file
 from laminar.segment.log import SegmentLog
-from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
+from laminar.segment.quarantine import quarantined_bytes
 from laminar.server import rules
 from laminar.server.channels import ChannelCache
 from laminar.server.config import NodeConfig
@@ -112,7 +113,6 @@ if TYPE_CHECKING:
     from laminar.server.observability.endpoint import MetricsEndpoint
 
 _LOG = logging.getLogger(__name__)
-_IDENTITY_FILE = "node.json"
 _CLUSTER_META = "cluster"
 _PEER_META = "peer"  # the member's peer (replication) address
 _DISK_META = "disk"  # "full" while the member's disk is below its watermark (absent: space)
@@ -125,12 +125,6 @@ _EARLY_EVENTS_MAX = 10_000
 _SNAPSHOT_CHUNKS_PER_BATCH = 3
 """Snapshot chunks (256 KiB each) per appended batch: about the 1 MiB of a groups
 append."""
-
-
-_FOUNDED_FILE = "founded"
-"""The node's founded offset: every topic creation below this metadata offset has
-had its founding replicas created here, so replaying it after a restart must not
-found them again (see :meth:`Node._apply_change`)."""
 
 
 def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
@@ -157,29 +151,22 @@ def _tls_reloader(config: NodeConfig, node_id: str) -> TlsReloader | None:
 
 
 def _read_founded(data_dir: str) -> int:
+    """The node's founded offset: every topic creation below this metadata offset has
+    had its founding replicas created here, so replaying it after a restart must not
+    found them again (see :meth:`Node._apply_change`)."""
+    path = founded_path(data_dir)
     try:
-        with open(os.path.join(data_dir, _FOUNDED_FILE), encoding="ascii") as file:
+        with open(path, encoding="ascii") as file:
             return int(file.read().strip() or 0)
     except FileNotFoundError:
         return 0
     except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot read {_FOUNDED_FILE} in {data_dir}: {error}") from None
+        raise ConfigError(f"cannot read {path}: {error}") from None
 
 
 def _write_founded(data_dir: str, offset: int) -> None:
     """Replace the founded offset durably (after the replicas it covers are)."""
-    path = os.path.join(data_dir, _FOUNDED_FILE)
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="ascii") as file:
-        file.write(str(offset))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    descriptor = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    replace_file(founded_path(data_dir), str(offset).encode("ascii"))
 
 
 @dataclass
@@ -191,7 +178,7 @@ class Identity:
 
     @classmethod
     def load_or_create(cls, config: NodeConfig) -> Identity:
-        path = os.path.join(config.data_dir, _IDENTITY_FILE)
+        path = node_path(config.data_dir)
         try:
             with open(path, encoding="utf-8") as file:
                 saved = json.load(file)
@@ -215,21 +202,13 @@ class Identity:
 
     def save(self, data_dir: str) -> None:
         os.makedirs(data_dir, exist_ok=True)
-        path = os.path.join(data_dir, _IDENTITY_FILE)
-        temporary = path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(
-                {
-                    "node_id": self.node_id,
-                    "cluster_id": self.cluster_id,
-                    "weight": self.weight,
-                    "zone": self.zone,
-                },
-                file,
-            )
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        saved = {
+            "node_id": self.node_id,
+            "cluster_id": self.cluster_id,
+            "weight": self.weight,
+            "zone": self.zone,
+        }
+        replace_file(node_path(data_dir), json.dumps(saved).encode("utf-8"))
 
 
 class MemberEventRelay:
@@ -411,7 +390,7 @@ class Node:
             _LOG.warning(
                 "%s holds %d bytes of damaged files set aside earlier (see each note.json; "
                 "delete them once looked at)",
-                os.path.join(config.data_dir, QUARANTINE_DIR),
+                quarantine_directory(config.data_dir),
                 held,
             )
         metrics = None
