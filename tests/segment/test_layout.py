@@ -4,6 +4,7 @@ parsed back, and the one file-replacing helper."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from laminar.segment.layout import (
     segment_bases,
     segment_name,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_names_on_disk_are_pinned() -> None:
@@ -171,3 +174,22 @@ def test_a_failed_replace_keeps_the_old_file_and_no_temporary(
         replace_file(str(path), b"new")
     assert path.read_bytes() == b"old"
     assert sorted(os.listdir(tmp_path)) == ["node.json"]
+
+
+def test_only_the_layout_module_spells_data_directory_names() -> None:
+    """Every writer and reader of a data directory asks laminar.segment.layout for
+    its paths (issue 33, point 4): no second spelling to drift apart."""
+    spellings = re.compile(
+        r""":020d\}|\(\\d\{20\}\)|"(node\.json|founded|keyring\.json|timeindex)"|"""
+        r"""os\.path\.join\([^)]*"(partitions|quarantine|state|committed)"|"""
+        r"""/ "(partitions|quarantine)\""""
+    )
+    found = []
+    for package in ("laminar", "clients"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name == "layout.py" or "/v1/" in str(path):
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if spellings.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert found == []
