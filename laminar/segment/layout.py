@@ -4,18 +4,18 @@ one way to replace a file in it.
 The tree (``docs/disk.md`` specifies each file byte by byte)::
 
     <data_dir>/
-      node.json                       the node's identity          NODE_FILE
-      founded                         the founded offset           FOUNDED_FILE
+      node.json                       the node's identity           NODE_FILE
+      founded                         the founded offset            FOUNDED_FILE
       keyring.json                    gossip keys, if any           KEYRING_FILE
       partitions/                                                   PARTITIONS_DIR
-        <topic>/<partition>/          one replica's log            partition_directory()
-          <base:020d>.log             a segment: batches           segment_path()
+        <topic>/<partition>/          one replica's log             partition_directory()
+          <base:020d>.log             a segment: batches            segment_path()
           <base:020d>.index           its offset index (sealed)     index_path()
           <base:020d>.timeindex       its time index (sealed)       time_index_path()
-          state                       consensus state, two slots   STATE_FILE
-          committed                   a committed-offset bound     COMMITTED_FILE
-      quarantine/                     damaged files set aside      QUARANTINE_DIR
-        <topic>/<partition>/<time>/   one finding                  quarantine_entry_directory()
+          state                       consensus state, two slots    STATE_FILE
+          committed                   a committed-offset bound      COMMITTED_FILE
+      quarantine/                     damaged files set aside       QUARANTINE_DIR
+        <topic>/<partition>/<time>/   one finding                   quarantine_entry_directory()
           note.json, <file>, <file>.from-<position>
 
 A file replaced whole is written as ``<name>.tmp`` in the same directory and
@@ -44,6 +44,7 @@ __all__ = [
     "NOTE_FILE",
     "PARTITIONS_DIR",
     "QUARANTINE_DIR",
+    "SEGMENT_DIGITS",
     "SEGMENT_SUFFIX",
     "SEGMENT_SUFFIXES",
     "STATE_FILE",
@@ -98,8 +99,8 @@ SEGMENT_SUFFIXES = (SEGMENT_SUFFIX, *INDEX_SUFFIXES)
 """Every file of one segment, the log first."""
 SEGMENT_DIGITS = 20
 """Digits of a segment's base offset in its names (zero-padded: 2**63 - 1 has 19)."""
-_SEGMENT_NAME = re.compile(rf"^([0-9]{{{SEGMENT_DIGITS}}})\.({'|'.join(SEGMENT_SUFFIXES)})$")
-_PARTITION_NAME = re.compile(r"^(0|[1-9][0-9]*)$")
+_SEGMENT_NAME = re.compile(rf"([0-9]{{{SEGMENT_DIGITS}}})\.({'|'.join(SEGMENT_SUFFIXES)})")
+_PARTITION_NAME = re.compile(r"0|[1-9][0-9]*")
 
 
 # ---------------------------------------------------------------------- node files
@@ -134,7 +135,7 @@ def partition_directory(data_dir: str, topic: str, partition: int) -> str:
 def parse_partition(name: str) -> int | None:
     """The partition number a replica directory's name spells (``"0"``, ``"17"``);
     None for any other name (not written by a node: ignored)."""
-    return int(name) if _PARTITION_NAME.match(name) else None
+    return int(name) if _PARTITION_NAME.fullmatch(name) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,7 @@ def time_index_path(directory: str, base_offset: int) -> str:
 
 def parse_segment_name(name: str) -> tuple[int, str] | None:
     """``(base offset, suffix)`` of a segment file's name; None for any other name."""
-    match = _SEGMENT_NAME.match(name)
+    match = _SEGMENT_NAME.fullmatch(name)
     if match is None:
         return None
     return int(match.group(1)), match.group(2)

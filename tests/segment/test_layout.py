@@ -68,6 +68,7 @@ def test_segment_names_round_trip(base: int, suffix: str) -> None:
         "00000000000000000042.index.tmp",
         "00000000000000000042.LOG",
         "00000000000000000042.log.from-80",
+        "00000000000000000042.log\n",  # a regex's $ would accept it
         "state",
         "committed",
         "",
@@ -80,7 +81,7 @@ def test_other_names_are_not_segments(name: str) -> None:
 
 def test_partition_names_are_canonical_decimal() -> None:
     assert [parse_partition(n) for n in ("0", "7", "1023")] == [0, 7, 1023]
-    for name in ("", "-1", "007", "1a", "\u0663", "1.0", " 1"):
+    for name in ("", "-1", "007", "1a", "\u0663", "1.0", " 1", "1\n"):
         assert parse_partition(name) is None, name
 
 
