@@ -143,6 +143,7 @@ from laminar.groups.coordinator import HEARTBEATS_PER_SESSION
 from laminar.groups.entries import Commit, encode_entry
 from laminar.grpc_errors import error_from_rpc
 from laminar.records import encode_batch
+from laminar.segment import layout
 from laminar.testing.group_member import GroupMemberProcess, zombie_records
 from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
 from laminar.tuning import tune_numpy
@@ -886,7 +887,7 @@ def call_any(cluster: ProcessCluster, method: str, request: Any, timeout_s: floa
 
 def groups_bytes(node: NodeProcess) -> int:
     """Bytes of every ``__groups`` replica's files on ``node`` (logs and indexes)."""
-    root = node.data_dir / "partitions" / "__groups"
+    root = Path(layout.partitions_directory(str(node.data_dir)), "__groups")
     return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
 
 

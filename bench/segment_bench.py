@@ -37,7 +37,7 @@ from laminar.records import (
     next_offset,
     verify_batch,
 )
-from laminar.segment import FsyncPolicy, LogConfig, SegmentLog
+from laminar.segment import FsyncPolicy, LogConfig, SegmentLog, layout
 from laminar.tuning import tune_allocator
 
 VALUE_BYTES = 100
@@ -352,7 +352,8 @@ def bench_recovery(directory: Path, repeat: int, segment_mib: int = 256) -> dict
 
     def run() -> float:
         for name in os.listdir(path):
-            if name.endswith(("index", "timeindex")):
+            parsed = layout.parse_segment_name(name)
+            if parsed is not None and parsed[1] in layout.INDEX_SUFFIXES:
                 os.unlink(path / name)
         start = time.perf_counter()
         reopened = SegmentLog.open(str(path), config)

@@ -56,6 +56,17 @@ from laminar.errors import CorruptSegmentError, InvalidInputError, RecordFormatE
 from laminar.records import HEADER_BYTES, BatchHeader, column_view, parse_header, verify_batch
 from laminar.segment.committed import read_committed
 from laminar.segment.index import SparseIndex
+from laminar.segment.layout import (
+    ReplicaDirectory,
+    index_path,
+    parse_partition,
+    partitions_directory,
+    replica_directories,
+    segment_base_of,
+    segment_bases,
+    segment_path,
+    time_index_path,
+)
 from laminar_spark.kafka_options import unknown_option
 from laminar_spark.options import parse_assign, parse_boolean, parse_pattern, parse_subscribe
 from laminar_spark.partition import spark_schema
@@ -100,7 +111,6 @@ ARROW_ROWS_MIN = 32_768
 reach it; the last of a task may have fewer)."""
 TASKS_MAX = 100_000
 """Most tasks one read plans (a larger ``bytesPerTask`` gives fewer)."""
-_SEGMENT_LOG = re.compile(r"^(\d{20})\.log$")
 _ZERO_CHECK_BYTES = 1 << 20
 
 
@@ -202,13 +212,6 @@ class SegmentTask(InputPartition):
     segment_end_offset: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class _PartitionDir:
-    topic: str
-    partition: int
-    directory: str
-
-
 def plan(options: OfflineOptions, pushed: Pushed | None = None) -> list[SegmentTask]:
     """The tasks reading what ``options`` and ``pushed`` select (module docstring)."""
     pushed = Pushed() if pushed is None else pushed
@@ -225,26 +228,16 @@ def plan(options: OfflineOptions, pushed: Pushed | None = None) -> list[SegmentT
     return tasks
 
 
-def _partition_dirs(path: str) -> list[_PartitionDir]:
+def _partition_dirs(path: str) -> list[ReplicaDirectory]:
     """The partition directories under ``path``: a node data directory (holding
     ``partitions/``) or one partition directory; anything else is an error."""
     if not os.path.isdir(path):
         raise InvalidInputError(f"option 'path': {path!r} is not a directory")
-    root = os.path.join(path, "partitions")
-    if os.path.isdir(root):
-        found = []
-        for topic in sorted(os.listdir(root)):
-            topic_dir = os.path.join(root, topic)
-            if not os.path.isdir(topic_dir):
-                continue
-            for name in sorted(os.listdir(topic_dir), key=lambda n: (len(n), n)):
-                directory = os.path.join(topic_dir, name)
-                if name.isdigit() and os.path.isdir(directory):
-                    found.append(_PartitionDir(topic, int(name), directory))
-        return found
-    name = os.path.basename(path)
-    if name.isdigit() and any(_SEGMENT_LOG.match(n) for n in os.listdir(path)):
-        return [_PartitionDir(os.path.basename(os.path.dirname(path)), int(name), path)]
+    if os.path.isdir(partitions_directory(path)):
+        return replica_directories(path)
+    partition = parse_partition(os.path.basename(path))
+    if partition is not None and any(segment_base_of(n) is not None for n in os.listdir(path)):
+        return [ReplicaDirectory(os.path.basename(os.path.dirname(path)), partition, path)]
     raise InvalidInputError(
         f"option 'path': {path!r} is neither a node's data directory (one holding "
         "'partitions/') nor a partition directory (<data>/partitions/<topic>/<partition>, "
@@ -252,7 +245,7 @@ def _partition_dirs(path: str) -> list[_PartitionDir]:
     )
 
 
-def _select(options: OfflineOptions, found: list[_PartitionDir]) -> list[_PartitionDir]:
+def _select(options: OfflineOptions, found: list[ReplicaDirectory]) -> list[ReplicaDirectory]:
     """``found`` narrowed by ``subscribe`` / ``subscribePattern`` / ``assign``, or
     without them every partition but those of internal ``__`` topics; a topic or
     partition named but absent under ``path`` is an error (a typo, or the node holds
@@ -279,23 +272,16 @@ def _select(options: OfflineOptions, found: list[_PartitionDir]) -> list[_Partit
                 f"option 'assign': no directory for {names} under {options.path!r}"
             )
         return [f for f in found if (f.topic, f.partition) in wanted]
-    if not os.path.isdir(os.path.join(options.path, "partitions")):
+    if not os.path.isdir(partitions_directory(options.path)):
         return found  # one partition directory: the one the path names
     # A data directory: every topic but the internal ones (``__cluster``: the
     # catalogue's records), which only subscribe or assign can name.
     return [f for f in found if not f.topic.startswith("__")]
 
 
-def _segment_bases(directory: str) -> list[int]:
-    bases = []
-    for name in os.listdir(directory):
-        match = _SEGMENT_LOG.match(name)
-        if match is not None:
-            bases.append(int(match.group(1)))
-    return sorted(bases)
-
-
-def _committed_bound(found: _PartitionDir, options: OfflineOptions, has_data: bool) -> int | None:
+def _committed_bound(
+    found: ReplicaDirectory, options: OfflineOptions, has_data: bool
+) -> int | None:
     """The exclusive upper bound of the offsets to read; None: no bound."""
     if options.include_uncommitted:
         return None
@@ -311,10 +297,10 @@ def _committed_bound(found: _PartitionDir, options: OfflineOptions, has_data: bo
 
 
 def _plan_partition(
-    found: _PartitionDir, options: OfflineOptions, pushed: Pushed
+    found: ReplicaDirectory, options: OfflineOptions, pushed: Pushed
 ) -> list[SegmentTask]:
-    bases = _segment_bases(found.directory)
-    has_data = any(_file_bytes(os.path.join(found.directory, f"{b:020d}.log")) for b in bases)
+    bases = segment_bases(found.directory)
+    has_data = any(_file_bytes(segment_path(found.directory, b)) for b in bases)
     committed = _committed_bound(found, options, has_data)
     offset_min = pushed.offset_min
     offset_end = pushed.offset_end
@@ -327,7 +313,7 @@ def _plan_partition(
             break
         if following is not None and following <= offset_min:
             continue
-        path = os.path.join(found.directory, f"{base:020d}.log")
+        path = segment_path(found.directory, base)
         template = SegmentTask(
             found.topic,
             found.partition,
@@ -359,8 +345,8 @@ def _split_segment(task: SegmentTask, bytes_per_task: int) -> list[SegmentTask]:
     it has no usable index (the active segment of a running node)."""
     base = task.start_offset
     size = _file_bytes(task.path)
-    stem = task.path[: -len("log")]
-    index = SparseIndex.read(stem + "index", stem + "timeindex")
+    directory = os.path.dirname(task.path)
+    index = SparseIndex.read(index_path(directory, base), time_index_path(directory, base))
     if index is None or not index.entries_are_sane(size):
         return [task]
     wanted = max(task.offset_min - base, 0)

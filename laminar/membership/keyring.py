@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from laminar.errors import ConfigError, InvalidInputError
-from laminar.segment.statefile import fsync_directory
+from laminar.segment.layout import replace_file
 
 KEY_BYTES = 32
 """AES-256: every key is 32 bytes (44 characters of base64)."""
@@ -200,16 +200,5 @@ def load_keyring(path: str) -> KeyringState | None:
 
 def save_keyring(path: str, state: KeyringState) -> None:
     """Replace the keyring file durably and atomically (readable by its owner only)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    temporary = path + ".tmp"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        data = state.to_json().encode("utf-8")
-        if os.write(descriptor, data) != len(data):
-            raise OSError(f"short write to {temporary}")
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-    os.replace(temporary, path)
-    fsync_directory(directory)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    replace_file(path, state.to_json().encode("utf-8"), mode=0o600)

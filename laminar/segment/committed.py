@@ -39,11 +39,13 @@ import struct
 import xxhash
 
 from laminar.errors import StorageError
+from laminar.segment.layout import COMMITTED_FILE, committed_path, replace_file
 
 __all__ = [
     "COMMITTED_FILE",
     "FILE_BYTES",
     "CommittedFileError",
+    "committed_path",
     "decode_committed",
     "encode_committed",
     "read_committed",
@@ -51,8 +53,6 @@ __all__ = [
     "write_committed",
 ]
 
-COMMITTED_FILE = "committed"
-_TEMPORARY_SUFFIX = ".tmp"
 _MAGIC = b"LMCT"
 _VERSION = 1
 _BODY = struct.Struct("<4sB3xq")
@@ -99,12 +99,12 @@ def write_committed(directory: str, offset: int) -> None:
     """Set ``directory``'s committed file to ``offset``: in place when it exists,
     else created whole by rename (no fsync: see the module docstring). Raises
     ``OSError`` (e.g. the directory is gone)."""
-    path = os.path.join(directory, COMMITTED_FILE)
+    path = committed_path(directory)
     data = encode_committed(offset)
     try:
         descriptor = os.open(path, os.O_WRONLY)
     except FileNotFoundError:
-        _create(path, data)
+        replace_file(path, data, durable=False)
         return
     try:
         in_place = os.fstat(descriptor).st_size == FILE_BYTES  # else: replaced whole
@@ -113,23 +113,7 @@ def write_committed(directory: str, offset: int) -> None:
     finally:
         os.close(descriptor)
     if not in_place:
-        _create(path, data)
-
-
-def _create(path: str, data: bytes) -> None:
-    temporary = path + _TEMPORARY_SUFFIX
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        if os.write(descriptor, data) != len(data):
-            raise OSError(f"short write to {temporary}")
-    finally:
-        os.close(descriptor)
-    os.replace(temporary, path)
-
-
-def committed_path(directory: str) -> str:
-    """The path of ``directory``'s committed file."""
-    return os.path.join(directory, COMMITTED_FILE)
+        replace_file(path, data, durable=False)
 
 
 def read_committed(directory: str) -> int | None:
@@ -138,7 +122,7 @@ def read_committed(directory: str) -> int | None:
     Opens the file read-only and never changes anything. Raises
     :class:`CommittedFileError` for a damaged file, ``OSError`` when it cannot be read.
     """
-    path = os.path.join(directory, COMMITTED_FILE)
+    path = committed_path(directory)
     for _ in range(_READ_ATTEMPTS - 1):
         data = _read_bytes(path)
         if data is None:
@@ -165,4 +149,4 @@ counts as damaged."""
 def remove_committed(directory: str) -> None:
     """Delete ``directory``'s committed file if there is one."""
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(directory, COMMITTED_FILE))
+        os.unlink(committed_path(directory))

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 A partition directory holds segments named by the base offset of their first
 batch (``00000000000000000000.log`` with ``.index`` and ``.timeindex``) and a
-``state`` file for the consensus state. Only the last segment (the *active* one)
-is appended to; the others are *sealed*.
+``state`` file for the consensus state (the names: :mod:`laminar.segment.layout`;
+the bytes: ``docs/disk.md``). Only the last segment (the *active* one) is appended
+to; the others are *sealed*.
 
 Appends write the stamped 80-byte header and the untouched payload with one
 ``pwritev``. Sparse index entries are kept in memory and written out when the
@@ -50,7 +51,6 @@ import contextlib
 import ctypes
 import logging
 import os
-import re
 import threading
 import time
 from bisect import bisect_left, bisect_right
@@ -82,19 +82,31 @@ from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.fallocate import reserve
 from laminar.segment.files import SegmentFile, SegmentFiles
 from laminar.segment.index import SparseIndex
+from laminar.segment.layout import (
+    INDEX_SUFFIX,
+    INDEX_SUFFIXES,
+    SEGMENT_SUFFIX,
+    SEGMENT_SUFFIXES,
+    TIME_INDEX_SUFFIX,
+    fsync_directory,
+    is_temporary,
+    parse_segment_name,
+    segment_name,
+    segment_path,
+    state_path,
+)
 from laminar.segment.offsets import check_read_range, check_term
-from laminar.segment.statefile import STATE_FILE, StateFile, fsync_directory
+from laminar.segment.statefile import StateFile
 from laminar.segment.storage import Buffer
 
 _LOG = logging.getLogger(__name__)
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 
 
 def has_state(directory: str) -> bool:
     """Whether ``directory`` holds a log's state file. Every replica writes one when
     it is created, so a log directory without one is a creation a crash interrupted
     (:meth:`SegmentLog.create_unsynced` before its batch was synced)."""
-    return os.path.exists(os.path.join(directory, STATE_FILE))
+    return os.path.exists(state_path(directory))
 
 
 def sync_filesystem(path: str) -> None:
@@ -201,10 +213,14 @@ class _Segment:
 
     @property
     def name(self) -> str:
-        return f"{self.base_offset:020d}"
+        return segment_name(self.base_offset)
 
     def path(self, suffix: str) -> str:
-        return os.path.join(self.directory, f"{self.name}.{suffix}")
+        return segment_path(self.directory, self.base_offset, suffix)
+
+    @property
+    def log_path(self) -> str:
+        return self.path(SEGMENT_SUFFIX)
 
     def note_batch(self, position: int, header: BatchHeader, index_interval_bytes: int) -> None:
         """Account for the batch written at ``position`` (index, timestamps, end)."""
@@ -350,7 +366,7 @@ class SegmentLog:
             self._segments.append(self._create_segment(initial_offset))
             return
         for base in bases:
-            file = SegmentFile(os.path.join(self._directory, f"{base:020d}.log"))
+            file = SegmentFile(segment_path(self._directory, base))
             self._segments.append(
                 _Segment(base, self._directory, file, next_offset=base, created_ms=0)
             )
@@ -368,13 +384,13 @@ class SegmentLog:
         logs: set[int] = set()
         others: list[tuple[int, str]] = []
         for name in sorted(os.listdir(self._directory)):
-            match = _SEGMENT_NAME.match(name)
-            if match is None:
-                if name.endswith(".tmp"):
+            parsed = parse_segment_name(name)
+            if parsed is None:
+                if is_temporary(name):
                     os.unlink(os.path.join(self._directory, name))
                 continue
-            base = int(match.group(1))
-            if match.group(2) == "log":
+            base, suffix = parsed
+            if suffix == SEGMENT_SUFFIX:
                 logs.add(base)
             else:
                 others.append((base, name))
@@ -387,7 +403,7 @@ class SegmentLog:
     def _load_sealed(self, segment: _Segment, descriptor: int, next_base_offset: int) -> None:
         segment.size = os.fstat(descriptor).st_size
         segment.next_offset = next_base_offset
-        index = SparseIndex.read(segment.path("index"), segment.path("timeindex"))
+        index = SparseIndex.read(segment.path(INDEX_SUFFIX), segment.path(TIME_INDEX_SUFFIX))
         if index is not None and index.entries_are_sane(segment.size):
             last_relative, last_position = index.floor(2**32)
             try:
@@ -401,7 +417,7 @@ class SegmentLog:
                 segment.max_timestamp_ms = _indexed_max_timestamp_ms(index)
                 self._scan_tail_timestamps(segment, descriptor, last_position)
                 return
-        _LOG.warning("rebuilding index segment=%s", segment.path("log"))
+        _LOG.warning("rebuilding index segment=%s", segment.log_path)
         self._rebuild_index_from_headers(segment, descriptor)
 
     def _scan_tail_timestamps(self, segment: _Segment, descriptor: int, position: int) -> None:
@@ -433,7 +449,7 @@ class SegmentLog:
             position += header.length
             expected = header.next_offset
         segment.size = size
-        segment.index.write(segment.path("index"), segment.path("timeindex"))
+        segment.index.write(segment.path(INDEX_SUFFIX), segment.path(TIME_INDEX_SUFFIX))
 
     def _recover_active(self, segment: _Segment, descriptor: int) -> None:
         """Validate every batch; cut the file after the longest valid prefix."""
@@ -468,7 +484,7 @@ class SegmentLog:
         if position < size:
             _LOG.warning(
                 "truncating torn or corrupt tail segment=%s position=%d dropped_bytes=%d",
-                segment.path("log"),
+                segment.log_path,
                 position,
                 size - position,
             )
@@ -481,7 +497,7 @@ class SegmentLog:
         segment.verified_bytes = position
         now_ms = self._clock_ms()
         segment.created_ms = min(segment.max_timestamp_ms, now_ms) if segment.size else now_ms
-        for suffix in ("index", "timeindex"):
+        for suffix in INDEX_SUFFIXES:
             # The active segment's indexes live in memory until it is sealed.
             path = segment.path(suffix)
             if os.path.exists(path):
@@ -501,7 +517,7 @@ class SegmentLog:
         data after it), which is reported and set aside before the cut."""
         if isinstance(error, TruncatedBatchError) or not bytes(view[position:]).strip(b"\0"):
             return
-        damage = _corrupt(segment.path("log"), offset, position, error)
+        damage = _corrupt(segment.log_path, offset, position, error)
         self.damage_found = damage
         _LOG.error("damaged active segment: %s", damage)
         if self._set_aside is not None:
@@ -515,7 +531,7 @@ class SegmentLog:
             index = max(0, bisect_right(self._segments, offset, key=_base_offset_of) - 1)
             paths = []
             for segment in self._segments[index:]:
-                paths += [segment.path(suffix) for suffix in ("log", "index", "timeindex")]
+                paths += [segment.path(suffix) for suffix in SEGMENT_SUFFIXES]
             return [path for path in paths if os.path.exists(path)]
 
     @property
@@ -532,7 +548,7 @@ class SegmentLog:
             self._state_file = StateFile(self._directory)
 
     def _create_segment(self, base_offset: int) -> _Segment:
-        path = os.path.join(self._directory, f"{base_offset:020d}.log")
+        path = segment_path(self._directory, base_offset)
         file = self._files.create(path)
         if self._sync_creation:
             fsync_directory(self._directory)
@@ -690,7 +706,7 @@ class SegmentLog:
         except OSError as error:
             _LOG.warning(
                 "cannot reserve segment blocks path=%s bytes=%d error=%s",
-                segment.path("log"),
+                segment.log_path,
                 target - start,
                 error,
             )
@@ -716,7 +732,7 @@ class SegmentLog:
                 os.ftruncate(segment.file.descriptor, segment.size)
             except OSError as error:
                 _LOG.warning(
-                    "cannot release reserved blocks path=%s error=%s", segment.path("log"), error
+                    "cannot release reserved blocks path=%s error=%s", segment.log_path, error
                 )
         segment.allocated = segment.size
 
@@ -792,7 +808,7 @@ class SegmentLog:
         sealed = self._segments[-1]
         self._release_reserve(sealed)
         os.fsync(sealed.file.descriptor)
-        sealed.index.write(sealed.path("index"), sealed.path("timeindex"))
+        sealed.index.write(sealed.path(INDEX_SUFFIX), sealed.path(TIME_INDEX_SUFFIX))
         segment = self._create_segment(sealed.next_offset)
         segment.last_term = sealed.last_term
         self._segments.append(segment)
@@ -857,7 +873,7 @@ class SegmentLog:
         )
 
     def _delete_segment_files(self, segment: _Segment) -> None:
-        for suffix in ("log", "index", "timeindex"):
+        for suffix in SEGMENT_SUFFIXES:
             path = segment.path(suffix)
             if os.path.exists(path):
                 os.unlink(path)
@@ -890,7 +906,7 @@ class SegmentLog:
         with self._lock:
             self._check_open()
             index = next(
-                (i for i, s in enumerate(self._segments) if s.path("log") == damage.path), None
+                (i for i, s in enumerate(self._segments) if s.log_path == damage.path), None
             )
             if index is None:
                 raise StorageError(f"no segment {damage.path} in {self._directory}")
@@ -912,7 +928,7 @@ class SegmentLog:
         os.ftruncate(descriptor, position)  # also frees reserved blocks
         os.fsync(descriptor)
         segment.allocated = position
-        for suffix in ("index", "timeindex"):
+        for suffix in INDEX_SUFFIXES:
             path = segment.path(suffix)
             if os.path.exists(path):
                 os.unlink(path)
@@ -1059,7 +1075,7 @@ class SegmentLog:
             except RecordFormatError as error:
                 if end:
                     break  # serve the valid batches before it; the next read reports it
-                raise _corrupt(segment.path("log"), first.base_offset, position, error) from None
+                raise _corrupt(segment.log_path, first.base_offset, position, error) from None
             end += header.length
         return (data[:end] if end < len(data) else data), position
 
@@ -1125,7 +1141,7 @@ class SegmentLog:
             return parse_header(data, at, limits=self._config.limits)
         except RecordFormatError as error:
             raise CorruptSegmentError(
-                segment.path("log"), expected, position, f"bad batch header: {error}"
+                segment.log_path, expected, position, f"bad batch header: {error}"
             ) from None
 
     def term_at(self, offset: int) -> int:
@@ -1221,7 +1237,7 @@ class SegmentLog:
             and next_offset != following_base
         ):
             damage = CorruptSegmentError(
-                segment.path("log"),
+                segment.log_path,
                 next_offset,
                 scanned,
                 f"the segment ends at offset {next_offset}; the next one starts at "
@@ -1354,7 +1370,7 @@ class SegmentLog:
             batches += 1
         if damage is None:
             return position, offset, batches, None
-        found = CorruptSegmentError(segment.path("log"), offset, position, damage)
+        found = CorruptSegmentError(segment.log_path, offset, position, damage)
         return position, offset, batches, found
 
     # ------------------------------------------------------------------ state file
@@ -1392,7 +1408,7 @@ class SegmentLog:
             active = self._segments[-1]
             self._release_reserve(active)
             os.fsync(active.file.descriptor)
-            active.index.write(active.path("index"), active.path("timeindex"))
+            active.index.write(active.path(INDEX_SUFFIX), active.path(TIME_INDEX_SUFFIX))
             self._closed = True
             self._close_files()
         with self._sync_condition:

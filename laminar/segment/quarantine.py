@@ -24,16 +24,20 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from laminar.errors import CorruptSegmentError
-from laminar.segment.statefile import fsync_directory
+from laminar.segment.layout import (
+    NOTE_FILE,
+    excerpt_name,
+    fsync_directory,
+    quarantine_directory,
+    quarantine_entry_directory,
+)
 
 _LOG = logging.getLogger(__name__)
 
-QUARANTINE_DIR = "quarantine"
 EXCERPT_BYTES_MAX = 64 << 20
 """The most of a damaged segment kept from the damage on: enough to study the
 damaged batch and its neighbours, not a second copy of a 1 GiB segment (a disk
 that rots may be short of space too)."""
-NOTE_FILE = "note.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +91,7 @@ def set_aside(
     that cannot be moved is deleted (the caller needs it gone), and None is
     returned when not even the note could be written (the caller logs the note)."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z"
-    directory = os.path.join(data_dir, QUARANTINE_DIR, topic, str(partition), stamp)
+    directory = quarantine_entry_directory(data_dir, topic, partition, stamp)
     missing: list[str] = []
     try:
         os.makedirs(directory)
@@ -106,7 +110,7 @@ def set_aside(
                 missing.append(f"no copy of {os.path.basename(path)} ({error.strerror})")
                 _remove(target)
     for path, position in excerpts:
-        target = os.path.join(directory, f"{os.path.basename(path)}.from-{position}")
+        target = os.path.join(directory, excerpt_name(os.path.basename(path), position))
         try:
             _copy_range(path, position, EXCERPT_BYTES_MAX, target)
         except FileNotFoundError:
@@ -126,6 +130,7 @@ def set_aside(
         noted = DamageNote(**{**asdict(noted), "action": f"{noted.action}; {'; '.join(missing)}"})
     note_path = os.path.join(directory, NOTE_FILE)
     try:
+        # A new file in a new directory: no older version to replace.
         with open(note_path, "w", encoding="utf-8") as file:
             json.dump(asdict(noted), file, indent=2)
             file.write("\n")
@@ -164,7 +169,7 @@ def _remove(path: str) -> None:
 def quarantined_bytes(data_dir: str) -> int:
     """Bytes held in ``data_dir``'s quarantine (0 when there is none)."""
     total = 0
-    for root, _dirs, files in os.walk(os.path.join(data_dir, QUARANTINE_DIR)):
+    for root, _dirs, files in os.walk(quarantine_directory(data_dir)):
         for name in files:
             try:
                 total += os.path.getsize(os.path.join(root, name))

@@ -35,8 +35,8 @@ import threading
 import zlib
 
 from laminar.errors import CorruptStateError
+from laminar.segment.layout import fsync_directory, pwrite_all, replace_file, state_path
 
-STATE_FILE = "state"
 SLOT_BYTES = 4096
 _MAGIC = b"LMS1"
 _HEADER = struct.Struct(">4sIQII")
@@ -81,7 +81,7 @@ class StateFile:
     """
 
     def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, STATE_FILE)
+        self.path = state_path(directory)
         self._lock = threading.Lock()
         self._slot_bytes = 0  # 0: no slotted file (missing, or the legacy format)
         self._sequence = 0  # of the newest state written
@@ -129,7 +129,7 @@ class StateFile:
                 slot = encode_slot(slot_bytes, self._sequence, state)
                 descriptor = os.open(self.path, os.O_WRONLY)
                 try:
-                    _pwrite_all(descriptor, slot, self._next_slot * slot_bytes)
+                    pwrite_all(descriptor, slot, self._next_slot * slot_bytes)
                     if sync:
                         os.fdatasync(descriptor)
                 finally:
@@ -162,39 +162,14 @@ class StateFile:
         needed = _HEADER.size + len(state)
         slot_bytes = max(SLOT_BYTES, -(-2 * needed // SLOT_BYTES) * SLOT_BYTES)
         sequence = self._sequence + 1
-        temporary = self.path + ".tmp"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _pwrite_all(descriptor, encode_slot(slot_bytes, sequence, state), 0)
-            os.ftruncate(descriptor, 2 * slot_bytes)  # the rest a hole: nothing to write
-            if sync:
-                os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.replace(temporary, self.path)
-        if sync:
-            fsync_directory(os.path.dirname(self.path))
+        replace_file(
+            self.path,
+            encode_slot(slot_bytes, sequence, state),
+            durable=sync,
+            file_bytes=2 * slot_bytes,  # the rest a hole: nothing to write
+        )
         self._directory_pending = not sync
         self._slot_bytes = slot_bytes
         self._sequence = sequence
         self._next_slot = 0
         self._pending = True  # slot 0: the other one is empty
-
-
-def fsync_directory(directory: str) -> None:
-    """Make the directory's entries (files created, renamed, removed) durable. The
-    descriptor is opened for the call only: a log keeps no descriptor of its
-    directory open (thousands of replicas, one file descriptor each saved)."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _pwrite_all(descriptor: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(descriptor, view, offset)
-        view = view[written:]
-        offset += written

@@ -140,6 +140,7 @@ from laminar.segment.committed import (
 )
 from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.files import SEGMENT_FILES_DEFAULT, SegmentFiles
+from laminar.segment.layout import partition_directory, replica_directories
 from laminar.segment.log import SegmentLog, SyncTicket, has_state, sync_filesystem
 from laminar.segment.quarantine import DamageNote, set_aside
 from laminar.segment.storage import LogStorage
@@ -408,10 +409,6 @@ FOUNDING_CHUNK = 256
 small enough that the first partitions start while the rest are being written."""
 
 
-def partition_directory(data_dir: str, topic: str, partition: int) -> str:
-    return os.path.join(data_dir, "partitions", topic, str(partition))
-
-
 class ReplicaHost:
     """Every replica of one node, and the loop that drives them."""
 
@@ -558,21 +555,16 @@ class ReplicaHost:
         """Open every replica found in the data directory and start ticking."""
         if self._disk.check(self._now()):  # a node started on a full disk
             self._disk_changed(self._now())
-        root = os.path.join(self._data_dir, "partitions")
-        if os.path.isdir(root):
-            for topic in sorted(os.listdir(root)):
-                topic_dir = os.path.join(root, topic)
-                for name in sorted(os.listdir(topic_dir)):
-                    if not name.isdigit():
-                        continue
-                    directory = os.path.join(topic_dir, name)
-                    if self._segment_logs and not has_state(directory):
-                        # A batch creation a crash interrupted before its sync: the
-                        # replica never acted; its founding is applied again later.
-                        _LOG.warning("removing replica %s/%s left half-created", topic, name)
-                        shutil.rmtree(directory, ignore_errors=True)
-                        continue
-                    self.open_replica((topic, int(name)), None)
+        for found in replica_directories(self._data_dir):
+            if self._segment_logs and not has_state(found.directory):
+                # A batch creation a crash interrupted before its sync: the
+                # replica never acted; its founding is applied again later.
+                _LOG.warning(
+                    "removing replica %s/%d left half-created", found.topic, found.partition
+                )
+                shutil.rmtree(found.directory, ignore_errors=True)
+                continue
+            self.open_replica((found.topic, found.partition), None)
         self._ticker = asyncio.create_task(self._tick_loop(), name="replica-ticker")
 
     async def close(self, *, timeout_s: float = 5.0) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 
 from laminar.errors import ConfigError
@@ -25,15 +24,15 @@ from laminar.membership.keyring import (
     load_keyring,
     save_keyring,
 )
+from laminar.segment import layout
 from laminar.server.gossip import ThreadedMembership
 
 _LOG = logging.getLogger(__name__)
-KEYRING_FILE = "keyring.json"
 
 
 def keyring_path(data_dir: str, config: EncryptionConfig) -> str:
     """Where the node's keyring file is: ``keyring_file`` or the data directory's."""
-    return config.keyring_file or os.path.join(data_dir, KEYRING_FILE)
+    return config.keyring_file or layout.keyring_path(data_dir)
 
 
 NO_KEYRING = KeyringState((), encrypt_verify_incoming=False, encrypt_verify_outgoing=False)

@@ -64,8 +64,9 @@ from laminar.placement import PlacementMember
 from laminar.replica.core import ReplicaCore
 from laminar.replica.types import GroupConfig, NodeId, Role
 from laminar.security.tls import TlsReloader, grpc_server_credentials
+from laminar.segment.layout import quarantine_directory
 from laminar.segment.log import SegmentLog
-from laminar.segment.quarantine import QUARANTINE_DIR, quarantined_bytes
+from laminar.segment.quarantine import quarantined_bytes
 from laminar.server import rules
 from laminar.server.api import ReplicaStatus
 from laminar.server.catalogue import CatalogueApplier
@@ -281,7 +282,7 @@ class Node:
             _LOG.warning(
                 "%s holds %d bytes of damaged files set aside earlier (see each note.json; "
                 "delete them once looked at)",
-                os.path.join(config.data_dir, QUARANTINE_DIR),
+                quarantine_directory(config.data_dir),
                 held,
             )
         metrics = None

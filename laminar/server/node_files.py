@@ -15,39 +15,28 @@ import uuid
 from dataclasses import dataclass
 
 from laminar.errors import ConfigError
+from laminar.segment.layout import founded_path, node_path, replace_file
 from laminar.server.config import NodeConfig
-
-IDENTITY_FILE = "node.json"
-FOUNDED_FILE = "founded"
-"""The node's founded offset: every topic creation below this metadata offset has
-had its founding replicas created here, so replaying it after a restart must not
-found them again (see :meth:`~laminar.server.catalogue.CatalogueApplier.apply_change`)."""
 
 
 def read_founded(data_dir: str) -> int:
+    """The node's founded offset: every topic creation below this metadata offset has
+    had its founding replicas created here, so replaying it after a restart must not
+    found them again (see
+    :meth:`~laminar.server.catalogue.CatalogueApplier.apply_change`)."""
+    path = founded_path(data_dir)
     try:
-        with open(os.path.join(data_dir, FOUNDED_FILE), encoding="ascii") as file:
+        with open(path, encoding="ascii") as file:
             return int(file.read().strip() or 0)
     except FileNotFoundError:
         return 0
     except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot read {FOUNDED_FILE} in {data_dir}: {error}") from None
+        raise ConfigError(f"cannot read {path}: {error}") from None
 
 
 def write_founded(data_dir: str, offset: int) -> None:
     """Replace the founded offset durably (after the replicas it covers are)."""
-    path = os.path.join(data_dir, FOUNDED_FILE)
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="ascii") as file:
-        file.write(str(offset))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    descriptor = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    replace_file(founded_path(data_dir), str(offset).encode("ascii"))
 
 
 @dataclass
@@ -59,7 +48,7 @@ class Identity:
 
     @classmethod
     def load_or_create(cls, config: NodeConfig) -> Identity:
-        path = os.path.join(config.data_dir, IDENTITY_FILE)
+        path = node_path(config.data_dir)
         try:
             with open(path, encoding="utf-8") as file:
                 saved = json.load(file)
@@ -83,18 +72,10 @@ class Identity:
 
     def save(self, data_dir: str) -> None:
         os.makedirs(data_dir, exist_ok=True)
-        path = os.path.join(data_dir, IDENTITY_FILE)
-        temporary = path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(
-                {
-                    "node_id": self.node_id,
-                    "cluster_id": self.cluster_id,
-                    "weight": self.weight,
-                    "zone": self.zone,
-                },
-                file,
-            )
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        saved = {
+            "node_id": self.node_id,
+            "cluster_id": self.cluster_id,
+            "weight": self.weight,
+            "zone": self.zone,
+        }
+        replace_file(node_path(data_dir), json.dumps(saved).encode("utf-8"))

@@ -64,6 +64,7 @@ from laminar_client import Client, IdempotentProducer
 
 from laminar.errors import LaminarError
 from laminar.records import HEADER_BYTES, iter_batches, next_offset, parse_header
+from laminar.segment.layout import NOTE_FILE
 from laminar.testing.processes import (
     GOSSIP_PORT,
     PEER_PORT,
@@ -768,13 +769,7 @@ class ChaosRun:
         holders = [
             (node, logs)
             for node in self.cluster.nodes
-            if node.running
-            and len(
-                logs := sorted(
-                    (node.data_dir / "partitions" / TOPIC / str(fault.partition)).glob("*.log")
-                )
-            )
-            >= 2
+            if node.running and len(logs := node.segment_files(TOPIC, fault.partition)) >= 2
         ]
         if not holders:
             victim = self.cluster.nodes[fault.node]
@@ -783,8 +778,7 @@ class ChaosRun:
         victim, _ = holders[fault.node % len(holders)]
         self.cluster.kill(victim)
         # Listed again once it is down: a segment may have rolled meanwhile.
-        directory = victim.data_dir / "partitions" / TOPIC / str(fault.partition)
-        logs = sorted(directory.glob("*.log"))
+        logs = victim.segment_files(TOPIC, fault.partition)
         segment = logs[(len(logs) - 1) // 2]  # never the last (active) one
         data = bytearray(segment.read_bytes())
         positions = [position for position, _ in iter_batches(bytes(data), verify=False)]
@@ -1004,7 +998,7 @@ class ChaosRun:
         """``node:topic/partition`` of each replica a node set damage aside for."""
         found = []
         for node in self.cluster.nodes:
-            for note in sorted((node.data_dir / "quarantine").glob("*/*/*/note.json")):
+            for note in sorted(node.quarantine_dir.glob(f"*/*/*/{NOTE_FILE}")):
                 found.append(f"{self.node_id(node)}:{json.loads(note.read_text())['replica']}")
         return found
 

@@ -41,6 +41,7 @@ from typing import Any
 import grpc
 from laminar_client import Producer, RecordMetadata, TlsOptions
 
+from laminar.segment import layout
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 
@@ -105,8 +106,23 @@ class NodeProcess:
     def node_id(self) -> str:
         import json
 
-        with open(self.data_dir / "node.json", encoding="utf-8") as file:
+        with open(layout.node_path(str(self.data_dir)), encoding="utf-8") as file:
             return str(json.load(file)["node_id"])
+
+    def segment_files(self, topic: str, partition: int) -> list[Path]:
+        """The segment (``.log``) files of this node's replica of ``topic`` /
+        ``partition``, oldest first; none when it holds no replica."""
+        directory = layout.partition_directory(str(self.data_dir), topic, partition)
+        try:
+            bases = layout.segment_bases(directory)
+        except FileNotFoundError:
+            return []
+        return [Path(layout.segment_path(directory, base)) for base in bases]
+
+    @property
+    def quarantine_dir(self) -> Path:
+        """Where this node sets damaged files aside (:mod:`laminar.segment.quarantine`)."""
+        return Path(layout.quarantine_directory(str(self.data_dir)))
 
 
 class ProcessCluster:

@@ -156,7 +156,7 @@ def repair_run(
             writer.stop()
         repaired = _digest(client, partition, victim.node_id())
         identical = repaired == _digest(client, partition, leader)
-        quarantine = victim.data_dir / "quarantine"
+        quarantine = victim.quarantine_dir
         quarantined = tuple(sorted(p.name for p in quarantine.rglob("*") if p.is_file()))
         p99_idle, idle_count = writer.p99_s(idle_from, idle_to)
         p99_repair, repair_count = writer.p99_s(
@@ -214,8 +214,7 @@ def _fill(bootstrap: list[str], partition: int, size_bytes: int) -> float:
 
 
 def _flip_first_segment(node: NodeProcess, partition: int) -> None:
-    directory = node.data_dir / "partitions" / TOPIC / str(partition)
-    first = sorted(directory.glob("*.log"))[0]
+    first = node.segment_files(TOPIC, partition)[0]
     with open(first, "r+b") as file:
         file.seek(FLIP_POSITION)
         byte = file.read(1)

@@ -12,6 +12,7 @@ from pathlib import Path
 from laminar.ids import NodeId, TopicPartition
 from laminar.placement import PlacementMember
 from laminar.replica.types import GroupConfig
+from laminar.segment.layout import FOUNDED_FILE
 from laminar.server.catalogue import CatalogueApplier, founding_groups
 from laminar.server.groups import GROUPS_PARTITIONS, GROUPS_REPLICATION_MAX, GROUPS_TOPIC
 from laminar.server.metadata import (
@@ -26,7 +27,7 @@ from laminar.server.metadata_duties import (
     groups_topic_founders,
     snapshot_wanted,
 )
-from laminar.server.node_files import FOUNDED_FILE, read_founded
+from laminar.server.node_files import read_founded
 
 
 @dataclass

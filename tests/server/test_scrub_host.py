@@ -28,9 +28,10 @@ from laminar.records import encode_batch
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
+from laminar.segment.layout import partition_directory
 from laminar.segment.log import SegmentLog
 from laminar.segment.storage import LogStorage
-from laminar.server.host import HostConfig, ReplicaHost, partition_directory
+from laminar.server.host import HostConfig, ReplicaHost
 from laminar.server.scrub import ScrubItem, charged_bytes, scrub_logs
 from tests.segment.support import flip
 from tests.server import aio
