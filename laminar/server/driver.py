@@ -459,12 +459,15 @@ class ReplicaDriver(Generic[R]):
         host_config: HostConfig,
         log_factory: LogFactory | None = None,
         fsync: bool = True,
+        liveness: Callable[[ReplicaDriver[R], HostOwner], DriverLiveness] | None = None,
     ) -> None:
         """``clock``: the monotonic clock of the cores and fencing times, in ms.
         ``log_factory``: None for segment logs in ``data_dir`` (a node), else the
         factory every replica's log comes from (no files: no committed file, no
         damage handling, no founding in batches). ``fsync``: False skips every sync
-        (tests on tmpfs)."""
+        (tests on tmpfs). ``liveness``: makes the node-level liveness the cores share
+        (None: :class:`DriverLiveness`; the scale simulator's baseline withholds
+        the node-level signals)."""
         self.node_id = NodeId(node_id)
         self.data_dir = data_dir
         self._config = config
@@ -528,7 +531,7 @@ class ReplicaDriver(Generic[R]):
         self._fenced: dict[PartitionKey, FencedReplica] = {}
         self._damaged: dict[PartitionKey, DamagedReplica] = {}
         self._creating: set[PartitionKey] = set()
-        self.liveness = DriverLiveness(self, owner)
+        self.liveness = (liveness or DriverLiveness)(self, owner)
         self.closing = False
         """The shell is closing: no replica opens or reopens any more."""
         self.counters: dict[str, int] = {
@@ -1382,13 +1385,14 @@ class ReplicaDriver(Generic[R]):
 
     # ------------------------------------------------------------------ the tick pass
 
-    def tick(self, now: int, lag_ms: int | None) -> None:
+    def tick(self, now: int, lag_ms: int | None) -> int:
         """The tick loop's pass: tick due replicas, send keepalives, run the periodic
         jobs. ``lag_ms``: how late the pass runs when its sleep ended on its timer
-        (None: woken early), the event loop's lag (see :class:`DriverLiveness`)."""
+        (None: woken early), the event loop's lag (see :class:`DriverLiveness`).
+        Returns how many replicas it ticked (a simulator's CPU cost)."""
         if lag_ms is not None:
             self.liveness.note_lag(lag_ms, now)  # before any timer acts on it
-        self._tick_due(now)
+        ticked = self._tick_due(now)
         self._event_log.note_time(now)
         self._send_keepalives(now)
         if self.disk.due(now) and self.disk.check(now):
@@ -1401,6 +1405,7 @@ class ReplicaDriver(Generic[R]):
         if now >= self._retention_due_ms:
             self._retention_due_ms = now + self.config.retention_check_ms
             self._apply_retention(now)
+        return ticked
 
     def sleep_until(self, now: int) -> int:
         """When the tick loop's next pass is due: the next thing to do, at least a
@@ -1423,9 +1428,11 @@ class ReplicaDriver(Generic[R]):
                 due = min(due, fenced.retry_at_ms)
         return due
 
-    def _tick_due(self, now: int) -> None:
-        """Tick the replicas whose wake-up time has come (popped from the heap)."""
+    def _tick_due(self, now: int) -> int:
+        """Tick the replicas whose wake-up time has come (popped from the heap); how
+        many it ticked."""
         wakes = self._wakes
+        ticked = 0
         while wakes and wakes[0][0] <= now:
             wake_ms, _, key = heapq.heappop(wakes)
             replica = self.replicas.get(key)
@@ -1433,10 +1440,12 @@ class ReplicaDriver(Generic[R]):
                 continue  # gone, or a stale entry (an earlier one was pushed since)
             replica.wake_ms = NO_WAKE_MS
             if replica.core.next_wake_ms() <= now:
+                ticked += 1
                 self.input(replica, partial(replica.core.tick, now))
                 if replica.busy:  # queued: scheduled again once it is applied
                     continue
             self._schedule(replica)
+        return ticked
 
     # ------------------------------------------------------------------ committed files
 

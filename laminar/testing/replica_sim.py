@@ -236,6 +236,14 @@ class SimLog(MemoryLog):
         survivor.disk = self.disk
         return survivor
 
+    def reopened(self) -> SimLog:
+        """The same log opened again after a clean close: everything kept (the page
+        cache holds what was not synced)."""
+        log = SimLog(self.disk)
+        vars(log).update(vars(self))
+        vars(log)["_closed"] = False
+        return log
+
 
 @dataclass(slots=True)
 class SimReplica(Replica):
