@@ -783,36 +783,29 @@ class ReplicaHost:
         return self._driver.list_offsets(key, timestamp_ms)
 
     # ------------------------------------------------------------------ full disk, maintenance
+    # (The driver decides; see its methods of the same names and the module docstring.)
 
     @property
     def disk_full(self) -> bool:
-        """Whether this node's data directory is below its free-space watermark."""
         return self._driver.disk_full
 
     def disk_status(self) -> DiskStatus:
-        """Free space as last measured, the watermark, and the state."""
         return self._driver.disk_status()
 
     def full_nodes(self) -> frozenset[str]:
-        """The nodes out of disk space: this one when it is full, and the peers gossip
-        says are (see :meth:`set_full_peers`)."""
         return self._driver.full_nodes()
 
     def set_full_peers(self, nodes: Iterable[str]) -> None:
-        """The peers gossip says are out of disk space."""
         self._driver.set_full_peers(nodes)
 
     @property
     def in_maintenance(self) -> bool:
-        """Whether the cluster metadata puts this node in maintenance."""
         return self._driver.in_maintenance
 
     def maintenance_nodes(self) -> frozenset[str]:
         return self._driver.maintenance_nodes()
 
     def set_maintenance(self, nodes: Iterable[str]) -> None:
-        """The nodes in maintenance, as the cluster metadata last said (see the
-        module docstring and :meth:`ReplicaDriver.set_maintenance`)."""
         self._driver.set_maintenance(nodes)
 
     # ------------------------------------------------------------------ damage (scrubbing)

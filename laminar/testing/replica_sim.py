@@ -64,7 +64,11 @@ from laminar.segment.storage import LogStorage
 from laminar.server.disk import DiskUsage
 from laminar.server.driver import (
     NO_WAKE_MS,
+    DriverLiveness,
+    DriverShell,
     HostConfig,
+    HostOwner,
+    LogFactory,
     Replica,
     ReplicaDriver,
     Round,
@@ -256,6 +260,38 @@ class SimReplica(Replica):
         return len(self.calls)
 
 
+def memory_driver(
+    node_id: str,
+    config: ReplicaConfig,
+    *,
+    owner: HostOwner,
+    shell: DriverShell[SimReplica],
+    clock: Callable[[], int],
+    rng: random.Random,
+    host_config: HostConfig,
+    log_factory: LogFactory,
+    liveness: Callable[[ReplicaDriver[SimReplica], HostOwner], DriverLiveness] | None = None,
+) -> ReplicaDriver[SimReplica]:
+    """The driver of a simulated node: memory logs from ``log_factory``, plenty of
+    disk space, the simulated clock (wall clock included)."""
+    return ReplicaDriver(
+        node_id,
+        f"/sim/{node_id}",  # never touched: the logs are in memory
+        config,
+        LogConfig(),
+        owner=owner,
+        shell=shell,
+        make_replica=SimReplica,
+        clock=clock,
+        wall_clock_ms=clock,
+        disk_usage=lambda: _PLENTY,
+        rng=rng,
+        host_config=host_config,
+        log_factory=log_factory,
+        liveness=liveness,
+    )
+
+
 class _Membership(Standalone):
     """What membership told a simulated node (the cluster's oracle stands in for
     SWIM): every peer alive until declared dead."""
@@ -344,17 +380,12 @@ class ReplicaSimNode:
 
     def _new_driver(self) -> ReplicaDriver[SimReplica]:
         self._membership = _Membership()
-        self._driver = ReplicaDriver(
+        self._driver = memory_driver(
             self._id,
-            f"/sim/{self._id}",  # never touched: the logs are in memory
             self._config,
-            LogConfig(),
             owner=self._membership,
             shell=self,
-            make_replica=SimReplica,
             clock=self._clock,
-            wall_clock_ms=self._clock,
-            disk_usage=lambda: _PLENTY,
             rng=self._rng,
             host_config=self._host_config,
             log_factory=self._open_log,

@@ -67,14 +67,12 @@ from laminar.replica.messages import (
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
 from laminar.segment.storage import LogStorage
-from laminar.server.disk import DiskUsage
 from laminar.server.driver import (
     NO_WAKE_MS,
     DriverLiveness,
     HostConfig,
     HostOwner,
     PartitionKey,
-    Replica,
     ReplicaDriver,
     Standalone,
 )
@@ -85,6 +83,8 @@ from laminar.testing.replica_sim import (
     ProduceResult,
     SimDisk,
     SimLog,
+    SimReplica,
+    memory_driver,
 )
 from laminar.testing.sim import Envelope, LinkConfig, Simulator, Step
 
@@ -95,7 +95,6 @@ _NEVER_MS = -(2**62)
 _NO_WAKE = 2**62
 _KEEPALIVE = PeerBundle((), ())
 _LOCAL_COST_US = 0.2  # visiting one replica in a scan over all of them (a hint, a replan)
-_PLENTY = DiskUsage(1 << 40, 1 << 40)
 
 Callback = Callable[[int], float]
 """One piece of loop work: run at ``now_ms``, return its CPU cost in µs (at factor 1)."""
@@ -269,7 +268,7 @@ class _GroupSignalsOnly(DriverLiveness):
     no node-level signal (nothing heard, never slow, no keepalives sent); membership
     still flips ``peer_alive``. The loop's lag is measured all the same."""
 
-    def __init__(self, driver: ReplicaDriver[ScaleReplica], owner: HostOwner) -> None:
+    def __init__(self, driver: ReplicaDriver[SimReplica], owner: HostOwner) -> None:
         super().__init__(driver, owner)
         self.keepalive_ms = NO_WAKE_MS
 
@@ -278,17 +277,6 @@ class _GroupSignalsOnly(DriverLiveness):
 
     def slowness(self) -> float:
         return 1.0
-
-
-@dataclass(slots=True)
-class ScaleReplica(Replica):
-    """A replica of a scale node, with the produce calls waiting on it."""
-
-    calls: dict[int, str] = field(default_factory=dict)
-    """Request id -> the client's address."""
-
-    def calls_waiting(self) -> int:
-        return len(self.calls)
 
 
 class _ScaleMembership(Standalone):
@@ -342,17 +330,12 @@ class ScaleSimNode:
         peers = [peer for peer in self._cluster.node_ids if peer != self.node_id]
         self.membership = _ScaleMembership(self, peers)
         self._now_ms = 0
-        self.driver: ReplicaDriver[ScaleReplica] = ReplicaDriver(
+        self.driver: ReplicaDriver[SimReplica] = memory_driver(
             self.node_id,
-            f"/sim/{self.node_id}",  # never touched: the logs are in memory
             self._config,
-            LogConfig(),
             owner=self.membership,
             shell=self,
-            make_replica=ScaleReplica,
             clock=self._clock,
-            wall_clock_ms=self._clock,
-            disk_usage=lambda: _PLENTY,
             rng=self._rng,
             host_config=HostConfig(disk_free_bytes_min=0, disk_free_percent_min=0.0),
             log_factory=self._open_log,
@@ -714,7 +697,7 @@ class ScaleSimNode:
         self._timer_at = self._now_ms
         self.driver.sleep_until_ms = NO_WAKE_MS
 
-    def carried_out(self, replica: ScaleReplica, ready: Ready, leader_found: bool) -> None:
+    def carried_out(self, replica: SimReplica, ready: Ready, leader_found: bool) -> None:
         group = replica.key[1]
         self._readies += 1
         for reply in ready.replies:
@@ -724,7 +707,7 @@ class ScaleSimNode:
         self._observe(group, replica, ready)
         self._timeout_now.discard(group)
 
-    def replica_closed(self, replica: ScaleReplica, error: Exception | None) -> None:
+    def replica_closed(self, replica: SimReplica, error: Exception | None) -> None:
         group = replica.key[1]
         self._closed_logs.add(group)
         self._reopened[group] = self._reopened.get(group, 0) + 1
@@ -751,7 +734,7 @@ class ScaleSimNode:
         self._replies.clear()
         return self._readies * self._cpu.ready_us + self._sent * self._cpu.send_us
 
-    def _observe(self, group: int, replica: ScaleReplica, ready: Ready) -> None:
+    def _observe(self, group: int, replica: SimReplica, ready: Ready) -> None:
         history, metrics, node = self._history, self._metrics, str(self.node_id)
         now_ms = self._now_ms
         for event in ready.events:
