@@ -161,18 +161,12 @@ class Node:
             config.replica,
             config.log,
             send=self._send_bundle,
+            owner=_HostOwner(self),
             fsync=config.fsync,
-            accept_replica=self._accept_replica,
-            on_committed=self._on_committed,
-            on_removed=self._on_removed,
             host_config=config.host,
             log_factory=log_factory,
             clock=clock,
             disk_usage=disk_usage,
-            retention_of=self._retention_of,
-            peer_alive=self._alive_peers.__contains__,
-            peer_dead=lambda node_id: node_id in self._dead_since_ms,
-            on_disk_full=self._on_disk_full,
         )
         self.tracing = (
             Tracing.open(config.tracing, self.node_id, tracer_provider)
@@ -803,3 +797,35 @@ async def _learn_cluster_id(
                 raise ConfigError(f"no cluster found through seeds {', '.join(config.seeds)}")
             case rules.Join.WAIT:
                 await asyncio.sleep(_JOIN_POLL_S)
+
+
+class _HostOwner:
+    """The node as its replica host's :class:`~laminar.server.driver.HostOwner`:
+    placement's say on new replicas, retention, membership, and what the host
+    tells the node (commits, removals, the disk turning full)."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def accept_replica(self, key: TopicPartition) -> bool:
+        return self._node._accept_replica(key)
+
+    def replica_committed(
+        self, key: TopicPartition, committed_from: int, high_watermark: int
+    ) -> None:
+        self._node._on_committed(key, committed_from, high_watermark)
+
+    def replica_removed(self, key: TopicPartition) -> None:
+        self._node._on_removed(key)
+
+    def retention_of(self, key: TopicPartition) -> tuple[int | None, int | None]:
+        return self._node._retention_of(key)
+
+    def peer_alive(self, node_id: str) -> bool:
+        return node_id in self._node._alive_peers
+
+    def peer_dead(self, node_id: str) -> bool:
+        return node_id in self._node._dead_since_ms
+
+    def disk_full_changed(self, full: bool) -> None:
+        self._node._on_disk_full(full)

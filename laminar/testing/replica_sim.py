@@ -1,9 +1,14 @@
 """Replication cores in the deterministic simulator, with a workload and checkers.
 
 :class:`ReplicaSimNode` hosts several partitions' :class:`ReplicaCore` objects on one
-simulated node, over :class:`MemoryLog` storage that loses unsynced batches when the
-node crashes. Outbound messages are coalesced per peer per step (one envelope per
-peer). :class:`ProducerClient` nodes produce unique values with ``acks=all`` and
+simulated node through the production :class:`~laminar.server.driver.ReplicaDriver`
+(the host's decisions: flush rounds, fencing, the input queue, the tick pass,
+node-level liveness and keepalives), over :class:`MemoryLog` storage that loses
+unsynced batches when the node crashes. The node is the driver's shell in
+simulated time: every call ends with the flush rounds its inputs made due, the
+tick pass runs when the driver asks, and a slow disk holds a round's syncs for
+``SimDisk.sync_delay_ms``. A seed that fails replays the production code path.
+:class:`ProducerClient` nodes produce unique values with ``acks=all`` and
 idempotent retries; reads from random replicas run as timed actions. A
 :class:`History` checks safety as the run goes:
 
@@ -31,6 +36,7 @@ The same seed always replays the same run (``trace_hash``).
 
 from __future__ import annotations
 
+import errno
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,8 +44,9 @@ from functools import partial
 
 import msgpack
 
+from laminar.errors import LaminarError, UnknownTopicOrPartitionError
 from laminar.records import decode_records, encode_batch, iter_batches, parse_header
-from laminar.replica.coalesce import Coalescer, PeerBundle
+from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import ReplicaCore, StorageDamage
 from laminar.replica.messages import (
@@ -51,7 +58,22 @@ from laminar.replica.messages import (
     RoleChanged,
 )
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.segment.config import LogConfig
 from laminar.segment.memory import MemoryLog
+from laminar.segment.storage import LogStorage
+from laminar.server.disk import DiskUsage
+from laminar.server.driver import (
+    NO_WAKE_MS,
+    DriverLiveness,
+    DriverShell,
+    HostConfig,
+    HostOwner,
+    LogFactory,
+    Replica,
+    ReplicaDriver,
+    Round,
+    Standalone,
+)
 from laminar.testing.sim import Envelope, LinkConfig, Simulator, Step
 
 
@@ -166,10 +188,128 @@ class History:
 
 
 _LOCAL = "<local>"
+TOPIC = "sim"
+"""The topic of the simulated partitions: replica ``p`` is ``(TOPIC, p)`` to the driver."""
+
+_PLENTY = DiskUsage(1 << 40, 1 << 40)
+
+
+def sim_host_config() -> HostConfig:
+    """The host settings of the simulated nodes: production's, with an input queue
+    small enough that a slow disk fills it (a busy replica's peer messages are
+    dropped), a few produce calls per replica at most (the clients' retries reach
+    it), and a fenced replica reopened within the run."""
+    return HostConfig(
+        queued_inputs_max=8,
+        produce_calls_max=4,
+        storage_retry_ms=300,
+        storage_retry_max_ms=2_000,
+        disk_free_bytes_min=0,
+        disk_free_percent_min=0.0,
+    )
+
+
+@dataclass
+class SimDisk:
+    """A node's disk as the fault schedule leaves it (the faults of the real shell:
+    a failed fsync fences its replica, a slow one keeps its replicas busy)."""
+
+    sync_delay_ms: int = 0
+    """How long each flush round's syncs take (a slow disk); 0: no time."""
+    failing_syncs: int = 0
+    """The next this-many syncs fail (``EIO``)."""
+
+
+class SimLog(MemoryLog):
+    """A memory log on a simulated node's disk: its syncs fail while the disk says
+    so (the flush rounds' and a reopen's alike)."""
+
+    def __init__(self, disk: SimDisk) -> None:
+        super().__init__(fsync=False)
+        self.disk = disk
+
+    def sync(self) -> None:
+        if self.disk.failing_syncs > 0:
+            self.disk.failing_syncs -= 1
+            raise OSError(errno.EIO, "simulated fsync failure")
+        super().sync()
+
+    def crash(self) -> SimLog:
+        survivor = SimLog(self.disk)
+        vars(survivor).update(vars(super().crash()))
+        survivor.disk = self.disk
+        return survivor
+
+    def reopened(self) -> SimLog:
+        """The same log opened again after a clean close: everything kept (the page
+        cache holds what was not synced)."""
+        log = SimLog(self.disk)
+        vars(log).update(vars(self))
+        vars(log)["_closed"] = False
+        return log
+
+
+@dataclass(slots=True)
+class SimReplica(Replica):
+    """A replica of a simulated node, with the produce calls waiting on it."""
+
+    calls: dict[int, str] = field(default_factory=dict)
+    """Request id -> the client's address (``_LOCAL``: a test's own call)."""
+
+    def calls_waiting(self) -> int:
+        return len(self.calls)
+
+
+def memory_driver(
+    node_id: str,
+    config: ReplicaConfig,
+    *,
+    owner: HostOwner,
+    shell: DriverShell[SimReplica],
+    clock: Callable[[], int],
+    rng: random.Random,
+    host_config: HostConfig,
+    log_factory: LogFactory,
+    liveness: Callable[[ReplicaDriver[SimReplica], HostOwner], DriverLiveness] | None = None,
+) -> ReplicaDriver[SimReplica]:
+    """The driver of a simulated node: memory logs from ``log_factory``, plenty of
+    disk space, the simulated clock (wall clock included)."""
+    return ReplicaDriver(
+        node_id,
+        f"/sim/{node_id}",  # never touched: the logs are in memory
+        config,
+        LogConfig(),
+        owner=owner,
+        shell=shell,
+        make_replica=SimReplica,
+        clock=clock,
+        wall_clock_ms=clock,
+        disk_usage=lambda: _PLENTY,
+        rng=rng,
+        host_config=host_config,
+        log_factory=log_factory,
+        liveness=liveness,
+    )
+
+
+class _Membership(Standalone):
+    """What membership told a simulated node (the cluster's oracle stands in for
+    SWIM): every peer alive until declared dead."""
+
+    def __init__(self) -> None:
+        self.dead: set[str] = set()
+
+    def peer_alive(self, node_id: str) -> bool:
+        return node_id not in self.dead
+
+    def peer_dead(self, node_id: str) -> bool:
+        return node_id in self.dead
 
 
 class ReplicaSimNode:
-    """A node hosting replicas of several partitions, driven by the simulator."""
+    """A node hosting replicas of several partitions, driven by the simulator through
+    the production :class:`~laminar.server.driver.ReplicaDriver` (the shell around
+    it here runs the flush rounds and the tick pass in simulated time)."""
 
     def __init__(
         self,
@@ -178,78 +318,120 @@ class ReplicaSimNode:
         config: ReplicaConfig,
         history: History,
         rng: random.Random,
+        host_config: HostConfig | None = None,
     ) -> None:
         self._id = NodeId(node_id)
         self._groups = groups  # founding configurations of the partitions it starts with
         self._config = config
+        self._host_config = host_config if host_config is not None else sim_host_config()
         self._history = history
         self._rng = rng
-        self.storages: dict[int, MemoryLog] = {}
-        self.cores: dict[int, ReplicaCore] = {}
+        self.storages: dict[int, SimLog] = {}
         self.targets: dict[int, tuple[NodeId, ...]] = {}
         self.incarnation = 0
-        self._coalescer = Coalescer()
-        self._outbox: list[Envelope] = []
         self.damaged: dict[int, StorageDamage] = {}
         """Damage done while crashed, for the cores made at the next restart."""
         self.heal = True
         """Tell the cores about damage (False: they vote with what is left)."""
-        self._clients: dict[int, str] = {}  # request id -> client address
+        self.disk = SimDisk()
         self.local_replies: list[ProduceReply] = []
+        self.counters: dict[str, int] = {}
+        """The drivers' counters, summed over this node's incarnations so far
+        (:meth:`counter` adds the running one)."""
+        self._driver: ReplicaDriver[SimReplica] | None = None
+        self._membership = _Membership()
+        self._now_ms = 0
+        self._outbox: list[Envelope] = []
         self._trace: list[str] = []
+        self._pending: tuple[Round[SimReplica], int, int] | None = None
+        """A round whose syncs take time: (round, started, done at)."""
+        self._sleep_until_ms = NO_WAKE_MS
+        self._woken = False
+        self._reopens: dict[int, int] = {}  # partition -> times its replica was closed
 
     @property
     def address(self) -> str:
         return self._id
 
+    @property
+    def driver(self) -> ReplicaDriver[SimReplica]:
+        assert self._driver is not None, f"{self._id} is down"
+        return self._driver
+
+    @property
+    def cores(self) -> dict[int, ReplicaCore]:
+        """The open replicas' cores, by partition (none while crashed)."""
+        if self._driver is None:
+            return {}
+        return {key[1]: replica.core for key, replica in self._driver.replicas.items()}
+
+    def counter(self, name: str) -> int:
+        running = self._driver.counters.get(name, 0) if self._driver is not None else 0
+        return self.counters.get(name, 0) + running
+
     # ---------------------------------------------------------------- lifecycle
 
     def start(self, now_ms: int) -> Step:
+        self._now_ms = now_ms
+        driver = self._new_driver()
         for partition, group in self._groups.items():
-            storage = MemoryLog(fsync=False)
-            self.storages[partition] = storage
-            self.cores[partition] = self._new_core(partition, storage, group, now_ms)
-        return self._drain(now_ms)
+            driver.open_replica((TOPIC, partition), group)
+        return self._step()
 
-    def _new_core(
-        self,
-        partition: int,
-        storage: MemoryLog,
-        group: GroupConfig | None,
-        now_ms: int,
-        damage: StorageDamage | None = None,
-    ) -> ReplicaCore:
-        core = ReplicaCore(
+    def _new_driver(self) -> ReplicaDriver[SimReplica]:
+        self._membership = _Membership()
+        self._driver = memory_driver(
             self._id,
-            storage,
             self._config,
-            now_ms=now_ms,
+            owner=self._membership,
+            shell=self,
+            clock=self._clock,
             rng=self._rng,
-            initial=group,
-            damage=damage if self.heal else None,
+            host_config=self._host_config,
+            log_factory=self._open_log,
         )
-        target = self.targets.get(partition)
-        founding = self._groups.get(partition)
-        if target is None and damage is not None and damage.lost_state and founding:
-            # A node knows the placement of its replicas (the host sets it at open):
-            # a replica whose state went with its founding configuration finds its
-            # peers there.
-            target = tuple(NodeId(n) for n in founding.voters)
-        if target is not None:
-            core.set_target(target, now_ms)
-        return core
+        self._sleep_until_ms = self._now_ms  # the tick loop's first pass
+        self._woken = False
+        return self._driver
+
+    def _clock(self) -> int:
+        return self._now_ms
+
+    def _open_log(self, directory: str, config: LogConfig) -> LogStorage:
+        partition = int(directory.rsplit("/", 1)[1])
+        log = self.storages.get(partition)
+        if log is None:
+            log = SimLog(self.disk)
+        elif self.driver.is_fenced((TOPIC, partition)):  # reopened: what the disk kept
+            log = log.crash()
+        self.storages[partition] = log
+        return log
 
     def crash(self) -> None:
+        if self._driver is not None:
+            for name, value in self._driver.counters.items():
+                self.counters[name] = self.counters.get(name, 0) + value
+        self._driver = None
+        self._pending = None
         self.storages = {partition: log.crash() for partition, log in self.storages.items()}
-        self.cores.clear()
-        self._coalescer = Coalescer()
 
     def restart(self, now_ms: int) -> Step:
+        self._now_ms = now_ms
         self.incarnation += 1
-        for partition, storage in self.storages.items():
+        driver = self._new_driver()
+        for partition in sorted(self.storages):
             damage = self.damaged.pop(partition, None)
-            self.cores[partition] = self._new_core(partition, storage, None, now_ms, damage)
-        return self._drain(now_ms)
+            target = self.targets.get(partition)
+            founding = self._groups.get(partition)
+            if target is None and damage is not None and damage.lost_state and founding:
+                # A node knows the placement of its replicas (the host sets it at open):
+                # a replica whose state went with its founding configuration finds its
+                # peers there.
+                target = founding.voters
+            if target is not None:
+                driver.set_target((TOPIC, partition), tuple(target))
+            driver.open_replica((TOPIC, partition), None, damage=damage if self.heal else None)
+        return self._step()
 
     def damage(self, partition: int, rng: random.Random) -> str:
         """(While crashed.) Damage ``partition``'s storage: the end of its log from a
@@ -282,108 +464,191 @@ class ReplicaSimNode:
         if core is not None:
             return core.healing
         storage = self.storages.get(partition)
-        saved = None if storage is None else storage.load_state()
+        if storage is None:
+            return False
+        if self._driver is not None and self._driver.is_fenced((TOPIC, partition)):
+            storage = storage.crash()  # closed: read what the disk kept
+        saved = storage.load_state()
         return saved is not None and msgpack.unpackb(saved).get("heal") is not None
 
     # ---------------------------------------------------------------- inputs
 
     def deliver(self, source: str, payload: object, reliable: bool, now_ms: int) -> Step:
+        self._at(now_ms)
+        driver = self.driver
         if isinstance(payload, PeerBundle):
-            for partition, message in payload.items():
-                assert isinstance(partition, int)
-                core = self.cores.get(partition)
-                if core is None:
-                    # A new replica: the leader added us; learn everything from its log.
-                    storage = MemoryLog(fsync=False)
-                    self.storages[partition] = storage
-                    core = self._new_core(partition, storage, None, now_ms)
-                    self.cores[partition] = core
-                core.step(NodeId(source), message, now_ms)
+            driver.on_bundle(source, payload)
         elif isinstance(payload, ProduceRequest):
-            core = self.cores.get(payload.partition)
-            if core is None:
-                reply = ProduceReply(payload.request_id, ProduceStatus.NOT_LEADER)
+            reply = self._propose(
+                source, payload.partition, payload.request_id, payload.batch, payload.acks
+            )
+            if reply is not None:
                 self._outbox.append(Envelope(source, ProduceResult(payload.partition, reply)))
-            else:
-                self._clients[payload.request_id] = source
-                core.propose(payload.request_id, payload.batch, payload.acks, now_ms)
-        return self._drain(now_ms)
+        return self._step()
+
+    def _propose(
+        self, client: str, partition: int, request_id: int, batch: bytes, acks: Acks
+    ) -> ProduceReply | None:
+        """Admit and propose a produce call, as the host does; the refusal if any."""
+        try:
+            replica = self.driver.admit((TOPIC, partition), 1)
+        except UnknownTopicOrPartitionError:
+            return ProduceReply(request_id, ProduceStatus.NOT_LEADER)
+        except LaminarError as error:  # fenced, too many calls waiting
+            return ProduceReply(request_id, ProduceStatus.UNAVAILABLE, detail=str(error))
+        replica.calls[request_id] = client
+        self.driver.propose(replica, request_id, batch, acks)
+        return None
 
     def tick(self, now_ms: int) -> Step:
+        self._at(now_ms)
+        driver = self.driver
         for partition, target in self.targets.items():
-            core = self.cores.get(partition)
-            if core is not None and core.target != target:
-                core.set_target(target, now_ms)  # set while this node was paused
-        for core in self.cores.values():
-            if core.next_wake_ms() <= now_ms:
-                core.tick(now_ms)
-        return self._drain(now_ms)
+            driver.set_target((TOPIC, partition), tuple(target))  # set while paused
+        until = self._sleep_until_ms
+        if self._woken or now_ms >= until:
+            driver.sleep_until_ms = NO_WAKE_MS
+            driver.tick(now_ms, now_ms - until if now_ms >= until else None)
+            self._sleep_until_ms = driver.sleep_until_ms = driver.sleep_until(now_ms)
+            self._woken = False
+        return self._step()
+
+    def _at(self, now_ms: int) -> None:
+        """The time is ``now_ms``: a round whose syncs are due by now completes."""
+        self._now_ms = now_ms
+        pending = self._pending
+        if pending is not None and now_ms >= pending[2]:
+            round_, started, _ = pending
+            self._pending = None
+            results = [self._sync(replica) for replica in round_.syncs]
+            self.driver.complete(round_, results, (now_ms - started) / 1000)
 
     def propose(
         self, partition: int, request_id: int, batch: bytes, acks: Acks, now_ms: int
     ) -> Step:
         """A produce from a test, not over the network; replies land in ``local_replies``."""
-        self._clients[request_id] = _LOCAL
-        self.cores[partition].propose(request_id, batch, acks, now_ms)
-        return self._drain(now_ms)
+        self._at(now_ms)
+        reply = self._propose(_LOCAL, partition, request_id, batch, acks)
+        if reply is not None:
+            self.local_replies.append(reply)
+        return self._step()
 
     def set_target(self, partition: int, target: Iterable[str], now_ms: int) -> Step:
+        self._at(now_ms)
         replicas = tuple(NodeId(node) for node in target)
         self.targets[partition] = replicas
-        core = self.cores.get(partition)
-        if core is not None:
-            core.set_target(replicas, now_ms)
-        return self._drain(now_ms)
+        self.driver.set_target((TOPIC, partition), replicas)
+        return self._step()
+
+    def accept_data_loss(self, partition: int, members: Iterable[str], now_ms: int) -> Step:
+        """An operator accepts the data loss of this node's replica of ``partition``
+        (placement's target for it: ``members``)."""
+        self._at(now_ms)
+        self.targets[partition] = tuple(NodeId(node) for node in members)
+        self.driver.set_target((TOPIC, partition), self.targets[partition])
+        self.driver.accept_data_loss((TOPIC, partition))
+        return self._step()
 
     def advance_start(self, partition: int, fraction: float, now_ms: int) -> Step:
         """Retention on this replica: drop up to ``fraction`` of its committed log."""
-        core = self.cores.get(partition)
-        if core is not None and not core.removed:
+        self._at(now_ms)
+        replica = self.driver.get((TOPIC, partition))
+        if replica is not None and not replica.core.removed:
+            core = replica.core
             start, watermark = core.start_offset, core.high_watermark
-            core.advance_start(start + int((watermark - start) * fraction), now_ms)
+            self.driver.advance_start(
+                (TOPIC, partition), start + int((watermark - start) * fraction)
+            )
             self._trace.append(f"{self._id} p{partition} start {core.start_offset}")
-        return self._drain(now_ms)
+        return self._step()
 
     def peer_returned(self, peer: str, now_ms: int) -> Step:
-        for core in self.cores.values():
-            core.peer_returned(NodeId(peer), now_ms)
-        return self._drain(now_ms)
+        self._at(now_ms)
+        self._membership.dead.discard(peer)
+        self.driver.peer_returned(peer)
+        return self._step()
 
     def hint_leader_dead(self, dead: str, now_ms: int) -> Step:
-        for core in self.cores.values():
-            if core.led_by(dead):
-                core.hint_leader_dead(now_ms)
-        return self._drain(now_ms)
+        self._at(now_ms)
+        self._membership.dead.add(dead)
+        self.driver.hint_leader_dead(dead)
+        return self._step()
+
+    # ---------------------------------------------------------------- the driver's shell
+
+    def send_bundle(self, peer: str, bundle: PeerBundle) -> None:
+        self._outbox.append(Envelope(peer, bundle))
+
+    def flush_wanted(self) -> None:
+        pass  # every call ends with the rounds its inputs need (_step)
+
+    def wake_early(self) -> None:
+        self._woken = True
+
+    def carried_out(self, replica: SimReplica, ready: Ready, leader_found: bool) -> None:
+        partition = replica.key[1]
+        for reply in ready.replies:
+            client = replica.calls.pop(reply.request_id, None)
+            if client == _LOCAL:
+                self.local_replies.append(reply)
+            elif client is not None:
+                self._outbox.append(Envelope(client, ProduceResult(partition, reply)))
+        self._observe(partition, replica, ready)
+
+    def replica_closed(self, replica: SimReplica, error: Exception | None) -> None:
+        partition = replica.key[1]
+        self._reopens[partition] = self._reopens.get(partition, 0) + 1
+        self._trace.append(f"{self._id} p{partition} closed: {error}")
+        if error is None:
+            return
+        for request_id, client in replica.calls.items():
+            reply = ProduceReply(request_id, ProduceStatus.UNAVAILABLE, detail=str(error))
+            if client == _LOCAL:
+                self.local_replies.append(reply)
+            else:
+                self._outbox.append(Envelope(client, ProduceResult(partition, reply)))
+        replica.calls.clear()
 
     # ---------------------------------------------------------------- outputs
 
-    def _drain(self, now_ms: int) -> Step:
-        for partition, core in self.cores.items():
-            while core.has_ready():
-                ready = core.ready()
-                if ready.sync:
-                    self.storages[partition].sync()
-                self._coalescer.add_all(partition, ready.early_messages)
-                self._coalescer.add_all(partition, ready.messages)
-                for reply in ready.replies:
-                    client = self._clients.pop(reply.request_id, None)
-                    if client == _LOCAL:
-                        self.local_replies.append(reply)
-                    elif client is not None:
-                        self._outbox.append(Envelope(client, ProduceResult(partition, reply)))
-                self._observe(partition, core, ready, now_ms)
-                core.advance(ready)
-        messages = [
-            Envelope(destination, bundle) for destination, bundle in self._coalescer.drain().items()
-        ]
-        messages.extend(self._outbox)
-        self._outbox.clear()
-        wake = min((core.next_wake_ms() for core in self.cores.values()), default=None)
+    def _step(self) -> Step:
+        """Run the flush rounds the inputs made due, and say what to send and when
+        to call again."""
+        self._flush()
+        messages, self._outbox = self._outbox, []
+        wake = self._now_ms if self._woken else self._sleep_until_ms
+        if self._pending is not None:
+            wake = min(wake, self._pending[2])
         trace, self._trace = self._trace, []
         return Step(messages, wake, trace)
 
-    def _observe(self, partition: int, core: ReplicaCore, ready: Ready, now_ms: int) -> None:
+    def _flush(self) -> None:
+        """The host's flush rounds: one after the other while replicas are dirty; a
+        round whose syncs take time (a slow disk) holds the next until it is done."""
+        driver = self._driver
+        while driver is not None and driver.dirty and self._pending is None:
+            round_ = driver.begin_round()
+            if round_ is None:
+                continue
+            if not round_.syncs:
+                driver.complete(round_, (), None)
+            elif self.disk.sync_delay_ms > 0:
+                self._pending = (round_, self._now_ms, self._now_ms + self.disk.sync_delay_ms)
+            else:
+                driver.complete(round_, [self._sync(r) for r in round_.syncs], 0.0)
+
+    def _sync(self, replica: SimReplica) -> object:
+        """Sync one log: None, or the error (a failing disk's ``EIO``)."""
+        try:
+            replica.log.sync()
+        except Exception as error:
+            self._trace.append(f"{self._id} p{replica.key[1]} sync failed: {error}")
+            return error
+        return None
+
+    def _observe(self, partition: int, replica: SimReplica, ready: Ready) -> None:
         history = self._history
+        now_ms = self._now_ms
         for event in ready.events:
             if isinstance(event, RoleChanged):
                 self._trace.append(f"{self._id} p{partition} {event.role} t{event.term}")
@@ -393,8 +658,10 @@ class ReplicaSimNode:
                 self._trace.append(f"{self._id} p{partition} config@{event.offset} {event.config}")
             elif isinstance(event, Removed):
                 self._trace.append(f"{self._id} p{partition} removed")
-        history.watermark(self._id, self.incarnation, partition, ready.high_watermark)
-        storage = self.storages[partition]
+        # A reopened replica starts from its log's start again, like a restarted one.
+        incarnation = self.incarnation * 1_000 + self._reopens.get(partition, 0)
+        history.watermark(self._id, incarnation, partition, ready.high_watermark)
+        storage = replica.log
         committed_from = max(ready.committed_from, storage.start_offset)  # a restarted log
         if ready.high_watermark > committed_from:
             data = storage.read(committed_from, 1 << 30, upper_offset=ready.high_watermark)
@@ -543,8 +810,12 @@ class SeedOptions:
     reconfigure: bool | None = None  # None: decided by the seed
     retention: bool | None = None  # None: decided by the seed (half of them)
     damage: bool | None = None  # None: decided by the seed (half); never when reconfigured
+    disk_faults: bool | None = None  # None: decided by the seed (half)
+    """Failed fsyncs (the replica is fenced, reopened later) and slow disks (its
+    replicas stay busy: their input queues fill, produce calls wait)."""
     heal: bool = True  # False: damage is not told to the cores (shows what goes wrong)
     config: ReplicaConfig = field(default_factory=ReplicaConfig.simulation)
+    host: HostConfig = field(default_factory=sim_host_config)
 
 
 @dataclass
@@ -557,6 +828,12 @@ class SeedResult:
     elections: int
     simulated_ms: int
     reconfigured: bool
+    fenced: int = 0
+    """Replicas fenced by a storage failure (all nodes, all incarnations)."""
+    inputs_dropped: int = 0
+    """Peer messages dropped at a busy replica's full input queue."""
+    produce_refused: int = 0
+    """Produce calls refused: too many waiting on the replica already."""
 
 
 class Cluster:
@@ -577,7 +854,12 @@ class Cluster:
         for node_id in self.node_ids:
             hosted = {p: g for p, g in self.groups.items() if node_id in g.voters}
             node = ReplicaSimNode(
-                node_id, hosted, options.config, self.history, self.sim.node_rng(node_id)
+                node_id,
+                hosted,
+                options.config,
+                self.history,
+                self.sim.node_rng(node_id),
+                options.host,
             )
             self.nodes[node_id] = node
             self.sim.add_node(node)
@@ -603,6 +885,8 @@ class Cluster:
         # Not with a reconfiguration: a replica dead for good and one healing are a
         # majority of three, which waits for an operator (accept_data_loss).
         self.damage = damage and not _reconfigures(seed, options)
+        disk_faults = options.disk_faults
+        self.disk_faults = seed % 4 in (1, 2) if disk_faults is None else disk_faults
         for node in self.nodes.values():
             node.heal = options.heal
         self.start_membership_oracle()
@@ -677,6 +961,8 @@ class Cluster:
             if node_id in self.dead_for_good:
                 continue
             sim.resume(node_id)  # no-op unless paused
+            disk = self.nodes[node_id].disk
+            disk.sync_delay_ms = disk.failing_syncs = 0
             if _is_crashed(sim, node_id):
                 sim.restart(node_id)
 
@@ -789,6 +1075,8 @@ def _random_faults(cluster: Cluster, start_ms: int, end_ms: int) -> None:
         kinds: tuple[str, ...] = ("crash", "crash", "restart", "partition", "heal", "pause", "loss")
         if cluster.damage:
             kinds += ("damage", "damage")
+        if cluster.disk_faults:
+            kinds += ("fsync_fail", "slow_disk")
         kind = rng.choice(kinds)
         sim.at(time, _fault_action(cluster, kind, rng.random()))
 
@@ -822,11 +1110,32 @@ def _fault_action(cluster: Cluster, kind: str, draw: float) -> Callable[[], None
                 sim.at(sim.now_ms + rng.randint(100, 2000), lambda: sim.resume(victim))
         elif kind == "damage":
             _damage(cluster, candidates, rng)
+        elif kind == "fsync_fail":
+            node = cluster.nodes[rng.choice(candidates)]
+            node.disk.failing_syncs += rng.randint(1, 3)
+            sim.record(f"{node.address} fails its next {node.disk.failing_syncs} syncs")
+        elif kind == "slow_disk":
+            _slow_disk(cluster, rng.choice(candidates), rng)
         else:
             loss = rng.choice((0.0, 0.05, 0.2, 0.5))
             sim.set_default_link(LinkConfig(loss, 1, rng.choice((5, 20, 100))))
 
     return act
+
+
+def _slow_disk(cluster: Cluster, node_id: str, rng: random.Random) -> None:
+    """``node_id``'s syncs take long for a while (a disk stalling): its flush rounds
+    hold their replicas busy, their inputs queue (peer messages dropped beyond the
+    queue), produce calls wait."""
+    sim = cluster.sim
+    disk = cluster.nodes[node_id].disk
+    disk.sync_delay_ms = rng.choice((20, 100, 400, 1_000))
+    sim.record(f"{node_id} disk slow: {disk.sync_delay_ms} ms per round")
+
+    def recover() -> None:
+        disk.sync_delay_ms = 0
+
+    sim.at(sim.now_ms + rng.randint(300, 3_000), recover)
 
 
 def _damage(cluster: Cluster, candidates: list[str], rng: random.Random) -> None:
@@ -917,6 +1226,9 @@ def run_seed(seed: int, options: SeedOptions | None = None) -> SeedResult:
         elections=len(cluster.history.elections),
         simulated_ms=cluster.sim.now_ms,
         reconfigured=reconfigured,
+        fenced=sum(node.counter("storage_failures") for node in cluster.nodes.values()),
+        inputs_dropped=sum(node.counter("inputs_dropped") for node in cluster.nodes.values()),
+        produce_refused=sum(node.counter("produce_refused") for node in cluster.nodes.values()),
     )
 
 

@@ -4,16 +4,13 @@ The replica simulator (:mod:`laminar.testing.replica_sim`) checks safety with a
 handful of groups; this one checks what only shows at scale: a node failure that
 takes the leader from a thousand groups at once, a node that stops and comes
 back, a node too busy for its timers. Each :class:`ScaleSimNode` hosts thousands
-of real :class:`~laminar.replica.core.ReplicaCore` objects the way
-:class:`~laminar.server.host.ReplicaHost` does:
+of real :class:`~laminar.replica.core.ReplicaCore` objects through the production
+:class:`~laminar.server.driver.ReplicaDriver`, as
+:class:`~laminar.server.host.ReplicaHost` does: its wake-up heap and tick pass,
+its flush rounds (one coalesced :class:`PeerBundle` per peer per round), its
+keepalives and node-level liveness (frames heard per peer, the tick loop's lag as
+slowness, membership for ``peer_alive``), its founding reservations. Around it:
 
-* a heap of wake-up times ticked by a tick loop every half heartbeat, so only due
-  cores are looked at (an idle, quiesced core costs nothing between wake-ups);
-* one coalesced :class:`PeerBundle` per peer per flush, and an empty bundle
-  (keepalive) to a live peer nothing was sent to for a quarter election timeout;
-* a :class:`NodeLiveness` fed like the host's: frames heard per peer, the tick
-  loop's lag (fading over 2 s, tolerated up to a quarter of the minimum election
-  timeout) as slowness, and membership for ``peer_alive``;
 * founding replicas created in chunks of :data:`~laminar.server.host.FOUNDING_CHUNK`
   whose logs are written on a (simulated) thread pool; a chained creation waits
   for the one before it, as ``Node._chain_replica_change`` does;
@@ -53,24 +50,42 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from laminar.errors import LaminarError, UnknownTopicOrPartitionError
 from laminar.placement import PlacementMember, partition_key, replicas
 from laminar.records import encode_batch, parse_header
-from laminar.replica.coalesce import Coalescer, PeerBundle
+from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
-from laminar.replica.core import LoopLag, NodeLiveness, ReplicaCore
+from laminar.replica.core import ReplicaCore
 from laminar.replica.messages import (
     ConfigChanged,
     ProduceReply,
     ProduceStatus,
     Ready,
-    Removed,
     RoleChanged,
     TimeoutNow,
 )
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
-from laminar.segment.memory import MemoryLog
+from laminar.segment.config import LogConfig
+from laminar.segment.storage import LogStorage
+from laminar.server.driver import (
+    NO_WAKE_MS,
+    DriverLiveness,
+    HostConfig,
+    HostOwner,
+    PartitionKey,
+    ReplicaDriver,
+    Standalone,
+)
 from laminar.server.host import FOUNDING_CHUNK
-from laminar.testing.replica_sim import History, ProduceRequest, ProduceResult
+from laminar.testing.replica_sim import (
+    History,
+    ProduceRequest,
+    ProduceResult,
+    SimDisk,
+    SimLog,
+    SimReplica,
+    memory_driver,
+)
 from laminar.testing.sim import Envelope, LinkConfig, Simulator, Step
 
 TOPIC = "scale"
@@ -248,44 +263,48 @@ class Placement:
 # ---------------------------------------------------------------------- the node
 
 
-class SimLiveness(NodeLiveness):
-    """The node-level liveness of a :class:`ScaleSimNode`, computed like the host's
-    ``_HostLiveness``: frames heard per peer, the tick loop's lag fading over
-    :attr:`LoopLag.DECAY_MS`, slowness = lag / (a quarter of the minimum election
-    timeout) when above 1, membership for ``peer_alive`` and ``peer_dead``. With
-    ``enabled`` False only membership is kept (the comparison baseline)."""
+class _GroupSignalsOnly(DriverLiveness):
+    """The comparison baseline (``ScaleOptions.node_liveness`` False): the cores get
+    no node-level signal (nothing heard, never slow, no keepalives sent); membership
+    still flips ``peer_alive``. The loop's lag is measured all the same."""
 
-    def __init__(self, config: ReplicaConfig, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.heard: dict[NodeId, int] = {}
-        self.sent: dict[NodeId, int] = {}
-        self.alive: dict[NodeId, bool] = {}
-        self.dead_since: dict[str, int] = {}  # membership declared these dead (and when)
-        self.keepalive_ms = max(1, config.election_timeout_min_ms // 4)
-        self.lag = LoopLag(config.election_timeout_min_ms / 4)
-        self.now_ms = 0  # the loop's clock: the running callback's start
-
-    def note_lag(self, lag_ms: int, now_ms: int) -> None:
-        self.lag.note(lag_ms, now_ms)
+    def __init__(self, driver: ReplicaDriver[SimReplica], owner: HostOwner) -> None:
+        super().__init__(driver, owner)
+        self.keepalive_ms = NO_WAKE_MS
 
     def peer_heard_ms(self, peer: NodeId) -> int:
-        return self.heard.get(peer, _NEVER_MS) if self.enabled else _NEVER_MS
-
-    def measured_slowness(self) -> float:
-        return self.lag.slowness(self.now_ms)
+        return _NEVER_MS
 
     def slowness(self) -> float:
-        return self.measured_slowness() if self.enabled else 1.0
+        return 1.0
 
-    def peer_alive(self, peer: NodeId) -> bool:
-        return self.alive.get(peer, False)
 
-    def peer_dead(self, peer: NodeId) -> bool:
-        return peer in self.dead_since
+class _ScaleMembership(Standalone):
+    """What the node around a scale node's driver says: membership (the cluster's
+    oracle), placement's targets, and the removals it acts on."""
+
+    def __init__(self, node: ScaleSimNode, peers: Sequence[str]) -> None:
+        self._node = node
+        self.alive: dict[str, bool] = {peer: True for peer in peers}
+        self.dead_since: dict[str, int] = {}  # membership declared these dead (and when)
+
+    def accept_replica(self, key: PartitionKey) -> bool:
+        return key[1] in self._node.targets  # else not ours (placement's say)
+
+    def replica_removed(self, key: PartitionKey) -> None:
+        self._node._on_removed(key[1])
+
+    def peer_alive(self, node_id: str) -> bool:
+        return self.alive.get(node_id, False)
+
+    def peer_dead(self, node_id: str) -> bool:
+        return node_id in self.dead_since
 
 
 class ScaleSimNode:
-    """One node's replicas, event loop and CPU, as a simulator node."""
+    """One node's replicas, event loop and CPU, as a simulator node: the production
+    :class:`~laminar.server.driver.ReplicaDriver` decides, this shell runs its
+    flush rounds and tick pass on a simulated event loop that charges CPU time."""
 
     def __init__(self, node_id: str, cluster: ScaleCluster, rng: random.Random) -> None:
         self.node_id = NodeId(node_id)
@@ -296,24 +315,32 @@ class ScaleSimNode:
         self._rng = rng
         self._history = cluster.history
         self._metrics = cluster.metrics
-        self._tick_interval_ms = max(self._config.heartbeat_interval_ms // 2, 5)
         self.cpu_factor = 1.0
         self.busy_us = 0.0  # CPU time spent so far (for utilisation figures)
         self.incarnation = 0
-        self.storages: dict[int, MemoryLog] = {}
+        self._disk = SimDisk()
+        self.storages: dict[int, SimLog] = {}
         self.targets: dict[int, tuple[NodeId, ...]] = {}  # placement's view (durable-ish)
         self.config_offsets: dict[int, int] = {}  # group -> offset of its latest config entry
-        self._reopened: dict[int, int] = {}  # group -> times its removed core was reopened
+        self._reopened: dict[int, int] = {}  # group -> times its replica was closed
         self._founding_chain: deque[list[tuple[int, GroupConfig]]] = deque()
         self._reset_volatile()
 
     def _reset_volatile(self) -> None:
-        self.cores: dict[int, ReplicaCore] = {}
-        self.liveness = SimLiveness(self._config, enabled=self._options.node_liveness)
-        for peer in self._cluster.node_ids:
-            if peer != self.node_id:
-                self.liveness.alive[NodeId(peer)] = True
-        self.dead_since = self.liveness.dead_since
+        peers = [peer for peer in self._cluster.node_ids if peer != self.node_id]
+        self.membership = _ScaleMembership(self, peers)
+        self._now_ms = 0
+        self.driver: ReplicaDriver[SimReplica] = memory_driver(
+            self.node_id,
+            self._config,
+            owner=self.membership,
+            shell=self,
+            clock=self._clock,
+            rng=self._rng,
+            host_config=HostConfig(disk_free_bytes_min=0, disk_free_percent_min=0.0),
+            log_factory=self._open_log,
+            liveness=DriverLiveness if self._options.node_liveness else _GroupSignalsOnly,
+        )
         self._inbox: dict[str, deque[object]] = {}
         self._inbox_items = 0
         self._controls: deque[Callback] = deque()
@@ -326,23 +353,41 @@ class ScaleSimNode:
         self._timer_at = _NO_WAKE
         self._timer_nominal = _NO_WAKE
         self._timer_ran = False
-        self._wakes: list[tuple[int, int, int]] = []
-        self._wake_at: dict[int, int] = {}
-        self._wake_sequence = 0
-        self._dirty: dict[int, None] = {}
-        self._coalescer = Coalescer()
         self._replies: dict[str, list[ProduceResult]] = {}
-        self._clients: dict[int, str] = {}
-        self._creating: set[int] = set()
         self._founding_busy = False
         self._timeout_now: set[int] = set()
-        self._removed: list[int] = []  # groups whose core said Removed in this flush
+        self._closed_logs: set[int] = set()  # closed by the driver: a reopen keeps them
         self._trace: list[str] = []
         self._out: list[Envelope] = []
+        self._readies = 0
+        self._sent = 0
 
     @property
     def address(self) -> str:
         return self.node_id
+
+    @property
+    def cores(self) -> dict[int, ReplicaCore]:
+        """The open replicas' cores, by group (a fresh dict: for tests and figures)."""
+        return {key[1]: replica.core for key, replica in self.driver.replicas.items()}
+
+    def core(self, group: int) -> ReplicaCore | None:
+        replica = self.driver.replicas.get((TOPIC, group))
+        return None if replica is None else replica.core
+
+    def _clock(self) -> int:
+        return self._now_ms
+
+    def _open_log(self, directory: str, config: LogConfig) -> LogStorage:
+        group = int(directory.rsplit("/", 1)[1])
+        log = self.storages.get(group)
+        if log is None:
+            log = SimLog(self._disk)
+        elif group in self._closed_logs:  # reopened: the same log, everything kept
+            log = log.reopened()
+        self._closed_logs.discard(group)
+        self.storages[group] = log
+        return log
 
     # ---------------------------------------------------------------- SimNode
 
@@ -366,9 +411,13 @@ class ScaleSimNode:
 
     def restart(self, now_ms: int) -> Step:
         self.incarnation += 1
+        self._now_ms = now_ms
         self._start_timer(now_ms)
-        for group, storage in self.storages.items():
-            self._open_core(group, storage, None, now_ms)
+        driver = self.driver
+        for group, target in sorted(self.targets.items()):
+            driver.set_target((TOPIC, group), tuple(target))
+        for group in sorted(self.storages):
+            driver.open_replica((TOPIC, group), None)
         return self._run(now_ms)
 
     # ---------------------------------------------------------------- commands
@@ -398,7 +447,7 @@ class ScaleSimNode:
     # ---------------------------------------------------------------- the loop
 
     def _start_timer(self, now_ms: int) -> None:
-        self._timer_at = self._timer_nominal = now_ms + self._tick_interval_ms
+        self._timer_at = self._timer_nominal = now_ms + self.driver.tick_interval_ms
 
     def _run(self, now_ms: int) -> Step:
         """Run the loop's callbacks that the CPU gets to within this millisecond."""
@@ -413,14 +462,18 @@ class ScaleSimNode:
                 callback = self._next_callback(now_ms)
                 if callback is None:
                     break
-                self.liveness.now_ms = now_ms
-                cost = self._cpu.callback_us + callback(now_ms) + self._flush(now_ms)
+                self._now_ms = now_ms
+                cost = self._cpu.callback_us + callback(now_ms)
+                if self._timer_ran:  # the tick loop sleeps from the end of its pass
+                    self._timer_ran = False
+                    ended_ms = int((cursor + cost * self.cpu_factor) // 1000)
+                    until = self.driver.sleep_until(ended_ms)
+                    self._timer_at = self._timer_nominal = until
+                    self.driver.sleep_until_ms = until
+                cost += self._flush()
                 cursor += cost * self.cpu_factor
                 self.busy_us += cost * self.cpu_factor
                 messages, self._out = self._out, []
-                if self._timer_ran:
-                    self._timer_ran = False
-                    self._timer_at = int(cursor // 1000) + self._tick_interval_ms
                 release = int(cursor // 1000)
                 if release <= now_ms:
                     out.extend(messages)
@@ -450,6 +503,7 @@ class ScaleSimNode:
         one read from each peer's connection."""
         iteration = self._iteration
         if self._timer_at <= now_ms:
+            self._timer_at = _NO_WAKE
             iteration.append(self._on_timer)
         delayed = self._delayed
         while delayed and delayed[0][0] <= now_ms:
@@ -476,138 +530,108 @@ class ScaleSimNode:
     # ---------------------------------------------------------------- callbacks
 
     def _on_timer(self, now_ms: int) -> float:
-        """The host's tick loop: measure the lag, tick due cores, send keepalives."""
+        """The host's tick loop: the driver's tick pass (lag measured when the pass
+        runs on its timer, not woken early)."""
         self._timer_ran = True
-        lag = now_ms - self._timer_nominal
-        self._timer_nominal = now_ms + self._tick_interval_ms
-        liveness = self.liveness
-        liveness.note_lag(lag, now_ms)
-        self._metrics.note_loop(self.node_id, lag, liveness.measured_slowness())
-        return self._tick_due(now_ms) + self._send_keepalives(now_ms)
-
-    def _tick_due(self, now_ms: int) -> float:
-        wakes, cores, wake_at = self._wakes, self.cores, self._wake_at
-        ticked = 0
-        while wakes and wakes[0][0] <= now_ms:
-            wake_ms, _, group = heapq.heappop(wakes)
-            core = cores.get(group)
-            if core is None or wake_at.get(group) != wake_ms:
-                continue
-            wake_at[group] = _NO_WAKE
-            if core.next_wake_ms() <= now_ms:
-                core.tick(now_ms)
-                ticked += 1
-                self._dirty[group] = None
-            else:
-                self._schedule(group, core)
-        return ticked * self._cpu.tick_us
-
-    def _send_keepalives(self, now_ms: int) -> float:
-        liveness = self.liveness
-        if not liveness.enabled:
-            return 0.0
-        sent = 0
-        for peer in dict.fromkeys([*liveness.heard, *liveness.sent]):
-            if now_ms - liveness.sent.get(peer, _NEVER_MS) >= liveness.keepalive_ms and (
-                liveness.peer_alive(peer)
-            ):
-                liveness.sent[peer] = now_ms
-                self._out.append(Envelope(peer, _KEEPALIVE))
-                sent += 1
-        return sent * self._cpu.send_us
+        driver = self.driver
+        driver.sleep_until_ms = NO_WAKE_MS
+        lag = now_ms - self._timer_nominal if now_ms >= self._timer_nominal else None
+        keepalives = driver.counters["keepalives_sent"]
+        ticked = driver.tick(now_ms, lag)
+        if lag is not None:
+            self._metrics.note_loop(self.node_id, lag, driver.liveness.lag.slowness(now_ms))
+        keepalives = driver.counters["keepalives_sent"] - keepalives
+        return ticked * self._cpu.tick_us + keepalives * self._cpu.send_us
 
     def _on_read(self, source: str, payloads: list[object], now_ms: int) -> float:
         cost = 0.0
         for payload in payloads:
             if isinstance(payload, PeerBundle):
-                cost += self._on_bundle(source, payload, now_ms)
+                cost += self._on_bundle(source, payload)
             elif isinstance(payload, ClientRequests):
-                cost += self._on_requests(source, payload, now_ms)
+                cost += self._on_requests(source, payload)
         return cost
 
-    def _on_bundle(self, source: str, bundle: PeerBundle, now_ms: int) -> float:
-        peer = NodeId(source)
-        self.liveness.heard[peer] = now_ms
-        cores, dirty = self.cores, self._dirty
-        cost = 0.0
+    def _on_bundle(self, source: str, bundle: PeerBundle) -> float:
         for item, message in bundle.items():
-            assert isinstance(item, int)
-            core = cores.get(item)
-            if core is None:
-                if item in self._creating or item not in self.targets:
-                    continue  # being created (the leader retransmits), or not ours
-                # A leader added us to the group: learn everything from its log.
-                core = self._open_core(item, MemoryLog(fsync=False), None, now_ms)
-                cost += self._cpu.create_us
             if isinstance(message, TimeoutNow):
-                self._timeout_now.add(item)
-            core.step(peer, message, now_ms)
-            dirty[item] = None
+                assert isinstance(item, tuple)
+                self._timeout_now.add(item[1])
+        opened = len(self.driver.replicas)
+        self.driver.on_bundle(source, bundle)
+        cost = max(0, len(self.driver.replicas) - opened) * self._cpu.create_us
         beats = len(bundle.heartbeats)
         return cost + beats * self._cpu.heartbeat_us + (len(bundle) - beats) * self._cpu.message_us
 
-    def _on_requests(self, source: str, batch: ClientRequests, now_ms: int) -> float:
+    def _on_requests(self, source: str, batch: ClientRequests) -> float:
+        driver = self.driver
         for request in batch.requests:
-            core = self.cores.get(request.partition)
-            if core is None:
+            try:
+                replica = driver.admit((TOPIC, request.partition), 1)
+            except UnknownTopicOrPartitionError:
                 reply = ProduceReply(request.request_id, ProduceStatus.NOT_LEADER)
                 self._replies.setdefault(source, []).append(ProduceResult(request.partition, reply))
                 continue
-            self._clients[request.request_id] = source
-            core.propose(request.request_id, request.batch, request.acks, now_ms)
-            self._dirty[request.partition] = None
+            except LaminarError as error:
+                reply = ProduceReply(
+                    request.request_id, ProduceStatus.UNAVAILABLE, detail=str(error)
+                )
+                self._replies.setdefault(source, []).append(ProduceResult(request.partition, reply))
+                continue
+            replica.calls[request.request_id] = source
+            driver.propose(replica, request.request_id, request.batch, request.acks)
         return len(batch.requests) * self._cpu.request_us
 
     def _on_member_event(self, peer: str, alive: bool, now_ms: int) -> float:
-        node = NodeId(peer)
-        self.liveness.alive[node] = alive
-        cost = _LOCAL_COST_US * len(self.cores)
+        membership = self.membership
+        membership.alive[peer] = alive
+        cost = _LOCAL_COST_US * len(self.driver.replicas)
         if alive:
-            if self.dead_since.pop(peer, None) is not None:
-                cost += self._peer_returned(node, now_ms)
+            if membership.dead_since.pop(peer, None) is not None:
+                cost += self._peer_returned(peer)
             return cost + self._replan(now_ms)
-        self.dead_since.setdefault(peer, now_ms)
-        for group, core in self.cores.items():
-            if core.led_by(node):
-                core.hint_leader_dead(now_ms)
-                self._dirty[group] = None
-                cost += self._cpu.input_us
+        membership.dead_since.setdefault(peer, now_ms)
+        led = sum(1 for replica in self.driver.replicas.values() if replica.core.led_by(peer))
+        self.driver.hint_leader_dead(peer)
         # Placement keeps the dead node's replicas through the grace; replan then.
         self._later(now_ms + self._options.move_grace_ms + 50, self._replan)
-        return cost
+        return cost + led * self._cpu.input_us
 
-    def _peer_returned(self, peer: NodeId, now_ms: int) -> float:
+    def _peer_returned(self, peer: str) -> float:
         """Wake the quiesced leaders that may have quiesced without ``peer`` while it
         was dead (``ReplicaHost.peer_returned``)."""
-        cost = 0.0
-        for group, core in self.cores.items():
-            if core.role is Role.LEADER and core.quiesced:
-                core.peer_returned(peer, now_ms)
-                self._dirty[group] = None
-                cost += self._cpu.input_us
-        return cost
+        woken = sum(
+            1
+            for replica in self.driver.replicas.values()
+            if replica.core.role is Role.LEADER and replica.core.quiesced
+        )
+        self.driver.peer_returned(peer)
+        return woken * self._cpu.input_us
 
     def _replan(self, now_ms: int) -> float:
         """Every group's target from the members placement counts now (a dead one
-        through its grace), set on the cores whose target changed."""
+        through its grace), set where it changed."""
         grace = self._options.move_grace_ms
+        membership = self.membership
         live = [
             n
             for n in self._cluster.node_ids
             if n == self.node_id
-            or self.liveness.alive.get(NodeId(n), False)
-            or now_ms - self.dead_since.get(n, now_ms) < grace
+            or membership.alive.get(n, False)
+            or now_ms - membership.dead_since.get(n, now_ms) < grace
         ]
         table = self._cluster.placement.targets(live, self._cluster.group_count)
         cost = _LOCAL_COST_US * len(table)
+        replicas = self.driver.replicas
         for group, target in enumerate(table):
-            if self.node_id not in target and group not in self.cores:
+            key = (TOPIC, group)
+            if self.node_id not in target and key not in replicas:
+                continue
+            if self.targets.get(group) == target:
                 continue
             self.targets[group] = target
-            core = self.cores.get(group)
-            if core is not None and core.target != target:
-                core.set_target(target, now_ms)
-                self._dirty[group] = None
+            self.driver.set_target(key, tuple(target))
+            if key in replicas:
                 cost += self._cpu.input_us
         return cost
 
@@ -618,18 +642,25 @@ class ScaleSimNode:
         if self._founding_busy or not self._founding_chain:
             return
         groups = self._founding_chain.popleft()
-        fresh = [(g, c) for g, c in groups if g not in self.cores and g not in self._creating]
+        driver = self.driver
+        fresh = [
+            (g, c)
+            for g, c in groups
+            if (TOPIC, g) not in driver.replicas and not driver.creating((TOPIC, g))
+        ]
         self._founding_busy = True
-        self._creating.update(g for g, _ in fresh)
+        driver.reserve_founding((TOPIC, g) for g, _ in fresh)
         self._later(now_ms + self._options.founding_chunk_ms, partial(self._open_chunk, fresh, 0))
 
     def _open_chunk(self, fresh: list[tuple[int, GroupConfig]], start: int, now_ms: int) -> float:
         """A chunk's logs are written (on the pool): open their cores on the loop."""
         chunk = fresh[start : start + FOUNDING_CHUNK]
+        driver = self.driver
         for group, config in chunk:
-            self._creating.discard(group)
-            if group not in self.cores:
-                self._open_core(group, MemoryLog(fsync=False), config, now_ms)
+            key = (TOPIC, group)
+            driver.founding_done([key])
+            if key not in driver.replicas:
+                driver.open_replica(key, config)
         following = start + FOUNDING_CHUNK
         if following < len(fresh):
             self._later(
@@ -641,93 +672,74 @@ class ScaleSimNode:
             self._next_founding(now_ms)
         return len(chunk) * self._cpu.create_us
 
-    def _on_removed(self, group: int, now_ms: int) -> None:
+    def _on_removed(self, group: int) -> None:
         """The group removed this replica (``Node._on_removed``): open it again on the
         same log when placement wants it here (it was removed while away and is
         back), else delete it."""
         if self.node_id in self.targets.get(group, ()):
-            self._reopened[group] = self._reopened.get(group, 0) + 1
-            self._open_core(group, self.storages[group], None, now_ms)
+            self.driver.reopen_replica((TOPIC, group))
         else:
-            del self.cores[group]
+            self.driver.delete_replica((TOPIC, group))
             del self.storages[group]
 
-    def _open_core(
-        self, group: int, storage: MemoryLog, initial: GroupConfig | None, now_ms: int
-    ) -> ReplicaCore:
-        self.storages[group] = storage
-        core = ReplicaCore(
-            self.node_id,
-            storage,
-            self._config,
-            now_ms=now_ms,
-            rng=self._rng,
-            initial=initial,
-            liveness=self.liveness,
-        )
-        self.cores[group] = core
-        target = self.targets.get(group)
-        if target is not None:
-            core.set_target(target, now_ms)
-        self._dirty[group] = None
-        return core
+    # ---------------------------------------------------------------- the driver's shell
+
+    def send_bundle(self, peer: str, bundle: PeerBundle) -> None:
+        self._sent += max(1, len(bundle))  # a keepalive costs a send too
+        self._out.append(Envelope(peer, bundle))
+
+    def flush_wanted(self) -> None:
+        pass  # every callback ends with the rounds it made due (_flush)
+
+    def wake_early(self) -> None:
+        if self.driver.sleep_until_ms == NO_WAKE_MS:
+            return  # in its pass, or woken already: nothing sleeps
+        self._timer_at = self._now_ms
+        self.driver.sleep_until_ms = NO_WAKE_MS
+
+    def carried_out(self, replica: SimReplica, ready: Ready, leader_found: bool) -> None:
+        group = replica.key[1]
+        self._readies += 1
+        for reply in ready.replies:
+            client = replica.calls.pop(reply.request_id, None)
+            if client is not None:
+                self._replies.setdefault(client, []).append(ProduceResult(group, reply))
+        self._observe(group, replica, ready)
+        self._timeout_now.discard(group)
+
+    def replica_closed(self, replica: SimReplica, error: Exception | None) -> None:
+        group = replica.key[1]
+        self._closed_logs.add(group)
+        self._reopened[group] = self._reopened.get(group, 0) + 1
 
     # ---------------------------------------------------------------- outputs
 
-    def _schedule(self, group: int, core: ReplicaCore) -> None:
-        wake_ms = core.next_wake_ms()
-        if wake_ms < self._wake_at.get(group, _NO_WAKE):
-            self._wake_at[group] = wake_ms
-            self._wake_sequence += 1
-            heapq.heappush(self._wakes, (wake_ms, self._wake_sequence, group))
-
-    def _flush(self, now_ms: int) -> float:
-        """One flush round over the dirty cores: one bundle per peer."""
-        if not self._dirty and not self._replies:
-            return 0.0
-        cpu = self._cpu
-        coalescer = self._coalescer
-        readies = sent = 0
-        dirty, self._dirty = self._dirty, {}
-        for group in dirty:
-            core = self.cores.get(group)
-            if core is None:
+    def _flush(self) -> float:
+        """The flush rounds the callback made due (one bundle per peer per round);
+        disk syncs cost nothing (the host runs them on a thread pool)."""
+        driver = self.driver
+        self._readies = 0
+        self._sent = 0
+        while driver.dirty:
+            round_ = driver.begin_round()
+            if round_ is None:
                 continue
-            while core.has_ready():
-                ready = core.ready()
-                readies += 1
-                if ready.sync:
-                    self.storages[group].sync()
-                coalescer.add_all(group, ready.early_messages)
-                coalescer.add_all(group, ready.messages)
-                sent += len(ready.early_messages) + len(ready.messages)
-                for reply in ready.replies:
-                    client = self._clients.pop(reply.request_id, None)
-                    if client is not None:
-                        self._replies.setdefault(client, []).append(ProduceResult(group, reply))
-                self._observe(group, core, ready, now_ms)
-                core.advance(ready)
-            self._timeout_now.discard(group)
-            self._schedule(group, core)
-        for group in self._removed:
-            self._on_removed(group, now_ms)
-        self._removed.clear()
-        liveness_sent = self.liveness.sent
-        for destination, bundle in coalescer.drain().items():
-            liveness_sent[destination] = now_ms
-            self._out.append(Envelope(destination, bundle))
-        for client, results in self._replies.items():
-            self._out.append(Envelope(client, ClientReplies(tuple(results))))
+            results: list[object] = []
+            for replica in round_.syncs:
+                replica.log.sync()
+                results.append(None)
+            driver.complete(round_, results, 0.0 if round_.syncs else None)
+        for client, results_ in self._replies.items():
+            self._out.append(Envelope(client, ClientReplies(tuple(results_))))
         self._replies.clear()
-        return readies * cpu.ready_us + sent * cpu.send_us
+        return self._readies * self._cpu.ready_us + self._sent * self._cpu.send_us
 
-    def _observe(self, group: int, core: ReplicaCore, ready: Ready, now_ms: int) -> None:
+    def _observe(self, group: int, replica: SimReplica, ready: Ready) -> None:
         history, metrics, node = self._history, self._metrics, str(self.node_id)
+        now_ms = self._now_ms
         for event in ready.events:
             if isinstance(event, ConfigChanged):
                 self.config_offsets[group] = event.offset
-            elif isinstance(event, Removed):
-                self._removed.append(group)
             if not isinstance(event, RoleChanged):
                 continue
             role = event.role
@@ -743,7 +755,7 @@ class ScaleSimNode:
         # A reopened core starts from its log's start again, like a restarted one.
         incarnation = self.incarnation * 1_000 + self._reopened.get(group, 0)
         history.watermark(node, incarnation, group, ready.high_watermark)
-        storage = self.storages[group]
+        storage = replica.log
         committed_from = max(ready.committed_from, storage.start_offset)
         if ready.high_watermark > committed_from:
             data = storage.read(committed_from, 1 << 30, upper_offset=ready.high_watermark)
@@ -1077,7 +1089,7 @@ class ScaleCluster:
         """The leader of the highest term among the running replicas of ``group``."""
         best: ReplicaCore | None = None
         for node in self.running():
-            core = node.cores.get(group)
+            core = node.core(group)
             if (
                 core is not None
                 and core.role is Role.LEADER
@@ -1093,7 +1105,7 @@ class ScaleCluster:
         for group in range(self.group_count):
             term, led = -1, False
             for node in running:
-                core = node.cores.get(group)
+                core = node.core(group)
                 if core is None:
                     continue
                 if core.term > term:
@@ -1117,7 +1129,11 @@ class ScaleCluster:
         return max(replicated[(g, str(n))] for g in groups for n in table[g])
 
     def quiesced(self) -> bool:
-        return all(core.quiesced for node in self.running() for core in node.cores.values())
+        return all(
+            replica.core.quiesced
+            for node in self.running()
+            for replica in node.driver.replicas.values()
+        )
 
     def reconfigured(self, voters: Sequence[str]) -> bool:
         """Every group's voters are ``voters``, no learners, the change committed."""
@@ -1151,7 +1167,7 @@ class ScaleCluster:
             for voter in leader.group_config.voters:
                 if not self.sim.is_up(voter):
                     continue
-                core = self.nodes[voter].cores.get(group)
+                core = self.nodes[voter].core(group)
                 if core is None or core.high_watermark < leader.high_watermark:
                     return False
         return True

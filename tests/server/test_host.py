@@ -30,7 +30,9 @@ from laminar.replica.messages import AppendRequest, AppendResponse, Heartbeat, R
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
 from laminar.segment.log import SegmentLog
+from laminar.server import driver as driver_module
 from laminar.server import host as host_module
+from laminar.server.driver import Standalone
 from laminar.server.host import Replica, ReplicaHost
 from tests.segment.support import open_files_under
 from tests.server.aio import bounded, wait_until
@@ -52,6 +54,16 @@ async def leading_host(tmp_path: Path) -> tuple[ReplicaHost, Replica]:
         assert loop.time() < deadline, "the single voter never became leader"
         await asyncio.sleep(0.01)
     return host, replica
+
+
+class _DeadPeers(Standalone):
+    """A host whose membership declared the nodes in ``dead`` dead."""
+
+    def __init__(self, dead: set[str]) -> None:
+        self._dead = dead
+
+    def peer_dead(self, node_id: str) -> bool:
+        return node_id in self._dead
 
 
 def _no_peers(node: str, bundle: object) -> None:
@@ -117,7 +129,7 @@ async def test_a_produce_that_outlives_its_timeout_fails_and_may_still_commit(
 
     replica.log.sync = stuck_sync  # type: ignore[method-assign]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(host_module, "INLINE_FSYNC_MS_MAX", 0.0)  # keep the loop free
+        patch.setattr(driver_module, "INLINE_FSYNC_MS_MAX", 0.0)  # keep the loop free
         try:
             late_offset = replica.log.end_offset
             with pytest.raises(RequestTimeoutError, match="may still commit"):
@@ -151,7 +163,7 @@ async def test_a_produce_to_many_stuck_partitions_times_out_once_not_once_per_pa
         replica.log.sync = stuck_sync  # type: ignore[method-assign]
     timeout_s = 0.4
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(host_module, "INLINE_FSYNC_MS_MAX", 0.0)  # keep the loop free
+        patch.setattr(driver_module, "INLINE_FSYNC_MS_MAX", 0.0)  # keep the loop free
         try:
             started = time.monotonic()
             outcomes = await host.produce_many(
@@ -179,14 +191,14 @@ async def test_a_produce_during_an_election_waits_for_its_outcome_and_names_the_
         ReplicaConfig.local(),
         LogConfig(),
         send=lambda node, bundle: None,
-        peer_dead=dead.__contains__,
+        owner=_DeadPeers(dead),
     )
     await host.start()
     try:
         group = GroupConfig((NodeId("n0"), NodeId("n1"), NodeId("n2")))
         replica = host.open_replica(KEY, group)
         await wait_until(lambda: replica.core.leader == "n0", "n0 known", timeout_s=DEADLINE_S)
-        host.on_bundle("n0", host_module._KEEPALIVE)  # n0's node is heard from
+        host.on_bundle("n0", driver_module.KEEPALIVE)  # n0's node is heard from
         with pytest.raises(NotLeaderError) as refused:  # a live leader: refused at once
             await host.produce(KEY, batch(b"a"), Acks.ALL, 5)
         assert refused.value.leader_id == "n0"
@@ -285,16 +297,16 @@ async def test_the_tick_loop_looks_only_at_replicas_that_are_due(tmp_path: Path)
     )
     host = ReplicaHost("n1", str(tmp_path), config, LogConfig(), send=lambda node, bundle: None)
     await host.start()
-    core_class = host_module.ReplicaCore
+    core_class = driver_module.ReplicaCore
     original = core_class.next_wake_ms
     asked = passes = 0
 
-    def counting(core: host_module.ReplicaCore) -> int:
+    def counting(core: driver_module.ReplicaCore) -> int:
         nonlocal asked
         asked += 1
         return original(core)
 
-    tick_due = host._tick_due
+    tick_due = host._driver._tick_due
 
     def counting_pass(now: int) -> None:
         nonlocal passes
@@ -308,12 +320,12 @@ async def test_the_tick_loop_looks_only_at_replicas_that_are_due(tmp_path: Path)
 
         def settled() -> bool:  # every replica opened, nothing left to flush
             flushing = host._flush_task is not None and not host._flush_task.done()
-            roles = {replica.core.role for replica in host._replicas.values()}
-            return not host._dirty and not flushing and roles == {Role.FOLLOWER}
+            roles = {replica.core.role for replica in host._driver.replicas.values()}
+            return not host._driver.dirty and not flushing and roles == {Role.FOLLOWER}
 
         await wait_until(settled, "the opening rounds", timeout_s=DEADLINE_S)
         core_class.next_wake_ms = counting  # type: ignore[method-assign]
-        host._tick_due = counting_pass  # type: ignore[method-assign]
+        host._driver._tick_due = counting_pass  # type: ignore[method-assign]
         await wait_until(lambda: passes >= 10, "ten passes of the loop", timeout_s=DEADLINE_S)
         assert asked == 0  # the old loop asked all 200 cores at each of the 10 passes
     finally:
@@ -406,7 +418,7 @@ def _ignore(node: str, bundle: object) -> None:
 def test_role_changes_of_many_groups_are_summarised_not_logged_one_line_each(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    log = host_module._EventLog(interval_ms=1_000, lines_max=20)
+    log = driver_module._EventLog(interval_ms=1_000, lines_max=20)
     caplog.set_level(logging.INFO, logger=host_module.__name__)
     for partition in range(3_000):  # a node failure: every group changes role at once
         role = Role.LEADER if partition % 3 else Role.FOLLOWER

@@ -30,6 +30,7 @@ from laminar.segment.config import LogConfig
 from laminar.segment.log import SegmentLog
 from laminar.segment.storage import LogStorage
 from laminar.server.disk import DiskUsage
+from laminar.server.driver import Standalone
 from laminar.server.host import HostConfig, ReplicaHost
 from tests.server import aio
 from tests.server.aio import bounded
@@ -60,6 +61,21 @@ def batch(value: bytes) -> bytes:
     return encode_batch([value], timestamps_ms=1)
 
 
+class _Gossip(Standalone):
+    """Host ``name`` of ``cluster``: every peer alive (keepalives flow, as between
+    live nodes); its disk turning full or not is gossiped to every host."""
+
+    def __init__(self, cluster: Cluster, name: str) -> None:
+        self._cluster = cluster
+        self._name = name
+
+    def peer_alive(self, node_id: str) -> bool:
+        return True
+
+    def disk_full_changed(self, full: bool) -> None:
+        self._cluster._gossip(self._name, full)
+
+
 class Cluster:
     """Three hosts of one group, each with a fake free-space figure (plenty at
     first) and appends that fail with ENOSPC while its name is in ``no_space``."""
@@ -78,9 +94,8 @@ class Cluster:
                 send=functools.partial(self._send, name),
                 host_config=CONFIG,
                 log_factory=functools.partial(self._open_log, name),
-                peer_alive=lambda node: True,  # keepalives flow, as between live nodes
+                owner=_Gossip(self, name),
                 disk_usage=functools.partial(self._usage, name),
-                on_disk_full=functools.partial(self._gossip, name),
             )
 
     def _usage(self, name: str) -> DiskUsage:

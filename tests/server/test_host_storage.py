@@ -21,7 +21,7 @@ from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
 from laminar.segment.log import SegmentLog
 from laminar.segment.storage import LogStorage
-from laminar.server import host as host_module
+from laminar.server import driver as driver_module
 from laminar.server.host import HostConfig, ReplicaHost
 from tests.server import aio
 from tests.server.aio import bounded
@@ -237,7 +237,7 @@ async def test_produce_calls_and_long_polls_beyond_their_limits_are_refused_and_
         # Two produce calls at once (fsyncs in the pool, so the first waits): the
         # second is over the limit.
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(host_module, "INLINE_FSYNC_MS_MAX", 0.0)
+            patch.setattr(driver_module, "INLINE_FSYNC_MS_MAX", 0.0)
             results = await asyncio.gather(
                 host.produce(KEY, batch(b"a"), Acks.ALL, 5),
                 host.produce(KEY, batch(b"b"), Acks.ALL, 5),

@@ -25,6 +25,7 @@ from laminar.errors import (
     UnknownTopicOrPartitionError,
 )
 from laminar.grpc_errors import error_from_rpc
+from laminar.ids import TopicPartition
 from laminar.records import encode_batch, with_leader_fields
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
@@ -33,6 +34,7 @@ from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
 from laminar.segment.memory import MemoryLog
 from laminar.server.config import NodeConfig
+from laminar.server.driver import Standalone
 from laminar.server.host import HostConfig, ReplicaHost
 from laminar.server.host import PartitionOffsets as HostOffsets
 from laminar.server.node import Node
@@ -62,6 +64,11 @@ def batch(*timestamps_ms: int) -> bytes:
 
 def _no_peers(node: str, bundle: object) -> None:
     raise AssertionError("a single-voter group sends nothing")
+
+
+class _KeepNewestBatch(Standalone):
+    def retention_of(self, key: TopicPartition) -> tuple[int | None, int | None]:
+        return 1, None  # keep the newest batch only
 
 
 async def leading_host(tmp_path: Path, **options: Any) -> ReplicaHost:
@@ -124,7 +131,7 @@ async def test_retention_moves_the_start_and_the_lookup_with_it(tmp_path: Path) 
     host = await leading_host(
         tmp_path,
         log_factory=lambda directory, config: MemoryLog(limits=config.limits),
-        retention_of=lambda key: (1, None),  # keep the newest batch only
+        owner=_KeepNewestBatch(),
         host_config=HostConfig(retention_check_ms=20),
     )
     try:
