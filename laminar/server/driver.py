@@ -813,13 +813,10 @@ class ReplicaDriver(Generic[R]):
         replica = self.replicas.get(key)
         if replica is None:
             if self._fenced.pop(key, None) is not None:
-                topic, partition = key
-                shutil.rmtree(partition_directory(self.data_dir, topic, partition), True)
+                _remove_replica_directory(partition_directory(self.data_dir, *key))
             return
         self.close_replica(replica, None)
-        shutil.rmtree(replica.directory, ignore_errors=True)
-        with contextlib.suppress(OSError):  # the topic's directory, once it is empty
-            os.rmdir(os.path.dirname(replica.directory))
+        _remove_replica_directory(replica.directory)
         _LOG.info("replica deleted %s/%d", *key, extra=fields(key))
 
     def reopen_replica(self, key: PartitionKey) -> R | None:
@@ -1588,6 +1585,13 @@ class ReplicaDriver(Generic[R]):
                 self.dirty[replica.key] = replica
         for replica in removed:
             owner.replica_removed(replica.key)
+
+
+def _remove_replica_directory(directory: str) -> None:
+    """Delete a replica's directory, and its topic's once that is empty."""
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(directory))
 
 
 class _CommittedAboveError(Exception):
