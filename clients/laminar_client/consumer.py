@@ -47,6 +47,13 @@ couple of seconds (a topic created a moment ago may still be spreading).
 With ``group=``, both consumers are members of a consumer group
 (:mod:`laminar_client.groups`): the group session assigns partitions and commits
 positions through the same :meth:`Consumer.assign` and :meth:`Consumer.position`.
+
+Where it lives
+--------------
+This module holds the facades and what they share (positions, pausing, groups, the
+steps both drive); the fetch engine (inbox, chunks, the asyncio core) is in
+:mod:`laminar_client._fetcher`, and the records, batches and their decoding in
+:mod:`laminar_client._decoding`.
 """
 
 from __future__ import annotations
@@ -65,16 +72,15 @@ from collections.abc import (
 )
 from dataclasses import dataclass
 from functools import partial
-from itertools import repeat
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, assert_never
+from typing import TYPE_CHECKING, Any, Generic, assert_never
 
 from typing_extensions import TypeVar
 
 from laminar.errors import ClientClosedError, InvalidInputError, RecordDeserializationError
 from laminar.groups.entries import Subscription
-from laminar.records import ColumnView, Header, column_view, decode_batch
 from laminar_client._aio import LoopThread
-from laminar_client._fetcher import Chunk, CorruptChunkError, FetchCore, Inbox, verified
+from laminar_client._decoding import ConsumerBatch, ConsumerRecord, RecordDecoder
+from laminar_client._fetcher import Chunk, CorruptChunkError, FetchCore, Inbox
 from laminar_client._steps import HandOut, Steps, drive, drive_async, iterate, iterate_async
 from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, Client
 from laminar_client.groups import GroupOptions, GroupSession, Hook
@@ -102,110 +108,9 @@ _V = TypeVar("_V", default=bytes)
 _T = TypeVar("_T")
 
 
-class ConsumerRecord(NamedTuple, Generic[_K, _V]):
-    """One record as the consumer hands it out (key and value deserialized)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: _K | None
-    value: _V | None
-    headers: tuple[Header, ...]
-
-
-_make_record = partial(tuple.__new__, ConsumerRecord)
-
-
-# ----------------------------------------------------------------------------- chunks
-class ConsumerBatch(Generic[_K, _V]):
-    """Consecutive records of one partition, from one stored batch, as columns.
-
-    ``len()`` records from ``first_offset`` to ``next_offset`` - 1; iterate for
-    :class:`ConsumerRecord` objects, or call :meth:`to_arrow` for a
-    ``pyarrow.RecordBatch`` built from the payload's columns (no object per record).
-    """
-
-    __slots__ = (
-        "_batch",
-        "_consumer",
-        "_start",
-        "_stop",
-        "_view",
-        "base_offset",
-        "partition",
-        "topic",
-    )
-
-    def __init__(
-        self,
-        consumer: _ConsumerBase[_K, _V],
-        topic: str,
-        partition: int,
-        batch: memoryview,
-        base_offset: int,
-        start: int,
-        stop: int,
-    ) -> None:
-        self._consumer = consumer
-        self.topic = topic
-        self.partition = partition
-        self._batch = batch
-        self.base_offset = base_offset
-        self._start = start
-        self._stop = stop
-        self._view: ColumnView | None = None
-
-    def __len__(self) -> int:
-        return self._stop - self._start
-
-    @property
-    def first_offset(self) -> int:
-        """The offset of this batch's first record."""
-        return self.base_offset + self._start
-
-    @property
-    def next_offset(self) -> int:
-        """The offset after this batch's last record."""
-        return self.base_offset + self._stop
-
-    def to_arrow(self, *, headers: bool = False) -> Any:
-        """The records as a ``pyarrow.RecordBatch`` (schema:
-        :func:`laminar_client.arrow.arrow_schema`); keys and values stay bytes, not
-        deserialized."""
-        # Imported here: the Arrow module loads numpy (some 50 ms), which a client
-        # that never asks for Arrow should not pay at import.
-        from laminar_client.arrow import columns_to_arrow
-
-        if self._view is None:
-            self._view = column_view(self._batch, verify=False)
-        return columns_to_arrow(
-            self._view, self.topic, self.partition, self._start, self._stop, headers=headers
-        )
-
-    def records(self) -> list[ConsumerRecord[_K, _V]]:
-        """The records as :class:`ConsumerRecord` objects (deserialized)."""
-        return self._consumer._records_of(
-            self.topic, self.partition, self._batch, self._start, self._stop
-        )
-
-    def __iter__(self) -> Iterator[ConsumerRecord[_K, _V]]:
-        return iter(self.records())
-
-    def __repr__(self) -> str:
-        return (
-            f"<ConsumerBatch {self.topic}/{self.partition} "
-            f"[{self.first_offset}, {self.next_offset})>"
-        )
-
-
-# ----------------------------------------------------------------------------- core
 def _remaining(iterator: Iterator[Any]) -> int:
     """How many items a list iterator has left."""
     return int(iterator.__length_hint__())  # type: ignore[attr-defined]
-
-
-# ----------------------------------------------------------------------------- facades
 
 
 # ----------------------------------------------------------------------------- effects
@@ -288,8 +193,7 @@ class _ConsumerBase(Generic[_K, _V]):
         self._client, self._owns_client = Client.shared_or_new(
             bootstrap, attempt_timeout_s, tls=tls, token=token
         )
-        self._key_deserializer = key_deserializer
-        self._value_deserializer = value_deserializer
+        self._decoder: RecordDecoder[_K, _V] = RecordDecoder(key_deserializer, value_deserializer)
         self._inbox = Inbox()
         self._core = FetchCore(
             self._client,
@@ -345,7 +249,7 @@ class _ConsumerBase(Generic[_K, _V]):
         """The assigned partitions that are paused."""
         return frozenset(self._paused)
 
-    # -- decoding (the application's thread)
+    # -- positions and epochs (the application's thread)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -396,84 +300,6 @@ class _ConsumerBase(Generic[_K, _V]):
         """Whether a chunk taken from the inbox still counts (not seeked past)."""
         return self._epochs.get(chunk.tp) == chunk.epoch
 
-    def _records_of(
-        self, topic: str, partition: int, batch: memoryview, start: int, stop: int | None
-    ) -> list[ConsumerRecord[_K, _V]]:
-        """Records ``[start, stop)`` of one stored batch (verified already)."""
-        decoded = decode_batch(batch, verify=False)
-        base = decoded.header.base_offset
-        stop = len(decoded.values) if stop is None else stop
-        whole = start == 0 and stop == len(decoded.values)
-        values: Sequence[Any] = decoded.values if whole else decoded.values[start:stop]
-        keys: Sequence[Any] = decoded.keys if whole else decoded.keys[start:stop]
-        if self._value_deserializer is not None:
-            values = _deserialize_all(
-                self._value_deserializer, values, "value", topic, partition, base + start
-            )
-        if self._key_deserializer is not None:
-            keys = _deserialize_all(
-                self._key_deserializer, keys, "key", topic, partition, base + start
-            )
-        return list(
-            map(
-                _make_record,
-                zip(
-                    repeat(topic),
-                    repeat(partition),
-                    range(base + start, base + stop),
-                    decoded.timestamps_ms if whole else decoded.timestamps_ms[start:stop],
-                    keys,
-                    values,
-                    decoded.headers if whole else decoded.headers[start:stop],
-                    strict=False,  # repeat() is endless; the ranges agree,
-                ),
-            )
-        )
-
-    def _chunk_records(
-        self, chunk: Chunk, stop_offset: int | None = None
-    ) -> list[ConsumerRecord[_K, _V]]:
-        """Every data record of a fetch answer at or after the offset asked for (and
-        before ``stop_offset``), checksums verified (:class:`CorruptChunkError` if not)."""
-        topic, partition = chunk.tp
-        records: list[ConsumerRecord[_K, _V]] = []
-        view = memoryview(chunk.data)
-        for position, header in verified(chunk, stop_offset):
-            if header.is_control or header.next_offset <= chunk.offset_min:
-                continue
-            if stop_offset is not None and header.base_offset >= stop_offset:
-                break
-            start = max(0, chunk.offset_min - header.base_offset)
-            stop = None
-            if stop_offset is not None and header.next_offset > stop_offset:
-                stop = stop_offset - header.base_offset
-            batch = view[position : position + header.length]
-            records.extend(self._records_of(topic, partition, batch, start, stop))
-        return records
-
-    def _chunk_batches(
-        self, chunk: Chunk, max_records: int, stop_offset: int | None = None
-    ) -> list[ConsumerBatch[_K, _V]]:
-        """A fetch answer (its batches before ``stop_offset``, a batch start) as
-        :class:`ConsumerBatch` slices of at most ``max_records`` (checksums verified:
-        :class:`CorruptChunkError` if not)."""
-        topic, partition = chunk.tp
-        batches: list[ConsumerBatch[_K, _V]] = []
-        view = memoryview(chunk.data)
-        for position, header in verified(chunk, stop_offset):
-            if header.is_control or header.next_offset <= chunk.offset_min:
-                continue
-            batch = view[position : position + header.length]
-            start = max(0, chunk.offset_min - header.base_offset)
-            count = header.record_count
-            while start < count:
-                stop = min(count, start + max_records)
-                batches.append(
-                    ConsumerBatch(self, topic, partition, batch, header.base_offset, start, stop)
-                )
-                start = stop
-        return batches
-
     def _lead_error(self, chunk: Chunk) -> None:
         if chunk.error is not None:
             raise chunk.error
@@ -483,30 +309,6 @@ def _subscription(topics: Sequence[str], pattern: str | None) -> Subscription:
     if isinstance(topics, str):
         topics = [topics]
     return Subscription(tuple(topics), pattern)
-
-
-def _deserialize_all(
-    function: Deserializer[Any],
-    items: Sequence[bytes | None],
-    field: str,
-    topic: str,
-    partition: int,
-    first_offset: int,
-) -> list[Any]:
-    """``items`` deserialized; a failure raises :class:`RecordDeserializationError`
-    naming the record (found again item by item: failures are rare)."""
-    try:
-        return [None if item is None else function(item) for item in items]
-    except Exception:
-        for index, item in enumerate(items):
-            try:
-                if item is not None:
-                    function(item)
-            except Exception as error:
-                raise RecordDeserializationError(
-                    topic, partition, first_offset + index, field, error
-                ) from error
-        raise
 
 
 class _Reader(_ConsumerBase[_K, _V]):
@@ -760,7 +562,7 @@ class _Reader(_ConsumerBase[_K, _V]):
         if chunk.error is not None:
             raise chunk.error
         try:
-            records = self._chunk_records(chunk)
+            records = self._decoder.chunk_records(chunk)
         except RecordDeserializationError as error:
             return self._poisoned(chunk, error)
         except CorruptChunkError as corrupt:
@@ -777,7 +579,7 @@ class _Reader(_ConsumerBase[_K, _V]):
         it, then raise ``error`` (and again at every read) until the application
         seeks past it. Reading resumes at the failed record."""
         tp = chunk.tp
-        good = self._chunk_records(chunk, error.offset)
+        good = self._decoder.chunk_records(chunk, error.offset)
         self._seek_core_to(tp, error.offset)
         if not good:
             raise error
@@ -791,7 +593,7 @@ class _Reader(_ConsumerBase[_K, _V]):
         good batches before it, while the core reads the partition again from the
         failed batch, from another replica (see :meth:`FetchCore.corrupt`)."""
         try:
-            good = self._chunk_records(chunk, corrupt.offset)
+            good = self._decoder.chunk_records(chunk, corrupt.offset)
         except RecordDeserializationError as error:
             return self._poisoned(chunk, error)  # the failed batch is read again after
         self._read_elsewhere(chunk, corrupt)
@@ -910,10 +712,10 @@ class _Reader(_ConsumerBase[_K, _V]):
         tp = chunk.tp
         corrupt: CorruptChunkError | None = None
         try:
-            batches = self._chunk_batches(chunk, max_records)
+            batches = self._decoder.chunk_batches(chunk, max_records)
         except CorruptChunkError as error:  # hand out the good batches before it
             corrupt = error
-            batches = self._chunk_batches(chunk, max_records, error.offset)
+            batches = self._decoder.chunk_batches(chunk, max_records, error.offset)
         marker = self._interrupts
         self._open_chunk = chunk
         try:
