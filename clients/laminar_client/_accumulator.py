@@ -170,14 +170,7 @@ class ProducerBatch:
             waiters, self._waiters = self._waiters, None
         if event is not None:
             event.set()
-        if waiters:
-            running = _running_loop()
-            for waiter in waiters:
-                loop = waiter.get_loop()
-                if loop is running:
-                    _set_waiter(waiter)
-                else:
-                    loop.call_soon_threadsafe(_set_waiter, waiter)
+        _wake(waiters)
 
     def metadata(self, index: int) -> RecordMetadata:
         offset = self.base_offset + index if self.base_offset >= 0 else -1
@@ -220,6 +213,20 @@ class ProducerBatch:
                 return future
         future.set_result(None)
         return future
+
+
+def _wake(waiters: list[asyncio.Future[None]] | None) -> None:
+    """Set each waiter's result on its own loop: at once on the running one, else
+    through ``call_soon_threadsafe`` (a waiter may sit on any caller's loop)."""
+    if not waiters:
+        return
+    running = _running_loop()
+    for waiter in waiters:
+        loop = waiter.get_loop()
+        if loop is running:
+            _set_waiter(waiter)
+        else:
+            loop.call_soon_threadsafe(_set_waiter, waiter)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -420,12 +427,7 @@ class Accumulator:
                 self.records_failed[name] = self.records_failed.get(name, 0) + batch.record_count
             self.space.notify_all()
             waiters, self.async_space_waiters = self.async_space_waiters, []
-        for waiter in waiters:
-            loop = waiter.get_loop()
-            if loop is _running_loop():
-                _set_waiter(waiter)
-            else:
-                loop.call_soon_threadsafe(_set_waiter, waiter)
+        _wake(waiters)
 
     def close(self) -> None:
         """Take no more records; wake every ``send`` waiting for room (it raises)."""
@@ -433,12 +435,7 @@ class Accumulator:
             self.closed = True
             self.space.notify_all()
             waiters, self.async_space_waiters = self.async_space_waiters, []
-        for waiter in waiters:
-            loop = waiter.get_loop()
-            if loop is _running_loop():
-                _set_waiter(waiter)
-            else:
-                loop.call_soon_threadsafe(_set_waiter, waiter)
+        _wake(waiters)
 
     def seal_all(self) -> list[ProducerBatch]:
         """Seal every open batch; the batches not finished yet (for ``flush``)."""
