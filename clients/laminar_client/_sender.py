@@ -90,7 +90,7 @@ class State(enum.Enum):
 
 
 class Batch(Protocol):
-    """What the sender needs of a batch (the producer's ``_Batch``)."""
+    """What the sender needs of a batch (the producer's ``ProducerBatch``)."""
 
     state: State
     producer_id: int

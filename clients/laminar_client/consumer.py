@@ -47,16 +47,20 @@ couple of seconds (a topic created a moment ago may still be spreading).
 With ``group=``, both consumers are members of a consumer group
 (:mod:`laminar_client.groups`): the group session assigns partitions and commits
 positions through the same :meth:`Consumer.assign` and :meth:`Consumer.position`.
+
+Where it lives
+--------------
+This module holds the facades and what they share (positions, pausing, groups, the
+steps both drive); the fetch engine (inbox, chunks, the asyncio core) is in
+:mod:`laminar_client._fetcher`, and the records, batches and their decoding in
+:mod:`laminar_client._decoding`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
-import threading
 import time
-from collections import deque
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -68,43 +72,19 @@ from collections.abc import (
 )
 from dataclasses import dataclass
 from functools import partial
-from itertools import repeat
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, assert_never
+from typing import TYPE_CHECKING, Any, Generic, assert_never
 
 from typing_extensions import TypeVar
 
-from laminar.errors import (
-    ClientClosedError,
-    InvalidInputError,
-    LaminarError,
-    NoAnswerError,
-    OffsetOutOfRangeError,
-    RecordDeserializationError,
-    RecordFormatError,
-    RetriableError,
-    UnavailableError,
-    UnknownTopicOrPartitionError,
-)
+from laminar.errors import ClientClosedError, InvalidInputError, RecordDeserializationError
 from laminar.groups.entries import Subscription
-from laminar.records import (
-    BatchHeader,
-    ColumnView,
-    Header,
-    column_view,
-    decode_batch,
-    iter_batches,
-    verify_batch,
-)
-from laminar.v1 import laminar_pb2 as pb
-from laminar_client._aio import AsyncTransport, LoopThread
+from laminar_client._aio import LoopThread
+from laminar_client._decoding import ConsumerBatch, ConsumerRecord, RecordDecoder
+from laminar_client._fetcher import Chunk, CorruptChunkError, FetchCore, Inbox
 from laminar_client._steps import HandOut, Steps, drive, drive_async, iterate, iterate_async
-from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, UNKNOWN_TOPIC_WAIT_S, Client
+from laminar_client.client import DEFAULT_FETCH_BYTES_MAX, Client
 from laminar_client.groups import GroupOptions, GroupSession, Hook
-from laminar_client.metrics import (
-    ConsumerMetrics,
-    LatencyRecorder,
-    error_name,
-)
+from laminar_client.metrics import ConsumerMetrics
 from laminar_client.metrics_registry import Registrations, register_metrics
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Deserializer
@@ -123,724 +103,14 @@ __all__ = [
     "TopicPartition",
 ]
 
-_LOG = logging.getLogger(__name__)
 _K = TypeVar("_K", default=bytes)  # without deserializers, keys and values are bytes
 _V = TypeVar("_V", default=bytes)
 _T = TypeVar("_T")
-
-_AVOID_S = 1.0
-"""How long a replica that answered a fetch with an error (or whose log ends before
-the position) is left for the others."""
-_REPORTS_MAX = 16
-"""Corruption reports to nodes under way at once; more are only logged."""
-
-
-class ConsumerRecord(NamedTuple, Generic[_K, _V]):
-    """One record as the consumer hands it out (key and value deserialized)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: _K | None
-    value: _V | None
-    headers: tuple[Header, ...]
-
-
-_make_record = partial(tuple.__new__, ConsumerRecord)
-
-
-# ----------------------------------------------------------------------------- chunks
-
-
-class _Chunk:
-    """One fetch answer for one partition, as the inbox holds it."""
-
-    __slots__ = (
-        "data",
-        "epoch",
-        "error",
-        "high_watermark",
-        "nbytes",
-        "next_offset",
-        "offset_min",
-        "source",
-        "tp",
-    )
-
-    def __init__(
-        self,
-        tp: TopicPartition,
-        epoch: int,
-        data: bytes,
-        offset_min: int,
-        next_offset: int,
-        high_watermark: int,
-        error: LaminarError | None = None,
-        source: str = "",
-    ) -> None:
-        self.tp = tp
-        self.epoch = epoch
-        self.data = data
-        self.offset_min = offset_min
-        self.next_offset = next_offset
-        self.high_watermark = high_watermark
-        self.nbytes = len(data)
-        self.error = error
-        self.source = source  # the address of the replica that served it
-
-
-class _CorruptChunkError(Exception):
-    """A batch of a fetch answer failed verification (raised on the application's
-    thread, handled by :meth:`_Reader._corrupted`)."""
-
-    def __init__(self, offset: int, error: RecordFormatError) -> None:
-        super().__init__(str(error))
-        self.offset = offset
-        """Where the failing batch starts (the offset after the good batches before
-        it, or the chunk's first offset): the partition reads again from there."""
-        self.error = error
-
-
-def _verified(chunk: _Chunk, stop_offset: int | None = None) -> list[tuple[int, BatchHeader]]:
-    """The whole batches of a fetch answer (up to the one holding ``stop_offset``),
-    header and payload checksums verified: ``(position, header)`` each; raises
-    :class:`_CorruptChunkError` at the first that fails."""
-    batches: list[tuple[int, BatchHeader]] = []
-    data = chunk.data
-    size = len(data)
-    position = 0
-    offset = chunk.offset_min
-    try:
-        while position < size and (stop_offset is None or offset < stop_offset):
-            header = verify_batch(data, position)
-            batches.append((position, header))
-            position += header.length
-            offset = header.next_offset
-    except RecordFormatError as error:
-        raise _CorruptChunkError(offset, error) from None
-    return batches
-
-
-class ConsumerBatch(Generic[_K, _V]):
-    """Consecutive records of one partition, from one stored batch, as columns.
-
-    ``len()`` records from ``first_offset`` to ``next_offset`` - 1; iterate for
-    :class:`ConsumerRecord` objects, or call :meth:`to_arrow` for a
-    ``pyarrow.RecordBatch`` built from the payload's columns (no object per record).
-    """
-
-    __slots__ = (
-        "_batch",
-        "_consumer",
-        "_start",
-        "_stop",
-        "_view",
-        "base_offset",
-        "partition",
-        "topic",
-    )
-
-    def __init__(
-        self,
-        consumer: _ConsumerBase[_K, _V],
-        topic: str,
-        partition: int,
-        batch: memoryview,
-        base_offset: int,
-        start: int,
-        stop: int,
-    ) -> None:
-        self._consumer = consumer
-        self.topic = topic
-        self.partition = partition
-        self._batch = batch
-        self.base_offset = base_offset
-        self._start = start
-        self._stop = stop
-        self._view: ColumnView | None = None
-
-    def __len__(self) -> int:
-        return self._stop - self._start
-
-    @property
-    def first_offset(self) -> int:
-        """The offset of this batch's first record."""
-        return self.base_offset + self._start
-
-    @property
-    def next_offset(self) -> int:
-        """The offset after this batch's last record."""
-        return self.base_offset + self._stop
-
-    def to_arrow(self, *, headers: bool = False) -> Any:
-        """The records as a ``pyarrow.RecordBatch`` (schema:
-        :func:`laminar_client.arrow.arrow_schema`); keys and values stay bytes, not
-        deserialized."""
-        # Imported here: the Arrow module loads numpy (some 50 ms), which a client
-        # that never asks for Arrow should not pay at import.
-        from laminar_client.arrow import columns_to_arrow
-
-        if self._view is None:
-            self._view = column_view(self._batch, verify=False)
-        return columns_to_arrow(
-            self._view, self.topic, self.partition, self._start, self._stop, headers=headers
-        )
-
-    def records(self) -> list[ConsumerRecord[_K, _V]]:
-        """The records as :class:`ConsumerRecord` objects (deserialized)."""
-        return self._consumer._records_of(
-            self.topic, self.partition, self._batch, self._start, self._stop
-        )
-
-    def __iter__(self) -> Iterator[ConsumerRecord[_K, _V]]:
-        return iter(self.records())
-
-    def __repr__(self) -> str:
-        return (
-            f"<ConsumerBatch {self.topic}/{self.partition} "
-            f"[{self.first_offset}, {self.next_offset})>"
-        )
-
-
-# ----------------------------------------------------------------------------- core
-
-
-@dataclass(eq=False)
-class _Partition:
-    """The core's state of one assigned partition."""
-
-    tp: TopicPartition
-    fetch_offset: int | None  # None: to be reset
-    epoch: int = 0
-    paused: bool = False
-    high_watermark: int = -1
-    log_start: int = -1
-    resolved: int | None = None  # where it started (after a reset, or a seek)
-    replica: str | None = None
-    avoid: dict[str, float] | None = None  # replica -> until when it is left alone
-    task: asyncio.Task[None] | None = None
-    retries: int = 0
-    halted: bool = False  # an error was handed to the application: stop until a seek
-    unknown_since_s: float | None = None
-    corrupt_at: int = -1  # the offset of a batch the replicas in corrupt_from served corrupt
-    corrupt_from: set[str] | None = None
-
-
-class _Inbox:
-    """Fetch answers waiting for the application, in arrival order.
-
-    Written by the core's loop, read by the application (its thread, or the same
-    loop for :class:`AsyncConsumer`); one lock.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.ready = threading.Condition(self.lock)
-        self.chunks: deque[_Chunk] = deque()
-        self.async_waiters: list[asyncio.Future[None]] = []
-        self.closed = False
-
-    def put(self, chunk: _Chunk) -> None:
-        with self.lock:
-            self.chunks.append(chunk)
-            self.ready.notify()
-            waiters, self.async_waiters = self.async_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def take_locked(self, paused: Callable[[TopicPartition], bool]) -> _Chunk | None:
-        """The first chunk of a partition that is not paused (lock held)."""
-        for index, chunk in enumerate(self.chunks):
-            if not paused(chunk.tp):
-                del self.chunks[index]
-                return chunk
-        return None
-
-    def drop(self, tp: TopicPartition) -> int:
-        """Remove ``tp``'s chunks; the bytes they held."""
-        with self.lock:
-            kept = [c for c in self.chunks if c.tp != tp]
-            freed = sum(c.nbytes for c in self.chunks if c.tp == tp)
-            self.chunks = deque(kept)
-        return freed
-
-    def wake_all(self) -> None:
-        with self.lock:
-            self.ready.notify_all()
-            waiters, self.async_waiters = self.async_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-class _Core:
-    """The asyncio side: one fetch loop per assigned, unpaused partition."""
-
-    def __init__(
-        self,
-        client: Client,
-        inbox: _Inbox,
-        *,
-        fetch_bytes_max: int,
-        fetch_wait_s: float,
-        prefetch_bytes_max: int,
-        auto_offset_reset: OffsetReset,
-        client_zone: str | None,
-        attempt_timeout_s: float,
-        retry: RetryPolicy,
-        rng: random.Random,
-    ) -> None:
-        self._client = client
-        self._inbox = inbox
-        self._fetch_bytes_max = fetch_bytes_max
-        self._fetch_wait_ms = round(fetch_wait_s * 1000)
-        self._prefetch_bytes_max = prefetch_bytes_max
-        self._reset = auto_offset_reset
-        self._zone = client_zone
-        self._attempt_timeout_s = attempt_timeout_s
-        self._retry = retry
-        self._rng = rng
-        self._transport = AsyncTransport(call_metadata=client.call_metadata, tls=client.tls)
-        self.partitions: dict[TopicPartition, _Partition] = {}
-        self.buffered = 0
-        self._room: asyncio.Event | None = None
-        self.counters = {
-            "fetches": 0,
-            "fetch_errors": 0,
-            "replica_switches": 0,
-            "corrupt_batches": 0,
-            "bytes_fetched": 0,
-        }
-        self.fetch_errors: dict[str, int] = {}
-        """Failed fetches by :func:`~laminar_client.metrics.error_name`."""
-        self.fetch_latency = LatencyRecorder()
-        self._reports: set[asyncio.Task[None]] = set()
-
-    # -- commands (on the loop)
-
-    def assign(self, offsets: Mapping[TopicPartition, int | None]) -> None:
-        for tp in list(self.partitions):
-            if tp not in offsets:
-                self._stop(self.partitions.pop(tp))
-                self.release(self._inbox.drop(tp))
-        for tp, offset in offsets.items():
-            state = self.partitions.get(tp)
-            if state is None:
-                state = _Partition(tp, offset, resolved=offset)
-                self.partitions[tp] = state
-                self._start(state)
-            elif offset is not None:
-                self.seek(tp, offset)
-
-    def seek(self, tp: TopicPartition, offset: int | None) -> None:
-        state = self._state(tp)
-        self._stop(state)
-        state.epoch += 1
-        state.fetch_offset = offset
-        state.resolved = offset
-        state.halted = False
-        state.unknown_since_s = None
-        state.corrupt_from = None
-        self.release(self._inbox.drop(tp))
-        self._start(state)
-
-    def pause(self, tp: TopicPartition, offset: int | None) -> None:
-        """Stop fetching ``tp`` and forget what was fetched ahead (so that a paused
-        partition holds no prefetch room): on resume it reads again from ``offset``
-        (the application's position; None: where it was going to start)."""
-        state = self._state(tp)
-        state.paused = True
-        self._stop(state)
-        state.epoch += 1
-        if offset is not None:
-            state.fetch_offset = offset
-        self.release(self._inbox.drop(tp))
-
-    def resume(self, tp: TopicPartition) -> None:
-        state = self._state(tp)
-        if state.paused:
-            state.paused = False
-            if state.task is None or state.task.done():
-                self._start(state)
-            self._inbox.wake_all()
-
-    def release(self, nbytes: int) -> None:
-        """The application took ``nbytes`` out of the inbox."""
-        self.buffered -= nbytes
-        if self._room is not None and self.buffered < self._prefetch_bytes_max:
-            self._room.set()
-
-    async def close(self) -> None:
-        for state in self.partitions.values():
-            self._stop(state)
-        for report in self._reports:
-            report.cancel()
-        tasks = [s.task for s in self.partitions.values() if s.task is not None]
-        tasks += self._reports
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        await self._transport.close()
-
-    # -- internals
-
-    def _state(self, tp: TopicPartition) -> _Partition:
-        state = self.partitions.get(tp)
-        if state is None:
-            raise InvalidInputError(f"{tp[0]}/{tp[1]} is not assigned to this consumer")
-        return state
-
-    def _start(self, state: _Partition) -> None:
-        loop = asyncio.get_running_loop()
-        state.task = loop.create_task(self._fetch_loop(state), name=f"fetch {state.tp}")
-
-    def _stop(self, state: _Partition) -> None:
-        if state.task is not None and not state.task.done():
-            state.task.cancel()
-        state.task = None
-
-    async def _wait_room(self) -> None:
-        while (
-            self.buffered > 0 and self.buffered + self._fetch_bytes_max > self._prefetch_bytes_max
-        ):
-            if self._room is None:
-                self._room = asyncio.Event()
-            self._room.clear()
-            await self._room.wait()
-
-    async def _fetch_loop(self, state: _Partition) -> None:
-        tp = state.tp
-        while not _paused(state):
-            await self._wait_room()
-            if _paused(state):
-                return
-            epoch = state.epoch
-            address: str | None = None
-            try:
-                if state.fetch_offset is None:
-                    state.fetch_offset = await self._reset_offset(tp)
-                    if epoch != state.epoch:
-                        continue
-                    state.resolved = state.fetch_offset
-                offset = state.fetch_offset
-                address = await self._replica(state)
-                request = pb.FetchRequest(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    offset=offset,
-                    max_bytes=self._fetch_bytes_max,
-                    max_wait_ms=self._fetch_wait_ms,
-                )
-                self.counters["fetches"] += 1
-                started_s = time.monotonic()
-                response = await self._transport.call(
-                    address,
-                    "Fetch",
-                    request,
-                    pb.FetchResponse,
-                    timeout_s=self._attempt_timeout_s + self._fetch_wait_ms / 1000,
-                )
-                self.fetch_latency.observe(time.monotonic() - started_s)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                self.counters["fetch_errors"] += 1
-                name = error_name(error)
-                self.fetch_errors[name] = self.fetch_errors.get(name, 0) + 1
-                if epoch == state.epoch:
-                    await self._after_failure(state, address, error)
-                continue
-            self._client.cache.node_answered(address)
-            state.retries = 0
-            if epoch != state.epoch:
-                continue  # seeked meanwhile
-            state.high_watermark = response.high_watermark
-            state.log_start = response.log_start_offset
-            data = response.batches
-            if not data:
-                continue
-            self.counters["bytes_fetched"] += len(data)
-            try:
-                next_offset = _next_offset(data, offset)
-            except _CorruptChunkError as corrupt:  # a damaged batch header: drop the answer
-                assert address is not None
-                if self._note_corrupt(state, address, corrupt.offset, corrupt.error):
-                    self._halt(state, corrupt.error)
-                continue  # the same offset again, from another replica
-            state.fetch_offset = next_offset
-            self.buffered += len(data)
-            self._inbox.put(
-                _Chunk(tp, epoch, data, offset, next_offset, response.high_watermark, None, address)
-            )
-
-    async def _reset_offset(self, tp: TopicPartition) -> int:
-        offsets = await asyncio.to_thread(self._client.list_offsets, tp.topic, [tp.partition])
-        found = offsets[tp.partition]
-        if self._reset == "latest":
-            return found.high_watermark
-        return found.log_start_offset
-
-    async def _replica(self, state: _Partition) -> str:
-        cache = self._client.cache
-        tp = state.tp
-        if not cache.fresh():
-            await asyncio.to_thread(cache.refresh, self._client.timeout_s, (tp.topic, tp.partition))
-        current = state.replica
-        if current is not None and not cache.skipped(current) and not self._avoided(state, current):
-            return current
-        snapshot = cache.held()
-        if snapshot is None:
-            raise UnavailableError("no metadata yet")
-        candidates = cache.read_targets(tp.topic, tp.partition, 0.0, refresh=False)
-        now_s = time.monotonic()
-        fresh = [a for a in candidates if not self._avoided(state, a, now_s)] or candidates
-        if self._zone is not None:
-            zones = {m.grpc_address: m.zone for m in snapshot.members.values()}
-            near = [a for a in fresh if zones.get(a) == self._zone]
-            fresh = near or fresh
-        choice = self._rng.choice(fresh)
-        if current is not None and choice != current:
-            self.counters["replica_switches"] += 1
-        state.replica = choice
-        return choice
-
-    def _avoided(self, state: _Partition, address: str, now_s: float | None = None) -> bool:
-        """Whether ``address`` is left alone for this partition (it answered with an
-        error, or its log ends before the position, a moment ago)."""
-        if not state.avoid:
-            return False
-        until = state.avoid.get(address)
-        return until is not None and until > (time.monotonic() if now_s is None else now_s)
-
-    async def _after_failure(
-        self, state: _Partition, address: str | None, error: Exception
-    ) -> None:
-        cache = self._client.cache
-        tp = state.tp
-        if isinstance(error, OffsetOutOfRangeError) and address is not None:
-            cache.node_answered(address)
-            offset = state.fetch_offset if state.fetch_offset is not None else 0
-            if offset > error.end_offset >= 0 and not self._avoid_all(state, address):
-                # This replica is behind the position: read from another one meanwhile.
-                state.replica = None
-                await self._backoff(state)
-                return
-            self._out_of_range(state, offset, error)
-            return
-        if isinstance(error, UnknownTopicOrPartitionError):
-            now_s = time.monotonic()
-            if state.unknown_since_s is None:
-                state.unknown_since_s = now_s
-            if now_s - state.unknown_since_s >= UNKNOWN_TOPIC_WAIT_S:
-                self._halt(state, error)  # the topic or partition does not exist
-                return
-        if isinstance(error, NoAnswerError) and address is not None:
-            cache.node_failed(address)
-            state.replica = None
-            if state.retries == 0:
-                state.retries += 1
-                return  # another replica at once
-        elif isinstance(error, RetriableError | UnknownTopicOrPartitionError):
-            # The replica answered, but cannot serve now (fenced, not hosting it any
-            # more, no quorum): another one, and fresh metadata.
-            if address is not None:
-                cache.node_answered(address)
-                self._avoid_all(state, address)
-            state.replica = None
-            cache.invalidate()
-        elif isinstance(error, LaminarError):
-            # Not retriable there (a corrupt segment on that replica, an invalid
-            # request): another replica; once every one failed so, the application
-            # gets the error (the partition then waits for a seek).
-            _LOG.warning("%s/%d: fetch failed: %s", tp.topic, tp.partition, error)
-            state.replica = None
-            if address is None or self._avoid_all(state, address):
-                self._halt(state, error)
-                return
-        await self._backoff(state)
-
-    def _avoid_all(self, state: _Partition, address: str) -> bool:
-        """Leave ``address`` alone for a moment; whether every live replica of the
-        partition is left alone now."""
-        now_s = time.monotonic()
-        if state.avoid is None:
-            state.avoid = {}
-        state.avoid[address] = now_s + _AVOID_S
-        try:
-            replicas = self._client.cache.read_targets(
-                state.tp.topic, state.tp.partition, 0.0, refresh=False
-            )
-        except LaminarError:
-            return False
-        return all(self._avoided(state, replica, now_s) for replica in replicas)
-
-    def corrupt(
-        self,
-        tp: TopicPartition,
-        epoch: int,
-        address: str,
-        offset: int,
-        error: RecordFormatError,
-    ) -> None:
-        """The application found that a fetch answer ``address`` served holds a batch
-        failing verification at ``offset`` (the records before it were good, and are
-        handed out): drop what was fetched ahead and read again from ``offset``, from
-        another replica; once every replica served it corrupt, hand ``error`` to the
-        application instead."""
-        state = self.partitions.get(tp)
-        if state is None or state.epoch != epoch:
-            return  # seeked, paused or unassigned meanwhile: nothing to read again
-        everywhere = self._note_corrupt(state, address, offset, error)
-        self._stop(state)
-        state.epoch += 1
-        state.fetch_offset = offset
-        self.release(self._inbox.drop(tp))
-        if everywhere:
-            self._halt(state, error)
-        else:
-            self._start(state)
-
-    def _note_corrupt(
-        self, state: _Partition, address: str, offset: int, error: RecordFormatError
-    ) -> bool:
-        """``address`` served the batch at ``offset`` corrupt: log, count and report it,
-        and leave that replica for another; whether every replica served it so."""
-        tp = state.tp
-        self.counters["corrupt_batches"] += 1
-        _LOG.warning(
-            "%s/%d: the replica at %s served a corrupt batch at offset %d (%s); "
-            "reading it from another replica and reporting it",
-            tp.topic,
-            tp.partition,
-            address,
-            offset,
-            error,
-        )
-        self._report(address, tp, offset)
-        if state.corrupt_from is None or state.corrupt_at != offset:
-            state.corrupt_at, state.corrupt_from = offset, set()
-        state.corrupt_from.add(address)
-        self._avoid_all(state, address)
-        state.replica = None
-        everywhere = self._corrupt_everywhere(state, state.corrupt_from)
-        if everywhere:
-            _LOG.error(
-                "%s/%d: every replica served the batch at offset %d corrupt: %s",
-                tp.topic,
-                tp.partition,
-                offset,
-                error,
-            )
-        return everywhere
-
-    def _corrupt_everywhere(self, state: _Partition, corrupt_from: set[str]) -> bool:
-        """Whether every live replica of the partition is in ``corrupt_from``."""
-        try:
-            replicas = self._client.cache.read_targets(
-                state.tp.topic, state.tp.partition, 0.0, refresh=False
-            )
-        except LaminarError:
-            return False
-        return all(replica in corrupt_from for replica in replicas)
-
-    def _report(self, address: str, tp: TopicPartition, offset: int) -> None:
-        """Tell the node at ``address`` (in the background) that it served the batch
-        at ``offset`` corrupt."""
-        if len(self._reports) >= _REPORTS_MAX:
-            _LOG.info("%s/%d: too many reports under way; not reporting %s", *tp, address)
-            return
-        task = asyncio.get_running_loop().create_task(self._send_report(address, tp, offset))
-        self._reports.add(task)
-        task.add_done_callback(self._reports.discard)
-
-    async def _send_report(self, address: str, tp: TopicPartition, offset: int) -> None:
-        request = pb.ReportCorruptionRequest(topic=tp.topic, partition=tp.partition, offset=offset)
-        try:
-            response = await self._transport.call(
-                address,
-                "ReportCorruption",
-                request,
-                pb.ReportCorruptionResponse,
-                timeout_s=self._attempt_timeout_s,
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            _LOG.info("%s/%d: reporting offset %d to %s failed: %s", *tp, offset, address, error)
-            return
-        if response.damaged:
-            _LOG.warning(
-                "%s/%d: the node at %s found its stored batch at offset %d damaged (%s); "
-                "its replica is out of service",
-                *tp,
-                address,
-                offset,
-                response.reason,
-            )
-        else:
-            _LOG.info(
-                "%s/%d: the node at %s found its stored batch at offset %d intact",
-                *tp,
-                address,
-                offset,
-            )
-
-    def _out_of_range(self, state: _Partition, offset: int, error: OffsetOutOfRangeError) -> None:
-        """The position is outside the partition's log: apply ``auto_offset_reset``."""
-        tp = state.tp
-        if self._reset == "error":
-            self._halt(state, error)
-            return
-        where = "below the log start" if offset < error.start_offset else "past the end"
-        _LOG.warning(
-            "%s/%d: offset %d is %s of [%d, %d]; resetting to %s",
-            tp.topic,
-            tp.partition,
-            offset,
-            where,
-            error.start_offset,
-            error.end_offset,
-            self._reset,
-        )
-        state.avoid = None
-        state.fetch_offset = None
-
-    def _halt(self, state: _Partition, error: LaminarError) -> None:
-        """Hand ``error`` to the application; the partition waits for a seek."""
-        offset = state.fetch_offset if state.fetch_offset is not None else -1
-        self._inbox.put(_Chunk(state.tp, state.epoch, b"", offset, offset, -1, error))
-        state.halted = True
-
-    async def _backoff(self, state: _Partition) -> None:
-        delay_s = self._retry.backoff_ms(state.retries, self._rng) / 1000
-        state.retries += 1
-        await asyncio.sleep(delay_s)
 
 
 def _remaining(iterator: Iterator[Any]) -> int:
     """How many items a list iterator has left."""
     return int(iterator.__length_hint__())  # type: ignore[attr-defined]
-
-
-def _paused(state: _Partition) -> bool:
-    # A function, so that type checkers re-read the fields after an await.
-    return state.paused or state.halted
-
-
-def _next_offset(data: bytes, offset: int) -> int:
-    """The offset after the last batch of a fetch answer (never before ``offset``);
-    the headers' checksums are verified (:class:`_CorruptChunkError` if one fails)."""
-    last = 0
-    try:
-        for _, header in iter_batches(data, verify=False):
-            last = header.next_offset
-    except RecordFormatError as error:
-        raise _CorruptChunkError(max(last, offset), error) from None
-    return max(last, offset)
-
-
-# ----------------------------------------------------------------------------- facades
 
 
 # ----------------------------------------------------------------------------- effects
@@ -923,10 +193,9 @@ class _ConsumerBase(Generic[_K, _V]):
         self._client, self._owns_client = Client.shared_or_new(
             bootstrap, attempt_timeout_s, tls=tls, token=token
         )
-        self._key_deserializer = key_deserializer
-        self._value_deserializer = value_deserializer
-        self._inbox = _Inbox()
-        self._core = _Core(
+        self._decoder: RecordDecoder[_K, _V] = RecordDecoder(key_deserializer, value_deserializer)
+        self._inbox = Inbox()
+        self._core = FetchCore(
             self._client,
             self._inbox,
             fetch_bytes_max=fetch_bytes_max,
@@ -980,7 +249,7 @@ class _ConsumerBase(Generic[_K, _V]):
         """The assigned partitions that are paused."""
         return frozenset(self._paused)
 
-    # -- decoding (the application's thread)
+    # -- positions and epochs (the application's thread)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1027,89 +296,11 @@ class _ConsumerBase(Generic[_K, _V]):
         self._epochs[tp] = self._core.partitions[tp].epoch
         self._positions[tp] = -1 if offset is None else offset
 
-    def _usable(self, chunk: _Chunk) -> bool:
+    def _usable(self, chunk: Chunk) -> bool:
         """Whether a chunk taken from the inbox still counts (not seeked past)."""
         return self._epochs.get(chunk.tp) == chunk.epoch
 
-    def _records_of(
-        self, topic: str, partition: int, batch: memoryview, start: int, stop: int | None
-    ) -> list[ConsumerRecord[_K, _V]]:
-        """Records ``[start, stop)`` of one stored batch (verified already)."""
-        decoded = decode_batch(batch, verify=False)
-        base = decoded.header.base_offset
-        stop = len(decoded.values) if stop is None else stop
-        whole = start == 0 and stop == len(decoded.values)
-        values: Sequence[Any] = decoded.values if whole else decoded.values[start:stop]
-        keys: Sequence[Any] = decoded.keys if whole else decoded.keys[start:stop]
-        if self._value_deserializer is not None:
-            values = _deserialize_all(
-                self._value_deserializer, values, "value", topic, partition, base + start
-            )
-        if self._key_deserializer is not None:
-            keys = _deserialize_all(
-                self._key_deserializer, keys, "key", topic, partition, base + start
-            )
-        return list(
-            map(
-                _make_record,
-                zip(
-                    repeat(topic),
-                    repeat(partition),
-                    range(base + start, base + stop),
-                    decoded.timestamps_ms if whole else decoded.timestamps_ms[start:stop],
-                    keys,
-                    values,
-                    decoded.headers if whole else decoded.headers[start:stop],
-                    strict=False,  # repeat() is endless; the ranges agree,
-                ),
-            )
-        )
-
-    def _chunk_records(
-        self, chunk: _Chunk, stop_offset: int | None = None
-    ) -> list[ConsumerRecord[_K, _V]]:
-        """Every data record of a fetch answer at or after the offset asked for (and
-        before ``stop_offset``), checksums verified (:class:`_CorruptChunkError` if not)."""
-        topic, partition = chunk.tp
-        records: list[ConsumerRecord[_K, _V]] = []
-        view = memoryview(chunk.data)
-        for position, header in _verified(chunk, stop_offset):
-            if header.is_control or header.next_offset <= chunk.offset_min:
-                continue
-            if stop_offset is not None and header.base_offset >= stop_offset:
-                break
-            start = max(0, chunk.offset_min - header.base_offset)
-            stop = None
-            if stop_offset is not None and header.next_offset > stop_offset:
-                stop = stop_offset - header.base_offset
-            batch = view[position : position + header.length]
-            records.extend(self._records_of(topic, partition, batch, start, stop))
-        return records
-
-    def _chunk_batches(
-        self, chunk: _Chunk, max_records: int, stop_offset: int | None = None
-    ) -> list[ConsumerBatch[_K, _V]]:
-        """A fetch answer (its batches before ``stop_offset``, a batch start) as
-        :class:`ConsumerBatch` slices of at most ``max_records`` (checksums verified:
-        :class:`_CorruptChunkError` if not)."""
-        topic, partition = chunk.tp
-        batches: list[ConsumerBatch[_K, _V]] = []
-        view = memoryview(chunk.data)
-        for position, header in _verified(chunk, stop_offset):
-            if header.is_control or header.next_offset <= chunk.offset_min:
-                continue
-            batch = view[position : position + header.length]
-            start = max(0, chunk.offset_min - header.base_offset)
-            count = header.record_count
-            while start < count:
-                stop = min(count, start + max_records)
-                batches.append(
-                    ConsumerBatch(self, topic, partition, batch, header.base_offset, start, stop)
-                )
-                start = stop
-        return batches
-
-    def _lead_error(self, chunk: _Chunk) -> None:
+    def _lead_error(self, chunk: Chunk) -> None:
         if chunk.error is not None:
             raise chunk.error
 
@@ -1118,30 +309,6 @@ def _subscription(topics: Sequence[str], pattern: str | None) -> Subscription:
     if isinstance(topics, str):
         topics = [topics]
     return Subscription(tuple(topics), pattern)
-
-
-def _deserialize_all(
-    function: Deserializer[Any],
-    items: Sequence[bytes | None],
-    field: str,
-    topic: str,
-    partition: int,
-    first_offset: int,
-) -> list[Any]:
-    """``items`` deserialized; a failure raises :class:`RecordDeserializationError`
-    naming the record (found again item by item: failures are rare)."""
-    try:
-        return [None if item is None else function(item) for item in items]
-    except Exception:
-        for index, item in enumerate(items):
-            try:
-                if item is not None:
-                    function(item)
-            except Exception as error:
-                raise RecordDeserializationError(
-                    topic, partition, first_offset + index, field, error
-                ) from error
-        raise
 
 
 class _Reader(_ConsumerBase[_K, _V]):
@@ -1287,7 +454,7 @@ class _Reader(_ConsumerBase[_K, _V]):
 
     def _prepare(self) -> None:
         self._closing = False  # close() is revoking the group's partitions
-        self._open_chunk: _Chunk | None = None
+        self._open_chunk: Chunk | None = None
         """The chunk a ``batches()`` iteration is handing out (None: none, or done)."""
         # Records taken from the inbox and not handed out yet (a paused partition's,
         # or the rest of a chunk whose iteration stopped early), served first.
@@ -1386,7 +553,7 @@ class _Reader(_ConsumerBase[_K, _V]):
         return None
 
     def _decode_chunk(
-        self, chunk: _Chunk
+        self, chunk: Chunk
     ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
         """A chunk taken from the inbox as records; None if it holds none for the
         application (seeked past, or only control batches)."""
@@ -1395,10 +562,10 @@ class _Reader(_ConsumerBase[_K, _V]):
         if chunk.error is not None:
             raise chunk.error
         try:
-            records = self._chunk_records(chunk)
+            records = self._decoder.chunk_records(chunk)
         except RecordDeserializationError as error:
             return self._poisoned(chunk, error)
-        except _CorruptChunkError as corrupt:
+        except CorruptChunkError as corrupt:
             return self._corrupted(chunk, corrupt)
         if not records:
             self._positions[chunk.tp] = chunk.next_offset
@@ -1406,13 +573,13 @@ class _Reader(_ConsumerBase[_K, _V]):
         return chunk.tp, records, chunk.next_offset
 
     def _poisoned(
-        self, chunk: _Chunk, error: RecordDeserializationError
+        self, chunk: Chunk, error: RecordDeserializationError
     ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
         """A record of ``chunk`` failed to deserialize: hand out the records before
         it, then raise ``error`` (and again at every read) until the application
         seeks past it. Reading resumes at the failed record."""
         tp = chunk.tp
-        good = self._chunk_records(chunk, error.offset)
+        good = self._decoder.chunk_records(chunk, error.offset)
         self._seek_core_to(tp, error.offset)
         if not good:
             raise error
@@ -1420,13 +587,13 @@ class _Reader(_ConsumerBase[_K, _V]):
         return tp, good, error.offset
 
     def _corrupted(
-        self, chunk: _Chunk, corrupt: _CorruptChunkError
+        self, chunk: Chunk, corrupt: CorruptChunkError
     ) -> tuple[TopicPartition, list[ConsumerRecord[_K, _V]], int] | None:
         """A batch of ``chunk`` failed verification: hand out the records of the
         good batches before it, while the core reads the partition again from the
-        failed batch, from another replica (see :meth:`_Core.corrupt`)."""
+        failed batch, from another replica (see :meth:`FetchCore.corrupt`)."""
         try:
-            good = self._chunk_records(chunk, corrupt.offset)
+            good = self._decoder.chunk_records(chunk, corrupt.offset)
         except RecordDeserializationError as error:
             return self._poisoned(chunk, error)  # the failed batch is read again after
         self._read_elsewhere(chunk, corrupt)
@@ -1434,14 +601,14 @@ class _Reader(_ConsumerBase[_K, _V]):
             return None
         return chunk.tp, good, corrupt.offset
 
-    def _read_elsewhere(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
+    def _read_elsewhere(self, chunk: Chunk, corrupt: CorruptChunkError) -> None:
         """What was handed out of ``chunk`` ends before its failed batch: the core
         reads the partition again from there (the position), from another replica."""
         self._corrupt_in_core(chunk, corrupt)
         self._after_seek(chunk.tp, corrupt.offset)
 
-    def _corrupt_in_core(self, chunk: _Chunk, corrupt: _CorruptChunkError) -> None:
-        """Run :meth:`_Core.corrupt` for ``chunk``."""
+    def _corrupt_in_core(self, chunk: Chunk, corrupt: CorruptChunkError) -> None:
+        """Run :meth:`FetchCore.corrupt` for ``chunk``."""
         self._core_call(
             self._core.corrupt, chunk.tp, chunk.epoch, chunk.source, corrupt.offset, corrupt.error
         )
@@ -1527,7 +694,7 @@ class _Reader(_ConsumerBase[_K, _V]):
                     self._records_consumed += len(records)
                     self._positions[tp] = next_offset
 
-    def _take_locked(self) -> _Chunk | None:
+    def _take_locked(self) -> Chunk | None:
         return self._inbox.take_locked(self._paused.__contains__)
 
     def _check_assign(self) -> None:
@@ -1538,17 +705,17 @@ class _Reader(_ConsumerBase[_K, _V]):
                 "its partitions (call unsubscribe() before assign(), as in Kafka)"
             )
 
-    def _batches_of(self, chunk: _Chunk, max_records: int) -> Iterator[ConsumerBatch[_K, _V]]:
+    def _batches_of(self, chunk: Chunk, max_records: int) -> Iterator[ConsumerBatch[_K, _V]]:
         """Hand out one chunk as batches (``batches()`` iterates this). Left early, the
         rest is read again from the position: when this generator is closed, or when
         the next iteration starts (:meth:`_settle_abandoned`), whichever is first."""
         tp = chunk.tp
-        corrupt: _CorruptChunkError | None = None
+        corrupt: CorruptChunkError | None = None
         try:
-            batches = self._chunk_batches(chunk, max_records)
-        except _CorruptChunkError as error:  # hand out the good batches before it
+            batches = self._decoder.chunk_batches(chunk, max_records)
+        except CorruptChunkError as error:  # hand out the good batches before it
             corrupt = error
-            batches = self._chunk_batches(chunk, max_records, error.offset)
+            batches = self._decoder.chunk_batches(chunk, max_records, error.offset)
         marker = self._interrupts
         self._open_chunk = chunk
         try:
@@ -1596,7 +763,7 @@ class _Reader(_ConsumerBase[_K, _V]):
             self._core_call(self._core.seek, tp, offset)
             self._after_seek(tp, offset)
 
-    def _stop_handing_out(self, chunk: _Chunk, marker: int) -> bool:
+    def _stop_handing_out(self, chunk: Chunk, marker: int) -> bool:
         """Whether ``batches()`` must stop handing out ``chunk``: its partition was
         paused, seeked or unassigned, or the member's lease lapsed."""
         if self._interrupts != marker and not self._usable(chunk):
@@ -1824,7 +991,7 @@ class _Reader(_ConsumerBase[_K, _V]):
             stashed = self._stashed()
             if stashed is not None:
                 return stashed
-            chunk: _Chunk | None = yield _TakeChunk(timeout_s)
+            chunk: Chunk | None = yield _TakeChunk(timeout_s)
             if chunk is None:
                 return None
             item = self._decode_chunk(chunk)
@@ -1841,7 +1008,7 @@ class _Reader(_ConsumerBase[_K, _V]):
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             group = self._group
-            chunk: _Chunk | None
+            chunk: Chunk | None
             if group is None:
                 chunk = yield _TakeChunk(timeout_s)
             else:
@@ -1888,7 +1055,7 @@ class _Reader(_ConsumerBase[_K, _V]):
         """Have the core call ``function(*args)`` soon (the facade's loop)."""
         raise NotImplementedError
 
-    def _taken(self, chunk: _Chunk) -> _Chunk | None:
+    def _taken(self, chunk: Chunk) -> Chunk | None:
         """A chunk just taken from the inbox: its bytes go back to the core; the chunk
         if it still counts (its error raised), else None."""
         self._core_soon(self._core.release, chunk.nbytes)
@@ -2076,7 +1243,7 @@ class Consumer(_Reader[_K, _V]):
     def _core_soon(self, function: Callable[..., object], *args: Any) -> None:
         self._thread.call_soon(function, *args)
 
-    def _next_chunk(self, timeout_s: float | None) -> _Chunk | None:
+    def _next_chunk(self, timeout_s: float | None) -> Chunk | None:
         """The next usable chunk from the inbox (waiting up to ``timeout_s``)."""
         self._check_open()
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
@@ -2240,7 +1407,7 @@ class AsyncConsumer(_Reader[_K, _V]):
     def _core_soon(self, function: Callable[..., object], *args: Any) -> None:
         function(*args)
 
-    async def _next_chunk(self, timeout_s: float | None) -> _Chunk | None:
+    async def _next_chunk(self, timeout_s: float | None) -> Chunk | None:
         self._check_open()
         deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         inbox = self._inbox

@@ -1,12 +1,12 @@
 """The client's value types, a leaf module (it imports no other ``laminar_client``
-module): partitions, offsets, fetch results and the acks setting. Each is
-re-exported where it was first defined (``laminar_client``, ``.client``,
-``.consumer``), so that modules above it share one definition without importing
-one another."""
+module): partitions, offsets, fetch results, the acks setting, and what a producer
+reports of a record. Each is re-exported where it was first defined
+(``laminar_client``, ``.client``, ``.consumer``, ``.producer``), so that modules
+above it share one definition without importing one another."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -14,9 +14,11 @@ from laminar.records import Record, decode_records, iter_batches
 
 __all__ = [
     "AcksMode",
+    "Callback",
     "FetchResult",
     "OffsetReset",
     "PartitionOffsets",
+    "RecordMetadata",
     "TopicPartition",
     "Watermarks",
 ]
@@ -64,6 +66,23 @@ class PartitionOffsets:
     log_start_offset: int
     high_watermark: int
     offset_for_timestamp: int | None
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record was written (``offset`` -1 with ``acks="none"``,
+    and in a failed record's callback)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+Callback = Callable[[RecordMetadata, BaseException | None], None]
+"""``callback(metadata, None)`` on success, ``callback(metadata, error)`` on failure
+(then ``metadata.offset`` is -1; topic, partition and timestamp say which record);
+run on the producer's event loop (its own thread for :class:`Producer`) before
+``flush`` returns: keep it short."""
 
 
 def records_from(batches: bytes, offset_min: int) -> Iterator[Record]:

@@ -598,9 +598,9 @@ def test_offset_past_the_end_of_every_replica(
 def test_unknown_partition_raises_to_the_reader(
     cluster: FakeCluster, consumer: Callable[..., Facade], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import laminar_client.consumer
+    import laminar_client._fetcher  # the fetch engine reads the wait
 
-    monkeypatch.setattr(laminar_client.consumer, "UNKNOWN_TOPIC_WAIT_S", 0.2)
+    monkeypatch.setattr(laminar_client._fetcher, "UNKNOWN_TOPIC_WAIT_S", 0.2)
     cluster.add_topic(TOPIC)
     append_values(cluster, TP0, 1)
     reader = consumer()

@@ -18,14 +18,13 @@ from typing import Any
 import msgpack
 import pytest
 from laminar_client import RetryPolicy
+from laminar_client._accumulator import Accumulator, ProducerBatch
 from laminar_client.partitioner import key_partition
 from laminar_client.producer import (
     AsyncProducer,
     Producer,
     ProducerConfig,
     RecordMetadata,
-    _Accumulator,
-    _Batch,
 )
 from laminar_client.serializers import (
     json_deserializer,
@@ -139,12 +138,12 @@ class Clock:
         return self.now_s
 
 
-def make_accumulator(clock: Clock, **settings: Any) -> _Accumulator:
-    return _Accumulator(ProducerConfig(**settings), random.Random(1), clock=clock)
+def make_accumulator(clock: Clock, **settings: Any) -> Accumulator:
+    return Accumulator(ProducerConfig(**settings), random.Random(1), clock=clock)
 
 
 def append(
-    acc: _Accumulator,
+    acc: Accumulator,
     value: bytes,
     *,
     key: bytes | None = None,
@@ -266,7 +265,7 @@ def test_buffered_bytes_return_when_a_batch_is_done() -> None:
     assert acc.buffered == 10 + OVERHEAD
     taken, _ = acc.take(0.0, everything=True)
     (batch,) = taken
-    assert isinstance(batch, _Batch)
+    assert isinstance(batch, ProducerBatch)
     batch.succeed(41)
     assert acc.buffered == 0 and not acc.unfinished
     assert future.done() and future.result(0).offset == 41
