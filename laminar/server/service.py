@@ -221,9 +221,10 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 f"at most {self._config.batches_per_produce_max}"
             )
         acks, timeout_s = self._produce_settings(request.acks, request.timeout_ms)
-        results = await self._produce(
-            request.topic, request.partition, request.batches, acks, timeout_s
-        )
+        # Each read of a repeated bytes field copies the bytes out of the message
+        # (upb): take them out once, not at every check, count and hand-over.
+        batches = list(request.batches)
+        results = await self._produce(request.topic, request.partition, batches, acks, timeout_s)
         return pb.ProduceResponse(
             base_offsets=[result.base_offset for result in results],
             duplicates=[result.duplicate for result in results],
@@ -248,17 +249,18 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         acks, timeout_s = self._produce_settings(request.acks, request.timeout_ms)
         checked: list[LaminarError | list[int]] = []
         valid: list[tuple[TopicPartition, Sequence[bytes]]] = []
-        for entry in entries:
+        batches_of = [list(entry.batches) for entry in entries]  # copied once (Produce)
+        for entry, entry_batches in zip(entries, batches_of, strict=True):
             try:
-                key, records = self._check_produce(entry.topic, entry.partition, entry.batches)
-                valid.append((key, entry.batches))
+                key, records = self._check_produce(entry.topic, entry.partition, entry_batches)
+                valid.append((key, entry_batches))
                 checked.append(records)
             except LaminarError as error:
                 checked.append(error)
         # Every partition proposed in this step, in order (see ReplicaHost.produce_many).
         produced = iter(await self._node.host.produce_many(valid, acks, timeout_s))
         answers = []
-        for entry, refused in zip(entries, checked, strict=True):
+        for entry, entry_batches, refused in zip(entries, batches_of, checked, strict=True):
             answer = pb.PartitionProduced(topic=entry.topic, partition=entry.partition)
             outcome = refused if isinstance(refused, LaminarError) else next(produced)
             if isinstance(outcome, NotLeaderError):
@@ -269,7 +271,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 answer.error.CopyFrom(error_to_status(outcome)[1])
             else:
                 assert not isinstance(refused, LaminarError)
-                self._count_produced(entry.batches, refused, outcome)
+                self._count_produced(entry_batches, refused, outcome)
                 answer.base_offsets.extend(result.base_offset for result in outcome)
                 answer.duplicates.extend(result.duplicate for result in outcome)
             answers.append(answer)

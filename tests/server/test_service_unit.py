@@ -191,6 +191,37 @@ def test_produce_goes_to_the_host_when_the_partition_is_served_here() -> None:
     assert node.fake_host.produced == [(("t", 0), batch)]
 
 
+def test_produce_takes_each_batch_out_of_the_request_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading a repeated bytes field of a parsed message copies the bytes (upb), a
+    whole batch each time (issue 33 point 8): the header check and the host must
+    see the one copy the service took, not copies of their own."""
+    from laminar.records import check_produced_header
+    from laminar.server import service as service_module
+
+    checked: list[bytes] = []
+
+    def check(batch: bytes) -> Any:
+        checked.append(batch)
+        return check_produced_header(batch)
+
+    monkeypatch.setattr(service_module, "check_produced_header", check)
+    node = FakeNode(replicas={("t", 0): status(Role.LEADER, "n1")})
+    node.metadata.topics["t"] = topic("t", 2)
+    batch = encode_batch([b"a" * 1000], timestamps_ms=1_700_000_000_000)
+    request = pb.ProduceRequest.FromString(
+        pb.ProduceRequest(
+            topic="t", partition=0, batches=[batch], acks=pb.ACKS_ALL
+        ).SerializeToString()
+    )
+    assert request.batches[0] is not request.batches[0]  # each read a copy
+    answer, error = call(service_of(node), "Produce", request)
+    assert error is None and list(answer.base_offsets) == [0]
+    ((_, produced),) = node.fake_host.produced
+    assert produced == batch and produced is checked[0]
+
+
 def test_produce_to_a_partition_not_served_here_names_placements_live_replica() -> None:
     node = FakeNode(view=[member("n1"), member("n2", MemberState.DEAD), member("n3")])
     node.metadata.topics["t"] = topic("t", 2)
