@@ -43,9 +43,12 @@ the runs' ratios: ``cpu_leader_vs_baseline``, ``cpu_leader_loop_vs_baseline``,
 ``cpu_follower_vs_baseline``, ``cpu_nodes_vs_baseline``,
 ``produce_records_s_vs_baseline`` and ``cpu_client_vs_baseline`` (the same client
 code on both: how much the figures move by themselves). ``--profile DIR``
-runs the nodes under cProfile (cluster_bench's ``sitecustomize``); each node dumps
-``node-<pid>.prof`` in DIR at exit, and the leader's hottest functions are printed
-with their calls per request (profiling inflates the CPU figures several times:
+runs the nodes under cProfile (cluster_bench's ``sitecustomize``, timed by each
+thread's CPU clock: a call blocked in ``fdatasync`` counts its CPU, not its wait);
+each node dumps ``node-<pid>.prof`` in DIR (the baseline's in ``DIR/baseline``) at
+exit, and the leader's hottest functions are printed with their calls and CPU per
+request, then, with ``--baseline``, the functions whose CPU per request differs
+most between the two leaders (profiling inflates the CPU figures several times:
 compare profiles with profiles).
 """
 
@@ -61,6 +64,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeAlias
 
 import grpc
 
@@ -81,7 +85,16 @@ from laminar.testing.processes import NodeProcess, ProcessCluster, wait_for
 from laminar.v1 import laminar_pb2 as pb
 
 TOPIC = "cpu"
+PROFILE_ON_CPU = SITECUSTOMIZE.replace(
+    "_profile = cProfile.Profile()",
+    "import time\n    _profile = cProfile.Profile(time.thread_time)",
+)
+"""cluster_bench's profiler on each thread's CPU clock: a call blocked in fdatasync
+or in the selector counts what it spent on a CPU, not its wall time."""
+assert PROFILE_ON_CPU != SITECUSTOMIZE
 WARM_UP_REQUESTS = 100
+Row: TypeAlias = tuple[float, float, float]
+"""A function's calls, tottime and cumtime (µs) per request."""
 TICKS_S = os.sysconf("SC_CLK_TCK")
 
 
@@ -163,7 +176,7 @@ def node_environment(nodes_from: Path | None, profile: Path | None) -> Iterator[
     paths = []
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
-        (profile / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        (profile / "sitecustomize.py").write_text(PROFILE_ON_CPU)
         paths.append(str(profile))
     if nodes_from is not None:
         paths.append(str(nodes_from))
@@ -201,21 +214,45 @@ def create_topic(bench: Bench) -> None:
     bench.wait_led([TOPIC], 3)
 
 
-def print_profile(directory: Path, leader_pid: int, requests: int, lines: int) -> None:
-    """The leader's hottest functions (tottime), with calls and µs per request."""
+def leader_profile(directory: Path, leader_pid: int, requests: int) -> dict[str, Row]:
+    """The leader's profile per request: function -> (calls, tottime µs, cumtime µs),
+    functions of one name in one file summed (two checkouts number lines apart)."""
     path = directory / f"node-{leader_pid}.prof"
     if not path.exists():
         print(f"no profile at {path}")
-        return
-    stats = pstats.Stats(str(path))
-    rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])  # type: ignore[attr-defined]
-    print(f"\n--- leader profile {path}: per request over {requests} requests ---")
-    print(f"{'calls/req':>10} {'tottime µs/req':>15} {'cumtime µs/req':>15}  function")
-    for (file, line, name), (_, calls, tottime, cumtime, _) in rows[:lines]:
-        print(
-            f"{calls / requests:10.2f} {tottime / requests * 1e6:15.1f} "
-            f"{cumtime / requests * 1e6:15.1f}  {Path(file).name}:{line}({name})"
+        return {}
+    rows: dict[str, Row] = {}
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    for (file, _, name), (_, calls, tottime, cumtime, _) in stats.items():
+        key = f"{Path(file).name}:{name}"
+        old = rows.get(key, (0.0, 0.0, 0.0))
+        rows[key] = (
+            old[0] + calls / requests,
+            old[1] + tottime / requests * 1e6,
+            old[2] + cumtime / requests * 1e6,
         )
+    return rows
+
+
+def print_profile(title: str, rows: dict[str, Row], lines: int) -> None:
+    """The hottest functions (tottime), with calls and µs per request."""
+    print(f"\n--- {title}: per request (CPU of the thread it ran on) ---")
+    print(f"{'calls/req':>10} {'tottime µs/req':>15} {'cumtime µs/req':>15}  function")
+    for key, (calls, tottime, cumtime) in sorted(rows.items(), key=lambda r: -r[1][1])[:lines]:
+        print(f"{calls:10.2f} {tottime:15.1f} {cumtime:15.1f}  {key}")
+
+
+def print_profile_diff(rows: dict[str, Row], baseline: dict[str, Row], lines: int) -> None:
+    """The functions whose tottime per request differs most from the baseline's."""
+    print("\n--- leader profile minus the baseline's: per request ---")
+    print(f"{'tottime µs':>11} {'calls/req':>10} {'baseline':>9}  function")
+    zero = (0.0, 0.0, 0.0)
+    differences = sorted(
+        ((rows.get(k, zero), baseline.get(k, zero), k) for k in rows.keys() | baseline.keys()),
+        key=lambda d: -abs(d[0][1] - d[1][1]),
+    )
+    for new, old, key in differences[:lines]:
+        print(f"{new[1] - old[1]:+11.1f} {new[0]:10.2f} {old[0]:9.2f}  {key}")
 
 
 class Side:
@@ -321,10 +358,17 @@ def main() -> None:
                 side.runs.append(
                     one_run(side.nodes, side.nodes[0].grpc, requests, count, args.inflight)
                 )
-    for side in sides:
-        if side.profile is not None:
-            # Warm-up included: the profile covers the node's whole life.
-            print_profile(side.profile, side.leader_pid, WARM_UP_REQUESTS + repeat * count, 40)
+    if args.profile is not None:
+        # Warm-up included: the profile covers the node's whole life.
+        profiles = [
+            leader_profile(side.profile, side.leader_pid, WARM_UP_REQUESTS + repeat * count)
+            for side in sides
+            if side.profile is not None
+        ]
+        for side, rows in zip(sides, profiles, strict=True):
+            print_profile(f"leader profile, nodes from {side.nodes_from or '.'}", rows, 40)
+        if len(profiles) == 2:
+            print_profile_diff(profiles[0], profiles[1], 40)
 
     runs_of = figures(sides[0], count, "")
     if len(sides) == 2:
