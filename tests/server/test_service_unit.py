@@ -284,3 +284,35 @@ def test_metadata_shows_each_partition_from_its_status_or_none_here() -> None:
     assert (here.leader, here.high_watermark, list(here.voters)) == ("n2", 42, ["n1", "n2"])
     assert list(here.replicas) == ["n2", "n1"]
     assert (elsewhere.leader, elsewhere.high_watermark) == ("", -1)
+
+
+def test_only_the_data_path_is_registered_with_the_grpc_server() -> None:
+    """grpc.aio's server waits on one pending request per registered method at every
+    call it takes (issue 33 point 8): the data path is registered, every method is
+    served through the generic handler."""
+    from laminar.server.service import REGISTERED_METHODS, SERVICE_NAME, add_to_server
+
+    class RecordingServer:
+        def __init__(self) -> None:
+            self.generic: list[Any] = []
+            self.registered: dict[str, Any] = {}
+
+        def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+            self.generic.extend(handlers)
+
+        def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+            assert service == SERVICE_NAME
+            self.registered.update(handlers)
+
+    server = RecordingServer()
+    add_to_server(service_of(FakeNode()), server)  # type: ignore[arg-type]
+    assert sorted(server.registered) == sorted(REGISTERED_METHODS)
+    assert {"Produce", "Fetch"} <= set(REGISTERED_METHODS)
+    (generic,) = server.generic
+    methods = pb.DESCRIPTOR.services_by_name["Laminar"].methods
+    for method in methods:  # every method through the generic handler, the same handler
+        details = type("Details", (), {"method": f"/{SERVICE_NAME}/{method.name}"})()
+        handler = generic.service(details)
+        assert handler is not None, method.name
+        if method.name in server.registered:
+            assert server.registered[method.name] is handler
