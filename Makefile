@@ -81,6 +81,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.membership_bench --quick
 	$(BIN)/python -m bench.replica_sim_bench --quick
 	$(BIN)/python -m bench.cluster_bench --quick
+	$(BIN)/python -m bench.cpu_bench --quick
 	$(BIN)/python -m bench.client_bench --quick
 	$(BIN)/python -m bench.group_bench --quick
 	$(BIN)/python -m bench.repair_bench --quick

@@ -183,6 +183,31 @@ def test_cluster_bench_rolling_restart_and_maintenance_phases_run() -> None:
     assert figures["maintenance_catch_up_s"] >= 0
 
 
+def test_cpu_bench_runs_against_a_baseline() -> None:
+    """Issue 33 point 8: CPU per produce request, on two clusters alternating (both
+    from this checkout here, ~25 s). Every figure printed, each node and the client
+    spent CPU; the ratios are printed, not asserted (CPU on a shared machine)."""
+    lines, figures = run_bench(
+        "cpu_bench",
+        "--repeat",
+        "1",
+        "--requests",
+        "50",
+        "--idle-s",
+        "0.5",
+        "--baseline",
+        ".",
+        timeout_s=180,
+    )
+    for suffix in ("", "_baseline"):
+        for name in ("leader", "leader_loop", "follower", "client"):
+            assert figures[f"cpu_us_per_request_{name}{suffix}"] > 0, (name, figures)
+        assert figures["produce_records_s" + suffix] > 0
+    for name in ("leader", "leader_loop", "follower", "nodes", "client"):
+        assert figures[f"cpu_{name}_vs_baseline"] > 0
+    assert "targets missed: none" in lines
+
+
 SMALL_RUNS = {
     "segment_bench": ["--quick", "--repeat", "1"],
     "placement_bench": ["--runs", "1"],
@@ -217,6 +242,7 @@ def test_every_benchmark_has_a_smoke_run() -> None:
         "scrub_bench",
         "repair_bench",
         "cluster_bench",
+        "cpu_bench",
         "security_bench",
         "gossip_crypto_bench",  # the three parts of security_bench
         "acl_bench",

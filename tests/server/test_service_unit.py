@@ -191,6 +191,37 @@ def test_produce_goes_to_the_host_when_the_partition_is_served_here() -> None:
     assert node.fake_host.produced == [(("t", 0), batch)]
 
 
+def test_produce_takes_each_batch_out_of_the_request_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading a repeated bytes field of a parsed message copies the bytes (upb), a
+    whole batch each time (issue 33 point 8): the header check and the host must
+    see the one copy the service took, not copies of their own."""
+    from laminar.records import check_produced_header
+    from laminar.server import service as service_module
+
+    checked: list[bytes] = []
+
+    def check(batch: bytes) -> Any:
+        checked.append(batch)
+        return check_produced_header(batch)
+
+    monkeypatch.setattr(service_module, "check_produced_header", check)
+    node = FakeNode(replicas={("t", 0): status(Role.LEADER, "n1")})
+    node.metadata.topics["t"] = topic("t", 2)
+    batch = encode_batch([b"a" * 1000], timestamps_ms=1_700_000_000_000)
+    request = pb.ProduceRequest.FromString(
+        pb.ProduceRequest(
+            topic="t", partition=0, batches=[batch], acks=pb.ACKS_ALL
+        ).SerializeToString()
+    )
+    assert request.batches[0] is not request.batches[0]  # each read a copy
+    answer, error = call(service_of(node), "Produce", request)
+    assert error is None and list(answer.base_offsets) == [0]
+    ((_, produced),) = node.fake_host.produced
+    assert produced == batch and produced is checked[0]
+
+
 def test_produce_to_a_partition_not_served_here_names_placements_live_replica() -> None:
     node = FakeNode(view=[member("n1"), member("n2", MemberState.DEAD), member("n3")])
     node.metadata.topics["t"] = topic("t", 2)
@@ -253,3 +284,35 @@ def test_metadata_shows_each_partition_from_its_status_or_none_here() -> None:
     assert (here.leader, here.high_watermark, list(here.voters)) == ("n2", 42, ["n1", "n2"])
     assert list(here.replicas) == ["n2", "n1"]
     assert (elsewhere.leader, elsewhere.high_watermark) == ("", -1)
+
+
+def test_only_the_data_path_is_registered_with_the_grpc_server() -> None:
+    """grpc.aio's server waits on one pending request per registered method at every
+    call it takes (issue 33 point 8): the data path is registered, every method is
+    served through the generic handler."""
+    from laminar.server.service import REGISTERED_METHODS, SERVICE_NAME, add_to_server
+
+    class RecordingServer:
+        def __init__(self) -> None:
+            self.generic: list[Any] = []
+            self.registered: dict[str, Any] = {}
+
+        def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+            self.generic.extend(handlers)
+
+        def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+            assert service == SERVICE_NAME
+            self.registered.update(handlers)
+
+    server = RecordingServer()
+    add_to_server(service_of(FakeNode()), server)  # type: ignore[arg-type]
+    assert sorted(server.registered) == sorted(REGISTERED_METHODS)
+    assert {"Produce", "Fetch"} <= set(REGISTERED_METHODS)
+    (generic,) = server.generic
+    methods = pb.DESCRIPTOR.services_by_name["Laminar"].methods
+    for method in methods:  # every method through the generic handler, the same handler
+        details = type("Details", (), {"method": f"/{SERVICE_NAME}/{method.name}"})()
+        handler = generic.service(details)
+        assert handler is not None, method.name
+        if method.name in server.registered:
+            assert server.registered[method.name] is handler
