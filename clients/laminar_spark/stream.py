@@ -66,6 +66,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from laminar.errors import InvalidInputError, UnknownTopicOrPartitionError
+from laminar.ids import TopicPartition
 from laminar_spark.kafka_options import warn_ignored
 from laminar_spark.options import ReadOptions, parse_options
 from laminar_spark.partition import input_partitions, read_partition
@@ -133,7 +134,6 @@ __all__ = [
 
 log = logging.getLogger("laminar_spark")
 
-TopicPartition = tuple[str, int]
 Position = dict[TopicPartition, int]
 """The next offset to read of each partition."""
 OffsetJson = dict[str, dict[str, int]]
