@@ -383,7 +383,7 @@ class ReplicaSimNode:
         self._driver = memory_driver(
             self._id,
             self._config,
-            owner=self._membership,
+            owner=self._host_owner(),
             shell=self,
             clock=self._clock,
             rng=self._rng,
@@ -393,6 +393,11 @@ class ReplicaSimNode:
         self._sleep_until_ms = self._now_ms  # the tick loop's first pass
         self._woken = False
         return self._driver
+
+    def _host_owner(self) -> HostOwner:
+        """What the driver asks the node around it: here the membership oracle's
+        word (:mod:`laminar.testing.node_sim` answers as a whole node does)."""
+        return self._membership
 
     def _clock(self) -> int:
         return self._now_ms
