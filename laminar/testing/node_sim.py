@@ -171,6 +171,8 @@ class NodeSimNode(ReplicaSimNode):
     # ---------------------------------------------------------------- lifecycle
 
     def start(self, now_ms: int) -> Step:
+        if self.storages:  # a node with a disk, at a new address (see move)
+            return self.restart(now_ms)
         self._now_ms = now_ms
         self._new_driver()
         self._start_node(now_ms, fresh=True)
@@ -193,7 +195,8 @@ class NodeSimNode(ReplicaSimNode):
         self._replans = []
 
     def move(self, address: str) -> None:
-        """(While crashed.) The node comes back at another address (same disk)."""
+        """(While crashed.) The node will start at another address, with the same
+        disk (:meth:`NodeCluster.start_elsewhere`)."""
         self.sim_address = address
 
     def _start_node(self, now_ms: int, *, fresh: bool) -> None:
@@ -550,6 +553,20 @@ class NodeCluster:
         """Start a stopped node again from what its disk kept."""
         self.sim.restart(self.nodes[node_id].address)
 
+    def start_elsewhere(self, node_id: str, address: str) -> None:
+        """Start a stopped node again from what its disk kept, at a new address
+        (gossip, peer and client traffic alike)."""
+        node = self.nodes[node_id]
+        assert not self.sim.is_up(node.address), f"{node_id} is up"
+        node.move(address)
+        self.sim.add_node(node)
+        for client in self.clients:
+            client.moved(node_id, address)
+
+    def crash(self, node_id: str) -> None:
+        """The node's process dies (no hand-over, no ``left``)."""
+        self.sim.crash(self.nodes[node_id].address)
+
     def set_weight(self, node_id: str, weight: float) -> None:
         node = self.nodes[node_id]
         self.sim.invoke(node.address, lambda now_ms: node.set_weight(weight, now_ms))
@@ -604,6 +621,48 @@ class NodeCluster:
         if not self.up(node_id) or node._driver is None:
             return 0
         return sum(1 for key in node._driver.replicas if node._driver.leads(key))
+
+    def in_sync(self, node_id: str) -> bool:
+        """Every partition ``node_id`` votes in has a leader that counts it in sync
+        (as ``laminar cluster rolling-restart`` asks before and after each node)."""
+        for partition in range(self.options.partitions):
+            leader = self.leader_of(partition)
+            if leader is None:
+                return False
+            core = leader[1].core
+            config = core.group_config
+            votes = config is not None and node_id in config.voters
+            if votes and node_id not in core.in_sync_voters(self.sim.now_ms):
+                return False
+        return True
+
+    def seen_alive(self, node_id: str, incarnation_above: int = -1) -> bool:
+        """Every other node up sees ``node_id`` alive at its current address, with
+        an incarnation above ``incarnation_above``."""
+        address = self.nodes[node_id].address
+        for other, node in self.nodes.items():
+            if other == node_id or not self.up(other) or node.membership is None:
+                continue
+            member = node.membership.member(MemberId(node_id))
+            if (
+                member is None
+                or member.state is not MemberState.ALIVE
+                or member.gossip_address != address
+                or member.metadata_dict().get(PEER_META) != address
+                or member.incarnation <= incarnation_above
+            ):
+                return False
+        return True
+
+    def incarnation_seen(self, node_id: str) -> int:
+        """The highest incarnation of ``node_id`` any other node up knows (-1: none)."""
+        seen = -1
+        for other, node in self.nodes.items():
+            if other != node_id and self.up(other) and node.membership is not None:
+                member = node.membership.member(MemberId(node_id))
+                if member is not None:
+                    seen = max(seen, member.incarnation)
+        return seen
 
     def caught_up(self) -> bool:
         """Every partition led, its whole log committed, and every voter holding it."""

@@ -147,3 +147,65 @@ def test_a_seed_replays_exactly() -> None:
     hashes = [_maintenance(7, maintenance=True)[0].sim.trace_hash() for _ in range(2)]
     assert hashes[0] == hashes[1]
     assert _maintenance(8, maintenance=True)[0].sim.trace_hash() != hashes[0]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_node_returning_at_a_new_address(seed: int) -> None:
+    """A node's process dies, and it starts again at another address with the same
+    disk, within the move grace: gossip carries its new address, its peers
+    replicate to it there, and its replicas catch up where they are."""
+    cluster = _cluster(seed)
+    sim = cluster.sim
+    node_id = _busiest_leader(cluster)
+    cluster.crash(node_id)
+    sim.run_for(1_500)
+    cluster.start_elsewhere(node_id, f"{node_id}-moved")
+    assert sim.run_for(5_000, lambda: cluster.seen_alive(node_id))
+    sim.run_for(1_000)
+    _settle(cluster)  # every voter, the moved one included, holds its leader's log
+    assert cluster.config_changes == []
+    held = [p for p, founders in enumerate(cluster.founders) if node_id in founders]
+    assert sorted(cluster.nodes[node_id].cores) == held
+    assert cluster.final_checks() == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rolling_restart_moves_no_replica_and_keeps_every_partition_writable(
+    seed: int,
+) -> None:
+    """Every node in turn, as ``laminar cluster rolling-restart`` does it: the others
+    in sync, maintenance enter, wait until it leads nothing, stop and start it, wait
+    until gossip has its new incarnation and it is in sync, maintenance exit."""
+    cluster = _cluster(seed)
+    sim = cluster.sim
+    for node_id in cluster.node_ids:
+        _restart_in_maintenance(cluster, node_id)
+    assert all(node.incarnation == 1 for node in cluster.nodes.values())
+    assert cluster.config_changes == []
+    # Preferred-leader transfer gives each partition back to its first replica.
+    assert sim.run_for(5_000, lambda: all(
+        (leader := cluster.leader_of(p)) is not None and leader[0] == founders[0]
+        for p, founders in enumerate(cluster.founders)
+    ))  # fmt: skip
+    assert max(cluster.ack_gap_ms.values()) < ACK_GAP_MAX_MS, cluster.ack_gap_ms
+    _settle(cluster)
+    assert cluster.final_checks() == []
+
+
+def _restart_in_maintenance(cluster: NodeCluster, node_id: str) -> None:
+    """One node's turn in a rolling restart (``clients/laminar_cli/rolling.py``)."""
+    sim = cluster.sim
+    others = [other for other in cluster.node_ids if other != node_id]
+    assert sim.run_for(10_000, lambda: all(cluster.in_sync(other) for other in others))
+    cluster.maintenance(node_id, True)
+    assert sim.run_for(3_000, lambda: cluster.leaderships(node_id) == 0)
+    incarnation = cluster.incarnation_seen(node_id)
+    cluster.stop(node_id)
+    sim.run_for(1_000)
+    assert not cluster.up(node_id)
+    cluster.start_again(node_id)
+    assert sim.run_for(
+        10_000,
+        lambda: cluster.seen_alive(node_id, incarnation) and cluster.in_sync(node_id),
+    )
+    cluster.maintenance(node_id, False)
