@@ -8,8 +8,9 @@ part:
   datagrams and push-pull streams travel as envelopes (streams ``reliable``);
 * the node's record of its peers (:class:`~laminar.server.members.MemberTracker`)
   and placement's bookkeeping (:class:`~laminar.server.placement_keeper.PlacementKeeper`),
-  wired to the member events as ``Node._on_member_event`` wires them (a replan at
-  each event, and again when a departed member's graces end);
+  wired to the member events by the node's own
+  :func:`~laminar.server.members.react_to_event` (a replan at each event, and again
+  when a departed member's graces end);
 * the replica host's decisions (:class:`~laminar.server.driver.ReplicaDriver`, through
   :class:`~laminar.testing.replica_sim.ReplicaSimNode`, its shell in simulated time,
   over memory logs that lose unsynced writes on a crash); peer bundles travel as
@@ -61,7 +62,7 @@ from laminar.replica.types import GroupConfig, NodeId, Role
 from laminar.server import rules
 from laminar.server.catalogue import founding_groups
 from laminar.server.driver import HostConfig, HostOwner, Retention
-from laminar.server.members import PEER_META, PROTOCOL_META, MemberTracker, full_peers
+from laminar.server.members import PEER_META, PROTOCOL_META, MemberTracker, react_to_event
 from laminar.server.metadata import (
     Change,
     MaintenanceChange,
@@ -251,22 +252,12 @@ class NodeSimNode(ReplicaSimNode):
             self._on_member_event(event)
 
     def _on_member_event(self, event: MemberEvent) -> None:
-        """As ``Node._on_member_event``: the tracker's note, carried out in its order."""
+        """As ``Node._on_member_event``: :func:`react_to_event`, the node's own code."""
         assert self.tracker is not None and self.membership is not None
-        node_id = event.member.node_id
-        self._trace.append(f"{self.node_id} member {node_id} {event.kind.value}")
-        now_ms = self._now_ms
-        note = self.tracker.note_event(event, now_ms)
-        for delay_s in note.replan_after_s:
-            heapq.heappush(self._replans, now_ms + round(delay_s * 1000))
-        if note.leader_dead:
-            self.driver.hint_leader_dead(node_id)
-        view = self.membership.view()
-        self.tracker.note_view(view)
-        if note.returned:
-            self.driver.peer_returned(node_id)  # after the tracker has it alive
-        self.driver.set_full_peers(full_peers(view))
-        self._replan()
+        self._trace.append(f"{self.node_id} member {event.member.node_id} {event.kind.value}")
+        react_to_event(
+            self.tracker, event, self._now_ms, self.membership.view, _MemberActions(self)
+        )
 
     def _replan(self) -> None:
         """As ``Node._replan``: every partition's target from the members and catalogue."""
@@ -404,6 +395,37 @@ class NodeSimNode(ReplicaSimNode):
             wakes.append(self._replans[0])
         wake = min((w for w in wakes if w is not None), default=None)
         return Step(step.messages, wake, step.trace)
+
+
+class _MemberActions:
+    """The sim node as :func:`react_to_event` acts through it (as ``Node``'s): its
+    peer links and protocol versions are not simulated (every node speaks the
+    same version; a link is an address)."""
+
+    def __init__(self, node: NodeSimNode) -> None:
+        self._node = node
+
+    def replan_later(self, delay_s: float) -> None:
+        node = self._node
+        heapq.heappush(node._replans, node._now_ms + round(delay_s * 1000))
+
+    def hint_leader_dead(self, node_id: str) -> None:
+        self._node.driver.hint_leader_dead(node_id)
+
+    def forget_link(self, node_id: str) -> None:
+        pass
+
+    def check_protocol(self, member: Member) -> None:
+        pass
+
+    def peer_returned(self, node_id: str) -> None:
+        self._node.driver.peer_returned(node_id)
+
+    def set_full_peers(self, nodes: list[str]) -> None:
+        self._node.driver.set_full_peers(nodes)
+
+    def replan(self) -> None:
+        self._node._replan()
 
 
 class _NodeOwner:
