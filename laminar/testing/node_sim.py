@@ -545,6 +545,11 @@ class NodeCluster:
         self.ack_gap_ms: dict[int, int] = {p: 0 for p in range(options.partitions)}
         """Per partition: the longest time its producer went without an ack, sampled."""
         self._last_ack_ms = {p: 0 for p in range(options.partitions)}
+        self.leaderless_ms: dict[int, int] = {p: 0 for p in range(options.partitions)}
+        """Per partition: the longest time it had no live leader, sampled (the
+        hand-overs and elections, as the servers see them; the clients' retries
+        add their timeouts to ``ack_gap_ms``)."""
+        self._led_ms = {p: 0 for p in range(options.partitions)}
         self._sample()
 
     # ---------------------------------------------------------------- operator actions
@@ -599,7 +604,8 @@ class NodeCluster:
         self.config_changes.append((self.sim.now_ms, node_id, partition, event))
 
     def _sample(self) -> None:
-        """Every ``sample_every_ms``: the longest gap between acks, per partition."""
+        """Every ``sample_every_ms``: the longest gap between acks and the longest
+        time without a leader, per partition."""
         now_ms = self.sim.now_ms
         for client in self.clients:
             partition = client.partition
@@ -607,6 +613,11 @@ class NodeCluster:
             self._last_ack_ms[partition] = last
             if client.enabled:
                 self.ack_gap_ms[partition] = max(self.ack_gap_ms[partition], now_ms - last)
+        for partition in self._led_ms:
+            if self.leader_of(partition) is not None:
+                self._led_ms[partition] = now_ms
+            gap_ms = now_ms - self._led_ms[partition]
+            self.leaderless_ms[partition] = max(self.leaderless_ms[partition], gap_ms)
         self.sim.at(now_ms + self.options.sample_every_ms, self._sample)
 
     def up(self, node_id: str) -> bool:
