@@ -58,7 +58,7 @@ from laminar.records import with_leader_fields
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.messages import ConfigChanged, Ready
-from laminar.replica.types import GroupConfig, NodeId, Role
+from laminar.replica.types import NodeId, Role
 from laminar.server import rules
 from laminar.server.catalogue import founding_groups
 from laminar.server.driver import HostConfig, HostOwner, Retention
@@ -350,12 +350,13 @@ class NodeSimNode(ReplicaSimNode):
         to the best other voter, and gossip ``left``."""
         self._at(now_ms)
         assert self.membership is not None
+        gone = {member.node_id for member in self.membership.view() if member.state.is_gone}
         for key, replica in list(self.driver.replicas.items()):
             core = replica.core
             if core.role is not Role.LEADER or core.group_config is None:
                 continue
             matches = {str(peer): offset for peer, offset in core.match_offsets().items()}
-            voters = [str(voter) for voter in core.group_config.voters]
+            voters = [str(voter) for voter in core.group_config.voters if voter not in gone]
             successor = rules.shutdown_successor(self.node_id, voters, matches)
             if successor is not None:
                 self.driver.transfer_leadership(key, NodeId(successor))
@@ -642,9 +643,6 @@ class NodeCluster:
         if leader is None or leader[1].core.group_config is None:
             return frozenset()
         return frozenset(str(voter) for voter in leader[1].core.group_config.voters)
-
-    def founding_group(self, partition: int) -> GroupConfig:
-        return GroupConfig(tuple(NodeId(node) for node in self.founders[partition]))
 
     def all_led(self) -> bool:
         return all(self.leader_of(p) is not None for p in range(self.options.partitions))
