@@ -16,7 +16,9 @@ left; the node needs more than its current view:
   hello (at most :data:`INCOMPATIBLE_MAX`, the oldest dropped).
 
 :class:`MemberTracker` updates these from an event and says what the node must do
-about it (:class:`MemberNote`); the node (the shell) does it. The gossiped metadata
+about it (:class:`MemberNote`); :func:`react_to_event` carries the note out, in its
+order, through :class:`MemberActions` (the node's, and the node simulator's:
+:mod:`laminar.testing.node_sim`). The gossiped metadata
 a member carries (its cluster id, peer address, protocol version, a full disk) is
 read and written here too.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from laminar.membership import EventKind, Member, MemberEvent, MemberState
 from laminar.server.config import NodeConfig
@@ -245,3 +248,67 @@ class MemberTracker:
         if len(self.incompatible) > self._incompatible_max:
             del self.incompatible[next(iter(self.incompatible))]
         return peer
+
+
+class MemberActions(Protocol):
+    """What the node does about member events (:func:`react_to_event`)."""
+
+    def replan_later(self, delay_s: float) -> None:
+        """Replan ``delay_s`` from now (a departed member's grace ends then)."""
+        ...
+
+    def hint_leader_dead(self, node_id: str) -> None:
+        """The groups ``node_id`` led start elections now."""
+        ...
+
+    def forget_link(self, node_id: str) -> None:
+        """Drop the peer link to ``node_id``."""
+        ...
+
+    def check_protocol(self, member: Member) -> None:
+        """Look at the protocol version ``member`` gossips."""
+        ...
+
+    def peer_returned(self, node_id: str) -> None:
+        """Wake the quiesced groups that count ``node_id``."""
+        ...
+
+    def set_full_peers(self, nodes: list[str]) -> None:
+        """The members that gossip a full disk."""
+        ...
+
+    def replan(self) -> None:
+        """Recompute every partition's target now."""
+        ...
+
+
+def react_to_event(
+    tracker: MemberTracker,
+    event: MemberEvent,
+    now_ms: int,
+    view: Callable[[], Iterable[Member]],
+    actions: MemberActions,
+) -> None:
+    """Record ``event`` and carry out what it asks of the node, in this order: the
+    replans when its graces end, elections for the groups it led, its link, its
+    protocol version; then membership's current ``view`` (read after the event),
+    the returned member's quiesced groups woken (once the tracker has it alive),
+    the links of the members gossip reaped, the full peers, and a replan."""
+    node_id = event.member.node_id
+    note = tracker.note_event(event, now_ms)
+    for delay_s in note.replan_after_s:
+        actions.replan_later(delay_s)
+    if note.leader_dead:
+        actions.hint_leader_dead(node_id)
+    if note.forget_link:
+        actions.forget_link(node_id)
+    if note.check_protocol:
+        actions.check_protocol(event.member)
+    current = list(view())
+    reaped = tracker.note_view(current)
+    if note.returned:
+        actions.peer_returned(node_id)
+    for gone in reaped:
+        actions.forget_link(gone)
+    actions.set_full_peers(full_peers(current))
+    actions.replan()

@@ -83,9 +83,9 @@ from laminar.server.members import (
     MemberEventRelay,
     MemberTracker,
     cluster_ids_seen,
-    full_peers,
     gossip_metadata,
     protocol_problem,
+    react_to_event,
 )
 from laminar.server.metadata import METADATA_KEY, MetadataState
 from laminar.server.metadata_duties import MetadataDuties
@@ -242,6 +242,7 @@ class Node:
         self._stopping = False
         self.ready = asyncio.Event()
         self.metrics = metrics
+        self._member_actions = _MemberActions(self)
         events.connect(self._on_member_event)
         if metrics is not None:
             metrics.attach(self)
@@ -556,24 +557,9 @@ class Node:
             extra=fields(node_id=self.node_id, peer=node_id),
         )
         self._peer_addresses.pop(node_id, None)  # it may have moved
-        note = self.tracker.note_event(event, self.host.now_ms())
-        loop = asyncio.get_running_loop()
-        for delay_s in note.replan_after_s:
-            loop.call_later(delay_s, self._replan)
-        if note.leader_dead:
-            self.host.hint_leader_dead(node_id)
-        if note.forget_link:
-            self.transport.forget(node_id)
-        if note.check_protocol:
-            self._check_protocol(event.member)
-        view = self.membership.view()
-        reaped = self.tracker.note_view(view)
-        if note.returned:
-            self.host.peer_returned(node_id)  # after the tracker has it alive
-        for gone in reaped:  # its link goes too
-            self.transport.forget(gone)
-        self.host.set_full_peers(full_peers(view))
-        self._replan()
+        react_to_event(
+            self.tracker, event, self.host.now_ms(), self.membership.view, self._member_actions
+        )
 
     # ------------------------------------------------------------------ protocol versions
 
@@ -797,6 +783,34 @@ async def _learn_cluster_id(
                 raise ConfigError(f"no cluster found through seeds {', '.join(config.seeds)}")
             case rules.Join.WAIT:
                 await asyncio.sleep(_JOIN_POLL_S)
+
+
+class _MemberActions:
+    """The node as :func:`~laminar.server.members.react_to_event` acts through it."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def replan_later(self, delay_s: float) -> None:
+        asyncio.get_running_loop().call_later(delay_s, self._node._replan)
+
+    def hint_leader_dead(self, node_id: str) -> None:
+        self._node.host.hint_leader_dead(node_id)
+
+    def forget_link(self, node_id: str) -> None:
+        self._node.transport.forget(node_id)
+
+    def check_protocol(self, member: Member) -> None:
+        self._node._check_protocol(member)
+
+    def peer_returned(self, node_id: str) -> None:
+        self._node.host.peer_returned(node_id)
+
+    def set_full_peers(self, nodes: list[str]) -> None:
+        self._node.host.set_full_peers(nodes)
+
+    def replan(self) -> None:
+        self._node._replan()
 
 
 class _HostOwner:

@@ -383,7 +383,7 @@ class ReplicaSimNode:
         self._driver = memory_driver(
             self._id,
             self._config,
-            owner=self._membership,
+            owner=self._host_owner(),
             shell=self,
             clock=self._clock,
             rng=self._rng,
@@ -393,6 +393,11 @@ class ReplicaSimNode:
         self._sleep_until_ms = self._now_ms  # the tick loop's first pass
         self._woken = False
         return self._driver
+
+    def _host_owner(self) -> HostOwner:
+        """What the driver asks the node around it: here the membership oracle's
+        word (:mod:`laminar.testing.node_sim` answers as a whole node does)."""
+        return self._membership
 
     def _clock(self) -> int:
         return self._now_ms
@@ -723,10 +728,19 @@ class ProducerClient:
         self._guess: str = rng.choice(nodes)
         self._next_action_ms = 0
         self.last_ack_ms = 0
+        self._moved: dict[str, str] = {}
+        """Node id -> its address, for a node that moved (what a client's metadata
+        refresh tells it); the others' address is their id."""
 
     @property
     def address(self) -> str:
         return self._name
+
+    def moved(self, node_id: str, address: str) -> None:
+        """``node_id`` serves at ``address`` now (leader hints name node ids)."""
+        old = self._moved.get(node_id, node_id)
+        self._nodes = [address if node == old else node for node in self._nodes]
+        self._moved[node_id] = address
 
     @property
     def idle(self) -> bool:
@@ -786,8 +800,9 @@ class ProducerClient:
             self._next_action_ms = now_ms + self._think_ms
             return Step((), self._next_action_ms)
         if status is ProduceStatus.NOT_LEADER:
-            if reply.leader_hint is not None and reply.leader_hint != source:
-                self._guess = reply.leader_hint
+            hint = reply.leader_hint
+            if hint is not None and self._moved.get(hint, hint) != source:
+                self._guess = self._moved.get(hint, hint)
                 return self._send(now_ms)
             self._guess = self._rng.choice(self._nodes)
         elif status is not ProduceStatus.UNAVAILABLE:

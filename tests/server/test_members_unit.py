@@ -13,6 +13,7 @@ from laminar.server.members import (
     MemberTracker,
     full_peers,
     protocol_problem,
+    react_to_event,
 )
 from laminar.server.metadata import METADATA_KEY, MetadataState, TopicSpec, TopicState
 from laminar.server.placement_keeper import PlacementKeeper, retention_of
@@ -96,6 +97,65 @@ def test_a_reaped_member_is_reported_once_and_its_death_forgotten() -> None:
     assert peers.dead_since_ms == {}
     assert "n2" in peers.gone  # placement's grace for it is not over
     assert peers.note_view([member("n1")]) == []
+
+
+class _Recorder:
+    """MemberActions that record each call, and whether the tracker had the
+    member alive when ``peer_returned`` came."""
+
+    def __init__(self, members: MemberTracker) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self._members = members
+
+    def replan_later(self, delay_s: float) -> None:
+        self.calls.append(("replan_later", delay_s))
+
+    def hint_leader_dead(self, node_id: str) -> None:
+        self.calls.append(("hint_leader_dead", node_id))
+
+    def forget_link(self, node_id: str) -> None:
+        self.calls.append(("forget_link", node_id))
+
+    def check_protocol(self, member: Member) -> None:
+        self.calls.append(("check_protocol", member.node_id))
+
+    def peer_returned(self, node_id: str) -> None:
+        self.calls.append(("peer_returned", node_id in self._members.alive_peers))
+
+    def set_full_peers(self, nodes: list[str]) -> None:
+        self.calls.append(("set_full_peers", nodes))
+
+    def replan(self) -> None:
+        self.calls.append(("replan", None))
+
+
+def test_react_to_event_carries_the_note_out_in_the_node_order() -> None:
+    members = tracker()
+    full = member("c", metadata=((DISK_META, DISK_FULL),))
+    view = [member("n1"), member("b", MemberState.DEAD), full]
+    actions = _Recorder(members)
+    react_to_event(members, event(EventKind.DEAD, member("b")), 1_000, lambda: view, actions)
+    assert actions.calls == [
+        ("replan_later", GRACE_MS / 1000 + 0.05),
+        ("replan_later", MAINTENANCE_GRACE_MS / 1000 + 0.05),
+        ("hint_leader_dead", "b"),
+        ("set_full_peers", ["c"]),
+        ("replan", None),
+    ]
+    view = [member("n1"), member("b"), full]
+    actions = _Recorder(members)
+    react_to_event(members, event(EventKind.ALIVE, member("b")), 2_000, lambda: view, actions)
+    assert actions.calls == [
+        ("check_protocol", "b"),
+        ("peer_returned", True),  # after the tracker took the view with it alive
+        ("set_full_peers", ["c"]),
+        ("replan", None),
+    ]
+    view = [member("n1"), full]  # gossip reaped b; c left
+    actions = _Recorder(members)
+    react_to_event(members, event(EventKind.LEFT, full), 3_000, lambda: view, actions)
+    assert ("forget_link", "c") in actions.calls and ("forget_link", "b") in actions.calls
+    assert actions.calls.index(("forget_link", "c")) < actions.calls.index(("forget_link", "b"))
 
 
 def test_start_dates_the_members_dead_before_the_node_and_lists_the_others() -> None:
