@@ -1163,10 +1163,20 @@ def profiled_nodes(directory: Path | None) -> Iterator[None]:
         return
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    saved = {key: os.environ.get(key) for key in ("PYTHONPATH", "LAMINAR_BENCH_PROFILE_DIR")}
-    paths = [str(directory), os.getcwd(), saved["PYTHONPATH"] or ""]
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    os.environ["LAMINAR_BENCH_PROFILE_DIR"] = str(directory)
+    paths = [str(directory), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+    with environment(
+        PYTHONPATH=os.pathsep.join(p for p in paths if p),
+        LAMINAR_BENCH_PROFILE_DIR=str(directory),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def environment(**values: str | None) -> Iterator[None]:
+    """This process's environment (inherited by the nodes it starts) with ``values``
+    set (None: left as it is), each variable restored afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update({key: value for key, value in values.items() if value is not None})
     try:
         yield
     finally:

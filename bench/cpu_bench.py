@@ -76,6 +76,7 @@ from bench.cluster_bench import (
     Bench,
     _cpu_ticks,
     _machine_busy_ticks,
+    environment,
     make_batches,
     pipelined_s,
     produce_request,
@@ -180,21 +181,13 @@ def node_environment(nodes_from: Path | None, profile: Path | None) -> Iterator[
         paths.append(str(profile))
     if nodes_from is not None:
         paths.append(str(nodes_from))
-    saved = {key: os.environ.get(key) for key in ("PYTHONPATH", "LAMINAR_BENCH_PROFILE_DIR")}
-    if paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-    if profile is not None:
-        os.environ["LAMINAR_BENCH_PROFILE_DIR"] = str(profile)
-    try:
+    with environment(
+        PYTHONPATH=os.pathsep.join(paths) if paths else None,
+        LAMINAR_BENCH_PROFILE_DIR=str(profile) if profile is not None else None,
+    ):
         # python -m puts the working directory first on sys.path: the other
         # checkout's, or a profiled node would import this checkout's laminar.
         yield nodes_from if nodes_from is not None else None
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def create_topic(bench: Bench) -> None:
