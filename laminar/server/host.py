@@ -38,9 +38,9 @@ missed (its node keeps talking, so followers would wait many election timeouts).
 A full disk (issue 28; the rules in :mod:`laminar.server.disk`). The host checks
 its data directory's free space every ``disk_check_ms``; below the watermark (or
 after a write failed with ``ENOSPC``) the node is *full*: its cores may not lead
-(:meth:`_HostLiveness.may_lead`), it hands its leaderships to in-sync peers with
-space (after ``disk_handover_delay_ms``, so that gossip has told them first and
-they do not hand them straight back), it opens no new replica, and its logs
+(:meth:`~laminar.server.driver.DriverLiveness.may_lead`), it hands its leaderships
+to in-sync peers with space (after ``disk_handover_delay_ms``, so that gossip has
+told them first and they do not hand them straight back), it opens no new replica, and its logs
 reserve no blocks that would take free space below the watermark. A replica whose
 write fails for want of space is fenced until space returns, not on a timer. A
 write to a partition without a majority of replicas on nodes with space is refused

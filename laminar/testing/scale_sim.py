@@ -428,7 +428,7 @@ class ScaleSimNode:
         return self._run(now_ms)
 
     def found(self, groups: list[tuple[int, GroupConfig]], now_ms: int) -> Step:
-        """A new topic's founding replicas on this node (``Node._apply_change``):
+        """A new topic's founding replicas on this node (``CatalogueApplier.apply_change``):
         placement learns of them at once, their creation is chained after any
         creation still running (``_chain_replica_change``)."""
 
@@ -441,7 +441,7 @@ class ScaleSimNode:
         return self.command(learn, now_ms)
 
     def member_event(self, peer: str, alive: bool, now_ms: int) -> Step:
-        """Membership declared ``peer`` dead or alive again (``Node._on_member_event``)."""
+        """Membership declared ``peer`` dead or alive again (``members.react_to_event``)."""
         return self.command(partial(self._on_member_event, peer, alive), now_ms)
 
     # ---------------------------------------------------------------- the loop
