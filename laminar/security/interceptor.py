@@ -132,6 +132,8 @@ RPC_RULES: dict[str, RpcRule] = {
     "Metadata": RpcRule(lambda r: [_one("describe", "topic", t) for t in r.topics], True),
     "CreateTopic": RpcRule(_create_topic, admin=True),
     "DeleteTopic": RpcRule(lambda r: [_one("delete", "topic", r.name)], admin=True),
+    "AlterTopic": RpcRule(lambda r: [_one("alter", "topic", r.name)], admin=True),
+    "CreatePartitions": RpcRule(lambda r: [_one("alter", "topic", r.name)], admin=True),
     "ListTopics": RpcRule(_none, filtered=True),
     "DescribeCluster": RpcRule(_cluster("describe")),
     "NodeStatus": RpcRule(_cluster("describe")),

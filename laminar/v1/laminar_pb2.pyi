@@ -245,28 +245,54 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., leader: _Optional[str] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[str]] = ..., learners: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("partitions", "replication_factor", "retention_bytes", "retention_ms")
+    __slots__ = ("partitions", "replication_factor", "retention_bytes", "retention_ms", "cleanup_policy", "delete_retention_ms", "min_compaction_lag_ms", "max_compaction_lag_ms", "min_cleanable_dirty_ratio")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    DELETE_RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_COMPACTION_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COMPACTION_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_CLEANABLE_DIRTY_RATIO_FIELD_NUMBER: _ClassVar[int]
     partitions: int
     replication_factor: int
     retention_bytes: int
     retention_ms: int
-    def __init__(self, partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ...) -> None: ...
+    cleanup_policy: str
+    delete_retention_ms: int
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int
+    min_cleanable_dirty_ratio: float
+    def __init__(self, partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., retention_ms: _Optional[int] = ..., cleanup_policy: _Optional[str] = ..., delete_retention_ms: _Optional[int] = ..., min_compaction_lag_ms: _Optional[int] = ..., max_compaction_lag_ms: _Optional[int] = ..., min_cleanable_dirty_ratio: _Optional[float] = ...) -> None: ...
+
+class SettingSource(_message.Message):
+    __slots__ = ("name", "source")
+    class Source(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        TOPIC: _ClassVar[SettingSource.Source]
+        CLUSTER_DEFAULT: _ClassVar[SettingSource.Source]
+    TOPIC: SettingSource.Source
+    CLUSTER_DEFAULT: SettingSource.Source
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    source: SettingSource.Source
+    def __init__(self, name: _Optional[str] = ..., source: _Optional[_Union[SettingSource.Source, str]] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "config", "partitions", "defaults")
+    __slots__ = ("name", "config", "partitions", "defaults", "sources")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     DEFAULTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
     name: str
     config: TopicConfig
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
     defaults: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[TopicConfig, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., defaults: _Optional[_Iterable[str]] = ...) -> None: ...
+    sources: _containers.RepeatedCompositeFieldContainer[SettingSource]
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[TopicConfig, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., defaults: _Optional[_Iterable[str]] = ..., sources: _Optional[_Iterable[_Union[SettingSource, _Mapping]]] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
     __slots__ = ("topics",)
@@ -313,6 +339,44 @@ class DeleteTopicRequest(_message.Message):
 class DeleteTopicResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class AlterTopicRequest(_message.Message):
+    __slots__ = ("name", "set", "reset", "validate_only")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    set: TopicConfig
+    reset: _containers.RepeatedScalarFieldContainer[str]
+    validate_only: bool
+    def __init__(self, name: _Optional[str] = ..., set: _Optional[_Union[TopicConfig, _Mapping]] = ..., reset: _Optional[_Iterable[str]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class AlterTopicResponse(_message.Message):
+    __slots__ = ("topic", "previous")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicInfo
+    previous: TopicInfo
+    def __init__(self, topic: _Optional[_Union[TopicInfo, _Mapping]] = ..., previous: _Optional[_Union[TopicInfo, _Mapping]] = ...) -> None: ...
+
+class CreatePartitionsRequest(_message.Message):
+    __slots__ = ("name", "to", "validate_only")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    to: int
+    validate_only: bool
+    def __init__(self, name: _Optional[str] = ..., to: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class CreatePartitionsResponse(_message.Message):
+    __slots__ = ("topic", "previous")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicInfo
+    previous: int
+    def __init__(self, topic: _Optional[_Union[TopicInfo, _Mapping]] = ..., previous: _Optional[int] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()

@@ -76,6 +76,16 @@ class LaminarStub:
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
+        self.AlterTopic = channel.unary_unary(
+                '/laminar.v1.Laminar/AlterTopic',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.AlterTopicRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.AlterTopicResponse.FromString,
+                _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/laminar.v1.Laminar/CreatePartitions',
+                request_serializer=laminar_dot_v1_dot_laminar__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=laminar_dot_v1_dot_laminar__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
         self.ListTopics = channel.unary_unary(
                 '/laminar.v1.Laminar/ListTopics',
                 request_serializer=laminar_dot_v1_dot_laminar__pb2.ListTopicsRequest.SerializeToString,
@@ -227,6 +237,25 @@ class LaminarServicer:
 
     def DeleteTopic(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterTopic(self, request, context):
+        """Change a topic's settings (`laminar topic alter`): a command in the cluster
+        metadata, applied on every node without a restart; the metadata leader answers
+        (others answer NOT_LEADER with its address). A replication-factor change moves
+        replicas one at a time. The whole request is applied or refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreatePartitions(self, request, context):
+        """Raise a topic's partition count (`laminar topic add-partitions`); the new
+        partitions are placed and founded as a new topic's. Keys map by modulo, so
+        keyed records move partitions, as in Kafka.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -419,6 +448,16 @@ def add_LaminarServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=laminar_dot_v1_dot_laminar__pb2.DeleteTopicRequest.FromString,
                     response_serializer=laminar_dot_v1_dot_laminar__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'AlterTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTopic,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.AlterTopicRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.AlterTopicResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=laminar_dot_v1_dot_laminar__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=laminar_dot_v1_dot_laminar__pb2.CreatePartitionsResponse.SerializeToString,
             ),
             'ListTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopics,
@@ -729,6 +768,60 @@ class Laminar:
             '/laminar.v1.Laminar/DeleteTopic',
             laminar_dot_v1_dot_laminar__pb2.DeleteTopicRequest.SerializeToString,
             laminar_dot_v1_dot_laminar__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/AlterTopic',
+            laminar_dot_v1_dot_laminar__pb2.AlterTopicRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.AlterTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/laminar.v1.Laminar/CreatePartitions',
+            laminar_dot_v1_dot_laminar__pb2.CreatePartitionsRequest.SerializeToString,
+            laminar_dot_v1_dot_laminar__pb2.CreatePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
