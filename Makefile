@@ -32,8 +32,15 @@ imports: $(STAMP)
 
 check: lint typecheck imports generated-check
 
+# The tiers that run apart (.ci/run runs each): not in make test.
+APART = not slow and not chaos and not multihost and not spark_cluster and not disk_full and not dist and not guide
+
+# Every test of the default suite, in two runs: the `unit` and `sim` tiers in four
+# pytest-xdist workers (they mostly wait), then the `process` tier (node processes,
+# Spark) in one process, so that no two real clusters compete for the two cores.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not chaos and not multihost and not spark_cluster and not disk_full and not dist and not guide"
+	$(BIN)/python -m pytest -q -m "(unit or sim) and $(APART)" -n 4
+	$(BIN)/python -m pytest -q -m "process and $(APART)"
 
 # The edit loop: tests in one process and the simulators (tiers `unit` and `sim`,
 # tests/tiers.py), no node process, no Spark; in four pytest-xdist workers, since
