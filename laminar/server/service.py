@@ -16,8 +16,10 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import sys
 import time
 import uuid
+from array import array
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -44,7 +46,7 @@ from laminar.grpc_errors import abort_with, error_code_name, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
 from laminar.membership.keyring import KeyringState
-from laminar.records import check_produced_header, next_offset
+from laminar.records import check_produced_header, column_view, next_offset
 from laminar.replica.types import Acks, Role
 from laminar.security.acl import ACLS_MAX, Acl, AclFilter
 from laminar.security.acl_wire import acl_of, binding_of, filter_of
@@ -345,6 +347,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         records = [check_produced_header(batch).record_count for batch in batches]
         if not self._node.serves(key):
             raise self._not_leader(key)
+        if self._node.metadata.topics[topic].spec.cleanup_policy != "delete":
+            refuse_null_keys(topic, batches)  # only a compacted topic pays for the decode
         return key, records
 
     @_guarded
@@ -1185,6 +1189,28 @@ def replication_factor(node: NodeApi, key: TopicPartition) -> int:
         return len(node.target_of(key))
     topic = node.metadata.topics.get(key[0])
     return topic.spec.replication_factor if topic else 0
+
+
+def refuse_null_keys(topic: str, batches: Sequence[bytes]) -> None:
+    """Refuse (``INVALID_INPUT``) batches holding a record without a key: keyed
+    compaction keeps the newest record of each key, so a compacted topic takes
+    keyed records only (as Kafka does)."""
+    for index, batch in enumerate(batches):
+        lengths = column_view(batch).key_lengths
+        if lengths is None or -1 in _int32s(lengths):
+            raise InvalidInputError(
+                f"topic {topic!r} is compacted (cleanup_policy has compact): every record "
+                f"needs a key; batch {index} holds one without"
+            )
+
+
+def _int32s(column: memoryview) -> array[int]:
+    """A little-endian int32 column as integers."""
+    values = array("i")
+    values.frombytes(column)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values
 
 
 def alive_nodes(node_id: str, members: Sequence[Member]) -> set[str]:
