@@ -24,6 +24,7 @@ from laminar.server.metadata import (
     delete_topic_command,
     snapshot_commands,
 )
+from laminar.server.placement_keeper import retention_of, settings_of
 
 FOUNDERS = [("a", "b"), ("b", "c")]
 
@@ -243,3 +244,26 @@ def test_each_bad_setting_is_refused_naming_its_field(
 ) -> None:
     with pytest.raises(InvalidTopicError, match=f"^{field} "):
         dataclasses.replace(TopicSpec("t", 1, 1), **changes).validate()  # type: ignore[arg-type]
+
+
+def test_settings_of_reads_the_catalogue_live_and_compact_alone_keeps_no_retention() -> None:
+    state = MetadataState()
+    topic = _created(state)
+    assert settings_of(state, ("nope", 0)) is None
+    assert retention_of(state, ("t", 0)) == (None, None)
+    _apply(
+        state, alter_topic_command(topic, {"retention_ms": 5000, "retention_bytes": 99}, [], "a")
+    )
+    settings = settings_of(state, ("t", 1))
+    assert settings is not None and not settings.compact
+    assert (settings.retention_bytes, settings.retention_ms) == (99, 5000)
+    assert retention_of(state, ("t", 1)) == (99, 5000)
+    for policy, retention in (("compact,delete", (99, 5000)), ("compact", (None, None))):
+        _apply(
+            state, alter_topic_command(state.topics["t"], {"cleanup_policy": policy}, [], policy)
+        )
+        settings = settings_of(state, ("t", 0))
+        assert settings is not None and settings.compact and settings.cleanup_policy == policy
+        assert (settings.retention_bytes, settings.retention_ms) == retention
+        assert retention_of(state, ("t", 0)) == retention
+        assert settings.delete_retention_ms == 86_400_000 and settings.max_compaction_lag_ms == -1
