@@ -234,7 +234,7 @@ class TopicState:
     additions: tuple[tuple[int, int], ...] = ()
     """Each ``add_partitions`` applied: ``(metadata offset, first new partition)``,
     oldest first, so that a node rebuilding from a snapshot founds them at the
-    offsets a replay would have (:attr:`Change.first_partition`)."""
+    offsets a replay would have (:attr:`Change.founded_partitions`)."""
 
     @property
     def created_partitions(self) -> int:

@@ -723,16 +723,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             would_be = dataclasses.replace(topic, spec=spec)
             return pb.AlterTopicResponse(topic=self._topic_info(would_be), previous=previous)
         command_id = uuid.uuid4().hex
-        offset = await self._propose_metadata(
-            alter_topic_command(topic, changed, reset, command_id)
-        )
-        altered = node.metadata.topics.get(spec.name)
-        if (
-            altered is None
-            or altered.command_id != topic.command_id
-            or node.metadata.applied_ids.get(command_id) != offset
-        ):
-            raise UnknownTopicOrPartitionError(f"topic {spec.name!r} was deleted meanwhile")
+        command = alter_topic_command(topic, changed, reset, command_id)
+        altered, _ = await self._propose_change(topic, command, command_id)
         return pb.AlterTopicResponse(topic=self._topic_info(altered), previous=previous)
 
     @_guarded
@@ -742,7 +734,6 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         """Raise a topic's partition count; the new partitions are founded as a new
         topic's (placement's replicas, never on a full node, a node in maintenance
         last)."""
-        node = self._node
         topic = self._alterable_topic(request.name)
         spec = topic.spec
         if request.to <= spec.partitions:
@@ -765,20 +756,31 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 topic=self._topic_info(grown), previous=spec.partitions
             )
         command_id = uuid.uuid4().hex
-        offset = await self._propose_metadata(add_partitions_command(topic, founders, command_id))
-        now = node.metadata.topics.get(spec.name)
-        if (
-            now is None
-            or now.command_id != topic.command_id
-            or node.metadata.applied_ids.get(command_id) != offset
-        ):
-            raise UnknownTopicOrPartitionError(f"topic {spec.name!r} was deleted meanwhile")
+        command = add_partitions_command(topic, founders, command_id)
+        now, offset = await self._propose_change(topic, command, command_id)
         if (offset, spec.partitions) not in now.additions:
             raise InvalidTopicError(
                 f"topic {spec.name} has {now.spec.partitions} partitions now "
                 "(changed meanwhile): nothing added"
             )
         return pb.CreatePartitionsResponse(topic=self._topic_info(now), previous=spec.partitions)
+
+    async def _propose_change(
+        self, topic: TopicState, command: bytes, command_id: str
+    ) -> tuple[TopicState, int]:
+        """Propose a change of ``topic`` and wait until it is applied here: the topic
+        then, and the command's offset. A topic deleted meanwhile (perhaps created
+        again: another ``command_id``) is ``UNKNOWN_TOPIC_OR_PARTITION``."""
+        metadata = self._node.metadata
+        offset = await self._propose_metadata(command)
+        now = metadata.topics.get(topic.spec.name)
+        if (
+            now is None
+            or now.command_id != topic.command_id
+            or metadata.applied_ids.get(command_id) != offset
+        ):
+            raise UnknownTopicOrPartitionError(f"topic {topic.spec.name!r} was deleted meanwhile")
+        return now, offset
 
     def _alterable_topic(self, name: str) -> TopicState:
         """The topic an alter names, asked of the metadata leader (``NOT_LEADER``

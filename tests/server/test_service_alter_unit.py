@@ -24,6 +24,7 @@ from laminar.server.metadata import (
     MetadataState,
     TopicSpec,
     create_topic_command,
+    delete_topic_command,
 )
 from laminar.v1 import laminar_pb2 as pb
 from tests.server.test_service_unit import FakeHost, FakeNode, call, member, service_of, status
@@ -236,3 +237,31 @@ def test_create_topic_takes_the_new_settings_and_lists_the_rest_as_defaults() ->
     bad = pb.TopicConfig(min_compaction_lag_ms=-1)
     _, error = call(service_of(node), "CreateTopic", pb.CreateTopicRequest(name="d", config=bad))
     assert isinstance(error, InvalidTopicError) and "min_compaction_lag_ms" in str(error)
+
+
+@dataclass
+class RacingHost(ProposingHost):
+    """A delete and re-create of the topic commits just before each proposal."""
+
+    async def produce(
+        self, key: TopicPartition, batch: bytes, acks: Acks, timeout_s: float
+    ) -> ProduceResult:
+        offset = self.metadata.applied_offset
+        race = [
+            delete_topic_command("t", f"d{offset}"),
+            create_topic_command(TopicSpec("t", 2, 1), [("n2",), ("n2",)], f"race{offset}"),
+        ]
+        for index, command in enumerate(race):
+            self.metadata.apply(with_leader_fields(command, offset + index, 1))
+        return await super().produce(key, batch, acks, timeout_s)
+
+
+def test_a_change_that_lost_a_race_with_a_delete_and_re_create_is_unknown_topic() -> None:
+    node = leader()
+    node.fake_host = RacingHost(metadata=node.metadata)
+    _, error = alter(node, retention_ms=5000)
+    assert isinstance(error, UnknownTopicOrPartitionError)
+    assert node.metadata.topics["t"].spec.retention_ms == -1  # the new topic untouched
+    _, error = add_partitions(node, 4)
+    assert isinstance(error, UnknownTopicOrPartitionError)
+    assert node.metadata.topics["t"].spec.partitions == 2
