@@ -770,7 +770,9 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     ) -> tuple[TopicState, int]:
         """Propose a change of ``topic`` and wait until it is applied here: the topic
         then, and the command's offset. A topic deleted meanwhile (perhaps created
-        again: another ``command_id``) is ``UNKNOWN_TOPIC_OR_PARTITION``."""
+        again: another ``command_id``) is ``UNKNOWN_TOPIC_OR_PARTITION``; a change
+        that a concurrent one made invalid (it applied as nothing) is
+        ``INVALID_TOPIC``, naming the field."""
         metadata = self._node.metadata
         offset = await self._propose_metadata(command)
         now = metadata.topics.get(topic.spec.name)
@@ -780,6 +782,9 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             or metadata.applied_ids.get(command_id) != offset
         ):
             raise UnknownTopicOrPartitionError(f"topic {topic.spec.name!r} was deleted meanwhile")
+        refused = metadata.refused_ids.get(command_id)
+        if refused is not None:  # a concurrent change made it invalid: nothing changed
+            raise InvalidTopicError(f"{refused} (after a concurrent change; nothing changed)")
         return now, offset
 
     def _alterable_topic(self, name: str) -> TopicState:

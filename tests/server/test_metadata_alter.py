@@ -267,3 +267,14 @@ def test_settings_of_reads_the_catalogue_live_and_compact_alone_keeps_no_retenti
         assert (settings.retention_bytes, settings.retention_ms) == retention
         assert retention_of(state, ("t", 0)) == retention
         assert settings.delete_retention_ms == 86_400_000 and settings.max_compaction_lag_ms == -1
+
+
+def test_an_alter_that_a_concurrent_one_made_invalid_is_refused_and_remembered() -> None:
+    state = MetadataState()
+    topic = _created(state)
+    # Both valid against the topic their proposers saw; the second no longer is.
+    first = alter_topic_command(topic, {"min_compaction_lag_ms": 100}, [], "a1")
+    second = alter_topic_command(topic, {"max_compaction_lag_ms": 50}, [], "a2")
+    assert [c.kind for c in _apply(state, first, second)] == ["altered"]
+    assert state.topics["t"].spec.max_compaction_lag_ms == -1
+    assert "max_compaction_lag_ms" in state.refused_ids["a2"] and "a1" not in state.refused_ids

@@ -23,6 +23,7 @@ from laminar.server.metadata import (
     SETTING_FIELDS,
     MetadataState,
     TopicSpec,
+    alter_topic_command,
     create_topic_command,
     delete_topic_command,
 )
@@ -265,3 +266,26 @@ def test_a_change_that_lost_a_race_with_a_delete_and_re_create_is_unknown_topic(
     _, error = add_partitions(node, 4)
     assert isinstance(error, UnknownTopicOrPartitionError)
     assert node.metadata.topics["t"].spec.partitions == 2
+
+
+@dataclass
+class ConcurrentAlterHost(ProposingHost):
+    """Another alter (a min lag of 100 ms) commits just before each proposal."""
+
+    async def produce(
+        self, key: TopicPartition, batch: bytes, acks: Acks, timeout_s: float
+    ) -> ProduceResult:
+        offset = self.metadata.applied_offset
+        other = alter_topic_command(
+            self.metadata.topics["t"], {"min_compaction_lag_ms": 100}, [], f"other{offset}"
+        )
+        self.metadata.apply(with_leader_fields(other, offset, 1))
+        return await super().produce(key, batch, acks, timeout_s)
+
+
+def test_an_alter_that_a_concurrent_one_made_invalid_is_refused_naming_the_field() -> None:
+    node = leader()
+    node.fake_host = ConcurrentAlterHost(metadata=node.metadata)
+    _, error = alter(node, max_compaction_lag_ms=50)
+    assert isinstance(error, InvalidTopicError) and "max_compaction_lag_ms" in str(error)
+    assert node.metadata.topics["t"].spec.max_compaction_lag_ms == -1
