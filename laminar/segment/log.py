@@ -1095,13 +1095,13 @@ class SegmentLog:
                 self._delete_segment_files(self._segments.pop())
             segment = self._segments[-1]
             descriptor = self._files.hold(segment.file)  # active again, if it was sealed
-            position, header = self._locate_locked(segment, descriptor, offset)
-            if header is not None and header.base_offset <= offset:
-                new_end = header.base_offset  # cut before the batch holding ``offset``
-            elif position:  # ``offset`` is in a gap: the end of the batch before it
+            # Cut before the batch holding ``offset`` (or the first after it, in a
+            # gap): the end is then that of the batch before the cut, which is what
+            # recovery finds there (a gap after the last batch would not survive).
+            position, _ = self._locate_locked(segment, descriptor, offset)
+            new_end = segment.base_offset  # (nothing of the segment kept)
+            if position:
                 new_end = self._header_before_locked(segment, descriptor, position).next_offset
-            else:  # nothing of the segment is kept
-                new_end = segment.base_offset
             self._cut_segment(segment, descriptor, position, new_end)
             self._truncations += 1
             _LOG.info("log truncated requested_offset=%d end_offset=%d", offset, new_end)

@@ -206,6 +206,11 @@ def test_truncation_in_a_gap_keeps_the_batches_before_it(open_log: Opener) -> No
     assert read_all(log) == [stamped(0, 1).data, stamped(5, 1).data]
     assert log.truncate_suffix(3) == 1
     assert log.append_stamped(stamped(1, 2).data) == 1
+    # A cut at a batch after a gap: the end is the batch before the gap's end (what
+    # a reopened log finds), and the leader's next batch comes with that as `after`.
+    log.append_stamped(stamped(4, 2, count=3).data, after=2)
+    assert log.truncate_suffix(5) == 2
+    assert log.append_stamped(stamped(6, 3).data, after=2) == 6
 
 
 @pytest.mark.parametrize(("start", "start_term"), [(0, -1), (40, 1)])
