@@ -412,6 +412,9 @@ class SegmentLog:
         segment.next_offset = next_base_offset
         index = SparseIndex.read(segment.path(INDEX_SUFFIX), segment.path(TIME_INDEX_SUFFIX))
         if index is not None and index.entries_are_sane(segment.size):
+            if not index.positions:  # a segment keyed compaction emptied
+                segment.index = index
+                return
             last_relative, last_position = index.floor(2**32)
             try:
                 expected = segment.base_offset + last_relative

@@ -184,6 +184,24 @@ def test_a_gapped_disk_log_reopens_unchanged(
     assert not [r for r in caplog.records if "truncating" in r.getMessage()]
 
 
+def test_an_emptied_segment_reopens_without_an_index_rebuild(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    batches = [stamped(i, 1 + i // 6) for i in range(12)]
+    directory = str(tmp_path / "log")
+    with SegmentLog.open(directory, CONFIG) as log:
+        fill(log, batches, roll_before=frozenset({3, 6, 9}))
+        log.replace_segment(3, [])  # every record of [3, 6) superseded
+        log.replace_segment(6, [])  # [6, 9): its term's first batch too, here
+    caplog.set_level(logging.INFO, logger="laminar.segment")
+    with SegmentLog.open(directory, CONFIG) as log:
+        held = batches[:3] + batches[9:]
+        assert read_all(log) == [b.data for b in held]
+        assert [log.term_at(o) for o in range(12)] == [term_expected(held, o) for o in range(12)]
+        assert log.offset_for_timestamp(35) == 9  # the batches stamped 30-80 are gone
+    assert not [r for r in caplog.records if "rebuilding index" in r.getMessage()]
+
+
 def test_recovery_still_cuts_an_overlapping_or_older_term_batch(tmp_path: Path) -> None:
     directory = str(tmp_path / "log")
     with SegmentLog.open(directory, CONFIG) as log:
