@@ -18,9 +18,16 @@ of all writes before it, the others wait). Sealing a segment always fsyncs it an
 its indexes, whatever the policy, so after any crash only the active segment can
 hold a torn tail. Creating or deleting a segment file fsyncs the directory.
 
-Recovery on open: stray files are removed; every batch of the active segment is
-validated (header and payload checksums) and the file is cut after the longest
-valid prefix of whole batches; its indexes are rebuilt from that scan. Sealed
+Offsets increase but need not be dense: keyed compaction leaves gaps between
+batches (never inside one), and a sealed segment's batches may start after its
+base and end before the next segment's (:mod:`laminar.segment.storage`). A read in
+a gap returns the batch after it, crossing into later segments when needed.
+
+Recovery on open: stray files are removed (a ``<base>.log.tmp`` is a segment
+replacement a crash cut short: :meth:`SegmentLog.replace_segment`); every batch of
+the active segment is validated (header and payload checksums, each starting at or
+after the previous one's end, terms not going back) and the file is cut after the
+longest valid prefix of whole batches; its indexes are rebuilt from that scan. Sealed
 segments keep their index files when these pass structural checks and otherwise
 get them rebuilt from the batch headers. Sealed segments are validated lazily:
 the first read of a range verifies the checksums of the batches it returns, and a
@@ -1360,7 +1367,8 @@ class SegmentLog:
     def _read_header(
         self, segment: _Segment, descriptor: int, position: int, expected: int
     ) -> BatchHeader:
-        """The header at ``position``; ``expected`` is the base offset it should have."""
+        """The header at ``position``; ``expected``: the end of the batch before it
+        (its base offset is at least that: gaps between batches are allowed)."""
         data = os.pread(descriptor, HEADER_BYTES, position)
         return self._parse_header(segment, data, 0, position, expected)
 
@@ -1368,10 +1376,10 @@ class SegmentLog:
         self, segment: _Segment, data: bytes, at: int, position: int, expected: int
     ) -> BatchHeader:
         """The header at ``data[at:]``, which lies at ``position`` in ``segment``'s file;
-        ``expected`` is the base offset it should have.
+        ``expected`` is the end of the batch before it (or the segment's base).
 
         A damaged header cannot be trusted for its own offset, so the error names
-        the offset the batch must start at (the end of the batch before it).
+        the offset the batch must start at or after (the end of the batch before it).
         """
         try:
             return parse_header(data, at, limits=self._config.limits)
