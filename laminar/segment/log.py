@@ -961,12 +961,7 @@ class SegmentLog:
                 offset = base
                 for batch in batches:
                     header = self._check_batch(batch)
-                    check_replacement(header.base_offset, header.next_offset, offset, end, base)
-                    if not term_min <= header.term <= term_max:
-                        raise InvalidInputError(
-                            f"batch at offset {header.base_offset} has term {header.term}, "
-                            f"outside [{term_min}, {term_max}] of its place in the log"
-                        )
+                    check_replacement(header, base, end, offset, term_min, term_max)
                     term_min = header.term
                     offset = header.next_offset
                     new.note_batch(position, header, interval)
