@@ -922,7 +922,7 @@ class SegmentLog:
                 raise InvalidInputError(f"segment {base} is the active segment")
             end = self._segments[number + 1].base_offset
             term_min = self._segments[number - 1].last_term if number else -1
-            term_max = self.last_term
+            term_max = self._first_term_from_locked(number + 1)
         temporary = replacement_path(self._directory, base)
         new = self._write_replacement(temporary, base, end, term_min, term_max, batches)
         with self._lock:
@@ -937,6 +937,15 @@ class SegmentLog:
                     os.unlink(temporary)
                 raise
             self._swap_locked(segment, new, temporary)
+
+    def _first_term_from_locked(self, number: int) -> int:
+        """The term of the first batch in segment ``number`` or a later one (the
+        log's last term when none holds a batch)."""
+        for segment in self._segments[number:]:
+            if segment.size:
+                with self._pinned(segment) as descriptor:
+                    return self._read_header(segment, descriptor, 0, segment.base_offset).term
+        return self.last_term
 
     def _write_replacement(
         self,

@@ -335,6 +335,7 @@ def test_replace_segment_refuses_bad_input_whole(open_log: Opener, tmp_path: Pat
         "not increasing": (4, [batches[6].data, batches[5].data]),
         "corrupt": (0, [bytes(corrupt)]),
         "term below the log before it": (4, [stamped(5, 1).data]),
+        "term above the log after it": (0, [stamped(1, 4).data]),
         "term going back": (0, [batches[1].data, stamped(2, 1).data]),
         "not a batch": (0, [b"garbage"]),
     }
