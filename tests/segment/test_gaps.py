@@ -369,3 +369,41 @@ def test_scrub_finds_no_damage_in_a_gapped_log(tmp_path: Path) -> None:
         log.replace_segment(0, [batches[1].data, batches[5].data])
         assert scrub_pass(log, 100)[1] == []
         assert log.check_batch_at(3) is None  # in a gap: the batch after it is fine
+
+
+def test_a_read_racing_a_swap_returns_the_old_or_the_new_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read has looked its segment up and pinned its file, and the segment is
+    replaced before it reads (made certain by running the swap at that point): it
+    returns the old file's batches or the new file's, whole, never a mix of the old
+    file's bytes and the new file's positions."""
+    import threading
+
+    batches, offset = [], 0
+    for number in range(30):  # batches of different sizes: positions differ per file
+        batches.append(stamped(offset, 1, count=1 + number % 3))
+        offset = batches[-1].next
+    log = SegmentLog.open(str(tmp_path / "log"), CONFIG)
+    fill(log, batches, roll_before=frozenset({batches[20].base}))
+    kept = [batch for number, batch in enumerate(batches[:20]) if number % 3 == 1]
+    read_from = SegmentLog._read_from
+    swaps: list[threading.Thread] = []
+
+    def swap_first(self: SegmentLog, *args: object) -> tuple[bytes, int]:
+        if not swaps:  # (outside the log's lock: another thread may take it)
+            swaps.append(
+                threading.Thread(target=log.replace_segment, args=(0, [b.data for b in kept]))
+            )
+            swaps[0].start()
+            swaps[0].join()
+        return read_from(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SegmentLog, "_read_from", swap_first)
+    reading = batches[4]
+    got = split_batches(log.read(reading.base, 1 << 20))
+    assert swaps and read_all(log, max_bytes=1 << 20) == [b.data for b in kept + batches[20:]]
+    old = [b.data for b in batches[4:20]]
+    new = [b.data for b in kept if b.next > reading.base]
+    assert got in (old, new)
+    log.close()
