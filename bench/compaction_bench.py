@@ -1,37 +1,42 @@
 """Benchmark of the keyed-compaction engine (issue 34, point 4).
 
 Run: ``.venv/bin/python -m bench.compaction_bench [--mib N] [--keys K] [--repeat R]
-[--memory-mib M] [--batch-records B] [--dir PATH]``
+[--memory-mib M] [--batch-records B] [--seed S] [--dir PATH]``
 
 One process writes ``--mib`` MiB (1,024) of keyed records of 1 KiB values, keys drawn
 at random (seeded) from ``--keys`` distinct ones (10,000), ``--batch-records`` (64)
-to a batch, into a ``SegmentLog`` of 64 MiB segments. Then, in each of ``--repeat``
-rounds (3), in turns so that all three see the same machine:
+to a batch, into a ``SegmentLog`` of 64 MiB segments, all sealed. Then, in each of
+``--repeat`` rounds (3), in turns so that every side sees the same machine:
 
 * ``raw_read_mb_s``: the segment files read in 1 MiB chunks with plain ``read``
-  calls (bench/segment_bench.py's raw side);
-* ``log_read_mb_s``: the whole log scanned with ``SegmentLog.read`` in 1 MiB chunks
+  calls (segment_bench's ``raw_read_mb_s``);
+* ``log_read_mb_s``: the log scanned with ``SegmentLog.read`` in 1 MiB chunks
   (segment_bench's ``read_mb_s``);
-* ``engine_mb_s``: MiB of input per second through the whole engine, as a replica
-  would run it over the log: :func:`build_superseded` over ``[start, end)`` with a
-  key map of ``--memory-mib`` MiB (64, the node default), then :func:`compact`
-  over the log's batches by a command with ``end`` the log's end, every compacted
-  batch written to a new file (fsync off, as the append figures of segment_bench).
-  Helper ``gaps``' ``replace_segment`` was not on its branch yet, so the output goes
-  to one new file rather than over the segments.
+* ``segment_read_mb_s``: every sealed segment scanned with ``read_segment`` (each
+  batch checked and copied): what each pass of the engine reads;
+* ``engine_mb_s``: MiB of input per second of a whole compaction of a copy of the
+  log, as a replica runs it: ``build_superseded`` over every sealed segment
+  (``read_segment``, a key map of ``--memory-mib`` MiB, 64 as the node default),
+  then per segment ``replace_segment(base, compact(read_segment(base), ...))`` (the
+  crash-safe swap, with its fsyncs), by one command whose ``end`` is the last
+  segment's end. ``superseded_mb_s`` and ``rewrite_mb_s`` are its two parts;
+* ``engine_in_memory_mb_s``: the engine alone over the same batches held in
+  memory (build_superseded + compact, output dropped): its compute, no I/O.
 
-Figures (medians over the rounds; each ratio is taken within one round):
+Figures are medians over the rounds; each ratio is taken within one round:
+``engine_vs_raw_read`` (target >= 0.3, the issue's), ``engine_vs_log_read``,
+``engine_vs_segment_read`` and ``engine_in_memory_vs_raw_read``. Then
+``bytes_before``, ``bytes_after`` and ``bytes_after_vs_before`` (the log's bytes
+before and after), ``records_after`` (must equal ``keys``, the distinct keys
+written: one record per key is left) and ``passes``.
 
-* ``engine_vs_raw_read``: ``engine_mb_s`` / ``raw_read_mb_s``, target >= 0.3 (the
-  issue's); ``engine_vs_log_read``: the same against the log's read.
-* ``bytes_before``, ``bytes_after``, ``bytes_after_vs_before``: the log's bytes and
-  the compacted output's; ``records_after`` must equal the distinct keys.
-* ``passes``: passes over the range ``build_superseded`` took.
+The engine reads the range twice (once for the superseded offsets, once to
+rewrite it), so it cannot pass half of the read speed of its own reads.
 
 ``produce_p99_during_compaction_vs_idle`` (point 4's last figure) is a TODO phase:
 it needs the compaction wired into the replica driver (helper ``replication``), so
-that a node compacts while a producer writes to it. The bench prints it as a TODO
-line and leaves it out of the figures.
+that a node compacts while a producer writes to it. The bench prints a ``phase
+TODO`` line for it and leaves it out of the figures.
 
 Prints a table, the notes, the targets missed, then one JSON object as the last
 line.
@@ -47,11 +52,12 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.report import load_average, machine_note, missed_targets, print_report, run_main
 from bench.segment_bench import READ_CHUNK_BYTES
-from laminar.records import encode_batch, libzstd_version, next_offset, parse_header, peek_length
+from laminar.records import encode_batch, libzstd_version, next_offset, parse_header
 from laminar.segment import FsyncPolicy, LogConfig, SegmentLog, layout
 from laminar.segment.compaction import CompactCommand, build_superseded, compact
 from laminar.tuning import tune_allocator
@@ -67,15 +73,16 @@ TODO_PHASES = {
 }
 
 
-def fill_log(path: Path, mib: int, keys: int, batch_records: int, seed: int) -> SegmentLog:
-    """A log of ``mib`` MiB of 1 KiB records, keys drawn from ``keys`` distinct ones."""
+def fill_log(
+    path: Path, mib: int, keys: int, batch_records: int, seed: int
+) -> tuple[SegmentLog, int]:
+    """A log of ``mib`` MiB of 1 KiB records, keys drawn from ``keys`` distinct ones,
+    and how many distinct keys it holds."""
     rng = random.Random(seed)
     base = rng.randbytes(VALUE_BYTES * (batch_records + 64))
     names = [b"key-%08d" % index for index in range(keys)]
-    config = LogConfig(
-        segment_bytes_max=SEGMENT_BYTES, fsync_policy=FsyncPolicy.NEVER, retention_ms=None
-    )
-    log = SegmentLog.open(str(path), config)
+    log = open_log(path)
+    drawn: set[bytes] = set()
     while log.size_bytes < mib * MIB:
         shift = rng.randrange(64)
         values = [
@@ -83,22 +90,10 @@ def fill_log(path: Path, mib: int, keys: int, batch_records: int, seed: int) -> 
             for i in range(batch_records)
         ]
         batch_keys = [names[rng.randrange(keys)] for _ in range(batch_records)]
+        drawn.update(batch_keys)
         log.append(encode_batch(values, keys=batch_keys, timestamps_ms=1_700_000_000_000), term=1)
-    return log
-
-
-def log_batches(log: SegmentLog) -> Iterator[memoryview]:
-    """Every batch of ``log`` in order, read in 1 MiB chunks, as views of the chunks."""
-    offset, end = log.start_offset, log.end_offset
-    while offset < end:
-        chunk = log.read(offset, READ_CHUNK_BYTES)
-        view = memoryview(chunk)
-        position = 0
-        while position < len(chunk):  # whole batches: SegmentLog.read checked them
-            length = peek_length(chunk, position)
-            yield view[position : position + length]
-            position += length
-        offset = next_offset(chunk)
+    log.roll()  # every batch in a sealed segment: compaction never touches the active one
+    return log, len(drawn)
 
 
 def segment_files(path: Path) -> list[Path]:
@@ -127,22 +122,99 @@ def log_read_s(log: SegmentLog) -> float:
     return time.perf_counter() - started
 
 
-def engine_run(log: SegmentLog, output: Path, memory_bytes_max: int) -> tuple[float, int, int, int]:
-    """Seconds, passes, bytes written and records written by one compaction of the
-    whole log."""
-    start, end = log.start_offset, log.end_offset
+def open_log(path: Path) -> SegmentLog:
+    return SegmentLog.open(
+        str(path),
+        LogConfig(
+            segment_bytes_max=SEGMENT_BYTES, fsync_policy=FsyncPolicy.NEVER, retention_ms=None
+        ),
+    )
+
+
+def segment_read_s(log: SegmentLog) -> float:
+    """One scan of every sealed segment with ``read_segment``: what each engine pass reads."""
+    started = time.perf_counter()
+    for base, _ in log.sealed_segments():
+        for _ in log.read_segment(base):
+            pass
+    return time.perf_counter() - started
+
+
+@dataclass
+class EngineRun:
+    """One compaction of a copy of the log: seconds of each part, and what is left."""
+
+    superseded_s: float  # build_superseded: one read of every sealed segment per pass
+    rewrite_s: float  # compact + replace_segment: one more read, the writes, fsyncs
+    passes: int
+    bytes_after: int
+    records_after: int
+
+    @property
+    def seconds(self) -> float:
+        return self.superseded_s + self.rewrite_s
+
+
+def engine_run(source: Path, work: Path, memory_bytes_max: int) -> EngineRun:
+    """Compact a copy of the log at ``source`` (in ``work``) as a replica would:
+    every sealed segment, by one command whose ``end`` is the end of the last one.
+    Only the compaction is timed."""
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(source, work)
+    os.sync()  # the copy's writeback is not the engine's
+    log = open_log(work)
+    try:
+        sealed = log.sealed_segments()
+        start, end = sealed[0][0], sealed[-1][1]
+        cmd = CompactCommand(end=end, tombstones_end=0, zstd=libzstd_version())
+
+        def read_range() -> Iterator[bytes]:
+            for base, _ in sealed:
+                yield from log.read_segment(base)
+
+        started = time.perf_counter()
+        with build_superseded(read_range, start, end, memory_bytes_max) as superseded:
+            built = time.perf_counter()
+            for base, _ in sealed:
+                log.replace_segment(base, compact(log.read_segment(base), cmd, superseded))
+            passes = superseded.passes
+        done = time.perf_counter()
+        records = sum(
+            parse_header(batch).record_count
+            for base, _ in log.sealed_segments()
+            for batch in log.read_segment(base)
+        )
+        return EngineRun(built - started, done - built, passes, log.size_bytes, records)
+    finally:
+        log.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def in_memory_s(batches: list[bytes], memory_bytes_max: int) -> float:
+    """The engine alone over batches already in memory (its compute; no I/O)."""
+    start = parse_header(batches[0]).base_offset
+    end = parse_header(batches[-1]).next_offset
     cmd = CompactCommand(end=end, tombstones_end=0, zstd=libzstd_version())
     started = time.perf_counter()
-    with (
-        build_superseded(lambda: log_batches(log), start, end, memory_bytes_max) as superseded,
-        open(output, "wb") as file,
-    ):
-        written = records = 0
-        for batch in compact(log_batches(log), cmd, superseded):  # type: ignore[arg-type]
-            written += file.write(batch)
-            records += parse_header(batch).record_count
-        passes = superseded.passes
-    return time.perf_counter() - started, passes, written, records
+    with build_superseded(lambda: batches, start, end, memory_bytes_max) as superseded:
+        for _ in compact(batches, cmd, superseded):
+            pass
+    return time.perf_counter() - started
+
+
+FIGURES = (
+    "raw_read_mb_s",
+    "log_read_mb_s",
+    "segment_read_mb_s",
+    "engine_mb_s",
+    "engine_vs_raw_read",
+    "engine_vs_log_read",
+    "engine_vs_segment_read",
+    "superseded_mb_s",
+    "rewrite_mb_s",
+    "engine_in_memory_mb_s",
+    "engine_in_memory_vs_raw_read",
+)
 
 
 def main() -> None:
@@ -162,54 +234,55 @@ def main() -> None:
     loaded = load_average()
     root = Path(tempfile.mkdtemp(prefix="laminar-compaction-bench-", dir=args.dir))
     results: dict[str, float] = {}
-    runs: dict[str, list[float]] = {}
+    runs: dict[str, list[float]] = {name: [] for name in FIGURES}
+    memory_bytes_max = int(args.memory_mib * MIB)
     try:
         began = time.perf_counter()
-        log = fill_log(root / "log", args.mib, args.keys, args.batch_records, args.seed)
+        log, distinct = fill_log(root / "log", args.mib, args.keys, args.batch_records, args.seed)
         fill_s = time.perf_counter() - began
         os.sync()  # every side reads settled page cache
         files = segment_files(root / "log")
-        size = log.size_bytes
-        memory_bytes_max = int(args.memory_mib * MIB)
-        figures: dict[str, list[float]] = {
-            name: []
-            for name in (
-                "raw_read_mb_s",
-                "log_read_mb_s",
-                "engine_mb_s",
-                "engine_vs_raw_read",
-                "engine_vs_log_read",
-            )
-        }
+        size_mib = log.size_bytes / MIB
+        batches = [b for base, _ in log.sealed_segments() for b in log.read_segment(base)]
+        outcome: list[EngineRun] = []
+
+        def engine() -> float:
+            outcome.append(engine_run(root / "log", root / "work", memory_bytes_max))
+            return outcome[-1].seconds
+
+        sides = [
+            ("raw", lambda: raw_read_s(files)),
+            ("log", lambda: log_read_s(log)),
+            ("segment", lambda: segment_read_s(log)),
+            ("engine", engine),
+            ("in_memory", lambda: in_memory_s(batches, memory_bytes_max)),
+        ]
         for round_number in range(args.repeat):
-            sides = [
-                ("raw", lambda: raw_read_s(files)),
-                ("log", lambda: log_read_s(log)),
-                ("engine", lambda: engine_run(log, root / "compacted", memory_bytes_max)[0]),
-            ]
             shift = round_number % len(sides)
-            seconds = dict((name, run()) for name, run in sides[shift:] + sides[:shift])
-            figures["raw_read_mb_s"].append(size / MIB / seconds["raw"])
-            figures["log_read_mb_s"].append(size / MIB / seconds["log"])
-            figures["engine_mb_s"].append(size / MIB / seconds["engine"])
-            figures["engine_vs_raw_read"].append(seconds["raw"] / seconds["engine"])
-            figures["engine_vs_log_read"].append(seconds["log"] / seconds["engine"])
-        _, passes, after, records = engine_run(log, root / "compacted", memory_bytes_max)
+            seconds = {name: run() for name, run in sides[shift:] + sides[:shift]}
+            for name in ("raw", "log", "segment"):
+                runs[f"{name}_read_mb_s"].append(size_mib / seconds[name])
+                runs[f"engine_vs_{name}_read"].append(seconds[name] / seconds["engine"])
+            runs["engine_mb_s"].append(size_mib / seconds["engine"])
+            runs["superseded_mb_s"].append(size_mib / outcome[-1].superseded_s)
+            runs["rewrite_mb_s"].append(size_mib / outcome[-1].rewrite_s)
+            runs["engine_in_memory_mb_s"].append(size_mib / seconds["in_memory"])
+            runs["engine_in_memory_vs_raw_read"].append(seconds["raw"] / seconds["in_memory"])
         log.close()
-        for name, values in figures.items():
+        last = outcome[-1]
+        for name, values in runs.items():
             results[name] = statistics.median(values)
-            runs[name] = values
         results.update(
-            bytes_before=size,
-            bytes_after=after,
-            bytes_after_vs_before=after / size,
-            records_after=records,
-            passes=passes,
+            bytes_before=size_mib * MIB,
+            bytes_after=last.bytes_after,
+            bytes_after_vs_before=last.bytes_after / (size_mib * MIB),
+            records_after=last.records_after,
+            passes=last.passes,
             data_mib=args.mib,
-            keys=args.keys,
+            keys=distinct,
         )
-        if records != args.keys:
-            print(f"phase failed: {records:,} records left, {args.keys:,} distinct keys")
+        if last.records_after != distinct:
+            print(f"phase failed: {last.records_after:,} records left of {distinct:,} keys")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for name, why in TODO_PHASES.items():
@@ -220,9 +293,8 @@ def main() -> None:
         f"written in {fill_s:.1f} s; key map {args.memory_mib:g} MiB; {args.repeat} rounds",
         machine_note(loaded),
     ]
-    print_report(
-        results, missed=missed_targets(results, TARGETS, unmeasured=True), runs=runs, notes=notes
-    )
+    missed = missed_targets(results, TARGETS, unmeasured=True)
+    print_report(results, missed=missed, runs=runs, notes=notes)
 
 
 if __name__ == "__main__":

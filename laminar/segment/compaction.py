@@ -442,6 +442,14 @@ def _mark_bucket(
         if offsets[0] < start or offsets[-1] >= end:
             keyed &= (offsets >= start) & (offsets < end)
         keys = _map_keys(lengths, blob)
+        first = int(offsets[0])
+        if buckets == 1 and keyed.all() and int(offsets[-1]) - first + 1 == len(offsets):
+            # The common case, a group without gaps or null keys: no index arrays.
+            superseded._set(first - start, keyed)
+            newest.update(zip(keys, range(first, first + len(keys)), strict=True))
+            if len(newest) > entries_max:
+                return first + len(keys)
+            continue
         if keyed.all():
             chosen_keys, chosen_offsets = keys, offsets.tolist()
         else:
