@@ -30,14 +30,18 @@ or already compacted, or redoes a segment after a crash, ends with the same byte
 (for commands of one codec and, with codec 1, one libzstd version).
 
 :func:`build_superseded` finds the superseded offsets of [start, end) in passes
-over the range with a bounded key map: pass i of B keeps ``xxh3_128(key) -> newest
-offset`` only for the keys whose hash falls in bucket i, and marks the older
-offsets of those keys in a bitmap (one bit per offset, in an mmap'd temporary
+over the range with a bounded key map: pass i of B keeps ``key -> newest offset``
+only for the keys that fall in bucket i (a key of up to 16 bytes is its own entry,
+a longer one goes by its 128-bit xxh3 hash), and marks the older offsets of those
+keys in a bitmap (one bit per offset, in an mmap'd temporary
 file when larger than ``BITMAP_MEMORY_BYTES_MAX``). B starts at 1; when a pass's
 map would pass ``memory_bytes_max``, B grows to an estimate from how far the pass
 got (at least doubling) and the passes start over. The result does not depend on
-B: each key lives in one bucket, whose pass sees all its records. Two keys with
-one 128-bit hash would count as one key, on every replica alike.
+B: each key lives in one bucket, whose pass sees all its records. Two long keys
+with one 128-bit hash would count as one key, on every replica alike. The map's
+size is checked after each group of batches read together (at most an eighth of
+the budget's keys, and at most ``GROUP_RECORDS`` records), so it passes the budget
+by at most that much.
 """
 
 from __future__ import annotations
@@ -214,6 +218,10 @@ def compact(
     Raises :class:`ZstdVersionError` when a trimmed zstd batch is to be re-encoded
     zstd (codec 1) and the command names another libzstd version than this node's.
     """
+    if isinstance(superseded, SupersededOffsets) and superseded.end != cmd.end:
+        raise InvalidInputError(
+            f"superseded offsets were built up to {superseded.end}, the command's end is {cmd.end}"
+        )
     for batch in batches:
         header = parse_header(batch)
         if header.is_control or header.base_offset >= cmd.end:
@@ -437,7 +445,8 @@ def _mark_bucket(
     after each group of batches)."""
     start, end = superseded.start, superseded.end
     newest: dict[bytes | int, int] = {}
-    for offsets, lengths, blob in _key_groups(batches, start, end):
+    group_records = max(1, min(GROUP_RECORDS, entries_max // 8))
+    for offsets, lengths, blob in _key_groups(batches, start, end, group_records):
         keyed = lengths >= 0
         if offsets[0] < start or offsets[-1] >= end:
             keyed &= (offsets >= start) & (offsets < end)
@@ -499,9 +508,11 @@ def _bucket(key: bytes | int, buckets: int) -> int:
     return digest % buckets
 
 
-def _key_groups(batches: Iterable[bytes], start: int, end: int) -> Iterator[tuple[Any, Any, bytes]]:
+def _key_groups(
+    batches: Iterable[bytes], start: int, end: int, group_records: int
+) -> Iterator[tuple[Any, Any, bytes]]:
     """The keys of the non-control batches that hold offsets of ``[start, end)``, in
-    groups of about ``GROUP_RECORDS``: ``(offsets, key lengths, keys back to back)``
+    groups of about ``group_records``: ``(offsets, key lengths, keys back to back)``
     per group, so that numpy's per-call cost is paid per group, not per batch."""
     bases: list[int] = []
     counts: list[int] = []
@@ -521,7 +532,7 @@ def _key_groups(batches: Iterable[bytes], start: int, end: int) -> Iterator[tupl
         lengths.append(columns[0])
         data.append(columns[1])
         records += count
-        if records >= GROUP_RECORDS:
+        if records >= group_records:
             yield _gather(bases, counts, lengths, data)
             bases, counts, lengths, data, records = [], [], [], [], 0
     if bases:
