@@ -6,7 +6,9 @@ A producer encodes records into a batch once. The broker never re-encodes it: th
 leader only stamps two header fields (``base_offset``, ``term``) and recomputes the
 small header checksum; followers and the disk store the bytes as they are; the
 consumer decodes. The broker's hot path therefore touches an 80-byte header and, on
-receipt, one xxh3-64 pass over the payload — never the records themselves.
+receipt, one xxh3-64 pass over the payload — never the records themselves. (Keyed
+compaction, off the hot path, re-encodes the surviving runs of a partly compacted
+batch with :func:`encode_run`.)
 
 A batch whose checksums are right can still be malformed (a producer bug, or a
 hostile one): a value length past the payload, a header blob that is not msgpack.
