@@ -184,18 +184,18 @@ class TopicMetadata:
     """The :class:`TopicConfig` fields the cluster's defaults set at creation (the
     request left them out): ``partitions``, ``replication_factor``,
     ``retention_bytes``, ``retention_ms``."""
-    sources: Mapping[str, str] = field(default_factory=dict)
-    """Where each :class:`TopicConfig` field's value came from, by field name:
-    :data:`SET_ON_TOPIC` (created or altered with it) or :data:`CLUSTER_DEFAULT`
-    (left out at creation, or reset). Empty from a node that predates it:
-    :meth:`source` then reads ``defaults``."""
+    sources: tuple[tuple[str, str], ...] = ()
+    """Where each :class:`TopicConfig` field's value came from, as ``(field name,
+    source)`` pairs: :data:`SET_ON_TOPIC` (created or altered with it) or
+    :data:`CLUSTER_DEFAULT` (left out at creation, or reset). Empty from a node that
+    predates it: :meth:`source` then reads ``defaults``."""
 
     def source(self, name: str) -> str:
         """Where the setting ``name`` came from: :data:`SET_ON_TOPIC` or
         :data:`CLUSTER_DEFAULT`."""
-        found = self.sources.get(name)
-        if found is not None:
-            return found
+        for setting, source in self.sources:
+            if setting == name:
+                return source
         return CLUSTER_DEFAULT if name in self.defaults else SET_ON_TOPIC
 
     @classmethod
@@ -209,14 +209,15 @@ class TopicMetadata:
             config=TopicConfig.from_proto(info.config),
             partitions=tuple(partitions),
             defaults=tuple(info.defaults),
-            sources={
-                source.name: (
+            sources=tuple(
+                (
+                    source.name,
                     CLUSTER_DEFAULT
                     if source.source == pb.SettingSource.CLUSTER_DEFAULT
-                    else SET_ON_TOPIC
+                    else SET_ON_TOPIC,
                 )
                 for source in info.sources
-            },
+            ),
         )
 
 

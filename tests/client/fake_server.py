@@ -268,17 +268,23 @@ class FakeServicer(pb_grpc.LaminarServicer):
             cluster.topics[request.name] = FakeTopic(config, partitions, defaults)
             return pb.CreateTopicResponse(topic=cluster.topic_proto(request.name))
 
+    def _topic_at_metadata_leader(self, context, name: str) -> FakeTopic:
+        """The topic to change; NOT_LEADER unless this is n0, the fake's metadata
+        leader (cluster lock held)."""
+        if self.node_id != "n0":
+            abort(context, NotLeaderError("n0", self.cluster.address_of("n0")))
+        topic = self.cluster.topics.get(name)
+        if topic is None:
+            abort(context, UnknownTopicOrPartitionError(f"unknown topic {name!r}"))
+        return topic
+
     def AlterTopic(self, request, context):
         """Alter as a node does, in miniature: the metadata leader is n0 (others
         answer NOT_LEADER); a bad retention is refused naming the field."""
         self._enter("AlterTopic", request, context)
         cluster = self.cluster
         with cluster.lock:
-            if self.node_id != "n0":
-                abort(context, NotLeaderError("n0", cluster.address_of("n0")))
-            topic = cluster.topics.get(request.name)
-            if topic is None:
-                abort(context, UnknownTopicOrPartitionError(f"unknown topic {request.name!r}"))
+            topic = self._topic_at_metadata_leader(context, request.name)
             previous = cluster.topic_proto(request.name)
             config = pb.TopicConfig()
             config.CopyFrom(topic.config)
@@ -301,11 +307,7 @@ class FakeServicer(pb_grpc.LaminarServicer):
         self._enter("CreatePartitions", request, context)
         cluster = self.cluster
         with cluster.lock:
-            if self.node_id != "n0":
-                abort(context, NotLeaderError("n0", cluster.address_of("n0")))
-            topic = cluster.topics.get(request.name)
-            if topic is None:
-                abort(context, UnknownTopicOrPartitionError(f"unknown topic {request.name!r}"))
+            topic = self._topic_at_metadata_leader(context, request.name)
             previous = topic.config.partitions
             if request.to <= previous:
                 abort(

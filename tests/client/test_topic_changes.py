@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from fractions import Fraction
 
 import pytest
-from laminar_client import Client, Producer, RetryPolicy, key_partition, moved_key_fraction
-from laminar_client.metadata import CLUSTER_DEFAULT, SET_ON_TOPIC
+from laminar_client import Producer, key_partition, moved_key_fraction
+from laminar_client.metadata import CLUSTER_DEFAULT, SET_ON_TOPIC, TopicMetadata
 
 from laminar.errors import (
     InvalidInputError,
@@ -21,15 +20,7 @@ from laminar.errors import (
 from laminar.records import decode_records
 from laminar.v1 import laminar_pb2 as pb
 from tests.client.fake_server import FakeCluster
-
-FAST = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=5, attempts_max=20)
-
-
-def make_client(cluster: FakeCluster, **kwargs) -> Client:
-    kwargs.setdefault("retry", FAST)
-    kwargs.setdefault("timeout_s", 10.0)
-    kwargs.setdefault("rng", random.Random(7))
-    return Client(cluster.bootstrap, **kwargs)
+from tests.client.test_client import FAST, make_client
 
 
 def test_alter_topic_sets_and_resets_through_the_metadata_leader(cluster: FakeCluster) -> None:
@@ -242,3 +233,33 @@ def test_producer_warns_only_when_a_count_grows(
         producer.send("t", b"c", key=b"x").result(5.0)
         assert producer.metrics().partition_count_changes == 0
     assert not [r for r in caplog.records if "grew" in r.getMessage()]
+
+
+def test_settings_and_sources_from_a_node_that_predates_them() -> None:
+    """A node without keyed compaction sends neither the new settings nor sources:
+    the settings read as their defaults (no compaction), sources from ``defaults``."""
+    old = TopicMetadata.from_proto(
+        pb.TopicInfo(
+            name="t",
+            config=pb.TopicConfig(partitions=2, replication_factor=3, retention_ms=-1),
+            defaults=["replication_factor"],
+        )
+    )
+    assert (old.config.cleanup_policy, old.config.max_compaction_lag_ms) == ("delete", -1)
+    assert old.source("replication_factor") == CLUSTER_DEFAULT
+    assert old.source("partitions") == SET_ON_TOPIC
+    assert hash(old)  # still a hashable value
+    new = TopicMetadata.from_proto(
+        pb.TopicInfo(
+            name="t",
+            config=pb.TopicConfig(partitions=2, cleanup_policy="compact"),
+            defaults=["replication_factor"],
+            sources=[
+                pb.SettingSource(name="replication_factor", source=pb.SettingSource.TOPIC),
+                pb.SettingSource(name="partitions", source=pb.SettingSource.CLUSTER_DEFAULT),
+            ],
+        )
+    )
+    assert new.config.cleanup_policy == "compact"
+    assert new.source("replication_factor") == SET_ON_TOPIC  # sources win over defaults
+    assert new.source("partitions") == CLUSTER_DEFAULT

@@ -227,3 +227,47 @@ def test_keyed_producer_and_pattern_group_across_add_partitions(
             # The move is visible: one switch, every later record in the new partition.
             assert max(per_partition[old]) < min(per_partition[new])
     assert 100 < moved < 170, moved  # 2/3 of 200 keys move, give or take
+
+
+def run_cli(cluster: ProcessCluster, *argv: str) -> tuple[int, str, str]:
+    """``laminar ARGV`` in this process against the cluster: exit code, stdout, stderr."""
+    output, errors = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(errors):
+        code = cli.main(["--bootstrap", ",".join(bootstrap(cluster)), *argv])
+    return code, output.getvalue(), errors.getvalue()
+
+
+def test_cli_alter_and_describe_against_the_nodes(cluster: ProcessCluster) -> None:
+    """The nodes' sources as the CLI shows them: given at creation or by alter is
+    (topic), left out or reset is (cluster default); a value the nodes refuse is one
+    error line naming the field, and nothing changes."""
+    code, out, err = run_cli(cluster, "topic", "create", "settings", "--partitions", "2")
+    assert code == 0, err
+    code, out, err = run_cli(
+        cluster, "topic", "alter", "settings", "--retention-ms", "3600000",
+        "--cleanup-policy", "compact,delete",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines() == [
+        "altered topic settings:",
+        "  retention_ms: unlimited (cluster default) \u2192 3600000 (topic)",
+        "  cleanup_policy: delete (cluster default) \u2192 compact,delete (topic)",
+    ]
+    code, out, err = run_cli(cluster, "topic", "describe", "settings")
+    assert code == 0, err
+    described = out.splitlines()
+    assert "  partitions=2 (topic)" in described
+    assert "  retention_ms=3600000 (topic)" in described
+    assert "  retention_bytes=unlimited (cluster default)" in described
+    assert "  cleanup_policy=compact,delete (topic)" in described
+    code, out, err = run_cli(cluster, "topic", "alter", "settings", "--reset", "retention-ms")
+    assert code == 0, err
+    assert out.splitlines()[1] == (
+        "  retention_ms: 3600000 (topic) \u2192 unlimited (cluster default)"
+    )
+    code, out, err = run_cli(cluster, "topic", "alter", "settings", "--replication-factor", "5")
+    assert code == 1
+    assert len(err.splitlines()) == 1 and "replication_factor" in err, err
+    code, out, err = run_cli(cluster, "topic", "add-partitions", "settings", "--to", "2")
+    assert code == 1
+    assert "has 2 partitions" in err, err
