@@ -61,6 +61,7 @@ from laminar.errors import (
     BufferFullError,
     ClientClosedError,
     InvalidInputError,
+    UnavailableError,
     UnknownTopicOrPartitionError,
 )
 from laminar.records import DEFAULT_LIMITS, Compression, Header
@@ -378,7 +379,14 @@ class _ProducerBase(Generic[_K, _V]):
         refresh = False
         while True:
             remaining_s = started_s + timeout_s - time.monotonic()
-            snapshot = self._client.metadata(refresh=refresh, timeout_s=max(0.001, remaining_s))
+            try:
+                snapshot = self._client.metadata(refresh=refresh, timeout_s=max(0.001, remaining_s))
+            except UnavailableError as error:
+                if not refresh or time.monotonic() < deadline_s:
+                    raise
+                # Missing, then looked for again until the time ran out (a look begun
+                # at the very end has no time to answer): the topic is unknown.
+                raise UnknownTopicOrPartitionError(f"no topic {topic!r}") from error
             found = snapshot.topics.get(topic)
             if found is not None:
                 return self._use_count(topic, found.config.partitions)
