@@ -674,6 +674,20 @@ def test_topic_create_takes_the_compaction_settings(cluster: FakeCluster, capsys
     assert "--min-cleanable-dirty-ratio must be in (0, 1], got 1.5" in capsys.readouterr().err
 
 
+def test_topic_describe_notes_partitions_moving_replicas(cluster: FakeCluster, capsys) -> None:
+    cluster.add_topic("t", partitions=3, rf=2)
+    assert run(cluster, "topic", "describe", "t") == 0
+    assert "moving replicas" not in capsys.readouterr().out
+    cluster.partition("t", 1).voters = ["n1"]  # rf 1 -> 2 under way: n2 not voting yet
+    assert run(cluster, "topic", "describe", "t") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3].split() == ["1", "n1", "n1,n2", "n1", "0"]
+    assert (
+        out[-1]
+        == "1 of 3 partitions are moving replicas (VOTERS towards REPLICAS, one node at a time)"
+    )
+
+
 def test_topic_alter_prints_old_and_new(cluster: FakeCluster, capsys) -> None:
     assert run(cluster, "topic", "create", "t", "--retention-bytes", "5000") == 0
     capsys.readouterr()

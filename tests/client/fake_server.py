@@ -51,6 +51,8 @@ class FakePartition:
     # The first offset still stored (retention): Fetch below it answers
     # OFFSET_OUT_OF_RANGE; Fetch and ListOffsets report it.
     log_start: int = 0
+    # Who votes now (None: the replicas), to show a replica move under way.
+    voters: list[str] | None = None
 
 
 @dataclass
@@ -350,7 +352,7 @@ class FakeServicer(pb_grpc.LaminarServicer):
                     partition=index,
                     leader=part.leader or "",
                     replicas=part.replicas,
-                    voters=part.replicas,
+                    voters=part.voters if part.voters is not None else part.replicas,
                     under_replicated=index == 1,
                 )
                 for name, topic in sorted(cluster.topics.items())
@@ -507,7 +509,7 @@ class FakeCluster:
                     replicas=part.replicas,
                     leader=leader or "",
                     high_watermark=part.end_offset,
-                    voters=part.replicas,
+                    voters=part.voters if part.voters is not None else part.replicas,
                 )
             )
         sources = [
