@@ -253,9 +253,17 @@ def test_cli_alter_and_describe_against_the_nodes(cluster: ProcessCluster) -> No
         "  retention_ms: unlimited (cluster default) \u2192 3600000 (topic)",
         "  cleanup_policy: delete (cluster default) \u2192 compact,delete (topic)",
     ]
-    code, out, err = run_cli(cluster, "topic", "describe", "settings")
-    assert code == 0, err
-    described = out.splitlines()
+    described: list[str] = []
+
+    def describe_shows_the_change() -> bool:
+        # The metadata leader answered the alter once it applied it; the nodes a
+        # describe asks apply it within a metadata round trip.
+        code, out, err = run_cli(cluster, "topic", "describe", "settings")
+        assert code == 0, err
+        described[:] = out.splitlines()
+        return "  retention_ms=3600000 (topic)" in described
+
+    wait_for(describe_shows_the_change, WAIT_S, "describe to show the alter")
     assert "  partitions=2 (topic)" in described
     assert "  retention_ms=3600000 (topic)" in described
     assert "  retention_bytes=unlimited (cluster default)" in described
