@@ -147,8 +147,8 @@ def test_topic_lifecycle(cluster: FakeCluster, capsys) -> None:
     assert listing[1].split() == ["orders", "2", "3"]
     assert run(cluster, "topic", "describe", "orders") == 0
     described = capsys.readouterr().out
-    assert "retention_ms=60000" in described
-    assert "retention_bytes=unlimited" in described
+    assert "  retention_ms=60000 (topic)" in described
+    assert "  retention_bytes=unlimited (cluster default)" in described
     assert "n0,n1,n2" in described
     assert run(cluster, "topic", "delete", "orders") == 0
     assert "deleted topic orders" in capsys.readouterr().out
@@ -632,18 +632,141 @@ def test_with_no_cluster_a_command_fails_within_two_seconds_and_says_what_to_do(
 def test_topic_create_leaves_unset_settings_to_the_cluster(cluster: FakeCluster, capsys) -> None:
     assert run(cluster, "topic", "create", "plain") == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "created topic plain: partitions=1 (default) replication_factor=3 (default)"
-    assert run(cluster, "topic", "describe", "plain") == 0
-    assert capsys.readouterr().out.splitlines()[0] == (
-        "topic plain: partitions=1 (default) replication_factor=3 (default) "
-        "retention_bytes=unlimited (default) retention_ms=unlimited (default)"
+    assert out[0] == (
+        "created topic plain: partitions=1 (cluster default) replication_factor=3 (cluster default)"
     )
+    assert run(cluster, "topic", "describe", "plain") == 0
+    assert capsys.readouterr().out.splitlines()[:10] == [
+        "topic plain:",
+        "  partitions=1 (cluster default)",
+        "  replication_factor=3 (cluster default)",
+        "  retention_bytes=unlimited (cluster default)",
+        "  retention_ms=unlimited (cluster default)",
+        "  cleanup_policy=delete (cluster default)",
+        "  delete_retention_ms=86400000 (cluster default)",
+        "  min_compaction_lag_ms=0 (cluster default)",
+        "  max_compaction_lag_ms=none (cluster default)",
+        "  min_cleanable_dirty_ratio=0.5 (cluster default)",
+    ]
     assert run(cluster, "topic", "create", "some", "--replication-factor", "2") == 0
     assert capsys.readouterr().out.splitlines()[0] == (
-        "created topic some: partitions=1 (default) replication_factor=2"
+        "created topic some: partitions=1 (cluster default) replication_factor=2 (topic)"
     )
     assert run(cluster, "topic", "create", "bad", "--retention-ms", "0") == 1
     assert "--retention-ms must be > 0 or -1" in capsys.readouterr().err
+
+
+def test_topic_create_takes_the_compaction_settings(cluster: FakeCluster, capsys) -> None:
+    argv = ["topic", "create", "c", "--cleanup-policy", "compact,delete"]
+    argv += ["--delete-retention-ms", "1000", "--min-cleanable-dirty-ratio", "0.25"]
+    assert run(cluster, *argv) == 0
+    config = cluster.topics["c"].config
+    assert (config.cleanup_policy, config.delete_retention_ms) == ("compact,delete", 1000)
+    assert config.min_cleanable_dirty_ratio == 0.25
+    capsys.readouterr()
+    assert run(cluster, "topic", "describe", "c") == 0
+    described = capsys.readouterr().out
+    assert "  cleanup_policy=compact,delete (topic)" in described
+    assert "  min_compaction_lag_ms=0 (cluster default)" in described
+    assert run(cluster, "topic", "create", "d", "--cleanup-policy", "shred") == 2
+    assert "invalid choice: 'shred'" in capsys.readouterr().err
+    assert run(cluster, "topic", "create", "d", "--min-cleanable-dirty-ratio", "1.5") == 1
+    assert "--min-cleanable-dirty-ratio must be in (0, 1], got 1.5" in capsys.readouterr().err
+
+
+def test_topic_describe_notes_partitions_moving_replicas(cluster: FakeCluster, capsys) -> None:
+    cluster.add_topic("t", partitions=3, rf=2)
+    assert run(cluster, "topic", "describe", "t") == 0
+    assert "moving replicas" not in capsys.readouterr().out
+    cluster.partition("t", 1).voters = ["n1"]  # rf 1 -> 2 under way: n2 not voting yet
+    assert run(cluster, "topic", "describe", "t") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3].split() == ["1", "n1", "n1,n2", "n1", "0"]
+    assert (
+        out[-1]
+        == "1 of 3 partitions are moving replicas (VOTERS towards REPLICAS, one node at a time)"
+    )
+
+
+def test_topic_alter_prints_old_and_new(cluster: FakeCluster, capsys) -> None:
+    assert run(cluster, "topic", "create", "t", "--retention-bytes", "5000") == 0
+    capsys.readouterr()
+    argv = ["topic", "alter", "t", "--retention-ms", "60000", "--cleanup-policy", "compact"]
+    assert run(cluster, *argv, "--reset", "retention-bytes") == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "altered topic t:",
+        "  retention_bytes: 5000 (topic) \u2192 unlimited (cluster default)",
+        "  retention_ms: unlimited (cluster default) \u2192 60000 (topic)",
+        "  cleanup_policy: delete (cluster default) \u2192 compact (topic)",
+    ]
+    assert cluster.topics["t"].config.retention_ms == 60000
+    # A dry run shows the change and leaves the topic as it is.
+    assert run(cluster, "topic", "alter", "t", "--replication-factor", "2", "--dry-run") == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "would alter topic t:",
+        "  replication_factor: 3 (cluster default) \u2192 2 (topic)",
+    ]
+    assert cluster.topics["t"].config.replication_factor == 3
+    assert run(cluster, "topic", "alter", "t", "--replication-factor", "2") == 0
+    assert "replicas move one node at a time" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--retention-ms", "0"], 1, "--retention-ms must be > 0 or -1, got 0"),
+        (["--retention-bytes", "-5"], 1, "--retention-bytes must be > 0 or -1, got -5"),
+        (["--max-compaction-lag-ms", "-2"], 1, "--max-compaction-lag-ms must be >= 0 or -1"),
+        ([], 1, "nothing to change"),
+        (["--reset", "partitions"], 2, "not a resettable setting: 'partitions'"),
+        (["--retention-ms", "5", "--reset", "retention_ms"], 1, "both set and reset"),
+        (["--partitions", "5"], 2, "unrecognized arguments: --partitions"),
+        (["--delete-retention-ms", "-1"], 2, "must be >= 0"),
+    ],
+)
+def test_topic_alter_refuses_bad_input_in_one_line(
+    cluster: FakeCluster, capsys, argv: list[str], code: int, message: str
+) -> None:
+    cluster.add_topic("t")
+    assert run(cluster, "topic", "alter", "t", *argv) == code
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert cluster.calls_to("AlterTopic") == []
+
+
+def test_topic_alter_names_the_field_the_node_refuses(cluster: FakeCluster, capsys) -> None:
+    cluster.add_topic("t")
+    cluster.topics["t"].config.retention_ms = 0  # the fake then refuses any alter
+    assert run(cluster, "topic", "alter", "t", "--cleanup-policy", "compact") == 1
+    assert "retention_ms must be positive or -1" in capsys.readouterr().err
+
+
+def test_topic_add_partitions_prints_the_new_partitions_and_the_key_move(
+    cluster: FakeCluster, capsys
+) -> None:
+    cluster.add_topic("t", partitions=4)
+    assert run(cluster, "topic", "add-partitions", "t", "--to", "8", "--dry-run") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "topic t would grow 4 \u2192 8 partitions"
+    assert cluster.topics["t"].config.partitions == 4
+    assert run(cluster, "topic", "add-partitions", "t", "--to", "8") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "topic t grew 4 \u2192 8 partitions"
+    assert out[1].split() == ["PARTITION", "REPLICAS"]
+    assert [line.split()[0] for line in out[2:6]] == ["4", "5", "6", "7"]
+    assert out[6].startswith(
+        "warning: keyed records now map by modulo 8: 50% of keys move to another "
+        "partition (exactly 1/2: the residues r < lcm(4,8)=8 with r mod 4 != r mod 8)."
+    )
+    assert cluster.topics["t"].config.partitions == 8
+    assert run(cluster, "topic", "add-partitions", "t", "--to", "12") == 0
+    assert "66.7% of keys move" in capsys.readouterr().out
+    assert run(cluster, "topic", "add-partitions", "t", "--to", "12") == 1
+    assert "has 12 partitions; --to must be more" in capsys.readouterr().err
+    assert run(cluster, "topic", "add-partitions", "t", "--to", "0") == 2
+    assert run(cluster, "topic", "add-partitions", "nope", "--to", "3") == 1
+    assert "unknown topic" in capsys.readouterr().err
 
 
 def test_node_maintenance_is_the_cluster_maintenance_command() -> None:

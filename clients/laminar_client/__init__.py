@@ -73,6 +73,8 @@ from laminar_client.client import ACKS, Client
 from laminar_client.consumer import AsyncConsumer, Consumer, ConsumerBatch, ConsumerRecord
 from laminar_client.idempotent import IdempotentProducer
 from laminar_client.metadata import (
+    AddedPartitions,
+    AlteredTopic,
     ClusterDescription,
     ClusterMetadata,
     DamagedReplica,
@@ -86,7 +88,7 @@ from laminar_client.metadata import (
     TopicConfig,
     TopicMetadata,
 )
-from laminar_client.partitioner import StickyPartitioner, key_partition
+from laminar_client.partitioner import StickyPartitioner, key_partition, moved_key_fraction
 from laminar_client.producer import (
     AsyncProducer,
     Callback,
@@ -110,6 +112,8 @@ __all__ = [
     "ACKS",
     "NO_RETRY",
     "AcksMode",
+    "AddedPartitions",
+    "AlteredTopic",
     "AsyncConsumer",
     "AsyncProducer",
     "AttemptTimeoutError",
@@ -189,4 +193,5 @@ __all__ = [
     "UnsupportedMagicError",
     "Watermarks",
     "key_partition",
+    "moved_key_fraction",
 ]

@@ -112,6 +112,12 @@ def _producer_families(m: ProducerMetrics, client_id: str) -> Iterable[Metric]:
         client_id,
         m.restamps,
     )
+    yield _counter(
+        _PRODUCER + "partition_count_changes",
+        "Topics written to seen with more partitions (keyed records remap).",
+        client_id,
+        m.partition_count_changes,
+    )
     yield _gauge(
         _PRODUCER + "in_flight_batches",
         "Batches in an attempt (awaiting its answer, or its backoff).",

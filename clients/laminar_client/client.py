@@ -56,6 +56,9 @@ from laminar.security.acl_wire import acl_of, binding_of, filter_message
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client import group_wire
 from laminar_client.metadata import (
+    ALTERABLE_SETTINGS,
+    AddedPartitions,
+    AlteredTopic,
     ClusterDescription,
     ClusterMetadata,
     DamagedReplica,
@@ -698,22 +701,31 @@ class Client:
         *,
         retention_bytes: int | None = None,
         retention_s: float | None = None,
+        settings: Mapping[str, int | float | str] | None = None,
         timeout_s: float | None = None,
     ) -> TopicMetadata:
         """Create a topic; :class:`~laminar.grpc_errors.TopicExistsError` if it exists.
 
         A setting left None takes the cluster's default, and the topic's
-        :attr:`~TopicMetadata.defaults` says so: ``partitions`` the nodes'
+        :meth:`~TopicMetadata.source` says so: ``partitions`` the nodes'
         ``[service] default_partitions`` (1), ``replication_factor`` their
         ``default_replication_factor`` (3) capped at the live nodes with weight > 0,
-        retention unlimited. ``retention_bytes`` (-1: unlimited) and ``retention_s``
-        (kept as whole milliseconds, at least 1) bound each partition's log by size
-        and age. Not idempotent, so one attempt may take the whole deadline: a
-        creation that was merely slow is not retried into ``TopicExistsError``.
+        retention unlimited, ``cleanup_policy`` delete. ``retention_bytes`` (-1:
+        unlimited) and ``retention_s`` (kept as whole milliseconds, at least 1)
+        bound each partition's log by size and age. ``settings`` gives any other
+        setting by name, as :meth:`alter_topic` takes them (``cleanup_policy``,
+        ``delete_retention_ms``, ...). Not idempotent, so one attempt may take the
+        whole deadline: a creation that was merely slow is not retried into
+        ``TopicExistsError``.
         """
         if retention_s is not None and not 0 < retention_s < float("inf"):
             raise InvalidInputError(f"retention_s must be > 0 (None: unlimited), got {retention_s}")
-        config = pb.TopicConfig()  # a field left unset: the cluster's default
+        # A field left unset: the cluster's default.
+        config = _settings_message(settings)
+        given = {"replication_factor": replication_factor, "retention_bytes": retention_bytes}
+        for field_name, value in [*given.items(), ("retention_ms", retention_s)]:
+            if value is not None and config.HasField(field_name):
+                raise InvalidInputError(f"{field_name} given twice (also in settings)")
         if partitions is not None:
             config.partitions = _uint32(partitions, "partitions")
         if replication_factor is not None:
@@ -728,6 +740,91 @@ class Client:
         )
         self.cache.invalidate()
         return TopicMetadata.from_proto(response.topic)
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        set: Mapping[str, int | float | str] | pb.TopicConfig | None = None,
+        reset: Sequence[str] = (),
+        validate_only: bool = False,
+        timeout_s: float | None = None,
+    ) -> AlteredTopic:
+        """Change a topic's settings on every node, without a restart.
+
+        ``set`` maps :data:`~laminar_client.metadata.ALTERABLE_SETTINGS` names to
+        their new values (or is a ``TopicConfig`` message whose set fields are the
+        changes); ``reset`` names settings that go back to the cluster's default.
+        Retention (-1: unlimited) applies at the nodes' next retention check; a new
+        ``replication_factor`` moves replicas one at a time. The node checks every
+        value and refuses the whole request naming the field
+        (:class:`~laminar.errors.InvalidTopicError` /
+        :class:`~laminar.errors.InvalidInputError`); ``validate_only`` only checks,
+        and answers what the topic would be. The answer comes from the metadata
+        leader (other nodes redirect) once the change is applied there; other nodes
+        apply it within a metadata round trip. ``partitions`` is refused here:
+        :meth:`create_partitions` raises it.
+        """
+        config = _settings_message(set)
+        for field_name in reset:
+            if field_name not in ALTERABLE_SETTINGS:
+                raise InvalidInputError(
+                    f"cannot reset {field_name!r}: resettable settings are "
+                    f"{', '.join(ALTERABLE_SETTINGS)}"
+                )
+            if config.HasField(field_name):
+                raise InvalidInputError(f"{field_name} is both set and reset")
+        if not config.ListFields() and not reset:
+            raise InvalidInputError(f"nothing to change on topic {name!r}: set or reset a setting")
+        request = pb.AlterTopicRequest(
+            name=name, set=config, reset=list(dict.fromkeys(reset)), validate_only=validate_only
+        )
+        response = self._admin(
+            "AlterTopic", request, pb.AlterTopicResponse, timeout_s, whole_deadline=True
+        )
+        if not validate_only:
+            self.cache.invalidate()
+        return AlteredTopic(
+            topic=TopicMetadata.from_proto(response.topic),
+            previous=TopicMetadata.from_proto(response.previous),
+        )
+
+    def create_partitions(
+        self,
+        name: str,
+        to: int,
+        *,
+        validate_only: bool = False,
+        timeout_s: float | None = None,
+    ) -> AddedPartitions:
+        """Raise the topic's partition count to ``to`` (more than it has, at most
+        10,000); the new partitions are placed and founded like a new topic's.
+
+        Keyed records map by ``hash mod partitions``, so from then on a share of
+        the keys (:func:`~laminar_client.partitioner.moved_key_fraction`) go to
+        another partition, as in Kafka: per-key order holds within each partition,
+        not across the change. Producers see the new count within
+        ``metadata_max_age_s`` (or at their first error), group members one
+        heartbeat after their coordinator applies it (``docs/client.md``).
+        ``validate_only`` only checks. ``to`` not above the current count:
+        :class:`~laminar.errors.InvalidInputError`. One attempt may take the whole
+        deadline (a retry after a slow success would be refused as not more).
+        """
+        request = pb.CreatePartitionsRequest(
+            name=name, to=_uint32(to, "to"), validate_only=validate_only
+        )
+        response = self._admin(
+            "CreatePartitions",
+            request,
+            pb.CreatePartitionsResponse,
+            timeout_s,
+            whole_deadline=True,
+        )
+        if not validate_only:
+            self.cache.invalidate()
+        return AddedPartitions(
+            topic=TopicMetadata.from_proto(response.topic), previous=response.previous
+        )
 
     def delete_topic(self, name: str, *, timeout_s: float | None = None) -> None:
         """Delete a topic and, on every replica, its data (one attempt: the whole deadline)."""
@@ -1341,6 +1438,55 @@ def _uint32(value: int, name: str) -> int:
     if not 0 <= value < 1 << 32:
         raise InvalidInputError(f"{name} must be a positive integer, got {value}")
     return value
+
+
+_INT_SETTINGS = frozenset(ALTERABLE_SETTINGS) - {"cleanup_policy", "min_cleanable_dirty_ratio"}
+
+
+def _settings_message(
+    settings: Mapping[str, int | float | str] | pb.TopicConfig | None,
+) -> pb.TopicConfig:
+    """The ``TopicConfig`` of an :meth:`Client.alter_topic` request: only the fields
+    to change set. Names and types are checked here; the node judges the values."""
+    if isinstance(settings, pb.TopicConfig):
+        if settings.HasField("partitions"):
+            raise InvalidInputError(_PARTITIONS_NOT_ALTERABLE)
+        config = pb.TopicConfig()
+        config.CopyFrom(settings)
+        return config
+    config = pb.TopicConfig()
+    for name, value in (settings or {}).items():
+        if name == "partitions":
+            raise InvalidInputError(_PARTITIONS_NOT_ALTERABLE)
+        if name not in ALTERABLE_SETTINGS:
+            raise InvalidInputError(
+                f"unknown topic setting {name!r}: alterable settings are "
+                f"{', '.join(ALTERABLE_SETTINGS)}"
+            )
+        if name == "cleanup_policy":
+            if not isinstance(value, str):
+                raise InvalidInputError(f"cleanup_policy must be a string, got {value!r}")
+            config.cleanup_policy = value
+        elif name == "min_cleanable_dirty_ratio":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidInputError(f"{name} must be a number, got {value!r}")
+            config.min_cleanable_dirty_ratio = float(value)
+        else:
+            assert name in _INT_SETTINGS
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidInputError(f"{name} must be an integer, got {value!r}")
+            if name == "replication_factor":
+                config.replication_factor = _uint32(value, name)
+            elif not -(1 << 63) <= value < 1 << 63:
+                raise InvalidInputError(f"{name} out of range: {value}")
+            else:
+                setattr(config, name, value)
+    return config
+
+
+_PARTITIONS_NOT_ALTERABLE = (
+    "partitions cannot be altered: create_partitions raises the count (it never shrinks)"
+)
 
 
 def _name(topic: TopicMetadata) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from laminar.errors import TopicNotAuthorizedError, UnknownTopicOrPartitionError
 from laminar.placement import PlacementMember, partition_key, replicas
@@ -25,6 +26,13 @@ from laminar.v1 import laminar_pb2 as pb
 _LIVE_STATES = frozenset({"alive", "suspect"})
 # On a tie between answers, the livelier state wins (lower first).
 _STATE_ORDER = {"alive": 0, "suspect": 1, "dead": 2, "left": 3}
+
+SET_ON_TOPIC = "topic"
+"""A setting's source (:meth:`TopicMetadata.source`): given when the topic was
+created, or by an alter."""
+CLUSTER_DEFAULT = "cluster default"
+"""A setting's source: the cluster's default, when the topic was created without it
+or the setting was reset."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,22 +65,67 @@ class MemberInfo:
         )
 
 
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+"""A topic's ``cleanup_policy`` values: delete old segments by retention, keyed
+compaction (keep the newest record of each key), or both."""
+
+ALTERABLE_SETTINGS = (
+    "replication_factor",
+    "retention_bytes",
+    "retention_ms",
+    "cleanup_policy",
+    "delete_retention_ms",
+    "min_compaction_lag_ms",
+    "max_compaction_lag_ms",
+    "min_cleanable_dirty_ratio",
+)
+"""The :class:`TopicConfig` fields ``AlterTopic`` changes or resets (``partitions``
+only grows, by ``CreatePartitions``)."""
+
+_COMPACTION_SETTINGS = ALTERABLE_SETTINGS[3:]
+TOPIC_SETTINGS = ("partitions", *ALTERABLE_SETTINGS)
+"""Every :class:`TopicConfig` field, in the order ``topic describe`` shows them."""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
-    """A topic's settings; -1 retention means unlimited."""
+    """A topic's settings; -1 retention means unlimited.
+
+    - ``cleanup_policy``: one of :data:`CLEANUP_POLICIES`.
+    - ``delete_retention_ms``: how long a tombstone (a keyed record with no value)
+      stays readable once keyed compaction first covered it.
+    - ``min_compaction_lag_ms`` / ``max_compaction_lag_ms``: records younger than the
+      first are never compacted; one older than the second (-1: none) makes
+      compaction run whatever the dirty ratio.
+    - ``min_cleanable_dirty_ratio``: the share of not yet compacted bytes at which
+      compaction runs.
+
+    A node that predates keyed compaction sends none of these: they read as the
+    defaults (no compaction).
+    """
 
     partitions: int
     replication_factor: int
     retention_bytes: int = -1
     retention_ms: int = -1
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = -1
+    min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
     def from_proto(cls, config: pb.TopicConfig) -> TopicConfig:
+        # Unset (a node that predates them): the dataclass defaults, no compaction.
+        given: dict[str, Any] = {
+            name: getattr(config, name) for name in _COMPACTION_SETTINGS if config.HasField(name)
+        }
         return cls(
             partitions=config.partitions,
             replication_factor=config.replication_factor,
             retention_bytes=config.retention_bytes,
             retention_ms=config.retention_ms,
+            **given,
         )
 
     def to_proto(self) -> pb.TopicConfig:
@@ -82,6 +135,11 @@ class TopicConfig:
             replication_factor=self.replication_factor,
             retention_bytes=self.retention_bytes,
             retention_ms=self.retention_ms,
+            cleanup_policy=self.cleanup_policy,
+            delete_retention_ms=self.delete_retention_ms,
+            min_compaction_lag_ms=self.min_compaction_lag_ms,
+            max_compaction_lag_ms=self.max_compaction_lag_ms,
+            min_cleanable_dirty_ratio=self.min_cleanable_dirty_ratio,
         )
 
 
@@ -126,6 +184,19 @@ class TopicMetadata:
     """The :class:`TopicConfig` fields the cluster's defaults set at creation (the
     request left them out): ``partitions``, ``replication_factor``,
     ``retention_bytes``, ``retention_ms``."""
+    sources: tuple[tuple[str, str], ...] = ()
+    """Where each :class:`TopicConfig` field's value came from, as ``(field name,
+    source)`` pairs: :data:`SET_ON_TOPIC` (created or altered with it) or
+    :data:`CLUSTER_DEFAULT` (left out at creation, or reset). Empty from a node that
+    predates it: :meth:`source` then reads ``defaults``."""
+
+    def source(self, name: str) -> str:
+        """Where the setting ``name`` came from: :data:`SET_ON_TOPIC` or
+        :data:`CLUSTER_DEFAULT`."""
+        for setting, source in self.sources:
+            if setting == name:
+                return source
+        return CLUSTER_DEFAULT if name in self.defaults else SET_ON_TOPIC
 
     @classmethod
     def from_proto(cls, info: pb.TopicInfo) -> TopicMetadata:
@@ -138,7 +209,52 @@ class TopicMetadata:
             config=TopicConfig.from_proto(info.config),
             partitions=tuple(partitions),
             defaults=tuple(info.defaults),
+            sources=tuple(
+                (
+                    source.name,
+                    CLUSTER_DEFAULT
+                    if source.source == pb.SettingSource.CLUSTER_DEFAULT
+                    else SET_ON_TOPIC,
+                )
+                for source in info.sources
+            ),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class AlteredTopic:
+    """The answer to :meth:`~laminar_client.Client.alter_topic`: the topic as it is
+    after the change (or would be, when only validated) and as it was before."""
+
+    topic: TopicMetadata
+    previous: TopicMetadata
+
+    def changes(self) -> list[tuple[str, object, object]]:
+        """``(field, old value, new value)`` for each setting whose value or source
+        changed, in :data:`TOPIC_SETTINGS` order."""
+        changed: list[tuple[str, object, object]] = []
+        for name in TOPIC_SETTINGS:
+            old = getattr(self.previous.config, name)
+            new = getattr(self.topic.config, name)
+            if old != new or self.previous.source(name) != self.topic.source(name):
+                changed.append((name, old, new))
+        return changed
+
+
+@dataclass(frozen=True, slots=True)
+class AddedPartitions:
+    """The answer to :meth:`~laminar_client.Client.create_partitions`: the topic
+    after the change (or as it would be, when only validated) and its partition
+    count before. ``topic.partitions`` lists the new ones from index ``previous``
+    (with their founding replicas)."""
+
+    topic: TopicMetadata
+    previous: int
+
+    @property
+    def added(self) -> tuple[PartitionMetadata, ...]:
+        """The new partitions, by index."""
+        return tuple(p for p in self.topic.partitions if p.partition >= self.previous)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +408,35 @@ def merge_answers(answers: Sequence[ClusterMetadata]) -> ClusterMetadata:
         answered_by=tuple(dict.fromkeys(node for a in answers for node in a.answered_by)),
         filtered=any(answer.filtered for answer in answers),
     )
+
+
+def no_older_than(held: ClusterMetadata | None, merged: ClusterMetadata) -> ClusterMetadata:
+    """``merged`` (a refresh's answer), unless ``held`` (the snapshot it replaces)
+    is of the same cluster and has applied more of the catalogue: then ``held``'s
+    topics with what ``merged`` says of their partitions (leaders, replicas, high
+    watermarks: fresher), at ``held``'s metadata offset.
+
+    The nodes answering a refresh may not yet have applied a change another node
+    answered before (an added partition, an altered setting); taking their answer
+    would make the client's view go back, and a partition count shrink: a keyed
+    producer would map keys by the old modulo again.
+    """
+    if (
+        held is None
+        or held.cluster_id != merged.cluster_id
+        or held.metadata_offset <= merged.metadata_offset
+    ):
+        return merged
+    topics = {
+        name: replace(
+            topic,
+            partitions=tuple(
+                merged.find_partition(name, p.partition) or p for p in topic.partitions
+            ),
+        )
+        for name, topic in held.topics.items()
+    }
+    return replace(merged, topics=topics, metadata_offset=held.metadata_offset, _partitions={})
 
 
 def answers_settled(answers: Sequence[ClusterMetadata], focus: tuple[str, int] | None) -> bool:

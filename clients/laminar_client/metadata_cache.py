@@ -21,7 +21,12 @@ from laminar.errors import (
 )
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client.health import NodeHealth
-from laminar_client.metadata import ClusterMetadata, answers_settled, merge_answers
+from laminar_client.metadata import (
+    ClusterMetadata,
+    answers_settled,
+    merge_answers,
+    no_older_than,
+)
 from laminar_client.retry import RetryPolicy
 from laminar_client.transport import (
     NoAnswerError,
@@ -102,6 +107,11 @@ class MetadataCache:
     deposed leader may still name itself; then the last node that answered, the
     members and the bootstrap list. The answers are merged by
     :func:`~laminar_client.metadata.merge_answers`.
+
+    **Never backwards.** A refresh whose answers have applied less of the catalogue
+    (a lower ``metadata_offset``) than the snapshot held keeps the held topics
+    (:func:`~laminar_client.metadata.no_older_than`): a partition count never
+    shrinks in this client's view, nor does a setting go back.
 
     **Leader hints** from ``NOT_LEADER`` errors override the snapshot's leader for a
     partition until the hinted node fails or a refresh names a live leader.
@@ -438,8 +448,8 @@ class MetadataCache:
                 raise cluster_unreachable(refused[1])
             detail = "; ".join(errors[-3:]) or "deadline passed"
             raise UnavailableError(f"no node answered a metadata request ({detail})")
-        snapshot = merge_answers(answers)
         with self._lock:
+            snapshot = no_older_than(self._snapshot, merge_answers(answers))
             self._forgive_returned(self._snapshot, snapshot)
             self._snapshot = snapshot
             self._generation += 1

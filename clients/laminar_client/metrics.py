@@ -184,6 +184,9 @@ class ProducerMetrics:
       got (``DeliveryTimeoutError``, ``StorageFullError``, ``ClientClosedError``, ...).
     - ``restamps``: times a partition's unresolved batches were given a new
       producer id (the broker proved them unwritten: ``docs/format.md``, section 2).
+    - ``partition_count_changes``: times a topic this producer writes to was seen
+      with more partitions than before (``add-partitions``): keyed records map by
+      the new count from then on, and a WARNING names the share of keys that move.
     - ``batches_in_flight``: batches in an attempt now: waiting for its answer (or
       for the backoff before it, or for the metadata refresh it needs).
     - ``buffer_bytes``: bytes of records taken by ``send`` and not yet acknowledged
@@ -203,6 +206,7 @@ class ProducerMetrics:
     batches_in_flight: int
     buffer_bytes: int
     buffer_bytes_max: int
+    partition_count_changes: int = 0
 
     @property
     def batch_records_mean(self) -> float:

@@ -6,7 +6,8 @@ partitions``, computed over the key's *serialized* bytes. The producer, the CLI
 (``laminar produce --key-partitioning``) and the Spark writer all call this one
 function, so a key lands on the same partition whichever of them wrote it, and
 any language can compute it (xxh3-64 has implementations everywhere). The
-mapping changes when the topic's partition count does, as in Kafka.
+mapping changes when the topic's partition count does, as in Kafka:
+:func:`moved_key_fraction` says how much of it.
 
 A record without a key goes to a *sticky* partition (:class:`StickyPartitioner`,
 Kafka's KIP-480/KIP-794 behaviour): all keyless records of a topic go to one
@@ -19,12 +20,31 @@ partition from drawing more records than the others.
 
 from __future__ import annotations
 
+import math
 import random
+from fractions import Fraction
 
 from laminar.errors import InvalidInputError
 from laminar.partitioning import key_partition
 
-__all__ = ["StickyPartitioner", "key_partition"]
+__all__ = ["StickyPartitioner", "key_partition", "moved_key_fraction"]
+
+
+def moved_key_fraction(old: int, new: int) -> Fraction:
+    """The share of keys that map to another partition when a topic goes from
+    ``old`` to ``new`` partitions, under ``hash mod partitions``, exact.
+
+    A hash's partition depends only on its residue ``r`` modulo ``lcm(old, new)``,
+    and the residues are equally likely; the key stays iff ``r mod old == r mod
+    new``. Over each block of ``new`` consecutive residues starting at ``k*new``,
+    that holds for ``r = k*new + t`` exactly when ``old`` divides ``k*new`` and
+    ``t < min(old, new)``; within ``[0, lcm)`` only ``k = 0`` qualifies. So
+    ``min(old, new)`` residues of ``lcm(old, new)`` stay: 4 -> 8 moves 1/2,
+    4 -> 6 moves 2/3, 8 -> 12 moves 2/3.
+    """
+    if old < 1 or new < 1:
+        raise InvalidInputError(f"partition counts must be >= 1, got {old} and {new}")
+    return 1 - Fraction(min(old, new), math.lcm(old, new))
 
 
 class StickyPartitioner:

@@ -47,6 +47,7 @@ import atexit
 import contextlib
 import logging
 import random
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -60,6 +61,7 @@ from laminar.errors import (
     BufferFullError,
     ClientClosedError,
     InvalidInputError,
+    UnavailableError,
     UnknownTopicOrPartitionError,
 )
 from laminar.records import DEFAULT_LIMITS, Compression, Header
@@ -72,6 +74,7 @@ from laminar_client._steps import Steps, drive, drive_async
 from laminar_client.client import UNKNOWN_TOPIC_WAIT_S, Client
 from laminar_client.metrics import ProducerMetrics, TopicSent
 from laminar_client.metrics_registry import Registrations, register_metrics
+from laminar_client.partitioner import moved_key_fraction
 from laminar_client.retry import RetryPolicy
 from laminar_client.serializers import Serializer
 from laminar_client.tls import TlsOptions
@@ -195,6 +198,10 @@ class _ProducerBase(Generic[_K, _V]):
         )
         self._partition_counts: dict[str, int] = {}  # as of metadata _counts_generation
         self._counts_generation = self._client.cache.generation
+        # The count each topic was last written with (a grown one is warned of once).
+        self._counts_used: dict[str, int] = {}
+        self._count_changes = 0
+        self._counts_lock = threading.Lock()
         self._record_bytes_max = min(config.buffer_bytes_max, DEFAULT_LIMITS.batch_bytes_max // 2)
         self._closed = False
         self._registrations = Registrations()
@@ -247,6 +254,7 @@ class _ProducerBase(Generic[_K, _V]):
             attempt_errors=dict(core.attempt_errors),
             records_failed=records_failed,
             restamps=counters["restamps"],
+            partition_count_changes=self._count_changes,
             batches_in_flight=in_flight,
             buffer_bytes=buffered,
             buffer_bytes_max=self.config.buffer_bytes_max,
@@ -305,16 +313,43 @@ class _ProducerBase(Generic[_K, _V]):
     def _partitions_of(self, topic: str) -> int | None:
         """The topic's partition count known without I/O: from this producer's copy,
         re-read from the cache's snapshot after each metadata refresh (a topic
-        deleted and created again may have another count)."""
+        deleted and created again may have another count; a grown one is noted by
+        :meth:`_use_count`)."""
         cache = self._client.cache
         if cache.generation != self._counts_generation:
             self._counts_generation = cache.generation
             self._partition_counts.clear()
+        count = self._partition_counts.get(topic)
+        if count is None:
             snapshot = cache.held()
-            if snapshot is not None:
-                for name, found in snapshot.topics.items():
-                    self._partition_counts[name] = found.config.partitions
-        return self._partition_counts.get(topic)
+            found = snapshot.topics.get(topic) if snapshot is not None else None
+            if found is None:
+                return None
+            count = self._use_count(topic, found.config.partitions)
+        return count
+
+    def _use_count(self, topic: str, count: int) -> int:
+        """Take ``count`` as the topic's partition count from now on. When it grew
+        since this producer last used the topic, keyed records map by a new modulo:
+        log that once (WARNING) and count it (``partition_count_changes``). Records
+        already taken keep the partition they were given."""
+        with self._counts_lock:
+            self._partition_counts[topic] = count
+            before = self._counts_used.get(topic)
+            self._counts_used[topic] = count
+            if before is None or count <= before:
+                return count  # new to this producer, or the topic was re-created smaller
+            self._count_changes += 1
+        _LOG.warning(
+            "topic %s grew %d\u2192%d partitions: keyed records now map by modulo %d; "
+            "about %.0f%% of keys move (records already sent keep their partition)",
+            topic,
+            before,
+            count,
+            count,
+            float(moved_key_fraction(before, count)) * 100,
+        )
+        return count
 
     def _check_partition(self, topic: str, partition: int | None, partitions: int) -> None:
         if partition is not None and not 0 <= partition < partitions:
@@ -344,12 +379,17 @@ class _ProducerBase(Generic[_K, _V]):
         refresh = False
         while True:
             remaining_s = started_s + timeout_s - time.monotonic()
-            snapshot = self._client.metadata(refresh=refresh, timeout_s=max(0.001, remaining_s))
+            try:
+                snapshot = self._client.metadata(refresh=refresh, timeout_s=max(0.001, remaining_s))
+            except UnavailableError as error:
+                if not refresh or time.monotonic() < deadline_s:
+                    raise
+                # Missing, then looked for again until the time ran out (a look begun
+                # at the very end has no time to answer): the topic is unknown.
+                raise UnknownTopicOrPartitionError(f"no topic {topic!r}") from error
             found = snapshot.topics.get(topic)
             if found is not None:
-                count = found.config.partitions
-                self._partition_counts[topic] = count
-                return count
+                return self._use_count(topic, found.config.partitions)
             if time.monotonic() >= deadline_s:
                 raise UnknownTopicOrPartitionError(f"no topic {topic!r}")
             refresh = True

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from laminar.errors import (
+    InvalidInputError,
     InvalidTopicError,
     LaminarError,
     NotLeaderError,
@@ -50,6 +51,8 @@ class FakePartition:
     # The first offset still stored (retention): Fetch below it answers
     # OFFSET_OUT_OF_RANGE; Fetch and ListOffsets report it.
     log_start: int = 0
+    # Who votes now (None: the replicas), to show a replica move under way.
+    voters: list[str] | None = None
 
 
 @dataclass
@@ -57,6 +60,18 @@ class FakeTopic:
     config: pb.TopicConfig
     partitions: list[FakePartition]
     defaults: list[str] = field(default_factory=list)
+
+
+FAKE_DEFAULTS = {
+    "replication_factor": 3,
+    "retention_bytes": -1,
+    "retention_ms": -1,
+    "cleanup_policy": "delete",
+    "delete_retention_ms": 86_400_000,
+    "min_compaction_lag_ms": 0,
+    "max_compaction_lag_ms": -1,
+    "min_cleanable_dirty_ratio": 0.5,
+}
 
 
 def abort(context: grpc.ServicerContext, error: LaminarError) -> None:
@@ -212,12 +227,21 @@ class FakeServicer(pb_grpc.LaminarServicer):
 
     def Metadata(self, request, context):
         self._enter("Metadata", request, context)
-        with self.cluster.lock:
+        cluster = self.cluster
+        with cluster.lock:
+            offset, topics = cluster.frozen_metadata.get(
+                self.node_id,
+                (
+                    cluster.metadata_offset,
+                    [cluster.topic_proto(n) for n in sorted(cluster.topics)],
+                ),
+            )
             return pb.MetadataResponse(
                 cluster_id="fake",
                 node_id=self.node_id,
-                members=self.cluster.members_proto(),
-                topics=[self.cluster.topic_proto(n) for n in sorted(self.cluster.topics)],
+                members=cluster.members_proto(),
+                topics=topics,
+                metadata_offset=offset,
             )
 
     def CreateTopic(self, request, context):
@@ -230,12 +254,10 @@ class FakeServicer(pb_grpc.LaminarServicer):
                 abort(context, TopicExistsError(f"topic {request.name!r} already exists"))
             nodes = sorted(cluster.nodes)
             # Unset fields take the cluster's defaults, as a node's do.
-            config = pb.TopicConfig(
-                partitions=1, replication_factor=min(3, len(nodes)), retention_bytes=-1,
-                retention_ms=-1,
-            )  # fmt: skip
+            config = pb.TopicConfig(**{**FAKE_DEFAULTS, "partitions": 1})
+            config.replication_factor = min(3, len(nodes))
             defaults = []
-            for name in ("partitions", "replication_factor", "retention_bytes", "retention_ms"):
+            for name in ("partitions", *FAKE_DEFAULTS):
                 if request.config.HasField(name):
                     setattr(config, name, getattr(request.config, name))
                 else:
@@ -247,6 +269,65 @@ class FakeServicer(pb_grpc.LaminarServicer):
                 partitions.append(FakePartition(replicas=replicas, leader=replicas[0]))
             cluster.topics[request.name] = FakeTopic(config, partitions, defaults)
             return pb.CreateTopicResponse(topic=cluster.topic_proto(request.name))
+
+    def _topic_at_metadata_leader(self, context, name: str) -> FakeTopic:
+        """The topic to change; NOT_LEADER unless this is n0, the fake's metadata
+        leader (cluster lock held)."""
+        if self.node_id != "n0":
+            abort(context, NotLeaderError("n0", self.cluster.address_of("n0")))
+        topic = self.cluster.topics.get(name)
+        if topic is None:
+            abort(context, UnknownTopicOrPartitionError(f"unknown topic {name!r}"))
+        return topic
+
+    def AlterTopic(self, request, context):
+        """Alter as a node does, in miniature: the metadata leader is n0 (others
+        answer NOT_LEADER); a bad retention is refused naming the field."""
+        self._enter("AlterTopic", request, context)
+        cluster = self.cluster
+        with cluster.lock:
+            topic = self._topic_at_metadata_leader(context, request.name)
+            previous = cluster.topic_proto(request.name)
+            config = pb.TopicConfig()
+            config.CopyFrom(topic.config)
+            for descriptor, value in request.set.ListFields():
+                setattr(config, descriptor.name, value)
+            for name in request.reset:
+                setattr(config, name, FAKE_DEFAULTS[name])
+            for name in ("retention_ms", "retention_bytes"):
+                if getattr(config, name) == 0 or getattr(config, name) < -1:
+                    abort(context, InvalidTopicError(f"{name} must be positive or -1"))
+            set_names = {d.name for d, _ in request.set.ListFields()}
+            defaults = [n for n in [*topic.defaults, *request.reset] if n not in set_names]
+            altered = FakeTopic(config, topic.partitions, list(dict.fromkeys(defaults)))
+            answer = cluster.topic_proto(request.name, altered)
+            if not request.validate_only:
+                cluster.topics[request.name] = altered
+            return pb.AlterTopicResponse(topic=answer, previous=previous)
+
+    def CreatePartitions(self, request, context):
+        self._enter("CreatePartitions", request, context)
+        cluster = self.cluster
+        with cluster.lock:
+            topic = self._topic_at_metadata_leader(context, request.name)
+            previous = topic.config.partitions
+            if request.to <= previous:
+                abort(
+                    context,
+                    InvalidInputError(
+                        f"topic {request.name} has {previous} partitions; --to must be more"
+                    ),
+                )
+            if request.validate_only:
+                config = pb.TopicConfig()
+                config.CopyFrom(topic.config)
+                would = FakeTopic(config, list(topic.partitions), topic.defaults)
+                cluster.grow(would, request.to)
+                answer = cluster.topic_proto(request.name, would)
+            else:
+                cluster.add_partitions(request.name, request.to)
+                answer = cluster.topic_proto(request.name)
+            return pb.CreatePartitionsResponse(topic=answer, previous=previous)
 
     def DeleteTopic(self, request, context):
         self._enter("DeleteTopic", request, context)
@@ -271,7 +352,7 @@ class FakeServicer(pb_grpc.LaminarServicer):
                     partition=index,
                     leader=part.leader or "",
                     replicas=part.replicas,
-                    voters=part.replicas,
+                    voters=part.voters if part.voters is not None else part.replicas,
                     under_replicated=index == 1,
                 )
                 for name, topic in sorted(cluster.topics.items())
@@ -341,6 +422,10 @@ class FakeCluster:
         self.disks: dict[str, pb.NodeDisk] = {}
         self.maintenance: list[str] = []
         self.incompatible_peers: dict[str, list[pb.IncompatiblePeer]] = {}
+        self.metadata_offset = 0
+        # node -> the metadata offset and topics it answers with, frozen (a node that
+        # lags the catalogue); absent: the cluster's current state.
+        self.frozen_metadata: dict[str, tuple[int, list[pb.TopicInfo]]] = {}
         """What each node's DescribeCluster says of its disk (none: not said)."""
         for index in range(node_count):
             node_id = f"n{index}"
@@ -392,14 +477,29 @@ class FakeCluster:
                 parts.append(FakePartition(replicas=replicas, leader=replicas[0]))
             self.topics[name] = FakeTopic(config, parts)
 
+    def add_partitions(self, name: str, to: int) -> None:
+        """Raise ``name``'s partition count to ``to`` (the new ones empty), and the
+        metadata offset with it."""
+        with self.lock:
+            self.grow(self.topics[name], to)
+            self.metadata_offset += 1
+
+    def grow(self, topic: FakeTopic, to: int) -> None:
+        nodes = sorted(self.nodes)
+        rf = topic.config.replication_factor
+        for index in range(topic.config.partitions, to):
+            replicas = [nodes[(index + i) % len(nodes)] for i in range(rf)]
+            topic.partitions.append(FakePartition(replicas=replicas, leader=replicas[0]))
+        topic.config.partitions = to
+
     def partition(self, topic: str, index: int = 0) -> FakePartition:
         return self.topics[topic].partitions[index]
 
     def members_proto(self) -> list[pb.Member]:
         return [self.members[n] for n in sorted(self.members)]
 
-    def topic_proto(self, name: str) -> pb.TopicInfo:
-        topic = self.topics[name]
+    def topic_proto(self, name: str, topic: FakeTopic | None = None) -> pb.TopicInfo:
+        topic = self.topics[name] if topic is None else topic
         infos = []
         for index, part in enumerate(topic.partitions):
             leader = part.advertised_leader if part.advertised_leader is not None else part.leader
@@ -409,11 +509,24 @@ class FakeCluster:
                     replicas=part.replicas,
                     leader=leader or "",
                     high_watermark=part.end_offset,
-                    voters=part.replicas,
+                    voters=part.voters if part.voters is not None else part.replicas,
                 )
             )
+        sources = [
+            pb.SettingSource(
+                name=setting,
+                source=pb.SettingSource.CLUSTER_DEFAULT
+                if setting in topic.defaults
+                else pb.SettingSource.TOPIC,
+            )
+            for setting in ("partitions", *FAKE_DEFAULTS)
+        ]
         return pb.TopicInfo(
-            name=name, config=topic.config, partitions=infos, defaults=topic.defaults
+            name=name,
+            config=topic.config,
+            partitions=infos,
+            defaults=topic.defaults,
+            sources=sources,
         )
 
     def stop(self) -> None:

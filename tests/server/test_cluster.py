@@ -619,21 +619,25 @@ def test_topic_create_without_settings_takes_the_clusters_defaults(shared: Share
     done = laminar_command("topic", "create", "newcomer", bootstrap=bootstrap)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == (
-        "created topic newcomer: partitions=1 (default) replication_factor=3 (default)"
+        "created topic newcomer: partitions=1 (cluster default) "
+        "replication_factor=3 (cluster default)"
     )
     done = laminar_command("topic", "describe", "newcomer", bootstrap=bootstrap)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == (
-        "topic newcomer: partitions=1 (default) replication_factor=3 (default) "
-        "retention_bytes=unlimited (default) retention_ms=unlimited (default)"
-    )
+    assert done.stdout.splitlines()[:5] == [
+        "topic newcomer:",
+        "  partitions=1 (cluster default)",
+        "  replication_factor=3 (cluster default)",
+        "  retention_bytes=unlimited (cluster default)",
+        "  retention_ms=unlimited (cluster default)",
+    ]
     done = laminar_command(
         "topic", "create", "chosen", "--partitions", "2", "--retention-ms", "60000",
         bootstrap=bootstrap,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == (
-        "created topic chosen: partitions=2 replication_factor=3 (default)"
+        "created topic chosen: partitions=2 (topic) replication_factor=3 (cluster default)"
     )
 
 

@@ -216,3 +216,40 @@ def test_bad_options_name_the_option(
             query.awaitTermination(QUERY_TIMEOUT_S)
         finally:
             query.stop()
+
+
+def test_a_running_stream_reads_added_partitions_at_the_next_trigger(
+    spark: Any, servers: str, tmp_path: Path
+) -> None:
+    """``add-partitions`` under a running query: the next micro-batch's
+    ``latestOffset`` takes fresh metadata, so the new partitions are read from their
+    earliest offset, and the output holds every record once."""
+    topic, rows = new_topic(servers, "grow", 2, 20)
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
+    df = stream(spark, servers, subscribe=topic, startingOffsets="earliest")
+    query = start_into_parquet(df, checkpoint, output, processingTime="200 milliseconds")
+    try:
+        wait_for(
+            lambda: sum(n for _, n in batch_sizes(query)) >= 20, QUERY_TIMEOUT_S, "the first rows"
+        )
+        with Client(servers) as client:
+            assert client.create_partitions(topic, 4).previous == 2
+            wait_for(
+                lambda: all(
+                    p.leader for p in client.metadata(refresh=True).topic(topic).partitions
+                ),
+                QUERY_TIMEOUT_S,
+                "leaders of the new partitions",
+            )
+        rows += add(servers, topic, 4, 20)  # records on partitions 0-3
+        wait_for(
+            lambda: sum(n for _, n in batch_sizes(query)) >= 40,
+            QUERY_TIMEOUT_S,
+            "the rows of the new partitions",
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None
+    written = rows_of(spark.read.parquet(str(output)))
+    assert {r[3] for r in written} == {0, 1, 2, 3}
+    assert written == sorted(rows, key=lambda r: (r[2], r[3], r[4]))
