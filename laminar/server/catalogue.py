@@ -10,12 +10,18 @@ follow them, in metadata order:
   (:meth:`~laminar.server.host.ReplicaHost.open_founding`), then records the
   founded offset (:mod:`laminar.server.node_files`) so that a restart does not found
   them again;
+- partitions added to a topic: the node founds the new ones it is a founder of,
+  as for a created topic (the same founded offset guard);
+- a topic altered: nothing here; the replan that follows moves replicas towards
+  a new replication factor, and retention and compaction read the settings live
+  (:func:`laminar.server.placement_keeper.settings_of`);
 - a topic deleted: the node deletes its replicas of it;
 - a node entering or leaving maintenance: the host learns the new set.
 
-Creations and deletions run one after the other on one chain of tasks, so that a
-topic deleted right after its creation is not created after its deletion. After
-each set of changes the node replans (placement follows the catalogue).
+Creations (of topics and of partitions) and deletions run one after the other on
+one chain of tasks, so that a topic deleted right after its creation is not
+created after its deletion. After each set of changes the node replans
+(placement follows the catalogue).
 """
 
 from __future__ import annotations
@@ -48,14 +54,17 @@ class CatalogueHost(Protocol):
 
 
 def founding_groups(node_id: str, change: Change) -> list[tuple[TopicPartition, GroupConfig]]:
-    """The partitions of a created topic that ``node_id`` founds, each with its
-    founding group (every founder a voter)."""
+    """The partitions a creation (of a topic, or of partitions) founds on
+    ``node_id`` (:attr:`Change.founded_partitions`), each with its founding group
+    (every founder a voter)."""
     topic = change.topic
-    return [
-        ((topic.spec.name, partition), GroupConfig(tuple(NodeId(n) for n in founders)))
-        for partition, founders in enumerate(topic.founding_replicas)
-        if node_id in founders
-    ]
+    groups = []
+    for partition in change.founded_partitions:
+        founders = topic.founding_replicas[partition]
+        if node_id in founders:
+            config = GroupConfig(tuple(NodeId(n) for n in founders))
+            groups.append(((topic.spec.name, partition), config))
+    return groups
 
 
 class CatalogueApplier:
@@ -93,16 +102,31 @@ class CatalogueApplier:
         A creation the node applied before a restart (below its founded offset) is
         not founded again: the replicas that still exist were opened from disk, and
         one deleted since (moved away) must not come back as the term-1 leader of a
-        group that has moved on.
+        group that has moved on. The same holds for partitions added to a topic.
         """
         topic = change.topic
-        if change.kind == "created":
-            _LOG.info("topic %s created (%d partitions)", topic.spec.name, topic.spec.partitions)
+        if change.kind in ("created", "partitions_added"):
+            founded = change.founded_partitions
+            _LOG.info(
+                "topic %s %s (partitions %d..%d)",
+                topic.spec.name,
+                change.kind.replace("_", " "),
+                founded.start,
+                founded.stop - 1,
+            )
             if change.offset < self.founded_offset:
                 return
             groups = founding_groups(self.node_id, change)
             self._host.reserve_founding([key for key, _ in groups])  # before the replan
             self._then(lambda: self._found(groups, change.offset))
+        elif change.kind == "altered":
+            assert change.previous is not None
+            before, after = change.previous.spec.settings(), topic.spec.settings()
+            _LOG.info(
+                "topic %s altered: %s",
+                topic.spec.name,
+                " ".join(f"{k}={before[k]}->{v}" for k, v in after.items() if before[k] != v),
+            )
         else:
             _LOG.info("topic %s deleted", topic.spec.name)
             keys = [(topic.spec.name, partition) for partition in range(topic.spec.partitions)]

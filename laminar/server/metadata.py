@@ -11,8 +11,16 @@ Commands::
     {"v": 1, "op": "create_topic", "id": str, "name": str, "partitions": int,
      "replication_factor": int, "retention_bytes": int, "retention_ms": int,
      "replicas": [[node id, ...], ...],        # founding replicas per partition
-     "defaults": [field name, ...]}            # set by the cluster's defaults (optional)
+     "defaults": [field name, ...],            # set by the cluster's defaults (optional)
+     "cleanup_policy": str, "delete_retention_ms": int, "min_compaction_lag_ms": int,
+     "max_compaction_lag_ms": int, "min_cleanable_dirty_ratio": float}   # (optional)
     {"v": 1, "op": "delete_topic", "id": str, "name": str}
+    {"v": 1, "op": "alter_topic", "id": str, "name": str, "topic_id": str,
+     "set": {field name: value, ...},          # the settings that change
+     "reset": [field name, ...]}               # those of "set" that are cluster defaults
+    {"v": 1, "op": "add_partitions", "id": str, "name": str, "topic_id": str,
+     "from": int, "partitions": int,           # the count before, and after
+     "replicas": [[node id, ...], ...]}        # founding replicas of each new partition
     {"v": 1, "op": "maintenance", "id": str, "node": str, "enter": bool}
     {"v": 1, "op": "create_acls", "id": str, "acls": [[principal, operation,
      resource type, resource name, pattern, permission], ...]}
@@ -31,12 +39,19 @@ of an offset at or after it, restores it, and applies the log from its ``as_of``
 Restoring reports, as changes, what a replay from the state's previous applied
 offset would have: the topics created and deleted at or after it (in offset
 order), the deletion of any topic it held that is gone, and each node whose
-maintenance state differs. ``applied_ids`` (used
+maintenance state differs; for a topic it still holds (the same creation) that
+changed, the additions of partitions it missed (at their offsets, kept in the
+snapshot) and an ``altered``, never a deletion. ``applied_ids`` (used
 only by the proposer, right after its command applies) is not in snapshots.
 
 Applying is deterministic and idempotent: creating an existing topic or deleting a
 missing one changes nothing (the request that lost the race is told so, because its
-``id`` is not the one that took effect). A record that does not decode is skipped
+``id`` is not the one that took effect). ``alter_topic`` and ``add_partitions`` name
+the topic by its creation command (``topic_id``): once the topic was deleted and
+created again under its name, they change nothing. Each applies whole or not at all
+(the new settings are validated as one), once per command id; ``add_partitions``
+only from the count its proposer saw (``from``), so of two racing ones the second
+changes nothing. A record that does not decode is skipped
 with an error log: it was validated before it was proposed, so it can only come
 from a newer version of Laminar (a node that predates ``maintenance`` skips it
 so: it keeps re-placing a node in maintenance after its own move grace).
@@ -61,6 +76,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -81,6 +97,8 @@ _VERSION = 1
 TOPIC_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 PARTITIONS_MAX = 10_000
 REPLICATION_FACTOR_MAX = 7
+SETTING_MS_MAX = 1 << 62
+"""Largest duration setting (ms) a topic takes: far beyond any use, within int64."""
 
 SNAPSHOT_VERSION = 1
 """Version of the snapshot payload (:meth:`MetadataState.snapshot_payload`)."""
@@ -99,9 +117,32 @@ COUNTS_KEPT_MAX = 1024
 """Batch ends whose applied-record count is kept for a snapshot's paired check."""
 
 
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+"""The values of :attr:`TopicSpec.cleanup_policy` (keyed compaction, docs/design.md)."""
+
+SETTING_FIELDS = (
+    "partitions",
+    "replication_factor",
+    "retention_bytes",
+    "retention_ms",
+    "cleanup_policy",
+    "delete_retention_ms",
+    "min_compaction_lag_ms",
+    "max_compaction_lag_ms",
+    "min_cleanable_dirty_ratio",
+)
+"""A topic's settings (the ``TopicConfig`` fields), in the proto's order."""
+
+ALTERABLE_FIELDS = SETTING_FIELDS[1:]
+"""The settings ``AlterTopic`` changes (``partitions`` grows by ``CreatePartitions``)."""
+
+_EXTRA_FIELDS = SETTING_FIELDS[4:]
+"""The settings added after the first snapshot format: kept under a key of their own."""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """What a user asks for when creating a topic."""
+    """What a user asks for when creating a topic (and changes by altering it)."""
 
     name: str
     partitions: int
@@ -109,8 +150,26 @@ class TopicSpec:
     retention_bytes: int = -1  # -1: unlimited
     retention_ms: int = -1
     defaults: tuple[str, ...] = ()
-    """The fields (``partitions``, ``replication_factor``, ``retention_bytes``,
-    ``retention_ms``) the cluster's defaults set because the request left them out."""
+    """The fields (of :data:`SETTING_FIELDS`) the cluster's defaults set because the
+    request left them out (or an alter reset them)."""
+    cleanup_policy: str = "delete"
+    """One of :data:`CLEANUP_POLICIES`: ``compact`` keeps the newest record per key."""
+    delete_retention_ms: int = 86_400_000
+    """How long a tombstone (null value) stays readable after compaction covers it."""
+    min_compaction_lag_ms: int = 0
+    """Records younger than this stay uncompacted."""
+    max_compaction_lag_ms: int = -1
+    """-1: none; else a record is compacted at the latest this long after it was written."""
+    min_cleanable_dirty_ratio: float = 0.5
+    """Compact when the bytes written since the last compaction reach this share of the log."""
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    def settings(self) -> dict[str, object]:
+        """Every setting by its field name (:data:`SETTING_FIELDS`)."""
+        return {name: getattr(self, name) for name in SETTING_FIELDS}
 
     def validate(self) -> None:
         """Raise :class:`InvalidTopicError` naming the first bad field."""
@@ -121,13 +180,36 @@ class TopicSpec:
             )
         if not 1 <= self.replication_factor <= REPLICATION_FACTOR_MAX:
             raise InvalidTopicError(
-                f"replication factor must be in [1, {REPLICATION_FACTOR_MAX}], "
+                f"replication_factor must be in [1, {REPLICATION_FACTOR_MAX}], "
                 f"got {self.replication_factor}"
             )
         for field_name in ("retention_bytes", "retention_ms"):
             value = getattr(self, field_name)
             if value < -1 or value == 0:
                 raise InvalidTopicError(f"{field_name} must be positive or -1, got {value}")
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise InvalidTopicError(
+                f"cleanup_policy must be one of {', '.join(CLEANUP_POLICIES)}, "
+                f"got {self.cleanup_policy!r:.40}"
+            )
+        for field_name in ("delete_retention_ms", "min_compaction_lag_ms"):
+            value = getattr(self, field_name)
+            if not 0 <= value <= SETTING_MS_MAX:
+                raise InvalidTopicError(
+                    f"{field_name} must be in [0, {SETTING_MS_MAX}], got {value}"
+                )
+        max_lag = self.max_compaction_lag_ms
+        if max_lag != -1 and not max(1, self.min_compaction_lag_ms) <= max_lag <= SETTING_MS_MAX:
+            raise InvalidTopicError(
+                "max_compaction_lag_ms must be -1 or in "
+                f"[max(1, min_compaction_lag_ms), {SETTING_MS_MAX}], got {max_lag}"
+            )
+        ratio = self.min_cleanable_dirty_ratio
+        if not 0 < ratio <= 1:  # NaN fails too
+            raise InvalidTopicError(f"min_cleanable_dirty_ratio must be in (0, 1], got {ratio}")
+        unknown = [name for name in self.defaults if name not in SETTING_FIELDS]
+        if unknown:
+            raise InvalidTopicError(f"defaults names unknown settings: {', '.join(unknown)}")
 
 
 def validate_topic_name(name: str) -> None:
@@ -144,17 +226,52 @@ def validate_topic_name(name: str) -> None:
 class TopicState:
     spec: TopicSpec
     founding_replicas: tuple[tuple[str, ...], ...]
+    """Per partition, the replicas that founded it (the new ones' own when added)."""
     command_id: str
+    """The id of the command that created the topic: its identity across a delete
+    and re-create of the same name (``alter_topic`` and ``add_partitions`` name it)."""
     created_offset: int
+    additions: tuple[tuple[int, int], ...] = ()
+    """Each ``add_partitions`` applied: ``(metadata offset, first new partition)``,
+    oldest first, so that a node rebuilding from a snapshot founds them at the
+    offsets a replay would have (:attr:`Change.first_partition`)."""
+
+    @property
+    def created_partitions(self) -> int:
+        """The partition count the topic was created with."""
+        return self.additions[0][1] if self.additions else self.spec.partitions
+
+    def as_of_partitions(self, partitions: int) -> TopicState:
+        """This topic as it was with its first ``partitions`` partitions."""
+        return replace(
+            self,
+            spec=replace(self.spec, partitions=partitions),
+            founding_replicas=self.founding_replicas[:partitions],
+            additions=tuple(added for added in self.additions if added[1] < partitions),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One applied command: ``kind`` is ``created`` or ``deleted``."""
+    """One applied command: ``kind`` is ``created``, ``deleted``, ``altered`` (the
+    settings changed: ``previous`` holds the topic before) or ``partitions_added``
+    (partitions ``previous.spec.partitions`` up to ``topic.spec.partitions`` are new:
+    they are founded as a new topic's)."""
 
     kind: str
     topic: TopicState
     offset: int
+    previous: TopicState | None = None
+
+    @property
+    def founded_partitions(self) -> range:
+        """The partitions this change founds (none for ``altered`` and ``deleted``)."""
+        if self.kind == "created":
+            return range(self.topic.created_partitions)
+        if self.kind == "partitions_added":
+            assert self.previous is not None
+            return range(self.previous.spec.partitions, self.topic.spec.partitions)
+        return range(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,26 +384,16 @@ class MetadataState:
                 return None
             self.applied_count += 1
             command_id = str(command["id"])
+            seen = command_id in self.applied_ids
             self.applied_ids[command_id] = offset
             if len(self.applied_ids) > IDS_KEPT_MAX:
                 del self.applied_ids[next(iter(self.applied_ids))]
             if op == "create_topic":
-                spec = TopicSpec(
-                    name=str(command["name"]),
-                    partitions=int(command["partitions"]),
-                    replication_factor=int(command["replication_factor"]),
-                    retention_bytes=int(command["retention_bytes"]),
-                    retention_ms=int(command["retention_ms"]),
-                    defaults=tuple(str(f) for f in command.get("defaults", ())),
-                )
-                if spec.name in self.topics:
-                    return None
-                replicas = tuple(tuple(str(n) for n in group) for group in command["replicas"])
-                if len(replicas) != spec.partitions:
-                    raise ValueError("one replica list per partition expected")
-                topic = TopicState(spec, replicas, command_id, offset)
-                self.topics[spec.name] = topic
-                return Change("created", topic, offset)
+                return self._apply_create(command, command_id, offset)
+            if op == "alter_topic":
+                return self._apply_alter(command, seen, offset)
+            if op == "add_partitions":
+                return self._apply_add_partitions(command, seen, offset)
             if op == "delete_topic":
                 deleted = self.topics.pop(str(command["name"]), None)
                 if deleted is None:
@@ -309,6 +416,74 @@ class MetadataState:
         ) as error:
             _LOG.error("skipping metadata record at offset %d: %s", offset, error)
             return None
+
+    def _apply_create(self, command: dict[str, Any], command_id: str, offset: int) -> Change | None:
+        spec = TopicSpec(
+            name=str(command["name"]),
+            partitions=int(command["partitions"]),
+            replication_factor=int(command["replication_factor"]),
+            retention_bytes=int(command["retention_bytes"]),
+            retention_ms=int(command["retention_ms"]),
+            defaults=tuple(str(f) for f in command.get("defaults", ())),
+            **_extra_settings(command),
+        )
+        if spec.name in self.topics:
+            return None
+        replicas = tuple(tuple(str(n) for n in group) for group in command["replicas"])
+        if len(replicas) != spec.partitions:
+            raise ValueError("one replica list per partition expected")
+        topic = TopicState(spec, replicas, command_id, offset)
+        self.topics[spec.name] = topic
+        return Change("created", topic, offset)
+
+    def _altered_topic(self, command: dict[str, Any], seen: bool) -> TopicState | None:
+        """The topic an ``alter_topic``/``add_partitions`` command names, if it applies:
+        not a command id applied before, and the topic the proposer saw (not one
+        deleted and created again under the same name since)."""
+        topic = self.topics.get(str(command["name"]))
+        if seen or topic is None or topic.command_id != str(command["topic_id"]):
+            return None
+        return topic
+
+    def _apply_alter(self, command: dict[str, Any], seen: bool, offset: int) -> Change | None:
+        changed = {str(name): value for name, value in command["set"].items()}
+        reset = {str(name) for name in command.get("reset", ())}
+        unknown = sorted(set(changed) - set(ALTERABLE_FIELDS) | reset - set(changed))
+        if unknown:
+            raise ValueError(f"alter_topic names unknown settings {unknown}")
+        topic = self._altered_topic(command, seen)
+        if topic is None:
+            return None
+        defaults = [name for name in topic.spec.defaults if name not in changed]
+        defaults += [name for name in ALTERABLE_FIELDS if name in reset]
+        spec = replace(topic.spec, **_typed_settings(changed), defaults=tuple(defaults))
+        spec.validate()  # all or nothing
+        if spec == topic.spec:
+            return None
+        altered = replace(topic, spec=spec)
+        self.topics[spec.name] = altered
+        return Change("altered", altered, offset, previous=topic)
+
+    def _apply_add_partitions(
+        self, command: dict[str, Any], seen: bool, offset: int
+    ) -> Change | None:
+        first, partitions = int(command["from"]), int(command["partitions"])
+        replicas = tuple(tuple(str(n) for n in group) for group in command["replicas"])
+        if len(replicas) != partitions - first or first < 1:
+            raise ValueError("one replica list per new partition expected")
+        topic = self._altered_topic(command, seen)
+        if topic is None or topic.spec.partitions != first:
+            return None  # lost a race: the count is no longer the one it grows from
+        spec = replace(topic.spec, partitions=partitions)
+        spec.validate()
+        grown = replace(
+            topic,
+            spec=spec,
+            founding_replicas=topic.founding_replicas + replicas,
+            additions=(*topic.additions, (offset, first)),
+        )
+        self.topics[spec.name] = grown
+        return Change("partitions_added", grown, offset, previous=topic)
 
     def _apply_maintenance(self, node_id: str, enter: bool, offset: int) -> MetadataChange | None:
         if enter == (node_id in self.maintenance):
@@ -405,18 +580,24 @@ class MetadataState:
     ) -> list[Change]:
         """What a replay from ``applied_offset`` to the snapshot would have reported:
         the deletions since (those remembered, and of every held topic that is gone),
-        then the topics not held, in offset order."""
+        the topics not held (created, then each addition of partitions), and for a
+        held topic that changed (the same creation): its additions of partitions and
+        an ``altered``; in offset order."""
         since = self.applied_offset
         changes = [change for change in tombstones if change.offset >= since]
         reported = {(c.topic.spec.name, c.topic.command_id) for c in changes}
         for name, held in self.topics.items():
-            if topics.get(name) != held and (name, held.command_id) not in reported:
+            topic = topics.get(name)
+            if topic == held:
+                continue
+            if topic is not None and topic.command_id == held.command_id:
+                changes += _changes_since(held, topic, since)
+            elif (name, held.command_id) not in reported:
                 changes.append(Change("deleted", held, since))
-        changes += [
-            Change("created", topic, topic.created_offset)
-            for name, topic in topics.items()
-            if self.topics.get(name) != topic
-        ]
+        for name, topic in topics.items():
+            held_topic = self.topics.get(name)
+            if held_topic is None or held_topic.command_id != topic.command_id:
+                changes += _changes_since(None, topic, since)
         changes.sort(key=lambda change: (change.offset, change.kind != "deleted"))
         return changes
 
@@ -433,6 +614,12 @@ class MetadataState:
                 for name, topic in self.topics.items()
                 if topic.spec.defaults
             },
+            # The settings added since (non-default ones) and additions of partitions.
+            "settings": {
+                name: extras
+                for name, topic in self.topics.items()
+                if (extras := _topic_extras(topic))
+            },
             "maintenance": [[node_id, offset] for node_id, offset in self.maintenance.items()],
             "acls": [[*acl.fields(), offset] for acl, offset in self.acls.items()],
         }
@@ -443,6 +630,51 @@ class MetadataState:
 def _tombstone(topic: TopicState) -> TopicState:
     """A deleted topic as a tombstone keeps it: without its founding replicas."""
     return replace(topic, founding_replicas=())
+
+
+def _changes_since(held: TopicState | None, topic: TopicState, since: int) -> list[Change]:
+    """The changes that took the topic from ``held`` (None: not held) to ``topic``:
+    its creation, each addition of partitions after ``held``'s, and an ``altered``
+    (at ``since``: the snapshot does not say when) if other settings changed."""
+    changes: list[Change] = []
+    if held is None:
+        changes.append(Change("created", topic, topic.created_offset))
+        previous = topic.as_of_partitions(topic.created_partitions)
+    else:
+        previous = held
+    for added_offset, first in topic.additions:
+        if first >= previous.spec.partitions:
+            end = next((f for _, f in topic.additions if f > first), topic.spec.partitions)
+            grown = topic.as_of_partitions(end)
+            grown = replace(grown, spec=replace(grown.spec, **_settings_but_partitions(previous)))
+            changes.append(Change("partitions_added", grown, added_offset, previous=previous))
+            previous = grown
+    if held is not None and previous.spec != topic.spec:
+        changes.append(Change("altered", topic, since, previous=previous))
+    return changes
+
+
+def _settings_but_partitions(topic: TopicState) -> dict[str, Any]:
+    settings = {name: getattr(topic.spec, name) for name in ALTERABLE_FIELDS}
+    return {**settings, "defaults": topic.spec.defaults}
+
+
+def _extra_settings(fields: dict[str, Any]) -> dict[str, Any]:
+    """The settings added after the first command and snapshot formats that
+    ``fields`` holds, typed (absent ones keep :class:`TopicSpec`'s defaults)."""
+    return _typed_settings({name: fields[name] for name in _EXTRA_FIELDS if name in fields})
+
+
+def _typed_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    typed: dict[str, Any] = {}
+    for name, value in settings.items():
+        if name == "cleanup_policy":
+            typed[name] = str(value)
+        elif name == "min_cleanable_dirty_ratio":
+            typed[name] = float(value)
+        else:
+            typed[name] = int(value)
+    return typed
 
 
 def _topic_fields(topic: TopicState) -> list[Any]:
@@ -459,13 +691,37 @@ def _topic_fields(topic: TopicState) -> list[Any]:
     ]
 
 
-def _topic_from(fields: list[Any], defaults: tuple[str, ...] = ()) -> TopicState:
+def _topic_extras(topic: TopicState) -> dict[str, Any]:
+    """What a snapshot keeps of a topic beyond :func:`_topic_fields` (the settings
+    that differ from their defaults, and the additions of partitions)."""
+    spec, plain = topic.spec, TopicSpec(topic.spec.name, 1, 1)
+    extras: dict[str, Any] = {
+        name: getattr(spec, name)
+        for name in _EXTRA_FIELDS
+        if getattr(spec, name) != getattr(plain, name)
+    }
+    if topic.additions:
+        extras["additions"] = [list(added) for added in topic.additions]
+    return extras
+
+
+def _topic_from(
+    fields: list[Any], defaults: tuple[str, ...] = (), extras: dict[str, Any] | None = None
+) -> TopicState:
     name, partitions, factor, retention_bytes, retention_ms, founders, command_id, offset = fields
+    extras = extras or {}
     spec = TopicSpec(
-        str(name), int(partitions), int(factor), int(retention_bytes), int(retention_ms), defaults
+        str(name),
+        int(partitions),
+        int(factor),
+        int(retention_bytes),
+        int(retention_ms),
+        defaults,
+        **_extra_settings(extras),
     )
     replicas = tuple(tuple(str(n) for n in group) for group in founders)
-    return TopicState(spec, replicas, str(command_id), int(offset))
+    additions = tuple((int(at), int(first)) for at, first in extras.get("additions", ()))
+    return TopicState(spec, replicas, str(command_id), int(offset), additions)
 
 
 def _restore_payload(
@@ -476,8 +732,12 @@ def _restore_payload(
         raise ValueError(f"unsupported metadata snapshot version {body!r:.40}")
     topics = {}
     defaults = body.get("defaults", {})
+    # Absent in a snapshot written by a node that predates them: the defaults.
+    settings = body.get("settings", {})
     for fields in body["topics"]:
-        topic = _topic_from(fields, tuple(str(f) for f in defaults.get(fields[0], ())))
+        name = fields[0]
+        defaulted = tuple(str(f) for f in defaults.get(name, ()))
+        topic = _topic_from(fields, defaulted, settings.get(name))
         topics[topic.spec.name] = topic
     tombstones = [
         Change("deleted", _topic_from(fields[:-1]), int(fields[-1]))
@@ -517,6 +777,46 @@ def create_topic_command(
             "retention_ms": spec.retention_ms,
             "replicas": [list(group) for group in founding_replicas],
             "defaults": list(spec.defaults),
+            # Read by nodes that know them; absent (an older proposer): the defaults.
+            **{name: getattr(spec, name) for name in _EXTRA_FIELDS},
+        }
+    )
+
+
+def alter_topic_command(
+    topic: TopicState, changed: dict[str, object], reset: Iterable[str], command_id: str
+) -> bytes:
+    """The batch that sets the settings ``changed`` (validated by the caller) of the
+    topic created as ``topic``; those in ``reset`` take the cluster's default (their
+    value in ``changed``: the proposer resolved it)."""
+    return _command(
+        {
+            "v": _VERSION,
+            "op": "alter_topic",
+            "id": command_id,
+            "name": topic.spec.name,
+            "topic_id": topic.command_id,
+            "set": changed,
+            "reset": sorted(reset),
+        }
+    )
+
+
+def add_partitions_command(
+    topic: TopicState, founding_replicas: list[tuple[str, ...]], command_id: str
+) -> bytes:
+    """The batch that grows ``topic`` (as the proposer saw it) by one partition per
+    entry of ``founding_replicas`` (the new partitions' founders)."""
+    return _command(
+        {
+            "v": _VERSION,
+            "op": "add_partitions",
+            "id": command_id,
+            "name": topic.spec.name,
+            "topic_id": topic.command_id,
+            "from": topic.spec.partitions,
+            "partitions": topic.spec.partitions + len(founding_replicas),
+            "replicas": [list(group) for group in founding_replicas],
         }
     )
 

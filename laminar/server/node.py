@@ -93,7 +93,13 @@ from laminar.server.metadata_fetch import RemoteMetadataFetch
 from laminar.server.node_files import Identity
 from laminar.server.node_security import NodeCredentials, build_auth, tls_reloader
 from laminar.server.observability.history import CounterHistory
-from laminar.server.placement_keeper import PlacementKeeper, partition_counts, retention_of
+from laminar.server.placement_keeper import (
+    PlacementKeeper,
+    TopicSettings,
+    partition_counts,
+    retention_of,
+    settings_of,
+)
 from laminar.server.service import LaminarService, add_to_server
 from laminar.server.tasks import cancel_and_wait
 from laminar.server.tracing import Tracing
@@ -661,6 +667,9 @@ class Node:
     def _retention_of(self, key: TopicPartition) -> tuple[int | None, int | None]:
         return retention_of(self.metadata, key)
 
+    def _settings_of(self, key: TopicPartition) -> TopicSettings | None:
+        return settings_of(self.metadata, key)
+
     def _on_removed(self, key: TopicPartition) -> None:
         """The group removed this replica: delete it, unless placement keeps it here."""
         if self.placement.keeps(key):
@@ -834,6 +843,10 @@ class _HostOwner:
 
     def retention_of(self, key: TopicPartition) -> tuple[int | None, int | None]:
         return self._node._retention_of(key)
+
+    def settings_of(self, key: TopicPartition) -> TopicSettings | None:
+        """The topic's settings now (read at every retention and compaction check)."""
+        return self._node._settings_of(key)
 
     def peer_alive(self, node_id: str) -> bool:
         return node_id in self._node._alive_peers

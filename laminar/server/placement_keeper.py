@@ -12,13 +12,16 @@ their last result and answers from it:
 - :meth:`PlacementKeeper.keeps`: whether a replica its group removed stays (it was
   removed while unreachable and placement wants it back here).
 
-:func:`retention_of` and :func:`partition_counts` read the catalogue for the host
-and the group coordinators.
+:func:`settings_of` (with :func:`retention_of`) and :func:`partition_counts` read
+the catalogue for the host and the group coordinators: live, so that an altered
+topic's retention and compaction settings apply at the next check, without a
+restart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 from laminar.ids import TopicPartition
 from laminar.membership import Member
@@ -117,16 +120,54 @@ class PlacementKeeper:
         return self.node_id in self._targets.get(key, ())
 
 
-def retention_of(metadata: MetadataState, key: TopicPartition) -> tuple[int | None, int | None]:
-    """The topic's retention, ``(bytes, ms)`` with None for unlimited."""
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """A topic's cleanup settings as a replica's driver applies them."""
+
+    retention_bytes: int | None
+    """None: no limit (also when ``cleanup_policy`` is ``compact``)."""
+    retention_ms: int | None
+    """None: no limit (also when ``cleanup_policy`` is ``compact``)."""
+    cleanup_policy: str
+    delete_retention_ms: int
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int
+    """-1: none."""
+    min_cleanable_dirty_ratio: float
+
+    @property
+    def compact(self) -> bool:
+        """Whether keyed compaction applies (``compact`` in the policy)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+
+def settings_of(metadata: MetadataState, key: TopicPartition) -> TopicSettings | None:
+    """The settings of ``key``'s topic as the catalogue holds them now; None for a
+    topic it lacks (``__cluster``). Retention applies only to a policy with
+    ``delete``: a compact-only topic keeps every key's newest record (as Kafka)."""
     topic = metadata.topics.get(key[0])
     if topic is None:
-        return None, None
+        return None
     spec = topic.spec
-    return (
-        spec.retention_bytes if spec.retention_bytes > 0 else None,
-        spec.retention_ms if spec.retention_ms > 0 else None,
+    deletes = "delete" in spec.cleanup_policy.split(",")
+    return TopicSettings(
+        retention_bytes=spec.retention_bytes if deletes and spec.retention_bytes > 0 else None,
+        retention_ms=spec.retention_ms if deletes and spec.retention_ms > 0 else None,
+        cleanup_policy=spec.cleanup_policy,
+        delete_retention_ms=spec.delete_retention_ms,
+        min_compaction_lag_ms=spec.min_compaction_lag_ms,
+        max_compaction_lag_ms=spec.max_compaction_lag_ms,
+        min_cleanable_dirty_ratio=spec.min_cleanable_dirty_ratio,
     )
+
+
+def retention_of(metadata: MetadataState, key: TopicPartition) -> tuple[int | None, int | None]:
+    """The topic's retention, ``(bytes, ms)`` with None for unlimited (and for a
+    compact-only topic: :func:`settings_of`)."""
+    settings = settings_of(metadata, key)
+    if settings is None:
+        return None, None
+    return settings.retention_bytes, settings.retention_ms
 
 
 def partition_counts(metadata: MetadataState) -> dict[str, int]:

@@ -14,8 +14,8 @@ table tests in ``tests/server/test_rules.py``.
   (the cluster metadata says so) keeps them for ``maintenance_grace_ms`` instead,
   when that is longer (hours: an OS upgrade, a disk swap).
 - :func:`join_decision`: what a starting node does about the cluster id.
-- :func:`plan_topic`: the founding replicas of a new topic (never on a node out
-  of disk space).
+- :func:`plan_topic`: the founding replicas of a new topic, or of the partitions
+  added to one (never on a node out of disk space).
 - :func:`shutdown_successor`: to whom a stopping leader hands a partition.
 - :func:`leader_hint`: whom a ``NOT_LEADER`` answer names, so that the client goes
   there next (the service adds that node's gRPC address).
@@ -109,8 +109,11 @@ def plan_topic(
     replication_factor: int,
     members: Sequence[PlacementMember],
     full: Collection[str] = (),
+    *,
+    first_partition: int = 0,
 ) -> list[tuple[str, ...]]:
-    """The founding replicas of each partition of a new topic.
+    """The founding replicas of each partition of a new topic (of partitions
+    ``first_partition`` up to ``partitions``: those added to a topic).
 
     Members in ``full`` (out of disk space) found nothing: placement ranks the
     others, and once a full node has space again the leaders move the replicas
@@ -125,12 +128,12 @@ def plan_topic(
     if replication_factor > eligible:
         out_of_space = f" ({', '.join(full_ids)} out of disk space)" if full_ids else ""
         raise InvalidTopicError(
-            f"replication factor {replication_factor} needs as many nodes with weight > 0 "
+            f"replication_factor {replication_factor} needs as many nodes with weight > 0 "
             f"and disk space; the cluster has {eligible}{out_of_space}"
         )
     return [
         replicas(partition_key(name, partition), members, replication_factor)
-        for partition in range(partitions)
+        for partition in range(first_partition, partitions)
     ]
 
 

@@ -54,12 +54,16 @@ from laminar.server.config import ServiceConfig
 from laminar.server.groups import group_partition, group_status
 from laminar.server.host import ProduceResult
 from laminar.server.metadata import (
+    ALTERABLE_FIELDS,
     CLUSTER_TOPIC,
     METADATA_KEY,
     PARTITIONS_MAX,
+    SETTING_FIELDS,
     TopicSpec,
     TopicState,
     acls_command,
+    add_partitions_command,
+    alter_topic_command,
     create_topic_command,
     delete_topic_command,
     maintenance_command,
@@ -650,40 +654,18 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
     ) -> pb.CreateTopicResponse:
         node = self._node
         config = request.config  # unset: every field takes the cluster's default
-        defaults: list[str] = []
-
-        def chosen(name: str, default: int) -> int:
-            if config.HasField(name):
-                value: int = getattr(config, name)
-                return value  # 0 is refused by validate(), as the proto says
-            defaults.append(name)
-            return default
-
-        eligible = sum(member.eligible for member in node.placement_members())
-        spec = TopicSpec(
-            name=request.name,
-            partitions=chosen("partitions", self._config.default_partitions),
-            replication_factor=chosen(
-                "replication_factor",
-                max(1, min(self._config.default_replication_factor, eligible)),
-            ),
-            retention_bytes=chosen("retention_bytes", -1),
-            retention_ms=chosen("retention_ms", -1),
-            defaults=tuple(defaults),
-        )
+        cluster = self._cluster_defaults()
+        chosen = {
+            name: getattr(config, name) if config.HasField(name) else cluster[name]
+            for name in SETTING_FIELDS
+        }  # an explicit 0 is refused by validate(), as the proto says
+        defaults = tuple(name for name in SETTING_FIELDS if not config.HasField(name))
+        spec = TopicSpec(name=request.name, defaults=defaults, **chosen)
         spec.validate()
         self._require_leader(METADATA_KEY)  # whose settings give the defaults
         if spec.name in node.metadata.topics:
             raise TopicExistsError(f"topic {spec.name!r} already exists")
-        founders = rules.plan_topic(
-            spec.name,
-            spec.partitions,
-            spec.replication_factor,
-            node.placement_members(),
-            node.host.full_nodes(),
-        )
-        # A node in maintenance may be down: it does not found (lead term 1) a partition.
-        founders = [rules.full_last(group, node.metadata.maintenance) for group in founders]
+        founders = self._founders(spec.name, spec.partitions, spec.replication_factor)
         command_id = uuid.uuid4().hex
         offset = await self._propose_metadata(create_topic_command(spec, founders, command_id))
         topic = node.metadata.topics.get(spec.name)
@@ -692,6 +674,147 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if topic.command_id != command_id:
             raise TopicExistsError(f"topic {spec.name!r} already exists")
         return pb.CreateTopicResponse(topic=self._topic_info(topic))
+
+    @_guarded
+    async def AlterTopic(  # noqa: N802
+        self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterTopicResponse:
+        """Change a topic's settings through the metadata log: all of them or none
+        (the first bad field named, nothing proposed)."""
+        node = self._node
+        topic = self._alterable_topic(request.name)
+        changed: dict[str, Any] = {
+            name: getattr(request.set, name)
+            for name in SETTING_FIELDS
+            if request.set.HasField(name)
+        }
+        if "partitions" in changed:
+            raise InvalidTopicError("partitions is not altered here: CreatePartitions raises it")
+        reset = list(dict.fromkeys(request.reset))
+        for name in reset:
+            if name not in ALTERABLE_FIELDS:
+                known = ", ".join(ALTERABLE_FIELDS)
+                raise InvalidTopicError(f"reset names {name!r:.60}: not one of {known}")
+            if name in changed:
+                raise InvalidTopicError(f"{name} is both set and reset")
+        if not changed and not reset:
+            raise InvalidTopicError(
+                f"nothing to alter on topic {topic.spec.name!r}: set or reset a setting"
+            )
+        cluster = self._cluster_defaults()
+        changed.update((name, cluster[name]) for name in reset)
+        defaults = [name for name in topic.spec.defaults if name not in changed]
+        defaults += [name for name in ALTERABLE_FIELDS if name in reset]
+        spec = dataclasses.replace(topic.spec, **changed, defaults=tuple(defaults))
+        spec.validate()
+        if spec.replication_factor > topic.spec.replication_factor:
+            eligible = sum(member.eligible for member in node.placement_members())
+            if spec.replication_factor > eligible:
+                raise InvalidTopicError(
+                    f"replication_factor {spec.replication_factor} needs as many nodes with "
+                    f"weight > 0; the cluster has {eligible}"
+                )
+        previous = self._topic_info(topic)
+        if request.validate_only:
+            would_be = dataclasses.replace(topic, spec=spec)
+            return pb.AlterTopicResponse(topic=self._topic_info(would_be), previous=previous)
+        command_id = uuid.uuid4().hex
+        offset = await self._propose_metadata(
+            alter_topic_command(topic, changed, reset, command_id)
+        )
+        altered = node.metadata.topics.get(spec.name)
+        if (
+            altered is None
+            or altered.command_id != topic.command_id
+            or node.metadata.applied_ids.get(command_id) != offset
+        ):
+            raise UnknownTopicOrPartitionError(f"topic {spec.name!r} was deleted meanwhile")
+        return pb.AlterTopicResponse(topic=self._topic_info(altered), previous=previous)
+
+    @_guarded
+    async def CreatePartitions(  # noqa: N802
+        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreatePartitionsResponse:
+        """Raise a topic's partition count; the new partitions are founded as a new
+        topic's (placement's replicas, never on a full node, a node in maintenance
+        last)."""
+        node = self._node
+        topic = self._alterable_topic(request.name)
+        spec = topic.spec
+        if request.to <= spec.partitions:
+            raise InvalidTopicError(
+                f"topic {spec.name} has {spec.partitions} partitions; to must be more, "
+                f"got {request.to}"
+            )
+        if request.to > PARTITIONS_MAX:
+            raise InvalidTopicError(f"to must be at most {PARTITIONS_MAX}, got {request.to}")
+        founders = self._founders(
+            spec.name, request.to, spec.replication_factor, first_partition=spec.partitions
+        )
+        if request.validate_only:
+            grown = dataclasses.replace(
+                topic,
+                spec=dataclasses.replace(spec, partitions=request.to),
+                founding_replicas=topic.founding_replicas + tuple(founders),
+            )
+            return pb.CreatePartitionsResponse(
+                topic=self._topic_info(grown), previous=spec.partitions
+            )
+        command_id = uuid.uuid4().hex
+        offset = await self._propose_metadata(add_partitions_command(topic, founders, command_id))
+        now = node.metadata.topics.get(spec.name)
+        if (
+            now is None
+            or now.command_id != topic.command_id
+            or node.metadata.applied_ids.get(command_id) != offset
+        ):
+            raise UnknownTopicOrPartitionError(f"topic {spec.name!r} was deleted meanwhile")
+        if (offset, spec.partitions) not in now.additions:
+            raise InvalidTopicError(
+                f"topic {spec.name} has {now.spec.partitions} partitions now "
+                "(changed meanwhile): nothing added"
+            )
+        return pb.CreatePartitionsResponse(topic=self._topic_info(now), previous=spec.partitions)
+
+    def _alterable_topic(self, name: str) -> TopicState:
+        """The topic an alter names, asked of the metadata leader (``NOT_LEADER``
+        otherwise: it proposes, and its catalogue is the newest)."""
+        if name.startswith("__"):
+            raise InvalidTopicError(f"topic {name!r:.60} is internal and cannot be altered")
+        self._require_leader(METADATA_KEY)
+        topic = self._node.metadata.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"no topic {name!r:.210}")
+        return topic
+
+    def _cluster_defaults(self) -> dict[str, Any]:
+        """Each setting's cluster default, from this node's (the proposer's) config:
+        a default is settled when the command is proposed, so that every replica
+        applies the same value (``reset`` resolves it again)."""
+        eligible = sum(member.eligible for member in self._node.placement_members())
+        plain = TopicSpec("-", 1, 1)
+        return {
+            **{name: getattr(plain, name) for name in SETTING_FIELDS},
+            "partitions": self._config.default_partitions,
+            "replication_factor": max(1, min(self._config.default_replication_factor, eligible)),
+        }
+
+    def _founders(
+        self, name: str, partitions: int, factor: int, *, first_partition: int = 0
+    ) -> list[tuple[str, ...]]:
+        """The founding replicas of partitions ``first_partition`` up to
+        ``partitions`` (:func:`rules.plan_topic`)."""
+        node = self._node
+        founders = rules.plan_topic(
+            name,
+            partitions,
+            factor,
+            node.placement_members(),
+            node.host.full_nodes(),
+            first_partition=first_partition,
+        )
+        # A node in maintenance may be down: it does not found (lead term 1) a partition.
+        return [rules.full_last(group, node.metadata.maintenance) for group in founders]
 
     @_guarded
     async def DeleteTopic(  # noqa: N802
@@ -1027,16 +1150,19 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 info.high_watermark = -1
             partitions.append(info)
         spec = topic.spec
+        source = pb.SettingSource
         return pb.TopicInfo(
             name=spec.name,
-            config=pb.TopicConfig(
-                partitions=spec.partitions,
-                replication_factor=spec.replication_factor,
-                retention_bytes=spec.retention_bytes,
-                retention_ms=spec.retention_ms,
-            ),
+            config=pb.TopicConfig(**spec.settings()),  # type: ignore[arg-type]
             partitions=partitions,
             defaults=list(spec.defaults),
+            sources=[
+                source(
+                    name=name,
+                    source=source.CLUSTER_DEFAULT if name in spec.defaults else source.TOPIC,
+                )
+                for name in SETTING_FIELDS
+            ],
         )
 
 

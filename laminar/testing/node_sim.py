@@ -279,15 +279,15 @@ class NodeSimNode(ReplicaSimNode):
         for change in changes:
             if isinstance(change, MaintenanceChange):
                 driver.set_maintenance(self.metadata.maintenance)
-            elif change.kind == "created":
+            elif change.kind in ("created", "partitions_added"):
                 self._found(change)
-            else:
+            elif change.kind == "deleted":
                 for partition in range(change.topic.spec.partitions):
                     self._delete((change.topic.spec.name, partition))
         self._replan()
 
     def _found(self, change: Change) -> None:
-        """A topic created: found this node's replicas of it, once (founded offset)."""
+        """A topic (or partitions) created: found this node's replicas, once (founded offset)."""
         if change.offset < self.founded_offset:
             return  # founded before a restart; what is left was opened from disk
         for key, group in founding_groups(self.node_id, change):

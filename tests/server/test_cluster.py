@@ -574,7 +574,7 @@ def test_malformed_and_oversized_requests_get_status_codes(shared: Shared) -> No
     missing = pb.CreateTopicRequest(name="no-config")  # every field the cluster's default
     created = admin_stub.CreateTopic(missing, timeout=10).topic
     assert (created.config.partitions, created.config.replication_factor) == (1, 3)
-    assert len(created.defaults) == 4
+    assert len(created.defaults) == 9  # every TopicConfig field
     error = create("strict")
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS  # type: ignore[attr-defined]
     error = rpc_error(
