@@ -9,7 +9,8 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   │   ├── TruncatedBatchError      buffer shorter than the batch it announces
     │   │   ├── UnsupportedMagicError    unknown batch format version
     │   │   ├── ChecksumMismatchError    payload or header checksum does not match
-    │   │   └── BatchLimitError          a length or count beyond the configured limits
+    │   │   ├── BatchLimitError          a length or count beyond the configured limits
+    │   │   └── CorruptBatchError        a control batch's value is not what its kind holds
     │   ├── InvalidTopicError            bad topic name or topic settings
     │   │   └── TopicExistsError         a topic with that name already exists
     │   └── GroupEntryFormatError        bytes that do not form a valid consumer-group log entry
@@ -18,6 +19,7 @@ Every error that Laminar raises to a caller is a :class:`LaminarError`. The tree
     │   ├── CorruptStateError            a replica's state file has no valid copy
     │   ├── OffsetOutOfRangeError        offset outside [start_offset, end_offset]
     │   ├── NonMonotonicOffsetError      an append would break offset density
+    │   ├── ZstdVersionError             keyed compaction needs another libzstd than this node's
     │   ├── LogClosedError               the log was closed
     │   └── StorageFullError             no majority of a partition's replicas has disk space
     ├── RetriableError                   the operation may succeed if retried
@@ -106,6 +108,12 @@ class BatchLimitError(RecordFormatError):
     """A length or count is beyond the configured limit (or simply absurd)."""
 
 
+class CorruptBatchError(RecordFormatError):
+    """A control batch's value is not what its kind holds: a ``compact`` command that
+    is not msgpack, of an unknown version or rule, or with a field missing, of the
+    wrong type or out of range (docs/format.md, section 1.7)."""
+
+
 class InvalidTopicError(InvalidInputError):
     """A topic name or topic setting is invalid."""
 
@@ -121,6 +129,20 @@ class GroupEntryFormatError(InvalidInputError):
 
 class StorageError(LaminarError):
     """The on-disk log cannot do what was asked."""
+
+
+class ZstdVersionError(StorageError):
+    """A keyed compaction command asks for zstd output made with another libzstd
+    version than this node's: the bytes could differ from the other replicas', so
+    this node must not compact by it (docs/format.md, section 1.7)."""
+
+    def __init__(self, wanted: str, local: str) -> None:
+        super().__init__(
+            f"the compaction command needs zstd output of libzstd {wanted or '(none named)'}, "
+            f"this node has {local}"
+        )
+        self.wanted = wanted
+        self.local = local
 
 
 class CorruptSegmentError(StorageError):

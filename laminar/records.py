@@ -323,7 +323,7 @@ def seal_payload(
             f"{limits.payload_uncompressed_bytes_max}"
         )
     if compression is Compression.ZSTD:
-        payload = zstandard.ZstdCompressor(level=3).compress(payload)
+        payload = zstd_compress(payload)
     elif compression is not Compression.NONE:
         raise RecordFormatError(f"unknown compression {compression!r}")
     length = HEADER_BYTES + len(payload)
@@ -346,6 +346,29 @@ def seal_payload(
         payload_checksum=xxhash.xxh3_64_intdigest(payload),
     )
     return header + payload
+
+
+ZSTD_LEVEL = 3
+"""The zstd level every Laminar encoder writes (docs/format.md, section 1.3)."""
+
+
+def zstd_compress(payload: bytes) -> bytes:
+    """``payload`` as one zstd frame at Laminar's pinned parameters: level
+    ``ZSTD_LEVEL``, the content size declared, no checksum, one thread.
+
+    For one libzstd version (:func:`libzstd_version`) the frame is a function of the
+    payload alone; keyed compaction relies on that to write the same bytes on every
+    replica (docs/format.md, section 1.7).
+    """
+    compressor = zstandard.ZstdCompressor(
+        level=ZSTD_LEVEL, write_checksum=False, write_content_size=True, threads=0
+    )
+    return compressor.compress(payload)
+
+
+def libzstd_version() -> str:
+    """The version of the libzstd that :func:`zstd_compress` runs, such as ``"1.5.7"``."""
+    return ".".join(map(str, zstandard.ZSTD_VERSION))
 
 
 def encode_records(
@@ -879,6 +902,91 @@ def column_view(
         key_bytes,
         columns.headers_start,
     )
+
+
+def encode_run(
+    view: ColumnView,
+    start: int,
+    stop: int,
+    *,
+    compression: Compression,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> bytes:
+    """The records ``[start, stop)`` (indexes) of the stamped batch ``view`` as one
+    stamped batch, in the canonical encoding (docs/format.md, section 1.2).
+
+    Its ``base_offset`` is the first record's offset, its ``term`` and
+    ``producer_id`` the batch's, and its ``base_sequence`` the first record's
+    sequence (or -1). The result is a function of those records and fields alone,
+    not of how ``view``'s batch encoded them: a key column only when a key in the
+    run is not null, a header column only when a record in the run has headers,
+    header blobs re-packed canonically, and zstd at the pinned parameters
+    (:func:`zstd_compress`). So re-encoding a run of a run gives the bytes that
+    re-encoding it from the original batch gives (keyed compaction relies on it,
+    docs/format.md, section 1.7).
+
+    The columns are cut with a few numpy calls (no object per record), except the
+    header blobs, which are unpacked and re-packed one by one.
+    """
+    header = view.header
+    if not 0 <= start < stop <= header.record_count:
+        raise InvalidInputError(
+            f"records [{start}, {stop}) are not a run of the batch's {header.record_count}"
+        )
+    if header.is_control or header.base_offset == NO_OFFSET or header.term == NO_TERM:
+        raise InvalidInputError("only a stamped batch of records has runs to re-encode")
+    np = _numpy()
+    timestamps = np.frombuffer(view.timestamps, "<i8")[start:stop]
+    value_lengths = np.frombuffer(view.value_lengths, "<i4")
+    flags = 0
+    length_columns = [value_lengths[start:stop].tobytes()]
+    key_data: bytes | memoryview = b""
+    if view.key_lengths is not None:
+        key_lengths = np.frombuffer(view.key_lengths, "<i4")
+        if int(key_lengths[start:stop].max()) >= 0:
+            flags |= _FLAG_KEYS
+            length_columns.append(key_lengths[start:stop].tobytes())
+            key_data = view.data[_run_bounds(np, key_lengths, start, stop, 0)]
+    value_data = view.data[_run_bounds(np, value_lengths, start, stop, view.values_start)]
+    header_data = b""
+    if view.header_lengths is not None:
+        header_lengths = np.frombuffer(view.header_lengths, "<u4")
+        blobs = view.data[_run_bounds(np, header_lengths, start, stop, view.headers_start)]
+        decoded: list[tuple[Header, ...]] = []
+        position = 0
+        try:
+            for length in header_lengths[start:stop].tolist():
+                decoded.append(_unpack_headers(blobs[position : position + length]))
+                position += length
+        except _MALFORMED_PAYLOAD_ERRORS as error:
+            raise _malformed(error) from None
+        if any(decoded):
+            flags |= _FLAG_HEADERS
+            header_column, header_data = _headers_column(decoded)
+            length_columns.append(header_column)
+    payload = b"".join(
+        (bytes((flags,)), timestamps.tobytes(), *length_columns, key_data, value_data, header_data)
+    )
+    base_sequence = header.base_sequence
+    batch = seal_payload(
+        payload,
+        record_count=stop - start,
+        first_timestamp_ms=int(timestamps[0]),
+        max_timestamp_ms=int(timestamps.max()),
+        compression=compression,
+        producer_id=header.producer_id,
+        base_sequence=base_sequence if base_sequence == NO_SEQUENCE else base_sequence + start,
+        limits=limits,
+    )
+    return with_leader_fields(batch, header.base_offset + start, header.term)
+
+
+def _run_bounds(np: ModuleType, lengths: object, start: int, stop: int, origin: int) -> slice:
+    """Where the items ``[start, stop)`` of a length column (-1: null, no bytes) lie
+    in the data, whose column begins at ``origin``."""
+    sizes = np.maximum(lengths[:stop], 0)  # type: ignore[index]
+    before = int(sizes[:start].sum(dtype=np.int64))
+    return slice(origin + before, origin + before + int(sizes[start:].sum(dtype=np.int64)))
 
 
 def decode_records(

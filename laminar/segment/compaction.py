@@ -1,0 +1,445 @@
+"""Keyed compaction: the rule and the engine (pure: batches in, batches out).
+
+Theory of operation
+-------------------
+A compaction command ``C`` (:class:`CompactCommand`, carried by a ``compact``
+control batch, docs/format.md section 1.7) names ``end`` E and ``tombstones_end``
+T <= E. Over the offsets below E, a record at offset o of a non-control batch
+**survives** when
+
+- its key is null (a compacted topic refuses such records on produce; ones
+  already there are kept), or
+- no record with the same key lies at an offset in (o, E), and, when its value is
+  null (a tombstone), o >= T.
+
+Records at or after E and control batches always survive. Survival of o depends
+only on the records in [o, E), which every replica holding o has (committed logs
+agree batch for batch), so it depends on neither a replica's log start, nor its
+segment boundaries, nor its memory.
+
+:func:`compact` writes, per input batch: the batch byte for byte when all its
+records survive; nothing when none does; otherwise one batch per maximal run of
+consecutive survivors, re-encoded canonically by
+:func:`laminar.records.encode_run` (uncompressed when the batch was; zstd at the
+pinned parameters when it was zstd and ``C.codec`` is 1, else uncompressed). The
+survivors of C are survivors of any earlier C0 (E0 <= E, T0 <= T), and a run
+under C lies inside a run under C0, whose re-encoding is unique. Compacting raw
+input by C therefore gives the same bytes as compacting the output of C0 by C, or
+of C by C again: the rule is *confluent*, so a follower that received a range raw
+or already compacted, or redoes a segment after a crash, ends with the same bytes
+(for commands of one codec and, with codec 1, one libzstd version).
+
+:func:`build_superseded` finds the superseded offsets of [start, end) in passes
+over the range with a bounded key map: pass i of B keeps ``xxh3_128(key) -> newest
+offset`` only for the keys whose hash falls in bucket i, and marks the older
+offsets of those keys in a bitmap (one bit per offset, in an mmap'd temporary
+file when larger than ``BITMAP_MEMORY_BYTES_MAX``). B starts at 1; when a pass's
+map would pass ``memory_bytes_max``, B grows to an estimate from how far the pass
+got (at least doubling) and the passes start over. The result does not depend on
+B: each key lives in one bucket, whose pass sees all its records. Two keys with
+one 128-bit hash would count as one key, on every replica alike.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol, Self
+
+import msgpack
+import numpy as np
+import xxhash
+
+from laminar.errors import CorruptBatchError, InvalidInputError, ZstdVersionError
+from laminar.records import (
+    ColumnView,
+    Compression,
+    column_view,
+    encode_run,
+    libzstd_version,
+    parse_header,
+)
+
+COMPACT_KIND = b"compact"
+"""The key of the control batch that carries a :class:`CompactCommand`."""
+
+RULE = 1
+"""The survival rule this module implements (the module docstring)."""
+
+COMMAND_VALUE_BYTES_MAX = 1024
+"""The largest ``compact`` control value :meth:`CompactCommand.from_value` reads."""
+
+ZSTD_VERSION_CHARS_MAX = 64
+
+KEY_ENTRY_BYTES = 192
+"""What one key costs in a pass's map, counted against ``memory_bytes_max``: 132
+bytes measured with tracemalloc (a dict entry, a 128-bit int hash and an int
+offset) plus the transient of the dict's resize."""
+
+BUCKETS_MAX = 1 << 16
+"""The most buckets (passes over the range) :func:`build_superseded` tries before
+it gives up: ``memory_bytes_max`` is then far too small for the range's keys."""
+
+BITMAP_MEMORY_BYTES_MAX = 1 << 20
+"""A superseded-offsets bitmap larger than this (8 Mi offsets) lives in an mmap'd
+temporary file rather than in memory."""
+
+_INT64_MAX = 2**63 - 1
+_FIELDS = ("v", "end", "tombstones_end", "rule", "codec", "zstd", "time_ms")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactCommand:
+    """What a ``compact`` control batch tells every replica to do.
+
+    ``end`` (E): a batch boundary; only offsets below it are compacted.
+    ``tombstones_end`` (T <= E): tombstones (null values) below it are removed.
+    ``rule``: the survival rule, 1 (the module docstring).
+    ``codec``: 1 re-encodes a trimmed zstd batch as zstd at the pinned parameters; 0
+    writes every trimmed run uncompressed.
+    ``zstd``: the libzstd version the leader runs ("" when it names none); with codec
+    1, a replica of another version must not compact (:class:`ZstdVersionError`).
+    ``time_ms``: the leader's wall clock when it decided (the tombstone horizon).
+    """
+
+    end: int
+    tombstones_end: int
+    rule: int = RULE
+    codec: int = 1
+    zstd: str = ""
+    time_ms: int = 0
+
+    def __post_init__(self) -> None:
+        problem = self._problem()
+        if problem:
+            raise InvalidInputError(f"compact command: {problem}")
+
+    def _problem(self) -> str | None:
+        for name in ("end", "tombstones_end", "rule", "codec", "time_ms"):
+            value = getattr(self, name)
+            if type(value) is not int:
+                return f"{name} must be an integer, got {type(value).__name__}"
+        if not 0 <= self.end <= _INT64_MAX:
+            return f"end {self.end} is not an offset"
+        if not 0 <= self.tombstones_end <= self.end:
+            return f"tombstones_end {self.tombstones_end} is not in [0, end {self.end}]"
+        if self.rule != RULE:
+            return f"unknown rule {self.rule} (this node knows rule {RULE})"
+        if self.codec not in (0, 1):
+            return f"unknown codec {self.codec} (0 or 1)"
+        if type(self.zstd) is not str or len(self.zstd) > ZSTD_VERSION_CHARS_MAX:
+            return f"zstd must be a version string of at most {ZSTD_VERSION_CHARS_MAX} characters"
+        if not -_INT64_MAX - 1 <= self.time_ms <= _INT64_MAX:
+            return f"time_ms {self.time_ms} is not a 64-bit integer"
+        return None
+
+    def to_value(self) -> bytes:
+        """The control batch's value: a msgpack map, its keys in a fixed order."""
+        value: bytes = msgpack.packb(
+            {
+                "v": 1,
+                "end": self.end,
+                "tombstones_end": self.tombstones_end,
+                "rule": self.rule,
+                "codec": self.codec,
+                "zstd": self.zstd,
+                "time_ms": self.time_ms,
+            },
+            use_bin_type=True,
+        )
+        return value
+
+    @classmethod
+    def from_value(cls, value: bytes | memoryview) -> CompactCommand:
+        """The command in a ``compact`` control batch's value; :class:`CorruptBatchError`
+        naming the problem when it is not one this node can apply."""
+        if len(value) > COMMAND_VALUE_BYTES_MAX:
+            raise CorruptBatchError(
+                f"compact command of {len(value)} bytes (at most {COMMAND_VALUE_BYTES_MAX})"
+            )
+        try:
+            fields = msgpack.unpackb(value, raw=False, strict_map_key=True)
+        except (ValueError, msgpack.UnpackException) as error:
+            raise CorruptBatchError(f"compact command is not msgpack: {error}") from None
+        if not isinstance(fields, dict):
+            raise CorruptBatchError("compact command is not a msgpack map")
+        if fields.get("v") != 1 or type(fields.get("v")) is not int:
+            raise CorruptBatchError(f"compact command of unknown version {fields.get('v')!r}")
+        if set(fields) != set(_FIELDS):
+            missing = sorted(set(_FIELDS) - set(fields))
+            unknown = sorted(map(str, set(fields) - set(_FIELDS)))
+            raise CorruptBatchError(f"compact command fields: missing {missing}, unknown {unknown}")
+        try:
+            return cls(
+                end=fields["end"],
+                tombstones_end=fields["tombstones_end"],
+                rule=fields["rule"],
+                codec=fields["codec"],
+                zstd=fields["zstd"],
+                time_ms=fields["time_ms"],
+            )
+        except InvalidInputError as error:
+            raise CorruptBatchError(str(error)) from None
+
+
+class Superseded(Protocol):
+    """The offsets whose record a newer record of the same key supersedes below E."""
+
+    def __contains__(self, offset: int) -> bool: ...
+
+
+# ----------------------------------------------------------------------------- compact
+
+
+def compact(
+    batches: Iterable[bytes], cmd: CompactCommand, superseded: Superseded
+) -> Iterator[bytes]:
+    """``batches`` (stamped, in offset order) compacted by ``cmd``: per batch, the
+    batch byte for byte, nothing, or one canonical batch per run of survivors (the
+    module docstring). Batches at or after ``cmd.end`` and control batches pass
+    byte for byte. ``superseded`` comes from :func:`build_superseded` over a range
+    that holds these batches' offsets below ``cmd.end``.
+
+    Raises :class:`ZstdVersionError` when a trimmed zstd batch is to be re-encoded
+    zstd (codec 1) and the command names another libzstd version than this node's.
+    """
+    for batch in batches:
+        header = parse_header(batch)
+        if header.is_control or header.base_offset >= cmd.end:
+            yield batch
+            continue
+        view = column_view(batch)
+        survivors = _survivors(view, cmd, superseded)
+        if survivors.all():
+            yield batch
+            continue
+        compression = header.compression
+        if compression is Compression.ZSTD:
+            compression = _zstd_for(cmd)
+        for start, stop in _runs(survivors):
+            yield encode_run(view, start, stop, compression=compression)
+
+
+def _zstd_for(cmd: CompactCommand) -> Compression:
+    if cmd.codec == 0:
+        return Compression.NONE
+    local = libzstd_version()
+    if cmd.zstd != local:
+        raise ZstdVersionError(cmd.zstd, local)
+    return Compression.ZSTD
+
+
+def _survivors(view: ColumnView, cmd: CompactCommand, superseded: Superseded) -> Any:
+    """A bool array: which of the batch's records survive ``cmd``."""
+    header = view.header
+    count = header.record_count
+    base = header.base_offset
+    if view.key_lengths is None:
+        return np.ones(count, dtype=bool)  # every key null: all kept
+    removable = np.frombuffer(view.key_lengths, "<i4") >= 0
+    removable[max(cmd.end - base, 0) :] = False  # at or after E: untouched
+    gone = removable & _superseded_mask(superseded, base, count)
+    if cmd.tombstones_end > base:
+        tombstones = np.frombuffer(view.value_lengths, "<i4") < 0
+        tombstones[max(cmd.tombstones_end - base, 0) :] = False
+        gone |= removable & tombstones
+    return ~gone
+
+
+def _superseded_mask(superseded: Superseded, base: int, count: int) -> Any:
+    if isinstance(superseded, SupersededOffsets):
+        return superseded.mask(base, count)
+    return np.fromiter((o in superseded for o in range(base, base + count)), bool, count)
+
+
+def _runs(survivors: Any) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of each maximal run of True in a bool array."""
+    edges = np.flatnonzero(np.diff(survivors.astype(np.int8), prepend=0, append=0))
+    yield from zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True)
+
+
+# ----------------------------------------------------------------------------- superseded
+
+
+@dataclass(slots=True)
+class SupersededOffsets:
+    """The superseded offsets of ``[start, end)`` as a bitmap (one bit per offset).
+
+    ``passes``: how many passes over the range building it took. Holds an mmap'd
+    temporary file when large: :meth:`close` it (or use it as a context manager)."""
+
+    start: int
+    end: int
+    passes: int = 0
+    _bits: Any = field(default=None, repr=False)
+    _map: mmap.mmap | None = field(default=None, repr=False)
+    _file: IO[bytes] | None = field(default=None, repr=False)
+
+    @classmethod
+    def zeroed(cls, start: int, end: int, temp_dir: str | None) -> SupersededOffsets:
+        size = (end - start + 7) // 8
+        offsets = cls(start, end)
+        if size <= BITMAP_MEMORY_BYTES_MAX:
+            offsets._bits = np.zeros(size, dtype=np.uint8)
+            return offsets
+        # Kept open until close(): the bitmap outlives this call.
+        offsets._file = tempfile.TemporaryFile(prefix="laminar-compaction-", dir=temp_dir)  # noqa: SIM115
+        offsets._file.truncate(size)
+        offsets._map = mmap.mmap(offsets._file.fileno(), size)
+        offsets._bits = np.frombuffer(offsets._map, dtype=np.uint8)
+        return offsets
+
+    def __contains__(self, offset: int) -> bool:
+        if not self.start <= offset < self.end:
+            return False
+        position = offset - self.start
+        return bool(self._bits[position >> 3] >> (position & 7) & 1)
+
+    def mask(self, base: int, count: int) -> Any:
+        """A bool array: which of the offsets ``[base, base + count)`` are superseded."""
+        result = np.zeros(count, dtype=bool)
+        low, high = max(base, self.start), min(base + count, self.end)
+        if low < high:
+            result[low - base : high - base] = self._unpack(low - self.start, high - low)
+        return result
+
+    def _unpack(self, position: int, count: int) -> Any:
+        first = position >> 3
+        bits = np.unpackbits(self._bits[first : (position + count + 7) >> 3], bitorder="little")
+        shift = position - 8 * first
+        return bits[shift : shift + count].astype(bool)
+
+    def _set(self, position: int, flags: Any) -> None:
+        """Set the bits of ``flags`` (a bool array) from ``position`` on."""
+        count = len(flags)
+        first, stop = position >> 3, (position + count + 7) >> 3
+        bits = np.unpackbits(self._bits[first:stop], bitorder="little")
+        shift = position - 8 * first
+        bits[shift : shift + count] |= flags
+        self._bits[first:stop] = np.packbits(bits, bitorder="little")
+
+    def _clear(self, positions: Any) -> None:
+        clear = np.invert(np.left_shift(1, positions & 7).astype(np.uint8))
+        np.bitwise_and.at(self._bits, positions >> 3, clear)
+
+    def _reset(self) -> None:
+        self._bits[:] = 0
+
+    def close(self) -> None:
+        """Free the bitmap (and its temporary file); ``in`` raises afterwards."""
+        self._bits = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def build_superseded(
+    read_batches: Callable[[], Iterable[bytes]],
+    start: int,
+    end: int,
+    memory_bytes_max: int,
+    *,
+    temp_dir: str | None = None,
+) -> SupersededOffsets:
+    """The offsets of ``[start, end)`` whose record a newer one of the same key
+    supersedes below ``end``, with at most ``memory_bytes_max`` of keys in memory.
+
+    ``read_batches()`` yields the stamped batches that hold ``[start, end)`` in
+    offset order (batches or records outside it are skipped); it is called once per
+    pass. ``temp_dir``: where a large bitmap's temporary file goes (default: the
+    system's). Raises :class:`InvalidInputError` for an empty memory budget, and
+    when even ``BUCKETS_MAX`` passes would not fit the range's keys in it.
+    """
+    if not 0 <= start <= end:
+        raise InvalidInputError(f"compaction range [{start}, {end}) is not a range of offsets")
+    if memory_bytes_max < KEY_ENTRY_BYTES:
+        raise InvalidInputError(
+            f"compaction_memory_bytes_max {memory_bytes_max} holds no key "
+            f"(one takes {KEY_ENTRY_BYTES} bytes)"
+        )
+    entries_max = memory_bytes_max // KEY_ENTRY_BYTES
+    superseded = SupersededOffsets.zeroed(start, end, temp_dir)
+    buckets = 1
+    while True:
+        for bucket in range(buckets):
+            superseded.passes += 1
+            reached = _mark_bucket(superseded, read_batches(), bucket, buckets, entries_max)
+            if reached is not None:
+                buckets = _more_buckets(buckets, reached - start, end - start, memory_bytes_max)
+                superseded._reset()
+                break
+        else:
+            return superseded
+
+
+def _more_buckets(buckets: int, reached: int, total: int, memory_bytes_max: int) -> int:
+    """The buckets to try after a pass of ``buckets`` overflowed ``reached`` offsets
+    into ``total``: the keys seen so far scaled to the whole range, at least twice
+    as many."""
+    estimate = math.ceil(buckets * 1.25 * total / max(reached, 1))
+    grown = max(2 * buckets, 1 << max(estimate - 1, 0).bit_length())
+    if grown > BUCKETS_MAX:
+        raise InvalidInputError(
+            f"compaction_memory_bytes_max {memory_bytes_max} is too small for the keys of "
+            f"{total} offsets: more than {BUCKETS_MAX} passes"
+        )
+    return grown
+
+
+def _mark_bucket(
+    superseded: SupersededOffsets,
+    batches: Iterable[bytes],
+    bucket: int,
+    buckets: int,
+    entries_max: int,
+) -> int | None:
+    """One pass: mark the superseded offsets of the keys in ``bucket``. None when
+    done; the offset where the map passed ``entries_max`` keys otherwise."""
+    start, end = superseded.start, superseded.end
+    newest: dict[int, int] = {}
+    hash_key = xxhash.xxh3_128_intdigest
+    for batch in batches:
+        header = parse_header(batch)
+        base = header.base_offset
+        if header.is_control or base >= end or base + header.record_count <= start:
+            continue
+        view = column_view(batch)
+        if view.key_lengths is None:
+            continue  # every key null: nothing to supersede or be superseded
+        low, high = max(start - base, 0), min(end - base, header.record_count)
+        lengths = np.frombuffer(view.key_lengths, "<i4")[:high]
+        bounds = np.concatenate(([0], np.cumsum(np.maximum(lengths, 0)))).tolist()
+        keyed = lengths[low:] >= 0
+        keys = view.data  # the key column comes first
+        if keyed.all():
+            indexes: Iterable[int] = range(low, high)
+        else:
+            indexes = (np.flatnonzero(keyed) + low).tolist()
+        hashes = [hash_key(keys[bounds[i] : bounds[i + 1]]) for i in indexes]
+        offsets = [base + i for i in indexes]
+        if buckets > 1:
+            chosen = [j for j, digest in enumerate(hashes) if digest % buckets == bucket]
+            hashes = [hashes[j] for j in chosen]
+            offsets = [offsets[j] for j in chosen]
+            keyed = np.zeros(high - low, dtype=bool)
+            keyed[np.asarray(offsets, dtype=np.int64) - (base + low)] = True
+        superseded._set(base + low - start, keyed)
+        newest.update(zip(hashes, offsets, strict=True))
+        if len(newest) > entries_max:
+            return base + high
+    if newest:
+        kept = np.fromiter(newest.values(), np.int64, len(newest)) - start
+        superseded._clear(kept)
+    return None
