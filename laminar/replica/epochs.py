@@ -29,7 +29,13 @@ class Epochs:
 
     @classmethod
     def from_storage(cls, storage: LogStorage, start_term: int = -1) -> Epochs:
-        """Find each term's first offset by binary search over ``term_at``."""
+        """Find each term's first offset by binary search over ``term_at``.
+
+        Gaps left by keyed compaction change nothing: ``term_at`` answers the term
+        of the batch before a gap, which is the removed records' term (a term starts
+        with a batch that is never removed), and -1 in a gap at the log start, whose
+        records had ``start_term``. So a compacted log gives the same epochs as the
+        log it was compacted from."""
         epochs = cls(storage.start_offset, start_term)
         offset, end = storage.start_offset, storage.end_offset
         while offset < end:
@@ -41,7 +47,9 @@ class Epochs:
                     low = middle
                 else:
                     high = middle
-            epochs.note_append(term, offset)
+            recorded = term if term >= 0 else start_term  # -1: a gap at the log start
+            if recorded >= 0:
+                epochs.note_append(recorded, offset)
             offset = high
         return epochs
 

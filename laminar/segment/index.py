@@ -146,14 +146,16 @@ class SparseIndex:
         return index
 
     def entries_are_sane(self, log_bytes: int) -> bool:
-        """Structural checks: strictly increasing, in bounds, both start at the first batch."""
+        """Structural checks: strictly increasing, in bounds, both start at the first
+        batch (which may start after the segment's base: keyed compaction)."""
         if not self.positions:
             return log_bytes == 0 and not self.timestamps_ms
-        if self.positions[0] != 0 or self.relative_offsets[0] != 0:
+        if self.positions[0] != 0:
             return False
         # The first batch always gets a time entry, and time entries only ever point
         # at batches that have an offset entry.
-        if not self.time_relative_offsets or self.time_relative_offsets[0] != 0:
+        first = self.relative_offsets[0]
+        if not self.time_relative_offsets or self.time_relative_offsets[0] != first:
             return False
         if not set(self.time_relative_offsets) <= set(self.relative_offsets):
             return False

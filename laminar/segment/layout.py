@@ -12,6 +12,7 @@ The tree (``docs/disk.md`` specifies each file byte by byte)::
           <base:020d>.log             a segment: batches            segment_path()
           <base:020d>.index           its offset index (sealed)     index_path()
           <base:020d>.timeindex       its time index (sealed)       time_index_path()
+          <base:020d>.log.tmp         a segment's replacement       replacement_path()
           state                       consensus state, two slots    STATE_FILE
           committed                   a committed-offset bound      COMMITTED_FILE
       quarantine/                     damaged files set aside       QUARANTINE_DIR
@@ -67,6 +68,7 @@ __all__ = [
     "quarantine_directory",
     "quarantine_entry_directory",
     "replace_file",
+    "replacement_path",
     "replica_directories",
     "segment_base_of",
     "segment_bases",
@@ -200,6 +202,13 @@ def index_path(directory: str, base_offset: int) -> str:
 
 def time_index_path(directory: str, base_offset: int) -> str:
     return segment_path(directory, base_offset, TIME_INDEX_SUFFIX)
+
+
+def replacement_path(directory: str, base_offset: int) -> str:
+    """Where the new version of a sealed segment's ``.log`` is written before it is
+    renamed over the old one (keyed compaction; a crash leaves it behind, and
+    opening the log removes it: :func:`is_temporary`)."""
+    return temporary_path(segment_path(directory, base_offset))
 
 
 def parse_segment_name(name: str) -> tuple[int, str] | None:

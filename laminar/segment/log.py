@@ -49,12 +49,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import logging
 import os
 import threading
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from mmap import ACCESS_READ, mmap
 
@@ -91,11 +92,13 @@ from laminar.segment.layout import (
     fsync_directory,
     is_temporary,
     parse_segment_name,
+    pwrite_all,
+    replacement_path,
     segment_name,
     segment_path,
     state_path,
 )
-from laminar.segment.offsets import check_read_range, check_term
+from laminar.segment.offsets import check_read_range, check_replacement, check_term
 from laminar.segment.statefile import StateFile
 from laminar.segment.storage import Buffer
 
@@ -163,7 +166,8 @@ class ScrubCursor:
     position: int
     """The file position of the next batch to verify in that segment."""
     offset: int
-    """The base offset the batch at ``position`` must have."""
+    """The end of the batch before ``position`` (or the segment's base): the batch
+    there must start at or after it (a gap between batches is fine)."""
     end_offset: int
     """The log's end when the pass started: the pass ends there, however much is
     appended meanwhile."""
@@ -370,12 +374,15 @@ class SegmentLog:
             self._segments.append(
                 _Segment(base, self._directory, file, next_offset=base, created_ms=0)
             )
+        last_term = -1
         for segment, following in zip(self._segments, self._segments[1:], strict=False):
+            segment.last_term = last_term  # kept by a segment compaction emptied
             descriptor = self._files.pin(segment.file)
             try:
                 self._load_sealed(segment, descriptor, following.base_offset)
             finally:
                 self._files.unpin(segment.file)
+            last_term = segment.last_term
         active = self._segments[-1]
         self._recover_active(active, self._files.hold(active.file))
 
@@ -409,7 +416,10 @@ class SegmentLog:
             try:
                 expected = segment.base_offset + last_relative
                 header = self._read_header(segment, descriptor, last_position, expected)
-                sane = header.base_offset == segment.base_offset + last_relative
+                sane = (
+                    header.base_offset == segment.base_offset + last_relative
+                    and header.next_offset <= next_base_offset
+                )
             except (RecordFormatError, CorruptSegmentError):
                 sane = False
             if sane:
@@ -468,10 +478,12 @@ class SegmentLog:
                         except RecordFormatError as error:
                             self._note_tail_damage(segment, view, position, expected_offset, error)
                             break
-                        if header.base_offset != expected_offset or header.term < last_term:
+                        # Gaps between batches are allowed (keyed compaction, or a
+                        # leader's gapped batches), overlaps and older terms are not.
+                        if header.base_offset < expected_offset or header.term < last_term:
                             reason = RecordFormatError(
                                 f"batch at offset {header.base_offset} term {header.term} "
-                                f"where offset {expected_offset} term >= {last_term} belongs"
+                                f"where offset >= {expected_offset} term >= {last_term} belongs"
                             )
                             self._note_tail_damage(segment, view, position, expected_offset, reason)
                             break
@@ -612,12 +624,17 @@ class SegmentLog:
             self._after_write(ticket)
         return base_offset
 
-    def append_stamped(self, batch: Buffer) -> int:
+    def append_stamped(self, batch: Buffer, *, after: int | None = None) -> int:
         header = self._check_batch(batch)
         with self._lock:
             self._check_open()
-            if header.base_offset != self.end_offset:
-                raise NonMonotonicOffsetError(header.base_offset, self.end_offset)
+            end_offset = self.end_offset
+            if (
+                header.base_offset != end_offset
+                if after is None
+                else after != end_offset or header.base_offset < end_offset
+            ):
+                raise NonMonotonicOffsetError(header.base_offset, end_offset)
             check_term(header.term, self.last_term)
             view = memoryview(batch)
             ticket = self._write_locked(
@@ -817,6 +834,192 @@ class SegmentLog:
         self._apply_retention_locked(self._clock_ms())
         return segment
 
+    # ------------------------------------------------------------------ segments
+
+    def roll(self) -> None:
+        with self._lock:
+            self._check_open()
+            if self._segments[-1].size:
+                self._roll_locked()
+
+    def sealed_segments(self) -> list[tuple[int, int]]:
+        with self._lock:
+            self._check_open()
+            bases = [segment.base_offset for segment in self._segments]
+        return list(itertools.pairwise(bases))
+
+    def read_segment(self, base: int) -> Iterator[bytes]:
+        """(See :meth:`LogStorage.read_segment`.) The batches are read from the file
+        as it is when the iteration starts, checksums verified (a damaged batch
+        raises :class:`CorruptSegmentError`), without holding the log's lock."""
+        with self._lock:
+            self._check_open()
+            segment = self._segment_at_locked(base)
+        return self._segment_batches(segment)
+
+    def _segment_batches(self, segment: _Segment) -> Iterator[bytes]:
+        with self._lock:
+            self._check_open()
+            if segment not in self._segments:
+                raise StorageError(f"segment {segment.log_path} was deleted or replaced")
+            size = segment.size
+            file = segment.file
+            descriptor = self._files.pin(file)
+        try:
+            position = 0
+            expected = segment.base_offset
+            while position < size:
+                window = os.pread(descriptor, min(_RECOVERY_CHUNK_BYTES, size - position), position)
+                at = 0
+                while at + HEADER_BYTES <= len(window):
+                    header = self._parse_header(segment, window, at, position + at, expected)
+                    if at + header.length > len(window):
+                        if at:
+                            break  # read from this batch on
+                        window = os.pread(descriptor, header.length, position)
+                    if position + at + header.length > size or header.base_offset < expected:
+                        raise CorruptSegmentError(
+                            segment.log_path, expected, position + at, "bad batch in segment"
+                        )
+                    try:
+                        verify_payload(window, at, header)
+                    except RecordFormatError as error:
+                        raise _corrupt(segment.log_path, expected, position + at, error) from None
+                    yield bytes(window[at : at + header.length])
+                    at += header.length
+                    expected = header.next_offset
+                if at == 0:
+                    raise CorruptSegmentError(
+                        segment.log_path, expected, position, "the segment ends inside a batch"
+                    )
+                position += at
+        finally:
+            self._files.unpin(file)
+
+    def replace_segment(self, base: int, batches: Iterable[bytes]) -> None:
+        """(See :meth:`LogStorage.replace_segment`.) The new batches are written to
+        ``<base>.log.tmp`` and fsynced, without holding the log's lock; then, under
+        it, the segment's index files are deleted (directory fsynced), the new file
+        is renamed over ``<base>.log`` (directory fsynced) and its indexes written.
+        A crash before the rename leaves the old file (the ``.tmp`` is removed at
+        open), after it the new one; missing or torn indexes are rebuilt at open.
+        Reads already under way finish on the old file (their descriptor holds it)."""
+        with self._lock:
+            self._check_open()
+            segment = self._segment_at_locked(base)
+            number = self._segments.index(segment)
+            if number == len(self._segments) - 1:
+                raise InvalidInputError(f"segment {base} is the active segment")
+            end = self._segments[number + 1].base_offset
+            term_min = self._segments[number - 1].last_term if number else -1
+            term_max = self.last_term
+        temporary = replacement_path(self._directory, base)
+        new = self._write_replacement(temporary, base, end, term_min, term_max, batches)
+        with self._lock:
+            try:
+                self._check_open()
+                if segment not in self._segments or segment is self._segments[-1]:
+                    raise StorageError(
+                        f"segment {segment.log_path} was deleted or truncated while replaced"
+                    )
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+            self._swap_locked(segment, new, temporary)
+
+    def _write_replacement(
+        self,
+        temporary: str,
+        base: int,
+        end: int,
+        term_min: int,
+        term_max: int,
+        batches: Iterable[bytes],
+    ) -> _Segment:
+        """Validate ``batches`` and write them to ``temporary`` (fsynced); the new
+        segment's bookkeeping (its file not yet set)."""
+        new = _Segment(base, self._directory, SegmentFile(segment_path(self._directory, base)))
+        new.next_offset = base
+        interval = self._config.index_interval_bytes
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            try:
+                pending: list[bytes] = []
+                pending_bytes = 0
+                position = 0
+                offset = base
+                for batch in batches:
+                    header = self._check_batch(batch)
+                    check_replacement(header.base_offset, header.next_offset, offset, end, base)
+                    if not term_min <= header.term <= term_max:
+                        raise InvalidInputError(
+                            f"batch at offset {header.base_offset} has term {header.term}, "
+                            f"outside [{term_min}, {term_max}] of its place in the log"
+                        )
+                    term_min = header.term
+                    offset = header.next_offset
+                    new.note_batch(position, header, interval)
+                    position += header.length
+                    pending.append(bytes(batch))
+                    pending_bytes += header.length
+                    if pending_bytes >= _RECOVERY_CHUNK_BYTES:
+                        pwrite_all(descriptor, b"".join(pending), position - pending_bytes)
+                        pending, pending_bytes = [], 0
+                if pending:
+                    pwrite_all(descriptor, b"".join(pending), position - pending_bytes)
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        new.next_offset = end
+        new.verified_bytes = new.allocated = new.size
+        if not new.size:
+            new.last_term = term_min
+        return new
+
+    def _swap_locked(self, old: _Segment, new: _Segment, temporary: str) -> None:
+        """Put the written replacement ``new`` of sealed segment ``old`` in place."""
+        try:
+            for suffix in INDEX_SUFFIXES:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(old.path(suffix))
+            fsync_directory(self._directory)
+            os.replace(temporary, old.log_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        # The file under the name is the new one from here on, whatever fails next.
+        number = self._segments.index(old)
+        new.created_ms = old.created_ms
+        if not new.size:
+            new.last_term = self._segments[number - 1].last_term if number else -1
+        self._segments[number] = new
+        self._files.discard(old.file)  # closed once the reads under way let go of it
+        for later in self._segments[number + 1 :]:
+            if later.size:
+                break
+            later.last_term = new.last_term  # a segment compaction emptied
+        self._truncations += 1  # scrub cursors and racing reads start over
+        fsync_directory(self._directory)
+        new.index.write(new.path(INDEX_SUFFIX), new.path(TIME_INDEX_SUFFIX))
+        _LOG.info(
+            "segment replaced segment=%s bytes_before=%d bytes_after=%d",
+            new.name,
+            old.size,
+            new.size,
+        )
+
+    def _segment_at_locked(self, base: int) -> _Segment:
+        index = bisect_left(self._segments, base, key=_base_offset_of)
+        if index == len(self._segments) or self._segments[index].base_offset != base:
+            raise InvalidInputError(f"no segment starts at offset {base} in {self._directory}")
+        return self._segments[index]
+
     # ------------------------------------------------------------------ retention
 
     def enforce_retention(self) -> int:
@@ -893,7 +1096,12 @@ class SegmentLog:
             segment = self._segments[-1]
             descriptor = self._files.hold(segment.file)  # active again, if it was sealed
             position, header = self._locate_locked(segment, descriptor, offset)
-            new_end = header.base_offset if header is not None else segment.next_offset
+            if header is not None and header.base_offset <= offset:
+                new_end = header.base_offset  # cut before the batch holding ``offset``
+            elif position:  # ``offset`` is in a gap: the end of the batch before it
+                new_end = self._header_before_locked(segment, descriptor, position).next_offset
+            else:  # nothing of the segment is kept
+                new_end = segment.base_offset
             self._cut_segment(segment, descriptor, position, new_end)
             self._truncations += 1
             _LOG.info("log truncated requested_offset=%d end_offset=%d", offset, new_end)
@@ -966,13 +1174,28 @@ class SegmentLog:
             raise InvalidInputError(
                 f"max_bytes must be in (0, {self._config.read_bytes_max}], got {max_bytes}"
             )
+        while True:
+            data, following = self._read_once(offset, max_bytes, upper_offset)
+            if following is None:
+                return data
+            # ``offset`` is in a gap after the last batch of a (compacted) segment:
+            # the batch after the gap is in a later segment.
+            offset = following
+
+    def _read_once(
+        self, offset: int, max_bytes: int, upper_offset: int | None
+    ) -> tuple[bytes, int | None]:
+        """One segment's part of :meth:`read`: the batches, or ``(b"", base)`` when
+        ``offset`` lies past the last batch of a sealed segment (the next one's base)."""
         with self._lock:
             segment = self._segment_to_read_locked(offset)
             if segment is None:
-                return b""
+                return b"", None
             truncations = self._truncations
             file = segment.file
             descriptor = self._files.pin(file)
+            size = segment.size
+            following = self._following_base_locked(segment)
         error: CorruptSegmentError | None = None
         data = b""
         start = 0
@@ -990,16 +1213,26 @@ class SegmentLog:
             with self._lock:
                 segment = self._segment_to_read_locked(offset)
                 if segment is None:
-                    return b""
+                    return b"", None
+                size = segment.size
+                following = self._following_base_locked(segment)
                 with self._pinned(segment) as descriptor:
                     data, start = self._read_from(
                         segment, descriptor, offset, max_bytes, upper_offset
                     )
                 _advance_verified(segment, start, start + len(data))
-                return data
-        if error is not None:
+        elif error is not None:
             raise error
-        return data
+        if not data and start >= size and following is not None:
+            return b"", following
+        return data, None
+
+    def _following_base_locked(self, segment: _Segment) -> int | None:
+        """The base of the segment after ``segment``; None for the active one."""
+        if segment is self._segments[-1]:
+            return None
+        index = bisect_right(self._segments, segment.base_offset, key=_base_offset_of)
+        return self._segments[index].base_offset
 
     def _segment_to_read_locked(self, offset: int) -> _Segment | None:
         # Runs on every read: the properties and _segment_for's common case inlined.
@@ -1151,9 +1384,35 @@ class SegmentLog:
                 raise OffsetOutOfRangeError(offset, self.start_offset, self.end_offset)
             segment = self._segment_for(offset)
             with self._pinned(segment) as descriptor:
-                _, header = self._locate_locked(segment, descriptor, offset)
-            assert header is not None, "offset below end_offset has a batch"
+                return self._term_at_locked(segment, descriptor, offset)
+
+    def _term_at_locked(self, segment: _Segment, descriptor: int, offset: int) -> int:
+        """The term of the batch holding ``offset`` in ``segment``, or of the last
+        batch before it (gaps); -1 when no batch of the log lies at or before it."""
+        position, header = self._locate_locked(segment, descriptor, offset)
+        if header is None:  # past the segment's last batch (or it has none)
+            return segment.last_term
+        if header.base_offset <= offset:
             return header.term
+        if position == 0:  # a gap at the segment's start: the term before the segment
+            index = bisect_left(self._segments, segment.base_offset, key=_base_offset_of)
+            return self._segments[index - 1].last_term if index > 0 else -1
+        return self._header_before_locked(segment, descriptor, position).term
+
+    def _header_before_locked(
+        self, segment: _Segment, descriptor: int, position: int
+    ) -> BatchHeader:
+        """The header of the batch that ends at ``position`` (> 0) of ``segment``."""
+        index = segment.index
+        entry = bisect_left(index.positions, position) - 1
+        at = index.positions[entry] if entry >= 0 else 0
+        expected = segment.base_offset + (index.relative_offsets[entry] if entry >= 0 else 0)
+        while True:
+            header = self._read_header(segment, descriptor, at, expected)
+            if at + header.length >= position:
+                return header
+            at += header.length
+            expected = header.next_offset
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         with self._lock:
@@ -1234,13 +1493,13 @@ class SegmentLog:
             damage is None
             and scanned >= size
             and following_base is not None
-            and next_offset != following_base
+            and next_offset > following_base
         ):
             damage = CorruptSegmentError(
                 segment.log_path,
                 next_offset,
                 scanned,
-                f"the segment ends at offset {next_offset}; the next one starts at "
+                f"the segment ends at offset {next_offset}, past the next one's start "
                 f"{following_base}",
             )
         with self._lock:
@@ -1332,7 +1591,7 @@ class SegmentLog:
         end_offset: int,
     ) -> tuple[int, int, int, CorruptSegmentError | None]:
         """Verify the whole batches of ``segment`` from ``position`` (where a batch
-        based at ``offset`` must start) within about ``max_bytes`` and below
+        based at ``offset`` or later must start) within about ``max_bytes`` and below
         ``size``, stopping at ``end_offset``. Returns the file position and offset
         after the last good batch, the number of good batches, and the damage found
         after them, if any."""
@@ -1361,7 +1620,7 @@ class SegmentLog:
             except RecordFormatError as error:
                 damage = str(error)
                 break
-            if header.base_offset != offset:
+            if header.base_offset < offset:  # (a gap before it is fine)
                 damage = f"the batch has base offset {header.base_offset}"
                 break
             offset = header.next_offset

@@ -4,11 +4,21 @@ It stands in for the disk in the deterministic simulator: :meth:`MemoryLog.crash
 returns what a machine would find after losing power, i.e. only what had been
 synced (appends after the last :meth:`sync` are lost; truncations and state saves
 are durable at once, as on disk).
+
+Segments are modelled by roll points: ``_segment_bases`` holds the base offset of
+each segment, the first one the log start, the last one the active segment's. A
+segment holds the batches based in ``[its base, the next base)``. Rolling seals
+the active segment, which is durable at once (as sealing a segment file fsyncs
+it); the log rolls by itself once the active segment holds
+``segment_batches_max`` batches. Retention still drops single batches (the
+first segment then begins at the new log start).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+import itertools
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
 
 from laminar.errors import InvalidInputError, LogClosedError, NonMonotonicOffsetError
 from laminar.records import (
@@ -19,19 +29,31 @@ from laminar.records import (
     stamp,
     verify_batch,
 )
-from laminar.segment.offsets import check_read_range, check_term
+from laminar.segment.offsets import check_read_range, check_replacement, check_term
 from laminar.segment.storage import Buffer
+
+SEGMENT_BATCHES_DEFAULT = 1000
+"""Batches after which a :class:`MemoryLog` seals its active segment by default."""
 
 
 class MemoryLog:
     """Record batches in a Python list. Not thread-safe; the simulator is single-threaded."""
 
     def __init__(
-        self, start_offset: int = 0, *, limits: BatchLimits = DEFAULT_LIMITS, fsync: bool = True
+        self,
+        start_offset: int = 0,
+        *,
+        limits: BatchLimits = DEFAULT_LIMITS,
+        fsync: bool = True,
+        segment_batches_max: int = SEGMENT_BATCHES_DEFAULT,
     ) -> None:
+        if segment_batches_max < 1:
+            raise InvalidInputError(f"segment_batches_max must be >= 1, got {segment_batches_max}")
         self._limits = limits
         self._fsync = fsync
+        self._segment_batches_max = segment_batches_max
         self._start_offset = start_offset
+        self._segment_bases: list[int] = [start_offset]
         self._base_offsets: list[int] = []
         self._next_offsets: list[int] = []  # offset after each batch (no header parsing)
         self._batches: list[bytes] = []
@@ -49,9 +71,11 @@ class MemoryLog:
 
     @property
     def end_offset(self) -> int:
+        # The active segment's base when it holds no batch (it may lie past the last
+        # batch: a compacted segment's batches can end before the next segment).
         if not self._batches:
-            return self._start_offset
-        return self._next_offsets[-1]
+            return self._segment_bases[-1]
+        return max(self._next_offsets[-1], self._segment_bases[-1])
 
     @property
     def last_term(self) -> int:
@@ -60,9 +84,11 @@ class MemoryLog:
     @property
     def synced_end_offset(self) -> int:
         """The end offset a crash now would leave."""
-        if self._synced_count == 0:
-            return self._start_offset
-        return self._next_offsets[self._synced_count - 1]
+        if self._synced_count == len(self._batches):
+            return self.end_offset
+        return (
+            self._next_offsets[self._synced_count - 1] if self._synced_count else self._start_offset
+        )
 
     # ------------------------------------------------------------------ writes
 
@@ -80,18 +106,25 @@ class MemoryLog:
         self._push(base, base + header.record_count, term, b"".join((head, payload)))
         return base
 
-    def append_stamped(self, batch: Buffer) -> int:
+    def append_stamped(self, batch: Buffer, *, after: int | None = None) -> int:
         self._check_open()
         header = verify_batch(batch, limits=self._limits)
         if header.length != len(batch):
             raise InvalidInputError("buffer length differs from the batch length")
-        if header.base_offset != self.end_offset:
-            raise NonMonotonicOffsetError(header.base_offset, self.end_offset)
+        end_offset = self.end_offset
+        if after is None:
+            if header.base_offset != end_offset:
+                raise NonMonotonicOffsetError(header.base_offset, end_offset)
+        elif after != end_offset or header.base_offset < end_offset:
+            raise NonMonotonicOffsetError(header.base_offset, end_offset)
         check_term(header.term, self.last_term)
         self._push(header.base_offset, header.next_offset, header.term, bytes(batch))
         return header.base_offset
 
     def _push(self, base: int, next_offset: int, term: int, data: bytes) -> None:
+        active_first = bisect_left(self._base_offsets, self._segment_bases[-1])
+        if len(self._batches) - active_first >= self._segment_batches_max:
+            self.roll()
         self._base_offsets.append(base)
         self._next_offsets.append(next_offset)
         self._batches.append(data)
@@ -104,19 +137,90 @@ class MemoryLog:
         check_read_range(offset, self.start_offset, self.end_offset)
         if offset == self.end_offset:
             return offset
-        index = self._index_of(offset)
+        # The batch holding ``offset``, or the first one after it when it is in a gap.
+        index = bisect_right(self._next_offsets, offset)
         del self._base_offsets[index:]
         del self._next_offsets[index:]
         del self._batches[index:]
         del self._terms[index:]
         self._synced_count = min(self._synced_count, index)
+        # Segments based at or after ``offset`` are gone (the first one stays).
+        keep = max(1, bisect_left(self._segment_bases, offset))
+        del self._segment_bases[keep:]
         return self.end_offset
+
+    # ------------------------------------------------------------------ segments
+
+    def roll(self) -> None:
+        """Seal the active segment (durable at once) unless it holds no batch."""
+        self._check_open()
+        if not self._batches or self._base_offsets[-1] < self._segment_bases[-1]:
+            return
+        self._segment_bases.append(self.end_offset)
+        self._synced_count = len(self._batches)
+
+    def sealed_segments(self) -> list[tuple[int, int]]:
+        self._check_open()
+        bases = self._segment_bases
+        return list(itertools.pairwise(bases))
+
+    def read_segment(self, base: int) -> Iterator[bytes]:
+        self._check_open()
+        first, last = self._segment_range(base)
+        return iter(self._batches[first:last])
+
+    def replace_segment(self, base: int, batches: Iterable[bytes]) -> None:
+        self._check_open()
+        number = self._segment_number(base)
+        if number == len(self._segment_bases) - 1:
+            raise InvalidInputError(f"segment {base} is the active segment")
+        end = self._segment_bases[number + 1]
+        first, last = self._segment_range(base)
+        term_min = self._terms[first - 1] if first > 0 else -1
+        term_max = self._terms[last] if last < len(self._terms) else self.last_term
+        new: list[tuple[int, int, int, bytes]] = []
+        offset = base
+        for data in batches:
+            header = verify_batch(data, limits=self._limits)
+            if header.length != len(data):
+                raise InvalidInputError("buffer length differs from the batch length")
+            check_replacement(header.base_offset, header.next_offset, offset, end, base)
+            if not term_min <= header.term <= term_max:
+                raise InvalidInputError(
+                    f"batch at offset {header.base_offset} has term {header.term}, outside "
+                    f"[{term_min}, {term_max}] of its place in the log"
+                )
+            term_min = header.term
+            offset = header.next_offset
+            new.append((header.base_offset, header.next_offset, header.term, bytes(data)))
+        self._base_offsets[first:last] = [entry[0] for entry in new]
+        self._next_offsets[first:last] = [entry[1] for entry in new]
+        self._terms[first:last] = [entry[2] for entry in new]
+        self._batches[first:last] = [entry[3] for entry in new]
+        # A sealed segment was synced when it was sealed; so is its replacement.
+        self._synced_count = max(0, self._synced_count + len(new) - (last - first))
+
+    def _segment_number(self, base: int) -> int:
+        number = bisect_left(self._segment_bases, base)
+        if number == len(self._segment_bases) or self._segment_bases[number] != base:
+            raise InvalidInputError(f"no segment starts at offset {base}")
+        return number
+
+    def _segment_range(self, base: int) -> tuple[int, int]:
+        """The indexes of the first batch of the segment based at ``base`` and of the
+        first batch after it."""
+        number = self._segment_number(base)
+        first = bisect_left(self._base_offsets, base)
+        if number + 1 == len(self._segment_bases):
+            return first, len(self._batches)
+        return first, bisect_left(self._base_offsets, self._segment_bases[number + 1])
 
     def reset(self, start_offset: int) -> None:
         self._check_open()
         if start_offset < 0:
             raise InvalidInputError("start offset must be >= 0")
         self._start_offset = start_offset
+        self._segment_bases = [start_offset]
         self._base_offsets.clear()
         self._next_offsets.clear()
         self._batches.clear()
@@ -146,14 +250,16 @@ class MemoryLog:
         """Drop whole batches that end at or below ``offset`` (retention)."""
         self._check_open()
         end_offset = self.end_offset
-        # Every batch before the one holding ``offset`` ends at or below it; so does the
-        # last batch when ``offset`` is at or past the end.
-        index = bisect_right(self._base_offsets, offset) - 1
-        if self._batches and end_offset <= offset:
-            index = len(self._batches)
+        # The batches ending at or below ``offset`` (gaps or not).
+        index = bisect_right(self._next_offsets, offset)
         if index <= 0:
             return
-        self._start_offset = self._base_offsets[index] if index < len(self._batches) else end_offset
+        if index < len(self._batches):
+            self._start_offset = min(self._base_offsets[index], max(offset, self._start_offset))
+        else:
+            self._start_offset = max(min(offset, end_offset), self._next_offsets[-1])
+        later = bisect_right(self._segment_bases, self._start_offset)
+        self._segment_bases = [self._start_offset, *self._segment_bases[later:]]
         del self._base_offsets[:index]
         del self._next_offsets[:index]
         del self._batches[:index]
@@ -192,7 +298,14 @@ class MemoryLog:
 
     def crash(self) -> MemoryLog:
         """A new log holding what survives a power loss now: synced batches and state."""
-        survivor = MemoryLog(self._start_offset, limits=self._limits, fsync=self._fsync)
+        survivor = MemoryLog(
+            self._start_offset,
+            limits=self._limits,
+            fsync=self._fsync,
+            segment_batches_max=self._segment_batches_max,
+        )
+        # Rolls sync, so every segment base lies at or below the synced end.
+        survivor._segment_bases = list(self._segment_bases)
         survivor._base_offsets = self._base_offsets[: self._synced_count]
         survivor._next_offsets = self._next_offsets[: self._synced_count]
         survivor._batches = self._batches[: self._synced_count]
@@ -215,7 +328,8 @@ class MemoryLog:
             return b""
         parts: list[bytes] = []
         size = 0
-        for index in range(self._index_of(offset), len(self._batches)):
+        # The batch holding ``offset``, or the first one after it when it is in a gap.
+        for index in range(bisect_right(self._next_offsets, offset), len(self._batches)):
             batch = self._batches[index]
             if upper_offset is not None and self._next_offsets[index] > upper_offset:
                 break
@@ -231,7 +345,10 @@ class MemoryLog:
         self._check_open()
         if not self.start_offset <= offset < self.end_offset:
             check_read_range(offset, self.start_offset, self.end_offset - 1)
-        return self._terms[self._index_of(offset)]
+        # The batch holding ``offset``, or the last one before it when it is in a gap
+        # (-1: a gap at the log start).
+        index = self._index_of(offset)
+        return self._terms[index] if index >= 0 else -1
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         self._check_open()

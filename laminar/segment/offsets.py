@@ -17,3 +17,15 @@ def check_term(term: int, last_term: int) -> None:
         raise InvalidInputError(f"term must be >= 0, got {term}")
     if term < last_term:
         raise InvalidInputError(f"term {term} is below the log's last term {last_term}")
+
+
+def check_replacement(
+    base_offset: int, next_offset: int, after: int, end: int, segment: int
+) -> None:
+    """A replacement batch of the segment based at ``segment`` that ends at ``end``
+    must lie inside it, after the previous batch (which ended at ``after``)."""
+    if base_offset < after or next_offset > end:
+        raise InvalidInputError(
+            f"batch [{base_offset}, {next_offset}) does not fit in segment {segment} "
+            f"after offset {after} and before {end}"
+        )

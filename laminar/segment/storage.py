@@ -2,12 +2,22 @@
 
 Two implementations: :class:`laminar.segment.SegmentLog` on disk and
 :class:`laminar.segment.MemoryLog` in memory (for the simulator and unit tests).
-Both hold *record batches* (``laminar.records``) at dense offsets: a batch occupies
-``[base_offset, base_offset + record_count)``.
+Both hold *record batches* (``laminar.records``): a batch occupies
+``[base_offset, base_offset + record_count)`` (record *i* at ``base_offset + i``).
+Offsets increase along the log but need not be dense: keyed compaction removes
+records from sealed segments and leaves *gaps between batches*, never inside one.
+An offset in a gap belongs to no batch: a read there returns the batch after the
+gap, and :meth:`LogStorage.term_at` answers the term of the batch before it.
+
+Both also hold their batches in *segments* (SegmentLog: files; MemoryLog: runs of
+batches between roll points): the last one is *active* (appended to), the others
+*sealed*; only a sealed segment's batches can be replaced
+(:meth:`LogStorage.replace_segment`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 Buffer = bytes | bytearray | memoryview
@@ -41,15 +51,50 @@ class LogStorage(Protocol):
         """
         ...
 
-    def append_stamped(self, batch: Buffer) -> int:
+    def append_stamped(self, batch: Buffer, *, after: int | None = None) -> int:
         """Append a batch already stamped by a leader (a follower's append).
 
-        Its base offset must equal ``end_offset``; returns it.
+        Without ``after``, its base offset must equal ``end_offset``. With ``after``
+        (the leader's end before this batch), ``end_offset`` must equal ``after`` and
+        the base may lie beyond it: a gap the leader vouches for (its log was
+        compacted there). Raises ``NonMonotonicOffsetError`` otherwise; returns the
+        base offset.
+        """
+        ...
+
+    def roll(self) -> None:
+        """Seal the active segment now and start a new one at ``end_offset``
+        (nothing happens when the active segment holds no batch)."""
+        ...
+
+    def sealed_segments(self) -> list[tuple[int, int]]:
+        """``(base, end)`` of each sealed segment, ascending; ``end`` is the next
+        segment's base (a compacted segment's batches may end before it)."""
+        ...
+
+    def read_segment(self, base: int) -> Iterator[bytes]:
+        """The raw stored batches of the segment based at ``base``, in order (a sealed
+        one, or the active one as it is now). Raises ``InvalidInputError`` when no
+        segment starts at ``base``."""
+        ...
+
+    def replace_segment(self, base: int, batches: Iterable[bytes]) -> None:
+        """Replace the batches of the *sealed* segment based at ``base`` by
+        ``batches`` (keyed compaction's rewrite), crash-safely: after a crash at any
+        point the segment holds the old batches or the new ones, never a mix.
+
+        Every batch must be valid (checksums), lie inside ``[base, end)`` of that
+        segment, and start after the previous one ends; there may be none. Anything
+        else, or the active segment, raises ``InvalidInputError`` and changes
+        nothing. Terms must not decrease along the log. ``start_offset`` does not
+        move. A read already under way finishes on the old batches; later reads see
+        the new ones.
         """
         ...
 
     def read(self, offset: int, max_bytes: int, *, upper_offset: int | None = None) -> bytes:
-        """Whole raw batches, starting with the one containing ``offset``.
+        """Whole raw batches, starting with the one containing ``offset`` (or, for an
+        offset in a gap, the first batch after it).
 
         Returns at most ``max_bytes`` unless the first batch alone is larger, in
         which case that one batch is returned, so a reader always progresses.
@@ -60,7 +105,9 @@ class LogStorage(Protocol):
         ...
 
     def truncate_suffix(self, offset: int) -> int:
-        """Remove every batch from the one containing ``offset`` on; returns the new end."""
+        """Remove every batch from the one containing ``offset`` on (for an offset in a
+        gap: every batch after it); returns the new end (the end of the last batch
+        kept, or ``offset`` where no batch is kept after it)."""
         ...
 
     def retention_offset(
@@ -83,7 +130,10 @@ class LogStorage(Protocol):
         ...
 
     def term_at(self, offset: int) -> int:
-        """The term of the batch containing ``offset``."""
+        """The term of the batch containing ``offset``. For an offset in a gap: the
+        term of the batch before the gap (a term begins with a batch compaction
+        never removes, so that is the removed record's term); -1 in a gap at the
+        log start (the caller knows the term before ``start_offset``)."""
         ...
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:

@@ -8,6 +8,9 @@ what was written, independently of the log's own scan.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import logging
 import os
 import random
 import shutil
@@ -349,3 +352,183 @@ def test_orphan_index_files_and_temporaries_are_removed(tmp_path: Path) -> None:
     with SegmentLog.open(str(tmp_path), CONFIG) as log:
         assert log.load_state() == b"vote"
         assert _read_all(log, random.Random(1)) == [batch.data for batch in written]
+
+
+# --------------------------------------------------------------------------- segment swap
+
+
+class _Crash(BaseException):
+    """The machine stops here (a BaseException: no cleanup code catches it)."""
+
+
+_FILE_CALLS = frozenset(
+    {"open", "write", "pwrite", "pwritev", "fsync", "fdatasync", "replace", "rename", "unlink"}
+)
+_SWAP_MODULES = ("laminar.segment.log", "laminar.segment.layout", "laminar.segment.index")
+
+
+class _CrashingOs:
+    """Stands in for ``os`` in the storage modules: records each call that changes
+    files (or makes them durable) and crashes instead of making call number
+    ``crash_at``; after a crash every such call crashes too."""
+
+    def __init__(self, crash_at: int | None) -> None:
+        self.crash_at = crash_at
+        self.calls: list[str] = []
+        self.crashed = False
+
+    def __getattr__(self, name: str) -> object:
+        real = getattr(os, name)
+        if name not in _FILE_CALLS:
+            return real
+
+        def call(*args: object, **kwargs: object) -> object:
+            if self.crashed or len(self.calls) == self.crash_at:
+                self.crashed = True
+                raise _Crash(name)
+            self.calls.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+
+def _swap_template(root: Path, seed: int) -> tuple[Path, list[Written], int, list[bytes]]:
+    """A closed log of several sealed segments, the base of a middle one, and a
+    replacement for it: a random subset of its batches (a compaction's output)."""
+    written = _log_with_sealed_segments(root / "template", seed)
+    bases = [int(path.name.split(".")[0]) for path in _log_files(root / "template")]
+
+    def droppable(pair: tuple[int, int]) -> int:  # batches that do not start a term
+        terms = [w.term for w in written if pair[0] <= w.base_offset < pair[1]]
+        return len(terms) - len(set(terms))
+
+    base, end = max(itertools.pairwise(bases), key=droppable)
+    rng = random.Random(seed)
+    in_segment = [batch for batch in written if base <= batch.base_offset < end]
+    # Terms must not go back along the log: keep each term's first batch.
+    kept = [
+        batch.data
+        for index, batch in enumerate(in_segment)
+        if index == 0 or batch.term != in_segment[index - 1].term or rng.random() < 0.4
+    ]
+    assert len(kept) < len(in_segment)
+    return root / "template", written, base, kept
+
+
+def _replace_crashing(
+    directory: Path,
+    base: int,
+    new: list[bytes],
+    crash_at: int | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> _CrashingOs:
+    """Run replace_segment with a crash before file call ``crash_at`` (None: no
+    crash); the directory then holds what the crash left (the page cache: a
+    killed process loses nothing it wrote)."""
+    import importlib
+
+    crashing = _CrashingOs(crash_at)
+    log = SegmentLog.open(str(directory), CONFIG)
+    try:
+        with monkeypatch.context() as patch:
+            for name in _SWAP_MODULES:
+                patch.setattr(importlib.import_module(name), "os", crashing)
+            with contextlib.suppress(_Crash):
+                log.replace_segment(base, new)
+        shutil.copytree(directory, directory.with_name(directory.name + "-crashed"))
+    finally:
+        log.close()
+    return crashing
+
+
+def _segment_files(directory: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir()) if path.is_file()}
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_segment_swap_crash_at_every_file_call_leaves_old_or_new(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash before each file call of replace_segment (and, while the rename is
+    not yet durable, a power loss that undoes it): the reopened log holds the old
+    segment or the new one, never a mix, and every other file is unchanged."""
+    template, written, base, new = _swap_template(tmp_path, seed)
+    old_batches = [batch.data for batch in written]
+    bases = [int(p.name.split(".")[0]) for p in _log_files(template)]
+    following = bases[bases.index(base) + 1]
+    new_batches = (
+        [batch.data for batch in written if batch.base_offset < base]
+        + new
+        + [batch.data for batch in written if batch.base_offset >= following]
+    )
+    reference = tmp_path / "reference"
+    shutil.copytree(template, reference)
+    calls = _replace_crashing(reference, base, new, None, monkeypatch).calls
+    renamed_at = calls.index("replace") if "replace" in calls else len(calls)
+    target = f"{base:020d}"
+    untouched = {
+        name: data for name, data in _segment_files(template).items() if not name.startswith(target)
+    }
+    for crash_at in range(len(calls) + 1):
+        case = tmp_path / f"case-{crash_at}"
+        shutil.copytree(template, case)
+        _replace_crashing(case, base, new, crash_at, monkeypatch)
+        crashed = case.with_name(case.name + "-crashed")
+        variants = [(crashed, crash_at > renamed_at)]
+        rename_durable = "fsync" in calls[renamed_at + 1 : crash_at]
+        if renamed_at < crash_at and not rename_durable:
+            lost = tmp_path / f"case-{crash_at}-lost-rename"
+            shutil.copytree(crashed, lost)
+            (lost / f"{target}.log").rename(lost / f"{target}.log.tmp")
+            shutil.copy(template / f"{target}.log", lost / f"{target}.log")
+            variants.append((lost, False))
+        for directory, swapped in variants:
+            with SegmentLog.open(str(directory), CONFIG) as log:
+                assert log.damage_found is None
+                got = _read_all(log, random.Random(crash_at))
+                assert got == (new_batches if swapped else old_batches), (crash_at, calls)
+                assert log.end_offset == written[-1].next_offset
+                assert [b for b, _ in log.sealed_segments()] == [
+                    int(p.name.split(".")[0]) for p in _log_files(template)
+                ][:-1]
+                for batch in written:
+                    assert log.term_at(batch.base_offset) == batch.term
+                held = [w for w in written if w.data in set(got)]
+                for timestamp_ms in range(-7, 103, 3):
+                    assert log.offset_for_timestamp(timestamp_ms) == _expected_offset_for(
+                        held, timestamp_ms
+                    )
+            files = _segment_files(directory)
+            assert not [name for name in files if name.endswith(".tmp")]
+            for name, data in untouched.items():
+                if (
+                    not name.endswith("index")
+                    or name.split(".")[0] != _log_files(template)[-1].stem
+                ):
+                    assert files[name] == data, (crash_at, name)
+
+
+def test_a_swapped_segment_reopens_without_rebuilding_anything(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    template, _, base, new = _swap_template(tmp_path, 33)
+    with SegmentLog.open(str(template), CONFIG) as log:
+        log.replace_segment(base, new)
+        expected = _read_all(log, random.Random(1))
+    before = _segment_files(template)
+    caplog.set_level(logging.INFO, logger="laminar.segment")
+    damage: list[CorruptSegmentError] = []
+    with SegmentLog.open(str(template), CONFIG, set_aside=damage.append) as log:
+        assert _read_all(log, random.Random(2)) == expected
+        assert log.damage_found is None
+        cursor = None
+        while True:
+            result = log.scrub(cursor, 1000)
+            assert result.damage is None
+            if result.cursor is None:
+                break
+            cursor = result.cursor
+    assert damage == []
+    messages = [record.getMessage() for record in caplog.records]
+    assert not [m for m in messages if "rebuilding" in m or "truncating" in m], messages
+    assert _segment_files(template) == before

@@ -201,12 +201,18 @@ def test_sane_index_passes() -> None:
     assert _raw([(0, 0), (4, 90)], [(1, 0), (2, 4)]).entries_are_sane(91)
 
 
+def test_index_of_a_compacted_segment_may_start_after_its_base() -> None:
+    """Keyed compaction can remove a sealed segment's first batches (the segment
+    keeps its name): the first entry is then past relative offset 0."""
+    assert _raw([(7, 0), (9, 90)], [(1, 7), (2, 9)]).entries_are_sane(91)
+
+
 @pytest.mark.parametrize(
     ("offsets", "times", "log_bytes"),
     [
         pytest.param([], [], 10, id="empty-index-for-non-empty-log"),
         pytest.param([], [(1, 0)], 0, id="time-entries-without-offset-entries"),
-        pytest.param([(1, 0)], [(1, 1)], 100, id="first-offset-not-zero"),
+        pytest.param([(1, 0)], [(1, 2)], 100, id="first-time-entry-off-first-offset"),
         pytest.param([(0, 5)], [(1, 0)], 100, id="first-position-not-zero"),
         pytest.param([(0, 0), (4, 90)], [], 100, id="no-time-entry"),
         pytest.param([(0, 0), (4, 90)], [(1, 4)], 100, id="first-time-entry-not-zero"),

@@ -1,0 +1,353 @@
+"""Logs with gaps between batches (keyed compaction) and the segment swap, on both
+storages: SegmentLog on disk and MemoryLog.
+
+A log here is built from stamped batches of one record each at chosen offsets, so
+that every expected answer (reads, terms, timestamps) is computed from the list
+written, independently of the log's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from laminar.errors import InvalidInputError, NonMonotonicOffsetError, OffsetOutOfRangeError
+from laminar.records import encode_batch, parse_header, with_leader_fields
+from laminar.replica.epochs import Epochs
+from laminar.segment import FsyncPolicy, LogConfig, MemoryLog, SegmentLog
+from laminar.segment.layout import replacement_path
+from laminar.segment.storage import LogStorage
+from tests.segment.support import FakeClock, open_files_under, split_batches
+
+CONFIG = LogConfig(
+    segment_bytes_max=1 << 20,
+    index_interval_bytes=256,
+    fsync_policy=FsyncPolicy.NEVER,
+    retention_ms=None,
+)
+
+
+@dataclass(frozen=True)
+class Stamped:
+    base: int
+    count: int
+    term: int
+    timestamp_ms: int
+    data: bytes
+
+    @property
+    def next(self) -> int:
+        return self.base + self.count
+
+
+def stamped(base: int, term: int, *, count: int = 1, timestamp_ms: int | None = None) -> Stamped:
+    """A batch of ``count`` records at ``base`` (timestamps ``base * 10`` on)."""
+    first_ms = base * 10 if timestamp_ms is None else timestamp_ms
+    raw = encode_batch(
+        [f"v{base + i}".encode() for i in range(count)],
+        keys=[f"k{(base + i) % 3}".encode() for i in range(count)],
+        timestamps_ms=[first_ms + i for i in range(count)],
+    )
+    return Stamped(base, count, term, first_ms, with_leader_fields(raw, base, term))
+
+
+Opener = Callable[..., LogStorage]
+
+
+@pytest.fixture(params=["disk", "memory"])
+def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens (and reopens, for the disk) one log; closes what it opened."""
+    opened: list[LogStorage] = []
+
+    def opener(start_offset: int = 0) -> LogStorage:
+        log: LogStorage
+        if request.param == "disk":
+            log = SegmentLog.open(
+                str(tmp_path / "log"), CONFIG, initial_offset=start_offset, clock_ms=FakeClock()
+            )
+        else:
+            log = MemoryLog(start_offset, segment_batches_max=1000)
+        opened.append(log)
+        return log
+
+    yield opener
+    for log in opened:
+        log.close()
+
+
+def fill(
+    log: LogStorage, batches: list[Stamped], *, roll_before: frozenset[int] = frozenset()
+) -> None:
+    """Append ``batches`` as a follower would (gaps vouched for by ``after``),
+    rolling the active segment before each base in ``roll_before``."""
+    for batch in batches:
+        if batch.base in roll_before:
+            log.roll()
+        assert log.append_stamped(batch.data, after=log.end_offset) == batch.base
+
+
+def read_all(log: LogStorage, *, max_bytes: int = 1) -> list[bytes]:
+    found: list[bytes] = []
+    offset = log.start_offset
+    while offset < log.end_offset:
+        got = split_batches(log.read(offset, max_bytes))
+        if not got:
+            break
+        found += got
+        offset = parse_header(got[-1]).next_offset
+    return found
+
+
+def holder(batches: list[Stamped], offset: int) -> Stamped | None:
+    """The batch a read at ``offset`` starts with: the one holding it or the next."""
+    return next((batch for batch in batches if batch.next > offset), None)
+
+
+def term_expected(batches: list[Stamped], offset: int) -> int:
+    before = [batch for batch in batches if batch.base <= offset]
+    return before[-1].term if before else -1
+
+
+# --------------------------------------------------------------------------- appends
+
+
+def test_append_stamped_accepts_a_gap_only_when_the_leader_vouches_for_it(
+    open_log: Opener,
+) -> None:
+    log = open_log()
+    log.append_stamped(stamped(0, 1, count=3).data)
+    gapped = stamped(7, 1).data
+    with pytest.raises(NonMonotonicOffsetError):
+        log.append_stamped(gapped)  # no `after`: dense, as before
+    with pytest.raises(NonMonotonicOffsetError):
+        log.append_stamped(gapped, after=2)  # the leader's end is not ours
+    with pytest.raises(NonMonotonicOffsetError):
+        log.append_stamped(stamped(2, 1).data, after=3)  # overlaps the last batch
+    assert log.end_offset == 3
+    assert log.append_stamped(gapped, after=3) == 7
+    assert log.end_offset == 8
+    assert log.append_stamped(stamped(8, 2).data, after=8) == 8  # no gap: fine too
+
+
+def test_reads_terms_and_timestamps_over_gaps(open_log: Opener) -> None:
+    batches = [
+        stamped(0, 1, count=2),
+        stamped(5, 1),
+        stamped(6, 2, count=3),
+        stamped(20, 2),
+        stamped(21, 4),
+        stamped(30, 4, count=2),
+    ]
+    log = open_log()
+    fill(log, batches, roll_before=frozenset({20, 30}))
+    assert (log.start_offset, log.end_offset, log.last_term) == (0, 32, 4)
+    for offset in range(0, 32):
+        expected = holder(batches, offset)
+        assert expected is not None
+        assert split_batches(log.read(offset, 1)) == [expected.data], offset
+        assert log.term_at(offset) == term_expected(batches, offset), offset
+    assert read_all(log) == [batch.data for batch in batches]
+    assert read_all(log, max_bytes=1 << 20) == [batch.data for batch in batches]
+    for timestamp_ms in range(-5, 320):
+        after = [
+            batch.base + i
+            for batch in batches
+            for i in range(batch.count)
+            if batch.timestamp_ms + i >= timestamp_ms
+        ]
+        assert log.offset_for_timestamp(timestamp_ms) == (after[0] if after else None)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.term_at(32)
+
+
+def test_a_gapped_disk_log_reopens_unchanged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    batches = [stamped(0, 1), stamped(4, 1, count=2), stamped(9, 2), stamped(15, 3), stamped(18, 3)]
+    directory = str(tmp_path / "log")
+    with SegmentLog.open(directory, CONFIG) as log:
+        fill(log, batches, roll_before=frozenset({9}))
+    files = sorted(os.listdir(directory))
+    caplog.set_level(logging.INFO, logger="laminar.segment")
+    with SegmentLog.open(directory, CONFIG) as log:
+        assert log.damage_found is None
+        assert (log.end_offset, log.last_term) == (19, 3)
+        assert read_all(log) == [batch.data for batch in batches]
+        assert [log.term_at(o) for o in range(19)] == [term_expected(batches, o) for o in range(19)]
+    assert sorted(os.listdir(directory)) == files
+    assert not [r for r in caplog.records if "rebuilding index" in r.getMessage()]
+    assert not [r for r in caplog.records if "truncating" in r.getMessage()]
+
+
+def test_recovery_still_cuts_an_overlapping_or_older_term_batch(tmp_path: Path) -> None:
+    directory = str(tmp_path / "log")
+    with SegmentLog.open(directory, CONFIG) as log:
+        fill(log, [stamped(0, 2, count=3), stamped(6, 2)])
+    active = Path(directory) / f"{0:020d}.log"
+    good = active.read_bytes()
+    for bad in (stamped(5, 2).data, stamped(9, 1).data):  # overlaps; term goes back
+        active.write_bytes(good + bad)
+        with SegmentLog.open(directory, CONFIG) as log:
+            assert log.end_offset == 7
+            assert log.damage_found is not None
+        assert active.read_bytes() == good
+
+
+def test_truncation_in_a_gap_keeps_the_batches_before_it(open_log: Opener) -> None:
+    log = open_log()
+    fill(log, [stamped(0, 1), stamped(5, 1), stamped(9, 2)])
+    assert log.truncate_suffix(7) == 6
+    assert log.end_offset == 6
+    assert read_all(log) == [stamped(0, 1).data, stamped(5, 1).data]
+    assert log.truncate_suffix(3) == 1
+    assert log.append_stamped(stamped(1, 2).data) == 1
+
+
+@pytest.mark.parametrize(("start", "start_term"), [(0, -1), (40, 1)])
+def test_epochs_are_the_same_on_a_compacted_log(
+    open_log: Opener, start: int, start_term: int
+) -> None:
+    """Each term starts with a batch compaction keeps (its noop): removing any other
+    batches from sealed segments leaves Epochs.from_storage unchanged, for a log
+    starting at 0 and for one starting later (retention) whose first batches go,
+    leaving a gap at its start."""
+    log = open_log(start)
+    # A later log's first term began below its start: no noop at ``start`` then.
+    noops = {start + 7, start + 15, start + 31} | ({0} if start == 0 else set())
+    batches = [
+        stamped(o, 1 + sum(1 for n in noops if 0 < n <= o)) for o in range(start, start + 40)
+    ]
+    fill(log, batches, roll_before=frozenset({start + 12, start + 25, start + 35}))
+    before = Epochs.from_storage(log, start_term)
+    assert len(before.as_list()) == 4
+    for base, end in log.sealed_segments():
+        log.replace_segment(
+            base,
+            [
+                b.data
+                for b in batches
+                if base <= b.base < end and (b.base in noops or b.base % 4 == 3)
+            ],
+        )
+    assert log.term_at(start) == (1 if start == 0 else -1)
+    assert len(read_all(log)) < len(batches)
+    after = Epochs.from_storage(log, start_term)
+    assert after.as_list() == before.as_list()
+    assert (after.start_offset, after.start_term) == (before.start_offset, before.start_term)
+    assert log.start_offset == start
+
+
+def _segment_end(log: LogStorage, base: int) -> int:
+    return dict(log.sealed_segments())[base]
+
+
+# --------------------------------------------------------------------------- segments
+
+
+def test_roll_and_sealed_segments(open_log: Opener) -> None:
+    log = open_log()
+    assert log.sealed_segments() == []
+    log.roll()  # nothing in the active segment: nothing happens
+    assert log.sealed_segments() == []
+    fill(log, [stamped(0, 1, count=3), stamped(3, 1)])
+    log.roll()
+    log.roll()
+    fill(log, [stamped(4, 1)])
+    log.roll()
+    assert log.sealed_segments() == [(0, 4), (4, 5)]
+    assert list(log.read_segment(0)) == [stamped(0, 1, count=3).data, stamped(3, 1).data]
+    assert list(log.read_segment(5)) == []
+    with pytest.raises(InvalidInputError):
+        log.read_segment(3)
+
+
+def test_memory_log_rolls_every_segment_batches_max() -> None:
+    log = MemoryLog(segment_batches_max=3)
+    fill(log, [stamped(i, 1) for i in range(8)])
+    assert log.sealed_segments() == [(0, 3), (3, 6)]
+    with pytest.raises(InvalidInputError):
+        MemoryLog(segment_batches_max=0)
+
+
+def test_replace_segment_swaps_a_sealed_segment(open_log: Opener) -> None:
+    batches = [stamped(i, 1 + i // 8) for i in range(12)]  # term 2 starts at 8
+    log = open_log()
+    fill(log, batches, roll_before=frozenset({4, 8}))
+    kept = [batches[1], batches[3]]
+    log.replace_segment(0, [b.data for b in kept])
+    log.replace_segment(4, [])  # a segment compaction emptied
+    remaining = kept + batches[8:]
+    assert (log.start_offset, log.end_offset) == (0, 12)
+    assert read_all(log) == [b.data for b in remaining]
+    assert list(log.read_segment(0)) == [b.data for b in kept]
+    assert list(log.read_segment(4)) == []
+    assert log.sealed_segments() == [(0, 4), (4, 8)]
+    for offset in range(12):
+        expected = holder(remaining, offset)
+        assert expected is not None
+        assert split_batches(log.read(offset, 1)) == [expected.data]
+    # Terms in the gaps are those of the batches before them: the original terms.
+    assert [log.term_at(o) for o in range(1, 12)] == [b.term for b in batches[1:]]
+    assert log.term_at(0) == -1  # a gap at the log start: the caller's start term
+    assert log.append(encode_batch([b"next"]), term=3) == 12
+
+
+def test_replace_segment_refuses_bad_input_whole(open_log: Opener, tmp_path: Path) -> None:
+    batches = [stamped(i, 2 + i // 4) for i in range(12)]
+    log = open_log()
+    fill(log, [stamped(0, 1), *batches[1:]], roll_before=frozenset({4, 8}))
+    corrupt = bytearray(batches[2].data)
+    corrupt[-1] ^= 1
+    refused = {
+        "active": (8, [batches[9].data]),
+        "no such segment": (2, []),
+        "before the segment": (4, [batches[3].data]),
+        "past the segment": (4, [batches[5].data, stamped(7, 3, count=2).data]),
+        "overlapping": (4, [stamped(4, 3, count=2).data, batches[5].data]),
+        "not increasing": (4, [batches[6].data, batches[5].data]),
+        "corrupt": (0, [bytes(corrupt)]),
+        "term below the log before it": (4, [stamped(5, 1).data]),
+        "term going back": (0, [batches[1].data, stamped(2, 1).data]),
+        "not a batch": (0, [b"garbage"]),
+    }
+    for reason, (base, new) in refused.items():
+        with pytest.raises(InvalidInputError) as caught:
+            log.replace_segment(base, new)
+        assert caught.value is not None, reason
+        assert read_all(log) == [stamped(0, 1).data] + [b.data for b in batches[1:]], reason
+        if isinstance(log, SegmentLog):
+            assert not os.path.exists(replacement_path(log.directory, base)), reason
+
+
+def test_a_reader_of_the_old_segment_finishes_on_it(tmp_path: Path) -> None:
+    batches = [stamped(i, 1) for i in range(10)]
+    with SegmentLog.open(str(tmp_path / "log"), CONFIG) as log:
+        fill(log, batches, roll_before=frozenset({6}))
+        old = log.read_segment(0)
+        assert next(old) == batches[0].data  # the old file is pinned now
+        log.replace_segment(0, [batches[4].data])
+        assert list(old) == [b.data for b in batches[1:6]]
+        assert read_all(log) == [batches[4].data] + [b.data for b in batches[6:]]
+        # The old file's descriptor is closed once its reader let go of it.
+        assert not [path for path in open_files_under(tmp_path) if "(deleted)" in path]
+        assert log.segment_count == 2
+
+
+def test_scrub_finds_no_damage_in_a_gapped_log(tmp_path: Path) -> None:
+    batches = [stamped(i, 1) for i in range(10)]
+    with SegmentLog.open(str(tmp_path / "log"), CONFIG) as log:
+        fill(log, batches[:3] + batches[5:], roll_before=frozenset({6}))
+        log.replace_segment(0, [batches[1].data, batches[5].data])
+        cursor = None
+        while True:
+            result = log.scrub(cursor, 100)
+            assert result.damage is None
+            if result.cursor is None:
+                break
+            cursor = result.cursor
+        assert log.check_batch_at(3) is None  # in a gap: the batch after it is fine
