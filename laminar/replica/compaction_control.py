@@ -27,18 +27,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import msgpack
-
-from laminar.errors import RecordFormatError
 from laminar.records import BatchHeader, BatchLimits, decode_batch, encode_control_batch
+from laminar.segment.compaction import COMPACT_KIND, CompactCommand
 from laminar.segment.storage import Buffer
 
-CONTROL_COMPACT = b"compact"
+CONTROL_COMPACT = COMPACT_KIND
 """The control batch of a keyed compaction command."""
-
-COMMAND_VALUE_BYTES_MAX = 4096
-"""The largest command value the core accepts from its driver (a command is about 100
-bytes)."""
 
 
 def encode_compact(value: bytes, timestamp_ms: int) -> bytes:
@@ -58,18 +52,10 @@ def compact_in(header: BatchHeader, batch: Buffer, limits: BatchLimits) -> bytes
 
 
 def command_end(value: bytes) -> int:
-    """A command's ``end`` (E): the one field the core reads. The engine's
-    ``CompactCommand.from_value`` owns the format (msgpack ``{"v": 1, "end": E,
-    ...}``); this reads the same field and raises :class:`~laminar.errors.RecordFormatError` when it
-    is not there."""
-    try:
-        decoded = msgpack.unpackb(value)
-        end = decoded["end"]
-    except (ValueError, TypeError, KeyError, msgpack.ExtraData) as error:
-        raise RecordFormatError(f"compaction command without an end: {error}") from error
-    if not isinstance(end, int) or isinstance(end, bool) or end < 0:
-        raise RecordFormatError(f"compaction command end must be an offset, got {end!r}")
-    return end
+    """A command's ``end`` (E), the one field the core reads (the engine's
+    :meth:`CompactCommand.from_value` reads the value); raises
+    :class:`~laminar.errors.CorruptBatchError` for a value it cannot read."""
+    return CompactCommand.from_value(value).end
 
 
 # ------------------------------------------------------------------ the leader's decision

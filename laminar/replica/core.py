@@ -122,7 +122,7 @@ from typing import assert_never
 
 import msgpack
 
-from laminar.errors import OffsetOutOfRangeError, RecordFormatError
+from laminar.errors import CorruptBatchError, OffsetOutOfRangeError, RecordFormatError
 from laminar.logfields import PEER, TERM, fields, parse_partition_name
 from laminar.records import (
     DEFAULT_LIMITS,
@@ -136,7 +136,6 @@ from laminar.records import (
     verify_batch,
 )
 from laminar.replica.compaction_control import (
-    COMMAND_VALUE_BYTES_MAX,
     command_end,
     compact_in,
     encode_compact,
@@ -186,6 +185,7 @@ from laminar.replica.progress import Mode, Progress, probe_after_rejection
 from laminar.replica.quorum import commit_offset, in_sync, majority_heard
 from laminar.replica.state import BOOTSTRAP_OFFSET, decode_state, encode_state, founding_state
 from laminar.replica.types import NEVER_MS, Acks, GroupConfig, NodeId, Role
+from laminar.segment.compaction import COMMAND_VALUE_BYTES_MAX
 from laminar.segment.storage import Buffer, LogStorage
 
 __all__ = [  # names other modules import from here (some now live in the modules above)
@@ -1104,7 +1104,7 @@ class ReplicaCore:
     def _forget_producers_before(self, value: bytes) -> None:
         try:
             end = command_end(value)
-        except RecordFormatError as error:
+        except CorruptBatchError as error:
             _LOG.warning("%s: %s", self._label, error, extra=self._log_extra())
             return
         self._producers.forget_before(end)
@@ -1797,7 +1797,7 @@ class ReplicaCore:
             )
             return
         try:
-            self._append_from_leader(request.batches)
+            self._append_from_leader(request.batches, prev)
         except RecordFormatError as error:
             _LOG.warning(
                 "%s: malformed append from %s: %s",
@@ -1835,16 +1835,26 @@ class ReplicaCore:
             )
         )
 
-    def _append_from_leader(self, batches: bytes) -> None:
+    def _append_from_leader(self, batches: bytes, prev_end_offset: int) -> None:
+        """Append the request's batches past what this log already holds.
+
+        Between ``prev_end_offset`` and the first batch, and between two batches,
+        the leader's log may have a gap (keyed compaction removed those records:
+        they were committed, so whatever this log holds there is the same committed
+        data, or nothing): a batch past this log's end is appended after the gap
+        when the leader's log holds nothing between the previous batch and it.
+        """
         view = memoryview(batches)
         position = 0
         size = len(batches)
+        vouched = prev_end_offset  # the leader's log holds nothing in [vouched, base)
         while position < size:
             header = parse_header(view, position, limits=self._limits)
             batch = view[position : position + header.length]
             if len(batch) != header.length:
                 raise RecordFormatError("partial batch in an append request")
             position += header.length
+            gap_from, vouched = vouched, header.next_offset
             if header.next_offset <= self._storage.start_offset:
                 continue  # committed, and deleted here by retention
             end = self._storage.end_offset
@@ -1852,10 +1862,20 @@ class ReplicaCore:
                 if self._epochs.term_at(header.base_offset) == header.term:
                     continue  # already held: same term and offset means the same batch
                 self._truncate(header.base_offset)
+                end = self._storage.end_offset
+            # A gap in the leader's log from gap_from on: what this log holds between
+            # gap_from and its end was committed there (the same records).
+            if header.base_offset > end and gap_from > end:
+                raise RecordFormatError(
+                    f"append at {header.base_offset} leaves {end}..{gap_from} unfilled"
+                )
             config = config_in(header, batch, self._limits)
             if config is not None:
                 self._record_config(header.base_offset, config)
-            self._storage.append_stamped(batch)
+            if header.base_offset > end:
+                self._storage.append_stamped(batch, after=end)
+            else:
+                self._storage.append_stamped(batch)
             self._note_appended(header, batch)
 
     def _reject(self, request: AppendRequest, *, conflict_term: int, conflict_start: int) -> None:

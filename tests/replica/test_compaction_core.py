@@ -9,14 +9,15 @@ import random
 import msgpack
 import pytest
 
-from laminar.errors import RecordFormatError
+from laminar.errors import CorruptBatchError
 from laminar.records import DEFAULT_LIMITS, encode_batch, iter_batches
 from laminar.replica.compaction_control import CONTROL_COMPACT, command_end, compact_in
 from laminar.replica.core import ReplicaCore
-from laminar.replica.messages import Compact
+from laminar.replica.messages import AppendRequest, AppendResponse, Compact
 from laminar.replica.producers import ProducerTable, Verdict
 from laminar.replica.state import decode_state, encode_state
 from laminar.replica.types import Acks, GroupConfig, NodeId
+from laminar.segment.compaction import CompactCommand
 from laminar.segment.memory import MemoryLog
 from tests.replica.test_core import CONFIG, GROUP, Group
 
@@ -25,18 +26,7 @@ NO_QUIESCE = dataclasses.replace(CONFIG, quiesce=False)
 
 
 def _command(end: int, tombstones_end: int = 0, time_ms: int = 0) -> bytes:
-    value: bytes = msgpack.packb(
-        {
-            "v": 1,
-            "end": end,
-            "tombstones_end": tombstones_end,
-            "rule": 1,
-            "codec": 0,
-            "zstd": "",
-            "time_ms": time_ms,
-        }
-    )
-    return value
+    return CompactCommand(end, tombstones_end, codec=0, time_ms=time_ms).to_value()
 
 
 class TracingGroup(Group):
@@ -177,7 +167,7 @@ def test_compacted_through_is_kept_in_the_state_and_old_states_read_as_none() ->
 def test_command_end_reads_the_end_and_refuses_garbage() -> None:
     assert command_end(_command(42)) == 42
     for bad in (b"", b"\x01", msgpack.packb({"v": 1}), msgpack.packb({"end": -1})):
-        with pytest.raises(RecordFormatError):
+        with pytest.raises(CorruptBatchError):
             command_end(bad)
 
 
@@ -232,3 +222,40 @@ def test_a_compact_batch_is_not_taken_for_a_configuration() -> None:
         core.advance(ready)
     assert events == [Compact(1, _command(1))]
     assert CONTROL_COMPACT == b"compact"
+
+
+def test_a_new_replica_takes_the_leaders_gapped_log_and_acknowledges_it() -> None:
+    # The leader's log after compaction: some data batches gone, offsets kept. A
+    # replica added now (a learner: an empty log, no configuration) is sent it from
+    # the start and must append past its end where the leader's log has gaps.
+    group = TracingGroup()
+    group.elect(A)
+    _produce(group, 6)
+    leader = group.cores[A]
+    data = leader.read(0, 1 << 20)
+    kept = [
+        bytes(data[position : position + header.length])
+        for position, header in iter_batches(data)
+        if header.is_control or header.base_offset % 2 == 0  # drop odd data batches
+    ]
+    gapped = b"".join(kept)
+    storage = MemoryLog(fsync=False)
+    learner = ReplicaCore(NodeId("d"), storage, NO_QUIESCE, now_ms=group.now, rng=random.Random(3))
+    request = AppendRequest(
+        term=leader.term,
+        leader=A,
+        prev_end_offset=0,
+        prev_term=-1,
+        batches=gapped,
+        end_offset=leader.end_offset,
+        commit_offset=leader.high_watermark,
+    )
+    learner.step(A, request, group.now)
+    answers = [m.message for m in learner.ready().messages]
+    assert answers and all(isinstance(a, AppendResponse) and a.success for a in answers)
+    assert storage.end_offset == leader.end_offset
+    assert storage.read(0, 1 << 20) == gapped
+    # Terms in the gaps are those of the batches before them: log matching holds.
+    assert [storage.term_at(o) for o in range(leader.end_offset)] == [
+        group.storages[A].term_at(o) for o in range(leader.end_offset)
+    ]
