@@ -59,6 +59,7 @@ from typing import Generic, Protocol, TypeVar
 
 from laminar.errors import (
     ConfigError,
+    CorruptBatchError,
     CorruptSegmentError,
     CorruptStateError,
     StorageError,
@@ -69,9 +70,11 @@ from laminar.errors import (
 from laminar.ids import TopicPartition
 from laminar.logfields import fields, partition_name
 from laminar.replica.coalesce import Coalescer, PeerBundle
+from laminar.replica.compaction_control import CompactionRule, compaction_point, prune_history
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import LoopLag, NodeLiveness, ReplicaCore, StorageDamage
 from laminar.replica.messages import (
+    Compact,
     ConfigChanged,
     Outbound,
     Ready,
@@ -86,6 +89,7 @@ from laminar.segment.committed import (
     read_committed,
     write_committed,
 )
+from laminar.segment.compaction import CompactCommand
 from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.files import SEGMENT_FILES_DEFAULT, SegmentFiles
 from laminar.segment.layout import partition_directory, replica_directories
@@ -93,6 +97,13 @@ from laminar.segment.log import SegmentLog, has_state
 from laminar.segment.quarantine import DamageNote, set_aside
 from laminar.segment.storage import LogStorage
 from laminar.server import rules
+from laminar.server.compactor import (
+    CompactionCancelledError,
+    Pacer,
+    log_view,
+    run_command,
+    segments_below,
+)
 from laminar.server.disk import (
     DiskStatus,
     DiskUsage,
@@ -112,9 +123,17 @@ INLINE_FSYNC_MS_MAX = 2.0
 PartitionKey = TopicPartition
 Retention = tuple[int | None, int | None]
 """A partition's retention: ``(bytes, ms)`` kept per replica, None for no limit."""
+JobDone = Callable[[int | BaseException], None]
+JobRunner = Callable[[Callable[[], int], JobDone], None]
+"""Runs a keyed compaction job (it returns the bytes it kept, or raises) and then
+calls ``done`` with the outcome *on the driver's thread*: the host's compaction
+thread and ``call_soon_threadsafe``; inline in the simulators and unit tests."""
 LogFactory = Callable[[str, LogConfig], LogStorage]
 """Opens (or creates) the log of one replica in a directory: ``SegmentLog.open`` on a
 node, a memory log in tests and simulators."""
+
+
+COMPACTION_MEMORY_BYTES_MIN = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +212,16 @@ class HostConfig:
     (large batches) to 26 hours (16 KiB batches: 11.3 MiB/s read).
     ``scrub_pass_min_ms``: a scrub pass over the node's replicas starts at most this
     often (a node holding little data does not re-read it over and over).
+    ``compaction_bytes_per_s_max``: keyed compaction (topics whose
+    ``cleanup_policy`` has ``compact``) reads its input at most this fast, all
+    passes counted, on its own thread (one per node), so that it leaves the disk
+    and CPU to the partitions' writes; 0: no limit. Every replica compacts the
+    range its leader's command names (agreed through the log), so a slow node
+    only applies it later.
+    ``compaction_memory_bytes_max``: the most memory one keyed compaction's key map
+    may take (at least 1 MiB). A range whose keys do not fit is compacted in
+    several passes over it (each pass keeps the keys of one hash bucket), with the
+    same result.
     """
 
     produce_calls_max: int = 10_000
@@ -213,6 +242,8 @@ class HostConfig:
     recovery_bytes_per_s: int = 32 << 20
     scrub_bytes_per_s: int = 16 << 20
     scrub_pass_min_ms: int = 60_000
+    compaction_bytes_per_s_max: int = 64 << 20
+    compaction_memory_bytes_max: int = 64 << 20
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -239,6 +270,12 @@ class HostConfig:
             raise ConfigError("recovery_bytes_per_s must be >= 0")
         if self.scrub_bytes_per_s < 0 or self.scrub_pass_min_ms < 0:
             raise ConfigError("scrub_bytes_per_s and scrub_pass_min_ms must be >= 0")
+        if self.compaction_bytes_per_s_max < 0:
+            raise ConfigError("compaction_bytes_per_s_max must be >= 0")
+        if self.compaction_memory_bytes_max < COMPACTION_MEMORY_BYTES_MIN:
+            raise ConfigError(
+                f"compaction_memory_bytes_max must be >= {COMPACTION_MEMORY_BYTES_MIN} (1 MiB)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +349,14 @@ class Replica:
     committed_saved: int | None = None
     """The offset in the replica's ``committed`` file (as last written or read), or
     None when its log is not a :class:`SegmentLog` (no file is kept then)."""
+    compact_queued: Compact | None = None
+    """The newest committed keyed compaction command not run yet (a newer one
+    supersedes it: the engine is confluent)."""
+    compacting: bool = False
+    """A keyed compaction job runs on this replica's log."""
+    clean_bytes: int = 0
+    """The bytes below the last command's end after it ran here (0: unknown), for
+    the leader's dirty ratio."""
 
     def calls_waiting(self) -> int:
         """Produce calls waiting for their answer on this replica (admission)."""
@@ -346,6 +391,23 @@ class Round(Generic[R]):
     stalled disk blocks its partitions, not the node."""
 
 
+class TopicSettings(Protocol):
+    """What the driver reads of a topic's cleanup settings
+    (:class:`laminar.server.placement_keeper.TopicSettings`; a protocol here, so
+    that the driver imports nothing of the node's)."""
+
+    @property
+    def compact(self) -> bool: ...
+    @property
+    def delete_retention_ms(self) -> int: ...
+    @property
+    def min_compaction_lag_ms(self) -> int: ...
+    @property
+    def max_compaction_lag_ms(self) -> int: ...
+    @property
+    def min_cleanable_dirty_ratio(self) -> float: ...
+
+
 class HostOwner(Protocol):
     """What the node around the host tells it and is told: one small interface
     instead of a callback each (issue 33, point 3)."""
@@ -366,6 +428,11 @@ class HostOwner(Protocol):
 
     def retention_of(self, key: PartitionKey) -> Retention:
         """``key``'s topic retention ``(bytes, ms)``; None for no limit."""
+        ...
+
+    def settings_of(self, key: PartitionKey) -> TopicSettings | None:
+        """``key``'s topic cleanup settings (retention and keyed compaction); None for
+        a partition no topic has (internal logs)."""
         ...
 
     def peer_alive(self, node_id: str) -> bool:
@@ -399,6 +466,9 @@ class Standalone:
 
     def retention_of(self, key: PartitionKey) -> Retention:
         return None, None
+
+    def settings_of(self, key: PartitionKey) -> TopicSettings | None:
+        return None
 
     def peer_alive(self, node_id: str) -> bool:
         return False
@@ -461,6 +531,8 @@ class ReplicaDriver(Generic[R]):
         log_factory: LogFactory | None = None,
         fsync: bool = True,
         liveness: Callable[[ReplicaDriver[R], HostOwner], DriverLiveness] | None = None,
+        run_job: JobRunner | None = None,
+        compaction_pacer: Callable[[], Pacer] | None = None,
     ) -> None:
         """``clock``: the monotonic clock of the cores and fencing times, in ms.
         ``log_factory``: None for segment logs in ``data_dir`` (a node), else the
@@ -468,7 +540,8 @@ class ReplicaDriver(Generic[R]):
         damage handling, no founding in batches). ``fsync``: False skips every sync
         (tests on tmpfs). ``liveness``: makes the node-level liveness the cores share
         (None: :class:`DriverLiveness`; the scale simulator's baseline withholds
-        the node-level signals)."""
+        the node-level signals). ``run_job``: runs keyed compaction jobs (None: inline,
+        at once); ``compaction_pacer``: a new job's pacer (None: unpaced)."""
         self.node_id = NodeId(node_id)
         self.data_dir = data_dir
         self._config = config
@@ -532,6 +605,11 @@ class ReplicaDriver(Generic[R]):
         self._fenced: dict[PartitionKey, FencedReplica] = {}
         self._damaged: dict[PartitionKey, DamagedReplica] = {}
         self._creating: set[PartitionKey] = set()
+        self._run_job: JobRunner = run_job or _run_inline
+        self._compaction_pacer = compaction_pacer or (lambda: Pacer(0))
+        self._compacting: set[PartitionKey] = set()
+        """Replicas whose log a compaction job holds (it may outlive the replica's
+        closing: no reopen until it is done)."""
         self.liveness = (liveness or DriverLiveness)(self, owner)
         self.closing = False
         """The shell is closing: no replica opens or reopens any more."""
@@ -550,6 +628,8 @@ class ReplicaDriver(Generic[R]):
             "elections": 0,
             "leaderships_gained": 0,
             "leader_changes": 0,
+            "compactions_proposed": 0,
+            "compactions_applied": 0,
         }
         self.fsync_seconds = Histogram(FSYNC_BUCKETS_S)
         """How long each fsync round took (one fsync on the loop, several in parallel
@@ -1070,8 +1150,8 @@ class ReplicaDriver(Generic[R]):
         wall_ms = self._wall_clock_ms()  # record timestamps are wall-clock
         for replica in list(self.replicas.values()):
             retention_bytes, retention_ms = self._owner.retention_of(replica.key)
-            if retention_bytes is None and retention_ms is None:
-                continue
+            if (retention_bytes is None and retention_ms is None) or replica.compacting:
+                continue  # (a compaction job rewrites segments retention would delete)
             try:
                 offset = replica.log.retention_offset(wall_ms, retention_bytes, retention_ms)
             except (OSError, StorageError) as error:
@@ -1079,6 +1159,176 @@ class ReplicaDriver(Generic[R]):
                 continue
             if offset > replica.core.start_offset:
                 self.input(replica, partial(replica.core.advance_start, offset, now))
+
+    # ------------------------------------------------------------------ keyed compaction
+
+    def _check_compaction(self, now: int) -> None:
+        """The retention tick's keyed compaction pass: each replica of a compact
+        topic prunes the commands its decisions no longer need; a leader decides
+        whether to propose the next one (:func:`compaction_point`); a queued
+        command that had to wait starts."""
+        wall_ms = self._wall_clock_ms()
+        for replica in list(self.replicas.values()):
+            if replica.compact_queued is not None and not replica.compacting:
+                self._start_compaction(replica)
+            settings = self._owner.settings_of(replica.key)
+            if settings is None or not settings.compact or replica.closed:
+                continue
+            try:
+                self._maybe_propose_compaction(replica, settings, now, wall_ms)
+            except (OSError, StorageError) as error:
+                self.read_failed(replica, error, "keyed compaction check")
+
+    def _history(self, replica: R, settings: TopicSettings, wall_ms: int) -> list[tuple[int, int]]:
+        """``(end, time_ms)`` of the commands in the replica's log that its next
+        decision's T may come from; the others are pruned from its core."""
+        decoded: list[tuple[int, int, int]] = []
+        for offset, value in replica.core.compact_commands:
+            try:
+                command = CompactCommand.from_value(value)
+            except CorruptBatchError:
+                continue  # (given to the driver and refused there: see _start_compaction)
+            decoded.append((offset, command.end, command.time_ms))
+        kept = prune_history([(end, time_ms) for _, end, time_ms in decoded], wall_ms,
+                             settings.delete_retention_ms)  # fmt: skip
+        if len(kept) < len(decoded):
+            first_kept = decoded[len(decoded) - len(kept)][0]
+            replica.core.prune_compact_commands(first_kept)
+        return kept
+
+    def _maybe_propose_compaction(
+        self, replica: R, settings: TopicSettings, now: int, wall_ms: int
+    ) -> None:
+        core = replica.core
+        history = self._history(replica, settings, wall_ms)
+        if core.role is not Role.LEADER or not core.term_committed:
+            return
+        commands = core.compact_commands
+        if (
+            replica.compacting
+            or replica.compact_queued is not None
+            or (commands and commands[-1][0] > core.compacted_through)
+        ):
+            return  # one command at a time: the last one has not run here yet
+        view = log_view(
+            replica.log,
+            high_watermark=core.high_watermark,
+            dirty_from=history[-1][0] if history else core.start_offset,
+            clean_bytes=replica.clean_bytes,
+        )
+        rule = CompactionRule(
+            settings.min_cleanable_dirty_ratio,
+            settings.min_compaction_lag_ms,
+            settings.max_compaction_lag_ms,
+            settings.delete_retention_ms,
+        )
+        decision = compaction_point(view, rule, history, wall_ms)
+        if decision is None:
+            return
+        command = CompactCommand(
+            end=decision.end, tombstones_end=decision.tombstones_end, time_ms=wall_ms
+        )
+        value = command.to_value()
+        self.input(replica, partial(self._propose_compaction, replica, value, decision.reason))
+
+    def _propose_compaction(self, replica: R, value: bytes, reason: str) -> None:
+        offset = replica.core.propose_compact(value, self._clock())
+        if offset is not None:
+            self.counters["compactions_proposed"] += 1
+            _LOG.info(
+                "keyed compaction proposed %s/%d node=%s offset=%d reason=%s",
+                *replica.key,
+                self.node_id,
+                offset,
+                reason,
+                extra=fields(replica.key),
+            )
+
+    def _queue_compaction(self, replica: R, command: Compact) -> None:
+        """A committed command: run it now, or after the job under way (a newer one
+        supersedes a queued one: compacting by it gives the same bytes)."""
+        replica.compact_queued = command
+        if not replica.compacting and not replica.closed:
+            self._start_compaction(replica)
+
+    def _start_compaction(self, replica: R) -> None:
+        """Begin the queued command: roll the active segment if it starts below E
+        (only sealed segments change), then run the job off the event loop. Waits
+        (for the next check) while a segment below E reaches past the high
+        watermark: a truncation could reopen it."""
+        queued = replica.compact_queued
+        if queued is None or replica.compacting or replica.busy or replica.closed:
+            return
+        key, core, log = replica.key, replica.core, replica.log
+        try:
+            command = CompactCommand.from_value(queued.value)
+        except CorruptBatchError as error:
+            _LOG.error(
+                "keyed compaction refused %s/%d node=%s offset=%d: %s (not applied; "
+                "a node of a later version must apply it)",
+                *key,
+                self.node_id,
+                queued.offset,
+                error,
+                extra=fields(key),
+            )
+            replica.compact_queued = None
+            return
+        try:
+            sealed = log.sealed_segments()
+            active_base = sealed[-1][1] if sealed else log.start_offset
+            if active_base < command.end and log.end_offset > active_base:
+                log.roll()
+            if any(end > core.high_watermark for _, end in segments_below(log, command.end)):
+                return  # the check retries
+        except (OSError, StorageError) as error:
+            self.fence(replica, error)
+            return
+        replica.compact_queued = None
+        replica.compacting = True
+        self._compacting.add(key)
+        pacer = self._compaction_pacer()
+        memory = self.config.compaction_memory_bytes_max
+        temp_dir = replica.directory if self.segment_logs else None  # a large bitmap's file
+
+        def job() -> int:
+            return run_command(
+                log,
+                command,
+                memory_bytes_max=memory,
+                pacer=pacer,
+                cancelled=lambda: replica.closed,
+                temp_dir=temp_dir,
+            )
+
+        self._run_job(job, partial(self._compaction_done, replica, queued.offset, command))
+
+    def _compaction_done(
+        self, replica: R, offset: int, command: CompactCommand, outcome: int | BaseException
+    ) -> None:
+        replica.compacting = False
+        self._compacting.discard(replica.key)
+        if replica.closed:
+            return
+        if isinstance(outcome, BaseException):
+            if isinstance(outcome, CompactionCancelledError):
+                return
+            self.read_failed(replica, outcome, "keyed compaction")
+            return
+        self.counters["compactions_applied"] += 1
+        replica.clean_bytes = outcome
+        _LOG.info(
+            "keyed compaction applied %s/%d node=%s offset=%d end=%d kept_bytes=%d",
+            *replica.key,
+            self.node_id,
+            offset,
+            command.end,
+            outcome,
+            extra=fields(replica.key),
+        )
+        self.input(replica, partial(replica.core.compaction_done, offset))
+        if replica.compact_queued is not None:
+            self._start_compaction(replica)
 
     # ------------------------------------------------------------------ storage failures
 
@@ -1127,6 +1377,8 @@ class ReplicaDriver(Generic[R]):
         for key, fenced in list(self._fenced.items()):
             if fenced.retry_at_ms > now or self.closing or (fenced.no_space and self.disk.full):
                 continue
+            if key in self._compacting:
+                continue  # its old log's compaction job stops first
             topic, partition = key
             directory = partition_directory(self.data_dir, topic, partition)
             log: LogStorage | None = None
@@ -1397,6 +1649,7 @@ class ReplicaDriver(Generic[R]):
         if now >= self._retention_due_ms:
             self._retention_due_ms = now + self.config.retention_check_ms
             self._apply_retention(now)
+            self._check_compaction(now)
         return ticked
 
     def sleep_until(self, now: int) -> int:
@@ -1549,6 +1802,7 @@ class ReplicaDriver(Generic[R]):
         """The durable part of a round: messages, replies, events, then ``advance``."""
         coalescer = Coalescer()
         removed: list[R] = []
+        compacts: list[tuple[R, Compact]] = []
         for replica, _ in readies:
             if replica.closed:  # fenced (or deleted) during the round: nothing of it goes
                 readies = [(r, ready) for r, ready in readies if not r.closed]
@@ -1567,6 +1821,8 @@ class ReplicaDriver(Generic[R]):
                     leader_found = leader_found or not self.leader_unusable(replica)
                 elif isinstance(event, Removed):
                     removed.append(replica)
+                elif isinstance(event, Compact):
+                    compacts.append((replica, event))
             shell.carried_out(replica, ready, leader_found)
         self._send_all(coalescer)
         for replica, ready in readies:
@@ -1585,6 +1841,11 @@ class ReplicaDriver(Generic[R]):
                 self.dirty[replica.key] = replica
         for replica in removed:
             owner.replica_removed(replica.key)
+        for replica, command in compacts:
+            self._queue_compaction(replica, command)
+        for replica, ready in readies:  # a command waiting for the watermark to pass
+            if replica.compact_queued is not None and ready.high_watermark > ready.committed_from:
+                self._start_compaction(replica)
 
 
 def _remove_replica_directory(directory: str) -> None:
@@ -1777,6 +2038,15 @@ class TokenBucket:
     def spend(self, count: int) -> None:
         if self.rate:
             self._tokens -= count
+
+
+def _run_inline(job: Callable[[], int], done: JobDone) -> None:
+    """A :data:`JobRunner` that runs the job at once, on the caller's thread."""
+    try:
+        outcome: int | BaseException = job()
+    except Exception as error:  # the driver decides what a failure means
+        outcome = error
+    done(outcome)
 
 
 def _partition_key(item: object) -> PartitionKey:

@@ -1,0 +1,174 @@
+"""Keyed compaction of one replica's log by one agreed command: the storage side.
+
+The leader's driver decides a command and its core appends it to the partition's
+log (:mod:`laminar.replica.compaction_control`); once it is committed, every
+replica's driver hands it here. :func:`run_command` compacts ``[log start, E)``
+exactly as the command says, whatever this replica's segment boundaries, start or
+memory (the engine's result depends only on the records of the range,
+:mod:`laminar.segment.compaction`):
+
+1. the driver has rolled the active segment first when it began below E (on the
+   event loop, between flush rounds), so that only sealed segments change;
+2. :func:`~laminar.segment.compaction.build_superseded` passes over the range's
+   batches (as many passes as ``compaction_memory_bytes_max`` needs);
+3. each sealed segment below E is rewritten by
+   :meth:`~laminar.segment.storage.LogStorage.replace_segment`, one at a time: a
+   reader, or a crash, sees a segment before or after the command, never a mix.
+
+It runs on a thread of its own (the host's compaction thread; inline in the
+simulators). The log is shared with the event loop, which keeps appending to the
+active segment and reading: the storage's own lock makes each call safe; the
+driver keeps retention, truncation and reopening away from a replica while its
+compaction runs (see :class:`~laminar.server.driver.ReplicaDriver`).
+:class:`Pacer` holds the job to ``compaction_bytes_per_s_max`` of input.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from laminar.records import iter_batches, parse_header
+from laminar.replica.compaction_control import LogView
+from laminar.segment.compaction import CompactCommand, build_superseded, compact
+from laminar.segment.storage import LogStorage
+
+SCAN_BYTES_MAX = 8 << 20
+"""The most the leader's decision reads of its dirty range per check (on the event
+loop); a longer dirty range is covered by the following commands."""
+SCAN_BATCHES_MAX = 65_536
+"""The most batches the decision looks at per check (its memory)."""
+
+
+class CompactionCancelledError(Exception):
+    """The replica was closed while its compaction ran: stop where it is (the
+    segments already replaced are whole; the command runs again from the start)."""
+
+
+@dataclass(slots=True)
+class Pacer:
+    """Holds a job to ``bytes_per_s`` of input (0: no limit), sleeping on the job's
+    own thread; ``sleep`` and ``clock`` are injectable (tests, the simulators)."""
+
+    bytes_per_s: int
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    _started_s: float | None = None
+    _bytes: int = 0
+
+    def pace(self, count: int) -> None:
+        if self.bytes_per_s <= 0:
+            return
+        now = self.clock()
+        if self._started_s is None:
+            self._started_s = now
+        self._bytes += count
+        ahead_s = self._bytes / self.bytes_per_s - (now - self._started_s)
+        if ahead_s > 0:
+            self.sleep(ahead_s)
+
+
+NO_PACE = Pacer(0)
+
+
+def log_view(
+    log: LogStorage,
+    *,
+    high_watermark: int,
+    dirty_from: int,
+    clean_bytes: int,
+    scan_bytes_max: int = SCAN_BYTES_MAX,
+) -> LogView:
+    """What :func:`~laminar.replica.compaction_control.compaction_point` needs of
+    ``log``: the active segment's base and the batches from ``dirty_from`` up to it
+    (and the high watermark), as far as ``scan_bytes_max`` reaches."""
+    sealed = log.sealed_segments()
+    active_base = sealed[-1][1] if sealed else log.start_offset
+    limit = min(high_watermark, active_base)
+    batches: list[tuple[int, int, int, int]] = []
+    offset = max(dirty_from, log.start_offset)
+    scanned = 0
+    while offset < limit and scanned < scan_bytes_max and len(batches) < SCAN_BATCHES_MAX:
+        data = log.read(offset, min(1 << 20, scan_bytes_max - scanned), upper_offset=limit)
+        if not data:
+            break
+        scanned += len(data)
+        for _, header in iter_batches(data, verify=False):
+            batches.append(
+                (header.base_offset, header.next_offset, header.max_timestamp_ms, header.length)
+            )
+            offset = header.next_offset
+    return LogView(high_watermark, active_base, dirty_from, clean_bytes, batches)
+
+
+def segments_below(log: LogStorage, end: int) -> list[tuple[int, int]]:
+    """The sealed segments holding offsets below ``end``."""
+    return [(base, seg_end) for base, seg_end in log.sealed_segments() if base < end]
+
+
+def run_command(
+    log: LogStorage,
+    command: CompactCommand,
+    *,
+    memory_bytes_max: int,
+    pacer: Pacer = NO_PACE,
+    cancelled: Callable[[], bool] = lambda: False,
+    temp_dir: str | None = None,
+) -> int:
+    """Compact ``log`` below ``command.end`` (its segments there are sealed); the
+    bytes left below it. Raises :class:`CompactionCancelledError` when ``cancelled()`` turns true
+    between steps, and the storage's errors."""
+    start = log.start_offset
+    end = command.end
+    segments = segments_below(log, end)
+
+    def read_range() -> Iterable[bytes]:
+        for base, _ in segments_below(log, end):
+            if cancelled():
+                raise CompactionCancelledError
+            for batch in log.read_segment(base):
+                pacer.pace(len(batch))
+                yield batch
+
+    if start >= end or not segments:
+        return 0
+    kept = 0
+    with build_superseded(read_range, start, end, memory_bytes_max, temp_dir=temp_dir) as gone:
+        for base, _ in segments:
+            if cancelled():
+                raise CompactionCancelledError
+            output = _Counted(compact(_paced(log.read_segment(base), pacer), command, gone), end)
+            log.replace_segment(base, output)
+            kept += output.count
+    return kept
+
+
+def _paced(batches: Iterator[bytes], pacer: Pacer) -> Iterator[bytes]:
+    for batch in batches:
+        pacer.pace(len(batch))
+        yield batch
+
+
+class _Counted(Iterator[bytes]):
+    """A rewrite's batches, those below ``end`` counted (bytes) as they pass."""
+
+    def __init__(self, batches: Iterator[bytes], end: int) -> None:
+        self._batches = batches
+        self._end = end
+        self.count = 0
+
+    def __next__(self) -> bytes:
+        batch = next(self._batches)
+        if parse_header(batch).base_offset < self._end:
+            self.count += len(batch)
+        return batch
+
+
+__all__ = [
+    "CompactionCancelledError",
+    "Pacer",
+    "log_view",
+    "run_command",
+    "segments_below",
+]
