@@ -8,48 +8,19 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from laminar.records import decode_records, encode_batch, iter_batches, parse_header
+from laminar.records import decode_records, encode_batch, parse_header
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.config import LogConfig
-from laminar.segment.storage import LogStorage
-from laminar.server.driver import HostConfig, Standalone
+from laminar.server.driver import HostConfig
 from laminar.server.host import ReplicaHost
-from laminar.server.placement_keeper import TopicSettings
 from tests.server.aio import bounded, wait_until
+from tests.server.test_driver_compaction import COMPACT, _batches, _Owner
 
 KEY = ("changelog", 0)
 NODES = ("n1", "n2", "n3")
 DEADLINE_S = 20.0
-COMPACT = TopicSettings(
-    retention_bytes=None,
-    retention_ms=None,
-    cleanup_policy="compact",
-    delete_retention_ms=0,
-    min_compaction_lag_ms=0,
-    max_compaction_lag_ms=-1,
-    min_cleanable_dirty_ratio=0.5,
-)
-
-
-class _Owner(Standalone):
-    def settings_of(self, key: tuple[str, int]) -> TopicSettings | None:
-        return COMPACT
-
-    def peer_alive(self, node_id: str) -> bool:
-        return True
-
-
-def _batches(log: LogStorage) -> list[bytes]:
-    out: list[bytes] = []
-    offset = log.start_offset
-    while offset < log.end_offset:
-        data = log.read(offset, 1 << 20)
-        for position, header in iter_batches(data, verify=False):
-            out.append(bytes(data[position : position + header.length]))
-            offset = header.next_offset
-    return out
 
 
 @bounded(DEADLINE_S * 3)
@@ -74,7 +45,7 @@ async def test_three_hosts_compact_alike_and_serve_the_same_batches(tmp_path: Pa
             ReplicaConfig.local(),
             log_config,
             send=sender(node),  # type: ignore[arg-type]
-            owner=_Owner(),
+            owner=_Owner(COMPACT),
             fsync=False,
             host_config=host_config,
         )
