@@ -5,8 +5,12 @@ decide on the event loop (issue 33): which replicas are open, fenced, damaged or
 being created; the flush rounds that carry out the cores' ``Ready`` contract; the
 per-replica input queue; the wake-up heap and the periodic pass (keepalives, the
 disk check, hand-overs, reopening fenced replicas, retention); the node-level
-liveness every core shares; admission of produce calls. It does no I/O of its own
-beyond what its injected parts do, and it never waits:
+liveness every core shares; admission of produce calls; keyed compaction (the
+leader's decision on the retention tick, every replica's application of the
+agreed commands: :mod:`laminar.replica.compaction_control`,
+:mod:`laminar.server.compactor`). It does no I/O of its own beyond what its
+injected parts do (a compaction job runs on the shell's ``run_job``), and it never
+waits:
 
 * a clock (``clock``: ms, monotonic) and a wall clock (``wall_clock_ms``, record
   timestamps for retention), and a seeded ``rng``;
@@ -66,9 +70,11 @@ from laminar.errors import (
     StorageFullError,
     UnavailableError,
     UnknownTopicOrPartitionError,
+    ZstdVersionError,
 )
 from laminar.ids import TopicPartition
 from laminar.logfields import fields, partition_name
+from laminar.records import libzstd_version
 from laminar.replica.coalesce import Coalescer, PeerBundle
 from laminar.replica.compaction_control import CompactionRule, compaction_point, prune_history
 from laminar.replica.config import ReplicaConfig
@@ -630,6 +636,7 @@ class ReplicaDriver(Generic[R]):
             "leader_changes": 0,
             "compactions_proposed": 0,
             "compactions_applied": 0,
+            "compactions_refused": 0,
         }
         self.fsync_seconds = Histogram(FSYNC_BUCKETS_S)
         """How long each fsync round took (one fsync on the loop, several in parallel
@@ -1226,7 +1233,10 @@ class ReplicaDriver(Generic[R]):
         if decision is None:
             return
         command = CompactCommand(
-            end=decision.end, tombstones_end=decision.tombstones_end, time_ms=wall_ms
+            end=decision.end,
+            tombstones_end=decision.tombstones_end,
+            zstd=libzstd_version(),  # trimmed zstd batches are re-encoded by this version
+            time_ms=wall_ms,
         )
         value = command.to_value()
         self.input(replica, partial(self._propose_compaction, replica, value, decision.reason))
@@ -1273,6 +1283,7 @@ class ReplicaDriver(Generic[R]):
                 extra=fields(key),
             )
             replica.compact_queued = None
+            self.counters["compactions_refused"] += 1
             return
         try:
             sealed = log.sealed_segments()
@@ -1312,6 +1323,20 @@ class ReplicaDriver(Generic[R]):
             return
         if isinstance(outcome, BaseException):
             if isinstance(outcome, CompactionCancelledError):
+                return
+            if isinstance(outcome, ZstdVersionError):
+                # Another libzstd than the leader's would write other bytes: this
+                # replica leaves the command unapplied (it serves the range as it
+                # was) rather than differ; every node must run the same zstandard.
+                self.counters["compactions_refused"] += 1
+                _LOG.error(
+                    "keyed compaction refused %s/%d node=%s offset=%d: %s",
+                    *replica.key,
+                    self.node_id,
+                    offset,
+                    outcome,
+                    extra=fields(replica.key),
+                )
                 return
             self.read_failed(replica, outcome, "keyed compaction")
             return

@@ -16,6 +16,7 @@ from functools import partial
 
 import pytest
 
+from laminar.errors import ZstdVersionError
 from laminar.records import decode_records, encode_batch, iter_batches, parse_header
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
@@ -305,6 +306,20 @@ def test_a_failed_compaction_fences_the_replica(caplog: pytest.LogCaptureFixture
     assert caplog_fenced(caplog)
 
 
+def test_a_replica_with_another_libzstd_leaves_the_command_unapplied_unfenced() -> None:
+    def other_zstd(job: Callable[[], int], done: JobDone) -> None:
+        done(ZstdVersionError("1.0.0", "9.9.9"))
+
+    net = _Net(("a",), run_job=other_zstd)
+    net.run_for(500)
+    net.produce(_keyed(30, 3))
+    net.run_for(CHECK_MS + 100)
+    driver = net.drivers["a"]
+    assert driver.counters["compactions_refused"] == 1
+    assert not driver.is_fenced(KEY) and driver.counters["storage_failures"] == 0
+    assert net.replica("a").core.compacted_through == -1
+
+
 def test_three_replicas_with_different_segments_serve_the_same_batches() -> None:
     net = _Net(("a", "b", "c"), segment_batches={"a": 3, "b": 4, "c": 7})
     net.run_for(2_000)
@@ -318,9 +333,23 @@ def test_three_replicas_with_different_segments_serve_the_same_batches() -> None
     assert len(done) == 1 and done != {-1}
     logs = [_batches(net.replica(n).log) for n in "abc"]
     assert logs[0] == logs[1] == logs[2]
-    # And something was removed (the logs have gaps now).
+    # And something was removed (the logs have gaps now); no control batch was.
     offsets = [parse_header(b).base_offset for b in logs[0]]
     assert len(offsets) < net.replica("a").log.end_offset
+    controls = [b for b in logs[0] if parse_header(b).is_control]
+    assert len(controls) == 1 + len(_commands(net, "a"))  # the term's noop, the commands
+    # Elections and log matching work over the gaps: another replica leads, the
+    # group goes on, and the logs stay alike.
+    old_leader = net.leader()
+    successor = next(n for n in "abc" if NodeId(n) != old_leader.core.node_id)
+    net.drivers[str(old_leader.core.node_id)].transfer_leadership(KEY, NodeId(successor))
+    net.run_for(1_000)
+    assert net.leader().core.node_id == NodeId(successor)
+    net.produce(_keyed(20, 5))
+    net.run_for(2 * CHECK_MS + 500)
+    logs = [_batches(net.replica(n).log) for n in "abc"]
+    assert logs[0] == logs[1] == logs[2]
+    assert len({net.replica(n).core.high_watermark for n in "abc"}) == 1
 
 
 @pytest.mark.parametrize("segment_batches", [2, 5])
