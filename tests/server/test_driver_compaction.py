@@ -26,6 +26,7 @@ from laminar.segment.compaction import CompactCommand
 from laminar.segment.config import LogConfig
 from laminar.segment.memory import MemoryLog
 from laminar.segment.storage import LogStorage
+from laminar.server.compactor import CompactionCancelledError, Pacer, run_command
 from laminar.server.driver import HostConfig, JobDone, ReplicaDriver, Standalone
 from laminar.server.placement_keeper import TopicSettings
 from laminar.testing.replica_sim import SimReplica, memory_driver, sim_host_config
@@ -370,3 +371,35 @@ def test_a_learner_added_after_compaction_catches_up_from_the_gapped_log(
     replica_b = net.replica("b")
     assert NodeId("b") in net.replica("a").core.group_config.voters  # type: ignore[union-attr]
     assert _batches(replica_b.log) == _batches(net.replica("a").log)
+
+
+def test_the_pacer_holds_a_job_to_its_rate() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    pacer = Pacer(1_000_000, sleep=sleep, clock=lambda: now[0])
+    pacer.pace(500_000)  # half a second's worth at once: it waits for it
+    assert slept == [pytest.approx(0.5)]
+    now[0] += 2.0  # the job was slow on its own: no more waiting
+    pacer.pace(1_000_000)
+    assert len(slept) == 1
+    Pacer(0, sleep=sleep).pace(10**12)  # 0: no limit
+    assert len(slept) == 1
+
+
+def test_a_job_stops_between_steps_once_its_replica_closes() -> None:
+    log = MemoryLog(fsync=False, segment_batches_max=2)
+    for index in range(10):
+        batch = encode_batch([b"v"], keys=[b"k%d" % (index % 2)])
+        log.append(batch, term=1)
+    log.roll()
+    with pytest.raises(CompactionCancelledError):
+        run_command(log, CompactCommand(10, 0, codec=0), memory_bytes_max=1 << 20,
+                    cancelled=lambda: True)  # fmt: skip
+    kept = run_command(log, CompactCommand(10, 0, codec=0), memory_bytes_max=1 << 20)
+    assert [parse_header(b).base_offset for b in _batches(log)] == [8, 9]
+    assert kept == sum(len(b) for b in _batches(log))
