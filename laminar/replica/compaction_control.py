@@ -65,9 +65,10 @@ def command_end(value: bytes) -> int:
 class LogView:
     """What the leader's driver read of its log for the decision (one replica).
 
-    ``batches``: ``(base offset, next offset, max timestamp ms, size bytes)`` of the
-    batches from ``dirty_from`` (the last command's end; the log start without one)
-    on, ascending, as far as the driver scanned; ``clean_bytes``: the bytes below
+    ``batches``: ``(base offset, next offset, newest timestamp ms, size bytes)`` of
+    each batch, or run of consecutive batches, from ``dirty_from`` (the last
+    command's end; the log start without one) on, ascending, as far as the driver
+    has read; E falls at the end of one. ``clean_bytes``: the bytes below
     ``dirty_from`` (0 when unknown).
     """
 

@@ -34,11 +34,14 @@ from laminar.replica.compaction_control import LogView
 from laminar.segment.compaction import CompactCommand, build_superseded, compact
 from laminar.segment.storage import LogStorage
 
-SCAN_BYTES_MAX = 8 << 20
-"""The most the leader's decision reads of its dirty range per check (on the event
-loop); a longer dirty range is covered by the following commands."""
-SCAN_BATCHES_MAX = 65_536
-"""The most batches the decision looks at per check (its memory)."""
+SCAN_BYTES_PER_CHECK = 1 << 20
+"""The most the leader's decision reads of its dirty range per check, on the event
+loop (about 2 ms here); it resumes there at the next check (:class:`DirtyScan`)."""
+SCAN_CHUNK_BYTES = 1 << 20
+"""The decision sees the dirty range in runs of batches of about this size: E falls
+at the end of a run (a batch boundary)."""
+SCAN_CHUNKS_MAX = 4096
+"""The most runs one scan keeps (4 GiB of dirty log); E stops at the last one."""
 
 
 class CompactionCancelledError(Exception):
@@ -72,34 +75,54 @@ class Pacer:
 NO_PACE = Pacer(0)
 
 
+@dataclass(slots=True)
+class DirtyScan:
+    """What the leader has read so far of its log's dirty range, from ``dirty_from``
+    (the last command's end) to ``scanned_to``: runs of whole batches
+    ``(base, next offset, max timestamp ms, bytes)``, so that each check reads only
+    what was appended since, at most :data:`SCAN_BYTES_PER_CHECK`."""
+
+    dirty_from: int
+    scanned_to: int
+    runs: list[tuple[int, int, int, int]]
+
+    @classmethod
+    def at(cls, dirty_from: int) -> DirtyScan:
+        return cls(dirty_from, dirty_from, [])
+
+
 def log_view(
     log: LogStorage,
+    scan: DirtyScan,
     *,
     high_watermark: int,
-    dirty_from: int,
     clean_bytes: int,
-    scan_bytes_max: int = SCAN_BYTES_MAX,
+    bytes_max: int = SCAN_BYTES_PER_CHECK,
 ) -> LogView:
     """What :func:`~laminar.replica.compaction_control.compaction_point` needs of
-    ``log``: the active segment's base and the batches from ``dirty_from`` up to it
-    (and the high watermark), as far as ``scan_bytes_max`` reaches."""
+    ``log``: the active segment's base and the runs of batches from the scan's
+    ``dirty_from`` up to it (and the high watermark), reading on from where ``scan``
+    stopped, at most ``bytes_max`` now. A run's timestamp is its newest record's,
+    so the minimum lag holds for every record of a run taken."""
     sealed = log.sealed_segments()
     active_base = sealed[-1][1] if sealed else log.start_offset
     limit = min(high_watermark, active_base)
-    batches: list[tuple[int, int, int, int]] = []
-    offset = max(dirty_from, log.start_offset)
-    scanned = 0
-    while offset < limit and scanned < scan_bytes_max and len(batches) < SCAN_BATCHES_MAX:
-        data = log.read(offset, min(1 << 20, scan_bytes_max - scanned), upper_offset=limit)
+    offset = max(scan.scanned_to, log.start_offset)
+    read = 0
+    while offset < limit and read < bytes_max and len(scan.runs) < SCAN_CHUNKS_MAX:
+        data = log.read(offset, min(SCAN_CHUNK_BYTES, bytes_max - read), upper_offset=limit)
         if not data:
             break
-        scanned += len(data)
+        read += len(data)
+        base, size, newest_ms = -1, 0, 0
         for _, header in iter_batches(data, verify=False):
-            batches.append(
-                (header.base_offset, header.next_offset, header.max_timestamp_ms, header.length)
-            )
+            base = header.base_offset if base < 0 else base
+            size += header.length
+            newest_ms = max(newest_ms, header.max_timestamp_ms)
             offset = header.next_offset
-    return LogView(high_watermark, active_base, dirty_from, clean_bytes, batches)
+        scan.runs.append((base, offset, newest_ms, size))
+        scan.scanned_to = offset
+    return LogView(high_watermark, active_base, scan.dirty_from, clean_bytes, scan.runs)
 
 
 def segments_below(log: LogStorage, end: int) -> list[tuple[int, int]]:

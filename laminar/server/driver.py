@@ -105,6 +105,7 @@ from laminar.segment.storage import LogStorage
 from laminar.server import rules
 from laminar.server.compactor import (
     CompactionCancelledError,
+    DirtyScan,
     Pacer,
     log_view,
     run_command,
@@ -363,6 +364,8 @@ class Replica:
     clean_bytes: int = 0
     """The bytes below the last command's end after it ran here (0: unknown), for
     the leader's dirty ratio."""
+    dirty_scan: DirtyScan | None = None
+    """What the leader's decision has read of the dirty range so far."""
 
     def calls_waiting(self) -> int:
         """Produce calls waiting for their answer on this replica (admission)."""
@@ -1217,11 +1220,12 @@ class ReplicaDriver(Generic[R]):
             or (commands and commands[-1][0] > core.compacted_through)
         ):
             return  # one command at a time: the last one has not run here yet
+        dirty_from = history[-1][0] if history else core.start_offset
+        scan = replica.dirty_scan
+        if scan is None or scan.dirty_from != dirty_from:
+            scan = replica.dirty_scan = DirtyScan.at(dirty_from)
         view = log_view(
-            replica.log,
-            high_watermark=core.high_watermark,
-            dirty_from=history[-1][0] if history else core.start_offset,
-            clean_bytes=replica.clean_bytes,
+            replica.log, scan, high_watermark=core.high_watermark, clean_bytes=replica.clean_bytes
         )
         rule = CompactionRule(
             settings.min_cleanable_dirty_ratio,

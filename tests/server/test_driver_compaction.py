@@ -26,7 +26,13 @@ from laminar.segment.compaction import CompactCommand
 from laminar.segment.config import LogConfig
 from laminar.segment.memory import MemoryLog
 from laminar.segment.storage import LogStorage
-from laminar.server.compactor import CompactionCancelledError, Pacer, run_command
+from laminar.server.compactor import (
+    CompactionCancelledError,
+    DirtyScan,
+    Pacer,
+    log_view,
+    run_command,
+)
 from laminar.server.driver import HostConfig, JobDone, ReplicaDriver, Standalone
 from laminar.server.placement_keeper import TopicSettings
 from laminar.testing.replica_sim import SimReplica, memory_driver, sim_host_config
@@ -403,3 +409,24 @@ def test_a_job_stops_between_steps_once_its_replica_closes() -> None:
     kept = run_command(log, CompactCommand(10, 0, codec=0), memory_bytes_max=1 << 20)
     assert [parse_header(b).base_offset for b in _batches(log)] == [8, 9]
     assert kept == sum(len(b) for b in _batches(log))
+
+
+def test_the_decision_reads_the_dirty_range_a_bounded_step_per_check() -> None:
+    log = MemoryLog(fsync=False, segment_batches_max=100)
+    batch = encode_batch([b"v" * 1000], keys=[b"k"])
+    for _ in range(250):
+        log.append(batch, term=1)
+    scan = DirtyScan.at(0)
+    first = log_view(log, scan, high_watermark=250, clean_bytes=0, bytes_max=len(batch) * 10)
+    assert first.active_base == 200
+    assert 0 < scan.scanned_to < 200  # a step, not the whole dirty range
+    reads: list[int] = []
+    while scan.scanned_to < 200:
+        before = scan.scanned_to
+        log_view(log, scan, high_watermark=250, clean_bytes=0, bytes_max=len(batch) * 10)
+        reads.append(scan.scanned_to - before)
+        assert len(reads) < 100
+    assert scan.runs[0][0] == 0 and scan.runs[-1][1] == 200  # runs cover [0, 200)
+    assert sum(size for _, _, _, size in scan.runs) == 200 * len(batch)
+    again = log_view(log, scan, high_watermark=150, clean_bytes=0)
+    assert again.batches == scan.runs  # nothing more read; the limit is the rule's
