@@ -117,6 +117,13 @@ class CatalogueApplier:
             if change.offset < self.founded_offset:
                 return
             groups = founding_groups(self.node_id, change)
+            if groups:
+                _LOG.info(
+                    "founding %d replicas of topic %s (metadata offset %d)",
+                    len(groups),
+                    topic.spec.name,
+                    change.offset,
+                )
             self._host.reserve_founding([key for key, _ in groups])  # before the replan
             self._then(lambda: self._found(groups, change.offset))
         elif change.kind == "altered":

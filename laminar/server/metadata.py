@@ -234,7 +234,7 @@ class TopicState:
     additions: tuple[tuple[int, int], ...] = ()
     """Each ``add_partitions`` applied: ``(metadata offset, first new partition)``,
     oldest first, so that a node rebuilding from a snapshot founds them at the
-    offsets a replay would have (:attr:`Change.first_partition`)."""
+    offsets a replay would have (:attr:`Change.founded_partitions`)."""
 
     @property
     def created_partitions(self) -> int:
@@ -298,6 +298,10 @@ class MetadataState:
         self.read_offset = 0
         """The next offset to read: ``applied_offset``, or ahead of it while seeking."""
         self.applied_ids: dict[str, int] = {}  # recent command ids -> offset
+        self.refused_ids: dict[str, str] = {}
+        """Recent command ids that applied as nothing because the change they make is
+        no longer valid (an alter that a concurrent one made invalid) -> why; for the
+        proposer, like :attr:`applied_ids`, and not in snapshots."""
         self.applied_count = 0
         """Records applied (snapshot chunks not counted): a snapshot's paired check."""
         self.tombstones: deque[Change] = deque(maxlen=TOMBSTONES_MAX)
@@ -457,7 +461,11 @@ class MetadataState:
         defaults = [name for name in topic.spec.defaults if name not in changed]
         defaults += [name for name in ALTERABLE_FIELDS if name in reset]
         spec = replace(topic.spec, **_typed_settings(changed), defaults=tuple(defaults))
-        spec.validate()  # all or nothing
+        try:
+            spec.validate()  # all or nothing
+        except InvalidTopicError as error:  # valid when proposed: a concurrent alter
+            self._refuse(str(command["id"]), offset, error)
+            return None
         if spec == topic.spec:
             return None
         altered = replace(topic, spec=spec)
@@ -475,7 +483,11 @@ class MetadataState:
         if topic is None or topic.spec.partitions != first:
             return None  # lost a race: the count is no longer the one it grows from
         spec = replace(topic.spec, partitions=partitions)
-        spec.validate()
+        try:
+            spec.validate()
+        except InvalidTopicError as error:
+            self._refuse(str(command["id"]), offset, error)
+            return None
         grown = replace(
             topic,
             spec=spec,
@@ -484,6 +496,14 @@ class MetadataState:
         )
         self.topics[spec.name] = grown
         return Change("partitions_added", grown, offset, previous=topic)
+
+    def _refuse(self, command_id: str, offset: int, error: InvalidTopicError) -> None:
+        _LOG.warning(
+            "metadata command %s at offset %d changes nothing: %s", command_id, offset, error
+        )
+        self.refused_ids[command_id] = str(error)
+        if len(self.refused_ids) > IDS_KEPT_MAX:
+            del self.refused_ids[next(iter(self.refused_ids))]
 
     def _apply_maintenance(self, node_id: str, enter: bool, offset: int) -> MetadataChange | None:
         if enter == (node_id in self.maintenance):

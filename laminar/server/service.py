@@ -16,8 +16,10 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import sys
 import time
 import uuid
+from array import array
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -44,7 +46,7 @@ from laminar.grpc_errors import abort_with, error_code_name, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
 from laminar.membership.keyring import KeyringState
-from laminar.records import check_produced_header, next_offset
+from laminar.records import check_produced_header, column_view, next_offset
 from laminar.replica.types import Acks, Role
 from laminar.security.acl import ACLS_MAX, Acl, AclFilter
 from laminar.security.acl_wire import acl_of, binding_of, filter_of
@@ -345,6 +347,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         records = [check_produced_header(batch).record_count for batch in batches]
         if not self._node.serves(key):
             raise self._not_leader(key)
+        if self._node.metadata.topics[topic].spec.cleanup_policy != "delete":
+            refuse_null_keys(topic, batches)  # only a compacted topic pays for the decode
         return key, records
 
     @_guarded
@@ -719,16 +723,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
             would_be = dataclasses.replace(topic, spec=spec)
             return pb.AlterTopicResponse(topic=self._topic_info(would_be), previous=previous)
         command_id = uuid.uuid4().hex
-        offset = await self._propose_metadata(
-            alter_topic_command(topic, changed, reset, command_id)
-        )
-        altered = node.metadata.topics.get(spec.name)
-        if (
-            altered is None
-            or altered.command_id != topic.command_id
-            or node.metadata.applied_ids.get(command_id) != offset
-        ):
-            raise UnknownTopicOrPartitionError(f"topic {spec.name!r} was deleted meanwhile")
+        command = alter_topic_command(topic, changed, reset, command_id)
+        altered, _ = await self._propose_change(topic, command, command_id)
         return pb.AlterTopicResponse(topic=self._topic_info(altered), previous=previous)
 
     @_guarded
@@ -738,7 +734,6 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         """Raise a topic's partition count; the new partitions are founded as a new
         topic's (placement's replicas, never on a full node, a node in maintenance
         last)."""
-        node = self._node
         topic = self._alterable_topic(request.name)
         spec = topic.spec
         if request.to <= spec.partitions:
@@ -761,20 +756,36 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                 topic=self._topic_info(grown), previous=spec.partitions
             )
         command_id = uuid.uuid4().hex
-        offset = await self._propose_metadata(add_partitions_command(topic, founders, command_id))
-        now = node.metadata.topics.get(spec.name)
-        if (
-            now is None
-            or now.command_id != topic.command_id
-            or node.metadata.applied_ids.get(command_id) != offset
-        ):
-            raise UnknownTopicOrPartitionError(f"topic {spec.name!r} was deleted meanwhile")
+        command = add_partitions_command(topic, founders, command_id)
+        now, offset = await self._propose_change(topic, command, command_id)
         if (offset, spec.partitions) not in now.additions:
             raise InvalidTopicError(
                 f"topic {spec.name} has {now.spec.partitions} partitions now "
                 "(changed meanwhile): nothing added"
             )
         return pb.CreatePartitionsResponse(topic=self._topic_info(now), previous=spec.partitions)
+
+    async def _propose_change(
+        self, topic: TopicState, command: bytes, command_id: str
+    ) -> tuple[TopicState, int]:
+        """Propose a change of ``topic`` and wait until it is applied here: the topic
+        then, and the command's offset. A topic deleted meanwhile (perhaps created
+        again: another ``command_id``) is ``UNKNOWN_TOPIC_OR_PARTITION``; a change
+        that a concurrent one made invalid (it applied as nothing) is
+        ``INVALID_TOPIC``, naming the field."""
+        metadata = self._node.metadata
+        offset = await self._propose_metadata(command)
+        now = metadata.topics.get(topic.spec.name)
+        if (
+            now is None
+            or now.command_id != topic.command_id
+            or metadata.applied_ids.get(command_id) != offset
+        ):
+            raise UnknownTopicOrPartitionError(f"topic {topic.spec.name!r} was deleted meanwhile")
+        refused = metadata.refused_ids.get(command_id)
+        if refused is not None:  # a concurrent change made it invalid: nothing changed
+            raise InvalidTopicError(f"{refused} (after a concurrent change; nothing changed)")
+        return now, offset
 
     def _alterable_topic(self, name: str) -> TopicState:
         """The topic an alter names, asked of the metadata leader (``NOT_LEADER``
@@ -1185,6 +1196,28 @@ def replication_factor(node: NodeApi, key: TopicPartition) -> int:
         return len(node.target_of(key))
     topic = node.metadata.topics.get(key[0])
     return topic.spec.replication_factor if topic else 0
+
+
+def refuse_null_keys(topic: str, batches: Sequence[bytes]) -> None:
+    """Refuse (``INVALID_INPUT``) batches holding a record without a key: keyed
+    compaction keeps the newest record of each key, so a compacted topic takes
+    keyed records only (as Kafka does)."""
+    for index, batch in enumerate(batches):
+        lengths = column_view(batch).key_lengths
+        if lengths is None or -1 in _int32s(lengths):
+            raise InvalidInputError(
+                f"topic {topic!r} is compacted (cleanup_policy has compact): every record "
+                f"needs a key; batch {index} holds one without"
+            )
+
+
+def _int32s(column: memoryview) -> array[int]:
+    """A little-endian int32 column as integers."""
+    values = array("i")
+    values.frombytes(column)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values
 
 
 def alive_nodes(node_id: str, members: Sequence[Member]) -> set[str]:

@@ -5,6 +5,7 @@ fake host: no process, no replica."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,71 @@ def test_maintenance_changes_reach_the_host_and_close_drops_what_is_pending(
         await catalogue.idle()
         assert host.calls == [("maintenance", ["n3"]), ("reserve", [("t", 0)])]
         assert catalogue.founded_offset == 0
+
+    asyncio.run(main())
+
+
+def grown(change: Change, founders: tuple[tuple[str, ...], ...], offset: int) -> Change:
+    """Partitions with ``founders`` added to the topic of ``change`` at ``offset``."""
+    before = change.topic
+    topic = dataclasses.replace(
+        before,
+        spec=dataclasses.replace(before.spec, partitions=before.spec.partitions + len(founders)),
+        founding_replicas=before.founding_replicas + founders,
+        additions=((offset, before.spec.partitions),),
+    )
+    return Change("partitions_added", topic, offset, previous=before)
+
+
+def test_added_partitions_are_founded_alone_once_and_a_delete_after_them_wins(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        host = FakeHost(founding=asyncio.Event())
+        catalogue, _ = applier(tmp_path, host)
+        creation = created("t", (("n1", "n2"), ("n2", "n3")), 3)
+        catalogue.on_changes([creation])
+        assert host.founding is not None
+        host.founding.set()
+        await catalogue.idle()
+        host.calls.clear()
+        added = grown(creation, (("n3", "n1"), ("n2", "n3"), ("n1", "n2")), 5)
+        assert founding_groups("n1", added) == [
+            (("t", 2), GroupConfig((NodeId("n3"), NodeId("n1")))),
+            (("t", 4), GroupConfig((NodeId("n1"), NodeId("n2")))),
+        ]
+        host.founding.clear()
+        catalogue.on_changes([added, deleted(added, 6)])
+        await asyncio.sleep(0)
+        assert host.calls == [("reserve", [("t", 2), ("t", 4)])]  # only the new ones
+        host.founding.set()
+        await catalogue.idle()
+        assert host.calls[1:] == [("found", [("t", 2), ("t", 4)])] + [
+            ("delete", ("t", partition)) for partition in range(5)
+        ]
+        assert read_founded(str(tmp_path)) == 6
+
+        again = FakeHost()
+        restarted, _ = applier(tmp_path, again)
+        restarted.on_changes([creation, added])  # replayed after a restart
+        await restarted.idle()
+        assert again.calls == []
+
+    asyncio.run(main())
+
+
+def test_an_altered_topic_is_only_replanned(tmp_path: Path) -> None:
+    async def main() -> None:
+        host = FakeHost()
+        catalogue, replans = applier(tmp_path, host)
+        creation = created("t", (("n1",),), 0)
+        spec = dataclasses.replace(creation.topic.spec, replication_factor=3)
+        altered = Change(
+            "altered", dataclasses.replace(creation.topic, spec=spec), 1, creation.topic
+        )
+        catalogue.on_changes([altered])
+        await catalogue.idle()
+        assert host.calls == [] and replans == [1]
 
     asyncio.run(main())
 
