@@ -6,7 +6,9 @@ A producer encodes records into a batch once. The broker never re-encodes it: th
 leader only stamps two header fields (``base_offset``, ``term``) and recomputes the
 small header checksum; followers and the disk store the bytes as they are; the
 consumer decodes. The broker's hot path therefore touches an 80-byte header and, on
-receipt, one xxh3-64 pass over the payload — never the records themselves.
+receipt, one xxh3-64 pass over the payload — never the records themselves. (Keyed
+compaction, off the hot path, re-encodes the surviving runs of a partly compacted
+batch with :func:`encode_run`.)
 
 A batch whose checksums are right can still be malformed (a producer bug, or a
 hostile one): a value length past the payload, a header blob that is not msgpack.
@@ -311,11 +313,14 @@ def seal_payload(
     base_sequence: int = NO_SEQUENCE,
     control: bool = False,
     limits: BatchLimits = DEFAULT_LIMITS,
+    base_offset: int = NO_OFFSET,
+    term: int = NO_TERM,
 ) -> bytes:
     """A whole batch around an uncompressed, already checked ``payload``: its size
     limits checked, compressed, and the header with both checksums in front (leader
-    fields unset). The one place every encoder (:func:`encode_batch`, the Arrow
-    encoder in ``laminar_client.arrow``) turns a payload into a batch."""
+    fields unset, unless given: :func:`encode_run` writes stamped batches). The one
+    place every encoder (:func:`encode_batch`, the Arrow encoder in
+    ``laminar_client.arrow``) turns a payload into a batch."""
     uncompressed_bytes = len(payload)
     if uncompressed_bytes > limits.payload_uncompressed_bytes_max:
         raise BatchLimitError(
@@ -337,8 +342,8 @@ def seal_payload(
         attributes=attributes,
         record_count=record_count,
         payload_uncompressed_bytes=uncompressed_bytes,
-        base_offset=NO_OFFSET,
-        term=NO_TERM,
+        base_offset=base_offset,
+        term=term,
         first_timestamp_ms=first_timestamp_ms,
         max_timestamp_ms=max_timestamp_ms,
         producer_id=producer_id,
@@ -925,7 +930,7 @@ def encode_run(
     re-encoding it from the original batch gives (keyed compaction relies on it,
     docs/format.md, section 1.7).
 
-    The columns are cut with a few numpy calls (no object per record), except the
+    The columns are cut with C-level array calls (no object per record), except the
     header blobs, which are unpacked and re-packed one by one.
     """
     header = view.header
@@ -935,27 +940,26 @@ def encode_run(
         )
     if header.is_control or header.base_offset == NO_OFFSET or header.term == NO_TERM:
         raise InvalidInputError("only a stamped batch of records has runs to re-encode")
-    np = _numpy()
-    timestamps = np.frombuffer(view.timestamps, "<i8")[start:stop]
-    value_lengths = np.frombuffer(view.value_lengths, "<i4")
+    timestamps = _from_little("q", view.timestamps[8 * start : 8 * stop])
     flags = 0
-    length_columns = [value_lengths[start:stop].tobytes()]
-    key_data: bytes | memoryview = b""
+    length_columns: list[bytes | memoryview] = [view.value_lengths[4 * start : 4 * stop]]
+    key_data: memoryview | bytes = b""
     if view.key_lengths is not None:
-        key_lengths = np.frombuffer(view.key_lengths, "<i4")
-        if int(key_lengths[start:stop].max()) >= 0:
+        key_lengths = _from_little("i", view.key_lengths)
+        if max(key_lengths[start:stop]) >= 0:
             flags |= _FLAG_KEYS
-            length_columns.append(key_lengths[start:stop].tobytes())
-            key_data = view.data[_run_bounds(np, key_lengths, start, stop, 0)]
-    value_data = view.data[_run_bounds(np, value_lengths, start, stop, view.values_start)]
+            length_columns.append(view.key_lengths[4 * start : 4 * stop])
+            key_data = view.data[_run_bounds(key_lengths, start, stop, 0)]
+    value_lengths = _from_little("i", view.value_lengths)
+    value_data = view.data[_run_bounds(value_lengths, start, stop, view.values_start)]
     header_data = b""
     if view.header_lengths is not None:
-        header_lengths = np.frombuffer(view.header_lengths, "<u4")
-        blobs = view.data[_run_bounds(np, header_lengths, start, stop, view.headers_start)]
+        header_lengths = _from_little("I", view.header_lengths)
+        blobs = view.data[_run_bounds(header_lengths, start, stop, view.headers_start)]
         decoded: list[tuple[Header, ...]] = []
         position = 0
         try:
-            for length in header_lengths[start:stop].tolist():
+            for length in header_lengths[start:stop]:
                 decoded.append(_unpack_headers(blobs[position : position + length]))
                 position += length
         except _MALFORMED_PAYLOAD_ERRORS as error:
@@ -965,28 +969,54 @@ def encode_run(
             header_column, header_data = _headers_column(decoded)
             length_columns.append(header_column)
     payload = b"".join(
-        (bytes((flags,)), timestamps.tobytes(), *length_columns, key_data, value_data, header_data)
+        (bytes((flags,)), _little(timestamps), *length_columns, key_data, value_data, header_data)
     )
     base_sequence = header.base_sequence
-    batch = seal_payload(
+    return seal_payload(
         payload,
         record_count=stop - start,
-        first_timestamp_ms=int(timestamps[0]),
-        max_timestamp_ms=int(timestamps.max()),
+        first_timestamp_ms=timestamps[0],
+        max_timestamp_ms=max(timestamps),
         compression=compression,
         producer_id=header.producer_id,
         base_sequence=base_sequence if base_sequence == NO_SEQUENCE else base_sequence + start,
         limits=limits,
+        base_offset=header.base_offset + start,
+        term=header.term,
     )
-    return with_leader_fields(batch, header.base_offset + start, header.term)
 
 
-def _run_bounds(np: ModuleType, lengths: object, start: int, stop: int, origin: int) -> slice:
+def _run_bounds(lengths: array[int], start: int, stop: int, origin: int) -> slice:
     """Where the items ``[start, stop)`` of a length column (-1: null, no bytes) lie
-    in the data, whose column begins at ``origin``."""
-    sizes = np.maximum(lengths[:stop], 0)  # type: ignore[index]
-    before = int(sizes[:start].sum(dtype=np.int64))
-    return slice(origin + before, origin + before + int(sizes[start:].sum(dtype=np.int64)))
+    in the data, whose column begins at ``origin``: C-level sums, each -1 counted
+    back."""
+    before, inside = lengths[:start], lengths[start:stop]
+    first = origin + sum(before) + before.count(-1)
+    return slice(first, first + sum(inside) + inside.count(-1))
+
+
+def key_column(
+    batch: bytes | bytearray | memoryview, header: BatchHeader
+) -> tuple[memoryview, memoryview] | None:
+    """The key lengths (little-endian int32, -1 for null) of the batch ``batch``
+    whose header :func:`parse_header` returned as ``header``, and its payload's data
+    (every key back to back, then the values and header blobs); None when the batch
+    has no key column (every key null).
+
+    What keyed compaction reads of every batch, without an object per record or
+    the payload checks of :func:`column_view`: for stored batches, which were
+    checked on receipt. A compressed payload is decompressed (into at most
+    ``header.payload_uncompressed_bytes``). Raises :class:`RecordFormatError` when
+    the columns do not fit the payload.
+    """
+    payload = _payload(batch, 0, header)
+    layout = _ColumnLayout.of(header.record_count, payload)
+    if not layout.flags & _FLAG_KEYS:
+        return None
+    return (
+        payload[layout.value_lengths_end : layout.key_lengths_end],
+        payload[layout.data_start :],
+    )
 
 
 def decode_records(

@@ -235,6 +235,22 @@ def test_bench_runs_at_its_smallest(bench: str) -> None:
         assert figures["metrics_series_all_30"] > figures["metrics_series_30"]
 
 
+def test_compaction_bench_runs() -> None:
+    """Issue 34's compaction figures at 8 MiB: the engine compacted real segment files
+    down to one record per key, and said which phase it leaves for later."""
+    lines, figures = run_bench(
+        "compaction_bench", "--mib", "8", "--keys", "500", "--repeat", "1", timeout_s=120
+    )
+    assert figures["records_after"] == figures["keys"] > 400
+    assert 0 < figures["bytes_after"] < figures["bytes_before"] / 10
+    assert figures["passes"] == 1
+    for name in ("raw_read_mb_s", "segment_read_mb_s", "engine_mb_s", "engine_vs_raw_read"):
+        assert figures[name] > 0, name
+    assert any(
+        line.startswith("phase TODO: produce_p99_during_compaction_vs_idle") for line in lines
+    )
+
+
 def test_every_benchmark_has_a_smoke_run() -> None:
     """A new benchmark gets its smoke run here (or in a tier of its own, named below)."""
     smoked = set(SMALL_RUNS) | {
@@ -243,6 +259,7 @@ def test_every_benchmark_has_a_smoke_run() -> None:
         "repair_bench",
         "cluster_bench",
         "cpu_bench",
+        "compaction_bench",
         "security_bench",
         "gossip_crypto_bench",  # the three parts of security_bench
         "acl_bench",

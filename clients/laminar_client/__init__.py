@@ -32,6 +32,7 @@ from laminar.errors import (
     ClusterIdMismatchError,
     ClusterUnreachableError,
     ConfigError,
+    CorruptBatchError,
     CorruptSegmentError,
     CorruptStateError,
     DeliveryTimeoutError,
@@ -65,6 +66,7 @@ from laminar.errors import (
     UnavailableError,
     UnknownTopicOrPartitionError,
     UnsupportedMagicError,
+    ZstdVersionError,
 )
 from laminar.records import Compression
 from laminar_client.client import ACKS, Client
@@ -128,6 +130,7 @@ __all__ = [
     "Consumer",
     "ConsumerBatch",
     "ConsumerRecord",
+    "CorruptBatchError",
     "CorruptSegmentError",
     "CorruptStateError",
     "DeliveryFuture",
@@ -173,6 +176,7 @@ __all__ = [
     "StickyPartitioner",
     "StorageError",
     "StorageFullError",
+    "ZstdVersionError",
     "TlsHandshakeError",
     "TlsOptions",
     "TopicConfig",

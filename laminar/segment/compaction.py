@@ -30,19 +30,21 @@ or already compacted, or redoes a segment after a crash, ends with the same byte
 (for commands of one codec and, with codec 1, one libzstd version).
 
 :func:`build_superseded` finds the superseded offsets of [start, end) in passes
-over the range with a bounded key map: pass i of B keeps ``xxh3_128(key) -> newest
-offset`` only for the keys whose hash falls in bucket i, and marks the older
-offsets of those keys in a bitmap (one bit per offset, in an mmap'd temporary
-file when larger than ``BITMAP_MEMORY_BYTES_MAX``). B starts at 1; when a pass's
-map would pass ``memory_bytes_max``, B grows to an estimate from how far the pass
-got (at least doubling) and the passes start over. The result does not depend on
-B: each key lives in one bucket, whose pass sees all its records. Two keys with
-one 128-bit hash would count as one key, on every replica alike.
+over the range with a bounded key map: pass i of B keeps ``key -> newest offset``
+only for the keys that fall in bucket i (a key of up to 16 bytes is its own entry,
+a longer one goes by its 128-bit xxh3 hash), and marks the older offsets of those
+keys in a bitmap (one bit per offset, in an mmap'd temporary file when larger
+than ``BITMAP_MEMORY_BYTES_MAX``). B starts at 1; when a pass's map would pass
+``memory_bytes_max``, B doubles and the passes start over. The result does not
+depend on B: each key lives in one bucket, whose pass sees all its records. Two
+long keys with one 128-bit hash would count as one key, on every replica alike.
+The map's size is checked after each group of batches read together (at most an eighth of
+the budget's keys, and at most ``GROUP_RECORDS`` records), so it passes the budget
+by at most that much.
 """
 
 from __future__ import annotations
 
-import math
 import mmap
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -59,6 +61,7 @@ from laminar.records import (
     Compression,
     column_view,
     encode_run,
+    key_column,
     libzstd_version,
     parse_header,
 )
@@ -86,6 +89,13 @@ it gives up: ``memory_bytes_max`` is then far too small for the range's keys."""
 BITMAP_MEMORY_BYTES_MAX = 1 << 20
 """A superseded-offsets bitmap larger than this (8 Mi offsets) lives in an mmap'd
 temporary file rather than in memory."""
+
+GROUP_RECORDS = 8192
+"""Records gathered from consecutive batches before a pass hashes their keys."""
+
+SHORT_KEY_BYTES = 16
+"""Keys up to this size are their own entry in a pass's map; longer ones go by
+their 128-bit xxh3 hash."""
 
 _INT64_MAX = 2**63 - 1
 _FIELDS = ("v", "end", "tombstones_end", "rule", "codec", "zstd", "time_ms")
@@ -206,13 +216,27 @@ def compact(
     Raises :class:`ZstdVersionError` when a trimmed zstd batch is to be re-encoded
     zstd (codec 1) and the command names another libzstd version than this node's.
     """
+    if isinstance(superseded, SupersededOffsets) and superseded.end != cmd.end:
+        raise InvalidInputError(
+            f"superseded offsets were built up to {superseded.end}, the command's end is {cmd.end}"
+        )
     for batch in batches:
         header = parse_header(batch)
         if header.is_control or header.base_offset >= cmd.end:
             yield batch
             continue
+        base, count = header.base_offset, header.record_count
+        if isinstance(superseded, SupersededOffsets):
+            superseded_count = superseded.count(base, count)
+        else:
+            superseded_count = sum(o in superseded for o in range(base, base + count))
+        if superseded_count == count:
+            continue  # only keyed records are ever superseded: every one goes
+        if not superseded_count and cmd.tombstones_end <= base:
+            yield batch  # nothing superseded, no tombstone removable
+            continue
         view = column_view(batch)
-        survivors = _survivors(view, cmd, superseded)
+        survivors = _survivors(view, cmd, _superseded_mask(superseded, base, count))
         if survivors.all():
             yield batch
             continue
@@ -232,8 +256,9 @@ def _zstd_for(cmd: CompactCommand) -> Compression:
     return Compression.ZSTD
 
 
-def _survivors(view: ColumnView, cmd: CompactCommand, superseded: Superseded) -> Any:
-    """A bool array: which of the batch's records survive ``cmd``."""
+def _survivors(view: ColumnView, cmd: CompactCommand, superseded: Any) -> Any:
+    """A bool array: which of the batch's records survive ``cmd``, given which are
+    ``superseded`` (a bool array)."""
     header = view.header
     count = header.record_count
     base = header.base_offset
@@ -241,7 +266,7 @@ def _survivors(view: ColumnView, cmd: CompactCommand, superseded: Superseded) ->
         return np.ones(count, dtype=bool)  # every key null: all kept
     removable = np.frombuffer(view.key_lengths, "<i4") >= 0
     removable[max(cmd.end - base, 0) :] = False  # at or after E: untouched
-    gone = removable & _superseded_mask(superseded, base, count)
+    gone = removable & superseded
     if cmd.tombstones_end > base:
         tombstones = np.frombuffer(view.value_lengths, "<i4") < 0
         tombstones[max(cmd.tombstones_end - base, 0) :] = False
@@ -297,6 +322,14 @@ class SupersededOffsets:
             return False
         position = offset - self.start
         return bool(self._bits[position >> 3] >> (position & 7) & 1)
+
+    def count(self, base: int, count: int) -> int:
+        """How many of the offsets ``[base, base + count)`` are superseded."""
+        low, high = max(base, self.start) - self.start, min(base + count, self.end) - self.start
+        if low >= high:
+            return 0
+        bits = int.from_bytes(self._bits[low >> 3 : (high + 7) >> 3].tobytes(), "little")
+        return (bits >> (low & 7) & ((1 << (high - low)) - 1)).bit_count()
 
     def mask(self, base: int, count: int) -> Any:
         """A bool array: which of the offsets ``[base, base + count)`` are superseded."""
@@ -377,19 +410,21 @@ def build_superseded(
             superseded.passes += 1
             reached = _mark_bucket(superseded, read_batches(), bucket, buckets, entries_max)
             if reached is not None:
-                buckets = _more_buckets(buckets, reached - start, end - start, memory_bytes_max)
+                buckets = _more_buckets(buckets, end - start, memory_bytes_max)
                 superseded._reset()
                 break
         else:
             return superseded
 
 
-def _more_buckets(buckets: int, reached: int, total: int, memory_bytes_max: int) -> int:
-    """The buckets to try after a pass of ``buckets`` overflowed ``reached`` offsets
-    into ``total``: the keys seen so far scaled to the whole range, at least twice
-    as many."""
-    estimate = math.ceil(buckets * 1.25 * total / max(reached, 1))
-    grown = max(2 * buckets, 1 << max(estimate - 1, 0).bit_length())
+def _more_buckets(buckets: int, total: int, memory_bytes_max: int) -> int:
+    """The buckets to try after a pass of ``buckets`` overflowed: twice as many. (An
+    estimate from how far the pass got overshoots: the distinct keys of a range do
+    not grow with its offsets once every key has been seen, and 10,000 keys in a
+    map of 2,730 went to 128 buckets where 4 or 8 suffice.) A pass overflows early,
+    having read about the map's keys' worth of records, so the passes that overflow
+    cost little beside the ones that complete."""
+    grown = 2 * buckets
     if grown > BUCKETS_MAX:
         raise InvalidInputError(
             f"compaction_memory_bytes_max {memory_bytes_max} is too small for the keys of "
@@ -406,40 +441,111 @@ def _mark_bucket(
     entries_max: int,
 ) -> int | None:
     """One pass: mark the superseded offsets of the keys in ``bucket``. None when
-    done; the offset where the map passed ``entries_max`` keys otherwise."""
+    done; the offset where the map passed ``entries_max`` keys otherwise (checked
+    after each group of batches)."""
     start, end = superseded.start, superseded.end
-    newest: dict[int, int] = {}
-    hash_key = xxhash.xxh3_128_intdigest
-    for batch in batches:
-        header = parse_header(batch)
-        base = header.base_offset
-        if header.is_control or base >= end or base + header.record_count <= start:
+    newest: dict[bytes | int, int] = {}
+    group_records = max(1, min(GROUP_RECORDS, entries_max // 8))
+    for offsets, lengths, blob in _key_groups(batches, start, end, group_records):
+        keyed = lengths >= 0
+        if offsets[0] < start or offsets[-1] >= end:
+            keyed &= (offsets >= start) & (offsets < end)
+        keys = _map_keys(lengths, blob)
+        first = int(offsets[0])
+        if buckets == 1 and keyed.all() and int(offsets[-1]) - first + 1 == len(offsets):
+            # The common case, a group without gaps or null keys: no index arrays.
+            superseded._set(first - start, keyed)
+            newest.update(zip(keys, range(first, first + len(keys)), strict=True))
+            if len(newest) > entries_max:
+                return first + len(keys)
             continue
-        view = column_view(batch)
-        if view.key_lengths is None:
-            continue  # every key null: nothing to supersede or be superseded
-        low, high = max(start - base, 0), min(end - base, header.record_count)
-        lengths = np.frombuffer(view.key_lengths, "<i4")[:high]
-        bounds = np.concatenate(([0], np.cumsum(np.maximum(lengths, 0)))).tolist()
-        keyed = lengths[low:] >= 0
-        keys = view.data  # the key column comes first
         if keyed.all():
-            indexes: Iterable[int] = range(low, high)
+            chosen_keys, chosen_offsets = keys, offsets.tolist()
         else:
-            indexes = (np.flatnonzero(keyed) + low).tolist()
-        hashes = [hash_key(keys[bounds[i] : bounds[i + 1]]) for i in indexes]
-        offsets = [base + i for i in indexes]
+            indexes = np.flatnonzero(keyed).tolist()
+            chosen_keys = [keys[i] for i in indexes]
+            chosen_offsets = offsets[indexes].tolist()
         if buckets > 1:
-            chosen = [j for j, digest in enumerate(hashes) if digest % buckets == bucket]
-            hashes = [hashes[j] for j in chosen]
-            offsets = [offsets[j] for j in chosen]
-            keyed = np.zeros(high - low, dtype=bool)
-            keyed[np.asarray(offsets, dtype=np.int64) - (base + low)] = True
-        superseded._set(base + low - start, keyed)
-        newest.update(zip(hashes, offsets, strict=True))
+            mine = [i for i, key in enumerate(chosen_keys) if _bucket(key, buckets) == bucket]
+            chosen_keys = [chosen_keys[i] for i in mine]
+            chosen_offsets = [chosen_offsets[i] for i in mine]
+        if not chosen_offsets:
+            continue
+        low = chosen_offsets[0]
+        flags = np.zeros(chosen_offsets[-1] + 1 - low, dtype=bool)
+        flags[np.asarray(chosen_offsets, dtype=np.int64) - low] = True
+        superseded._set(low - start, flags)
+        newest.update(zip(chosen_keys, chosen_offsets, strict=True))
         if len(newest) > entries_max:
-            return base + high
+            return int(chosen_offsets[-1]) + 1
     if newest:
         kept = np.fromiter(newest.values(), np.int64, len(newest)) - start
         superseded._clear(kept)
     return None
+
+
+def _map_keys(lengths: Any, blob: bytes) -> list[Any]:
+    """What the pass's map holds for each record's key (None for a null key): the
+    key itself up to ``SHORT_KEY_BYTES`` (no collision possible), else its 128-bit
+    xxh3 hash as an int (never equal to a bytes key)."""
+    size = int(lengths[0])
+    if 0 < size <= SHORT_KEY_BYTES and int(lengths.min()) == int(lengths.max()):
+        return list(np.frombuffer(blob, f"V{size}").tolist())  # one C call: same-size keys
+    bounds = np.concatenate(([0], np.cumsum(np.maximum(lengths, 0)))).tolist()
+    return [
+        None if length < 0 else _map_key(blob[a:b])
+        for a, b, length in zip(bounds, bounds[1:], lengths.tolist(), strict=False)
+    ]
+
+
+def _map_key(key: bytes) -> bytes | int:
+    return key if len(key) <= SHORT_KEY_BYTES else xxhash.xxh3_128_intdigest(key)
+
+
+def _bucket(key: bytes | int, buckets: int) -> int:
+    """The bucket of a map key: a function of the key alone, whatever batch holds it."""
+    digest = xxhash.xxh3_64_intdigest(key) if isinstance(key, bytes) else key
+    return digest % buckets
+
+
+def _key_groups(
+    batches: Iterable[bytes], start: int, end: int, group_records: int
+) -> Iterator[tuple[Any, Any, bytes]]:
+    """The keys of the non-control batches that hold offsets of ``[start, end)``, in
+    groups of about ``group_records``: ``(offsets, key lengths, keys back to back)``
+    per group, so that numpy's per-call cost is paid per group, not per batch."""
+    bases: list[int] = []
+    counts: list[int] = []
+    lengths: list[memoryview] = []
+    data: list[memoryview] = []
+    records = 0
+    for batch in batches:
+        header = parse_header(batch)
+        base, count = header.base_offset, header.record_count
+        if header.is_control or base >= end or base + count <= start:
+            continue
+        columns = key_column(batch, header)
+        if columns is None:
+            continue  # every key null: nothing to supersede or be superseded
+        bases.append(base)
+        counts.append(count)
+        lengths.append(columns[0])
+        data.append(columns[1])
+        records += count
+        if records >= group_records:
+            yield _gather(bases, counts, lengths, data)
+            bases, counts, lengths, data, records = [], [], [], [], 0
+    if bases:
+        yield _gather(bases, counts, lengths, data)
+
+
+def _gather(
+    bases: list[int], counts: list[int], lengths: list[memoryview], data: list[memoryview]
+) -> tuple[Any, Any, bytes]:
+    joined = np.frombuffer(b"".join(lengths), "<i4")
+    sizes = np.asarray(counts, dtype=np.int64)
+    firsts = np.cumsum(sizes) - sizes  # index of each batch's first record
+    key_bytes = np.add.reduceat(np.maximum(joined, 0), firsts, dtype=np.int64).tolist()
+    blob = b"".join(keys[:size] for keys, size in zip(data, key_bytes, strict=True))
+    shifts = np.repeat(np.asarray(bases, dtype=np.int64) - firsts, sizes)
+    return np.arange(len(joined), dtype=np.int64) + shifts, joined, blob
