@@ -17,7 +17,8 @@ Term = NewType("Term", int)
 """A leadership period of one partition's consensus group; -1 means none."""
 
 Offset = int
-"""A record's position in a partition's log (dense, from 0); an alias, not a NewType,
+"""A record's position in a partition's log (increasing from 0; keyed compaction
+leaves gaps between batches); an alias, not a NewType,
 because offsets are computed with everywhere (sums, ranges, struct fields)."""
 
 TopicPartition = tuple[str, int]

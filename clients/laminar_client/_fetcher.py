@@ -377,6 +377,23 @@ class FetchCore:
             state.log_start = response.log_start_offset
             data = response.batches
             if not data:
+                if response.high_watermark > offset:
+                    # Nothing below the high watermark from ``offset`` on: a gap keyed
+                    # compaction left at the end of a compacted range. The position
+                    # moves past it (an empty chunk), instead of fetching it again.
+                    state.fetch_offset = response.high_watermark
+                    self._inbox.put(
+                        Chunk(
+                            tp,
+                            epoch,
+                            b"",
+                            offset,
+                            response.high_watermark,
+                            response.high_watermark,
+                            None,
+                            address,
+                        )
+                    )
                 continue
             self.counters["bytes_fetched"] += len(data)
             try:

@@ -20,7 +20,8 @@ time index entry before which every batch is older.
 Reading (an executor, :func:`read_segment`) opens the segment file read-only
 (nothing here ever writes, locks or repairs a file: the node may be running),
 ``pread``s whole batches in windows of up to :data:`READ_WINDOW_BYTES`, checks each
-header, its base offset (dense offsets, no gap) and its payload checksum before
+header, its base offset (at or past the end of the batch before it: keyed
+compaction leaves gaps between batches, never overlaps) and its payload checksum before
 yielding its records as Arrow (:func:`~laminar_client.arrow.slices_to_arrow`: no
 Python object per record). Control batches, batches below the wanted offsets and
 batches wholly older than the time bound are skipped without reading their
@@ -429,19 +430,16 @@ def _walk(descriptor: int, task: SegmentTask) -> Iterator[ColumnSlice]:
             yield view, first, stop
         position += header.length
         expected = header.next_offset
-    # A sealed segment read to its end must end where the next one starts.
-    gap = task.segment_end_offset is not None and expected != task.segment_end_offset
-    if (
-        gap
-        and task.end_position is None
-        and (task.offset_end is None or expected < task.offset_end)
-    ):
+    # A sealed segment's batches must end by the next one's start (they may end
+    # before it: keyed compaction can remove a segment's last records).
+    overlap = task.segment_end_offset is not None and expected > task.segment_end_offset
+    if overlap and task.end_position is None:
         raise CorruptSegmentError(
             task.path,
             expected,
             position,
-            f"the segment ends at offset {expected} but the next one starts at "
-            f"{task.segment_end_offset}: offsets are missing",
+            f"the segment ends at offset {expected}, past the next one's start "
+            f"{task.segment_end_offset}",
         )
 
 
@@ -506,12 +504,12 @@ def _header(
             position,
             f"the batch needs {header.length} bytes, the file has {size - position} left",
         )
-    if header.base_offset != expected:
+    if header.base_offset < expected:  # (a gap before it is fine)
         raise CorruptSegmentError(
             task.path,
             expected,
             position,
-            f"the batch's base offset is {header.base_offset}, expected {expected}",
+            f"the batch's base offset is {header.base_offset}, expected {expected} or more",
         )
     return header
 

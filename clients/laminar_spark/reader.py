@@ -11,6 +11,14 @@ range and yields ``pyarrow.RecordBatch`` es built from the columns
 A fetch resumes at the next offset the task needs, which is always a batch
 boundary after the first, so a replica that dies mid-read costs one failed
 attempt, and no record is yielded twice or skipped.
+
+Offsets need not be dense: keyed compaction leaves gaps between batches. A fetch
+at an offset in a gap returns the batch after it; positions always come from the
+batches' ends, and a task whose remaining offsets hold no batch is done: the
+first batch after the position starts at or past the task's end, or the replica
+answered nothing at all below its high watermark (a gap at the end of a
+compacted range). Task sizes stay counted in offsets, as Spark's Kafka source
+counts them, so a task over a compacted range may yield fewer rows.
 """
 
 from __future__ import annotations
@@ -82,7 +90,9 @@ def read_range(
             # or below its log start while another replica still holds the offset:
             # the next fetch goes to another replica; waited for below.
             served_by, high_watermark, data = "a replica", error.end_offset, b""
+            answered = False
         else:
+            answered = True
             served_by, high_watermark, data = (
                 result.served_by,
                 result.high_watermark,
@@ -98,6 +108,11 @@ def read_range(
             yield slices_to_arrow(pieces, topic, partition, headers=headers)
         if position > before:
             stalled_since = None
+            continue
+        if answered and not data and high_watermark > position:
+            # Nothing below its high watermark from ``position`` on: a gap that keyed
+            # compaction left (a read in a gap returns the batch after it).
+            position = min(high_watermark, task.end)
             continue
         # Nothing at ``position`` on the replica that answered: it trails the planned end.
         now = clock()
@@ -129,13 +144,16 @@ def _owned(
         if after <= position:
             continue
         if base >= task.end:
+            # The batch after ``position`` starts past the task: the rest of the task
+            # is a gap (keyed compaction), or ``position`` already reached the end.
+            yield None, max(position, task.end)
             return
         sizer.saw(header.length, header.record_count)
         piece: ColumnSlice | None = None
         if not header.is_control and not (soft_start and base < task.start == position):
             verify_batch(buffer, at)
             view = column_view(buffer, at, verify=False)
-            first = max(position, task.range_start) - base
+            first = max(position, task.range_start, base) - base  # (position: maybe a gap)
             stop = min(after, task.range_end) - base
             piece = (view, first, stop)
         position = after

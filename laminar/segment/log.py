@@ -18,9 +18,16 @@ of all writes before it, the others wait). Sealing a segment always fsyncs it an
 its indexes, whatever the policy, so after any crash only the active segment can
 hold a torn tail. Creating or deleting a segment file fsyncs the directory.
 
-Recovery on open: stray files are removed; every batch of the active segment is
-validated (header and payload checksums) and the file is cut after the longest
-valid prefix of whole batches; its indexes are rebuilt from that scan. Sealed
+Offsets increase but need not be dense: keyed compaction leaves gaps between
+batches (never inside one), and a sealed segment's batches may start after its
+base and end before the next segment's (:mod:`laminar.segment.storage`). A read in
+a gap returns the batch after it, crossing into later segments when needed.
+
+Recovery on open: stray files are removed (a ``<base>.log.tmp`` is a segment
+replacement a crash cut short: :meth:`SegmentLog.replace_segment`); every batch of
+the active segment is validated (header and payload checksums, each starting at or
+after the previous one's end, terms not going back) and the file is cut after the
+longest valid prefix of whole batches; its indexes are rebuilt from that scan. Sealed
 segments keep their index files when these pass structural checks and otherwise
 get them rebuilt from the batch headers. Sealed segments are validated lazily:
 the first read of a range verifies the checksums of the batches it returns, and a
@@ -412,6 +419,9 @@ class SegmentLog:
         segment.next_offset = next_base_offset
         index = SparseIndex.read(segment.path(INDEX_SUFFIX), segment.path(TIME_INDEX_SUFFIX))
         if index is not None and index.entries_are_sane(segment.size):
+            if not index.positions:  # a segment keyed compaction emptied
+                segment.index = index
+                return
             last_relative, last_position = index.floor(2**32)
             try:
                 expected = segment.base_offset + last_relative
@@ -912,7 +922,7 @@ class SegmentLog:
                 raise InvalidInputError(f"segment {base} is the active segment")
             end = self._segments[number + 1].base_offset
             term_min = self._segments[number - 1].last_term if number else -1
-            term_max = self.last_term
+            term_max = self._first_term_from_locked(number + 1)
         temporary = replacement_path(self._directory, base)
         new = self._write_replacement(temporary, base, end, term_min, term_max, batches)
         with self._lock:
@@ -927,6 +937,15 @@ class SegmentLog:
                     os.unlink(temporary)
                 raise
             self._swap_locked(segment, new, temporary)
+
+    def _first_term_from_locked(self, number: int) -> int:
+        """The term of the first batch in segment ``number`` or a later one (the
+        log's last term when none holds a batch)."""
+        for segment in self._segments[number:]:
+            if segment.size:
+                with self._pinned(segment) as descriptor:
+                    return self._read_header(segment, descriptor, 0, segment.base_offset).term
+        return self.last_term
 
     def _write_replacement(
         self,
@@ -951,12 +970,7 @@ class SegmentLog:
                 offset = base
                 for batch in batches:
                     header = self._check_batch(batch)
-                    check_replacement(header.base_offset, header.next_offset, offset, end, base)
-                    if not term_min <= header.term <= term_max:
-                        raise InvalidInputError(
-                            f"batch at offset {header.base_offset} has term {header.term}, "
-                            f"outside [{term_min}, {term_max}] of its place in the log"
-                        )
+                    check_replacement(header, base, end, offset, term_min, term_max)
                     term_min = header.term
                     offset = header.next_offset
                     new.note_batch(position, header, interval)
@@ -1095,13 +1109,13 @@ class SegmentLog:
                 self._delete_segment_files(self._segments.pop())
             segment = self._segments[-1]
             descriptor = self._files.hold(segment.file)  # active again, if it was sealed
-            position, header = self._locate_locked(segment, descriptor, offset)
-            if header is not None and header.base_offset <= offset:
-                new_end = header.base_offset  # cut before the batch holding ``offset``
-            elif position:  # ``offset`` is in a gap: the end of the batch before it
+            # Cut before the batch holding ``offset`` (or the first after it, in a
+            # gap): the end is then that of the batch before the cut, which is what
+            # recovery finds there (a gap after the last batch would not survive).
+            position, _ = self._locate_locked(segment, descriptor, offset)
+            new_end = segment.base_offset  # (nothing of the segment kept)
+            if position:
                 new_end = self._header_before_locked(segment, descriptor, position).next_offset
-            else:  # nothing of the segment is kept
-                new_end = segment.base_offset
             self._cut_segment(segment, descriptor, position, new_end)
             self._truncations += 1
             _LOG.info("log truncated requested_offset=%d end_offset=%d", offset, new_end)
@@ -1357,7 +1371,8 @@ class SegmentLog:
     def _read_header(
         self, segment: _Segment, descriptor: int, position: int, expected: int
     ) -> BatchHeader:
-        """The header at ``position``; ``expected`` is the base offset it should have."""
+        """The header at ``position``; ``expected``: the end of the batch before it
+        (its base offset is at least that: gaps between batches are allowed)."""
         data = os.pread(descriptor, HEADER_BYTES, position)
         return self._parse_header(segment, data, 0, position, expected)
 
@@ -1365,10 +1380,10 @@ class SegmentLog:
         self, segment: _Segment, data: bytes, at: int, position: int, expected: int
     ) -> BatchHeader:
         """The header at ``data[at:]``, which lies at ``position`` in ``segment``'s file;
-        ``expected`` is the base offset it should have.
+        ``expected`` is the end of the batch before it (or the segment's base).
 
         A damaged header cannot be trusted for its own offset, so the error names
-        the offset the batch must start at (the end of the batch before it).
+        the offset the batch must start at or after (the end of the batch before it).
         """
         try:
             return parse_header(data, at, limits=self._config.limits)

@@ -184,12 +184,7 @@ class MemoryLog:
             header = verify_batch(data, limits=self._limits)
             if header.length != len(data):
                 raise InvalidInputError("buffer length differs from the batch length")
-            check_replacement(header.base_offset, header.next_offset, offset, end, base)
-            if not term_min <= header.term <= term_max:
-                raise InvalidInputError(
-                    f"batch at offset {header.base_offset} has term {header.term}, outside "
-                    f"[{term_min}, {term_max}] of its place in the log"
-                )
+            check_replacement(header, base, end, offset, term_min, term_max)
             term_min = header.term
             offset = header.next_offset
             new.append((header.base_offset, header.next_offset, header.term, bytes(data)))

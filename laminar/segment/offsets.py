@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from laminar.errors import InvalidInputError, OffsetOutOfRangeError
+from laminar.records import BatchHeader
 
 
 def check_read_range(offset: int, start_offset: int, end_offset: int) -> None:
@@ -20,12 +21,19 @@ def check_term(term: int, last_term: int) -> None:
 
 
 def check_replacement(
-    base_offset: int, next_offset: int, after: int, end: int, segment: int
+    header: BatchHeader, segment: int, end: int, after: int, term_min: int, term_max: int
 ) -> None:
-    """A replacement batch of the segment based at ``segment`` that ends at ``end``
-    must lie inside it, after the previous batch (which ended at ``after``)."""
+    """A replacement batch of the segment ``[segment, end)`` must lie inside it, after
+    the previous batch (which ended at ``after``), with a term in
+    ``[term_min, term_max]`` (the previous batch's term, the log's next one)."""
+    base_offset, next_offset = header.base_offset, header.next_offset
     if base_offset < after or next_offset > end:
         raise InvalidInputError(
             f"batch [{base_offset}, {next_offset}) does not fit in segment {segment} "
             f"after offset {after} and before {end}"
+        )
+    if not term_min <= header.term <= term_max:
+        raise InvalidInputError(
+            f"batch at offset {base_offset} has term {header.term}, outside "
+            f"[{term_min}, {term_max}] of its place in the log"
         )

@@ -522,6 +522,49 @@ def test_control_batches_are_skipped(cluster: FakeCluster, consumer: Callable[..
     assert reader.lag() == {TP0: 0}
 
 
+def _store_at(cluster: FakeCluster, tp: tuple[str, int], base: int, values: list[bytes]) -> None:
+    """Store one batch at ``base`` (past a gap: keyed compaction removed records)."""
+    with cluster.lock:
+        part = cluster.partition(*tp)
+        assert base >= part.end_offset
+        raw = encode_batch(values, timestamps_ms=[1000 * (base + i) for i in range(len(values))])
+        part.batches.append(with_leader_fields(raw, base, 1))
+        part.end_offset = base + len(values)
+        cluster.changed.notify_all()
+
+
+def test_gaps_between_batches_are_read_through(
+    cluster: FakeCluster, consumer: Callable[..., Facade]
+) -> None:
+    """A compacted log: batches at 0-1, 5-7 and 12, and a gap at its end (the high
+    watermark is 20, the last batch ends at 13). The position moves past every
+    gap, the one at the end too, without fetching in a loop."""
+    cluster.add_topic(TOPIC)
+    _store_at(cluster, TP0, 0, [b"a", b"b"])
+    _store_at(cluster, TP0, 5, [b"c", b"d", b"e"])
+    _store_at(cluster, TP0, 12, [b"f"])
+    with cluster.lock:
+        cluster.partition(TOPIC, 0).end_offset = 20
+    reader = consumer()
+    reader.assign({TP0: 3})  # in a gap: the records from the batch after it
+    got = reader.read(4)
+    assert offsets(got, TP0) == [5, 6, 7, 12]
+    assert [r.value for r in got] == [b"c", b"d", b"e", b"f"]
+
+    def past_the_end_gap() -> bool:
+        assert reader.read(1, timeout_s=0.05) == []
+        return reader.position(TP0) == 20
+
+    wait_until(past_the_end_gap, what="the position to pass the gap at the log end")
+    assert reader.lag() == {TP0: 0}
+    before = len(fetch_calls(cluster))
+    assert reader.quiet() == []
+    # At the end now: fetches wait for new data (a few per quiet period, not hundreds).
+    assert len(fetch_calls(cluster)) - before < 20
+    _store_at(cluster, TP0, 25, [b"g"])
+    assert offsets(reader.read(1), TP0) == [25]
+
+
 @pytest.mark.parametrize("reset", ["earliest", "latest"])
 def test_auto_offset_reset(
     cluster: FakeCluster, consumer: Callable[..., Facade], reset: str

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from laminar.errors import CorruptSegmentError
 from laminar.records import Record, decode_records, encode_batch, iter_batches
+from laminar.segment.log import ScrubCursor, ScrubResult, SegmentLog
 
 # (timestamp_ms, key, value) of one record before it is written.
 RecordSpec = tuple[int, bytes | None, bytes]
@@ -74,3 +76,22 @@ def flip(path: Path | str, position: int) -> None:
         byte = file.read(1)
         file.seek(position)
         file.write(bytes([byte[0] ^ 0x10]))
+
+
+def scrub_pass(
+    log: SegmentLog, max_bytes: int, cursor: ScrubCursor | None = None
+) -> tuple[int, list[CorruptSegmentError], int]:
+    """Scrub until the pass ends: bytes scrubbed, damage found, calls made."""
+    total = 0
+    damage: list[CorruptSegmentError] = []
+    calls = 0
+    while True:
+        result: ScrubResult = log.scrub(cursor, max_bytes)
+        calls += 1
+        assert calls < 10_000, "the pass does not end"
+        total += result.scrubbed_bytes
+        if result.damage is not None:
+            damage.append(result.damage)
+        if result.cursor is None:
+            return total, damage, calls
+        cursor = result.cursor

@@ -22,7 +22,7 @@ import pytest
 from laminar.errors import CorruptSegmentError
 from laminar.records import HEADER_BYTES, with_leader_fields
 from laminar.segment import FsyncPolicy, LogConfig, SegmentLog
-from tests.segment.support import FakeClock, RecordSpec, make_batch, split_batches
+from tests.segment.support import FakeClock, RecordSpec, make_batch, scrub_pass, split_batches
 
 CONFIG = LogConfig(
     segment_bytes_max=2048,
@@ -521,13 +521,7 @@ def test_a_swapped_segment_reopens_without_rebuilding_anything(
     with SegmentLog.open(str(template), CONFIG, set_aside=damage.append) as log:
         assert _read_all(log, random.Random(2)) == expected
         assert log.damage_found is None
-        cursor = None
-        while True:
-            result = log.scrub(cursor, 1000)
-            assert result.damage is None
-            if result.cursor is None:
-                break
-            cursor = result.cursor
+        assert scrub_pass(log, 1000)[1] == []
     assert damage == []
     messages = [record.getMessage() for record in caplog.records]
     assert not [m for m in messages if "rebuilding" in m or "truncating" in m], messages

@@ -57,6 +57,10 @@ def test_the_tree_names_every_file_the_layout_names() -> None:
     assert layout.segment_name(42) == "00000000000000000042.log"
     assert "`00000000000000000042.log`" in DOC
     assert f"ending in **`{layout.TEMPORARY_SUFFIX}`**" in DOC
+    replacement = layout.replacement_path("d", 42)
+    assert replacement == "d/00000000000000000042.log.tmp"
+    assert re.search(r"\s<base>\.log\.tmp\s", tree)
+    assert layout.is_temporary(replacement.split("/")[-1])
 
 
 def test_committed_file_as_documented() -> None:

@@ -22,7 +22,7 @@ from laminar.replica.epochs import Epochs
 from laminar.segment import FsyncPolicy, LogConfig, MemoryLog, SegmentLog
 from laminar.segment.layout import replacement_path
 from laminar.segment.storage import LogStorage
-from tests.segment.support import FakeClock, open_files_under, split_batches
+from tests.segment.support import FakeClock, open_files_under, scrub_pass, split_batches
 
 CONFIG = LogConfig(
     segment_bytes_max=1 << 20,
@@ -184,6 +184,24 @@ def test_a_gapped_disk_log_reopens_unchanged(
     assert not [r for r in caplog.records if "truncating" in r.getMessage()]
 
 
+def test_an_emptied_segment_reopens_without_an_index_rebuild(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    batches = [stamped(i, 1 + i // 6) for i in range(12)]
+    directory = str(tmp_path / "log")
+    with SegmentLog.open(directory, CONFIG) as log:
+        fill(log, batches, roll_before=frozenset({3, 6, 9}))
+        log.replace_segment(3, [])  # every record of [3, 6) superseded
+        log.replace_segment(6, [])  # [6, 9): its term's first batch too, here
+    caplog.set_level(logging.INFO, logger="laminar.segment")
+    with SegmentLog.open(directory, CONFIG) as log:
+        held = batches[:3] + batches[9:]
+        assert read_all(log) == [b.data for b in held]
+        assert [log.term_at(o) for o in range(12)] == [term_expected(held, o) for o in range(12)]
+        assert log.offset_for_timestamp(35) == 9  # the batches stamped 30-80 are gone
+    assert not [r for r in caplog.records if "rebuilding index" in r.getMessage()]
+
+
 def test_recovery_still_cuts_an_overlapping_or_older_term_batch(tmp_path: Path) -> None:
     directory = str(tmp_path / "log")
     with SegmentLog.open(directory, CONFIG) as log:
@@ -206,6 +224,11 @@ def test_truncation_in_a_gap_keeps_the_batches_before_it(open_log: Opener) -> No
     assert read_all(log) == [stamped(0, 1).data, stamped(5, 1).data]
     assert log.truncate_suffix(3) == 1
     assert log.append_stamped(stamped(1, 2).data) == 1
+    # A cut at a batch after a gap: the end is the batch before the gap's end (what
+    # a reopened log finds), and the leader's next batch comes with that as `after`.
+    log.append_stamped(stamped(4, 2, count=3).data, after=2)
+    assert log.truncate_suffix(5) == 2
+    assert log.append_stamped(stamped(6, 3).data, after=2) == 6
 
 
 @pytest.mark.parametrize(("start", "start_term"), [(0, -1), (40, 1)])
@@ -312,6 +335,7 @@ def test_replace_segment_refuses_bad_input_whole(open_log: Opener, tmp_path: Pat
         "not increasing": (4, [batches[6].data, batches[5].data]),
         "corrupt": (0, [bytes(corrupt)]),
         "term below the log before it": (4, [stamped(5, 1).data]),
+        "term above the log after it": (0, [stamped(1, 4).data]),
         "term going back": (0, [batches[1].data, stamped(2, 1).data]),
         "not a batch": (0, [b"garbage"]),
     }
@@ -343,11 +367,43 @@ def test_scrub_finds_no_damage_in_a_gapped_log(tmp_path: Path) -> None:
     with SegmentLog.open(str(tmp_path / "log"), CONFIG) as log:
         fill(log, batches[:3] + batches[5:], roll_before=frozenset({6}))
         log.replace_segment(0, [batches[1].data, batches[5].data])
-        cursor = None
-        while True:
-            result = log.scrub(cursor, 100)
-            assert result.damage is None
-            if result.cursor is None:
-                break
-            cursor = result.cursor
+        assert scrub_pass(log, 100)[1] == []
         assert log.check_batch_at(3) is None  # in a gap: the batch after it is fine
+
+
+def test_a_read_racing_a_swap_returns_the_old_or_the_new_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read has looked its segment up and pinned its file, and the segment is
+    replaced before it reads (made certain by running the swap at that point): it
+    returns the old file's batches or the new file's, whole, never a mix of the old
+    file's bytes and the new file's positions."""
+    import threading
+
+    batches, offset = [], 0
+    for number in range(30):  # batches of different sizes: positions differ per file
+        batches.append(stamped(offset, 1, count=1 + number % 3))
+        offset = batches[-1].next
+    log = SegmentLog.open(str(tmp_path / "log"), CONFIG)
+    fill(log, batches, roll_before=frozenset({batches[20].base}))
+    kept = [batch for number, batch in enumerate(batches[:20]) if number % 3 == 1]
+    read_from = SegmentLog._read_from
+    swaps: list[threading.Thread] = []
+
+    def swap_first(self: SegmentLog, *args: object) -> tuple[bytes, int]:
+        if not swaps:  # (outside the log's lock: another thread may take it)
+            swaps.append(
+                threading.Thread(target=log.replace_segment, args=(0, [b.data for b in kept]))
+            )
+            swaps[0].start()
+            swaps[0].join()
+        return read_from(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SegmentLog, "_read_from", swap_first)
+    reading = batches[4]
+    got = split_batches(log.read(reading.base, 1 << 20))
+    assert swaps and read_all(log, max_bytes=1 << 20) == [b.data for b in kept + batches[20:]]
+    old = [b.data for b in batches[4:20]]
+    new = [b.data for b in kept if b.next > reading.base]
+    assert got in (old, new)
+    log.close()

@@ -5,7 +5,12 @@ for the disk log, the base offsets of the segments, which it derives from the
 documented roll and retention rules (``LogConfig``): a segment is rolled before an
 append would make a non-empty segment larger than ``segment_bytes_max``; retention
 deletes the oldest sealed segment while the remaining ones still hold at least
-``retention_bytes``.
+``retention_bytes``. The memory log's segments are its roll points.
+
+Logs get gaps between batches as keyed compaction leaves them: followers' appends
+past the end (``append_stamped(after=)``) and sealed segments replaced by a subset
+of their batches (``replace_segment``). A read in a gap returns the batches after
+it, ``term_at`` there is the term of the batch before it (-1 at the log start).
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from laminar.errors import NonMonotonicOffsetError, OffsetOutOfRangeError
-from laminar.records import decode_records, with_leader_fields
+from laminar.errors import InvalidInputError, NonMonotonicOffsetError, OffsetOutOfRangeError
+from laminar.records import decode_records, parse_header, with_leader_fields
 from laminar.segment import FsyncPolicy, LogConfig, MemoryLog, SegmentLog
 from laminar.segment.files import SegmentFiles
 from tests.segment.support import (
@@ -94,7 +99,10 @@ class LogMachine(RuleBasedStateMachine):
 
     @property
     def end(self) -> int:
-        return self.batches[-1].next_offset if self.batches else self.start
+        # The active segment's base when it holds no batch (a compacted segment's
+        # batches may end before it).
+        last = self.batches[-1].next_offset if self.batches else self.start
+        return max(last, self.segment_bases[-1])
 
     @property
     def last_term(self) -> int:
@@ -148,15 +156,30 @@ class LogMachine(RuleBasedStateMachine):
         if self.is_disk:
             active = self._segment_bytes(self.segment_bases[-1], None)
             if active and active + len(batch.data) > SEGMENT_BYTES_MAX:
-                self.segment_bases.append(batch.base_offset)
+                self.segment_bases.append(self.end)  # (the batch may start past it)
                 self._model_retention()
         self.batches.append(batch)
 
     def _batch_index(self, offset: int) -> int:
+        """The batch holding ``offset``, or the first one after it (a gap); the
+        number of batches when none is at or after it."""
         for index, batch in enumerate(self.batches):
-            if batch.base_offset <= offset < batch.next_offset:
+            if offset < batch.next_offset:
                 return index
-        raise AssertionError(f"offset {offset} is in no model batch")
+        return len(self.batches)
+
+    def _term_at(self, offset: int) -> int:
+        before = [batch.term for batch in self.batches if batch.base_offset <= offset]
+        return before[-1] if before else -1
+
+    def _segment_batches(self, base: int) -> list[ModelBatch]:
+        number = self.segment_bases.index(base)
+        following = self.segment_bases[number + 1] if number + 1 < len(self.segment_bases) else None
+        return [
+            batch
+            for batch in self.batches
+            if batch.base_offset >= base and (following is None or batch.base_offset < following)
+        ]
 
     def _draw_term(self, step: int) -> int:
         return max(self.last_term, 0) + step
@@ -185,6 +208,57 @@ class LogMachine(RuleBasedStateMachine):
         assert self.log.append_stamped(stamped) == expected_base
         self._model_append(ModelBatch(expected_base, term, records, stamped))
 
+    @rule(records=record_specs, term_step=st.integers(0, 1), gap=st.integers(1, 6))
+    def append_past_a_gap(self, records: list[RecordSpec], term_step: int, gap: int) -> None:
+        term = self._draw_term(term_step)
+        raw = make_batch(records)
+        base = self.end + gap
+        stamped = with_leader_fields(raw, base, term)
+        for wrong in (None, self.end + 1, self.end - 1):
+            if wrong is None or wrong >= 0:
+                with pytest.raises(NonMonotonicOffsetError):
+                    self.log.append_stamped(stamped, after=wrong)
+        assert self.log.append_stamped(stamped, after=self.end) == base
+        self._model_append(ModelBatch(base, term, records, stamped))
+
+    # ------------------------------------------------------------------ segments
+
+    @rule()
+    def roll(self) -> None:
+        self.log.roll()
+        if self._segment_batches(self.segment_bases[-1]):
+            self.segment_bases.append(self.end)
+            if self.is_disk:
+                self._model_retention()  # sealing applies retention
+        self._check_segments()
+
+    @rule(data=st.data())
+    def replace_segment(self, data: st.DataObject) -> None:
+        """Keyed compaction's rewrite of a sealed segment: a subset of its batches."""
+        sealed = self.segment_bases[:-1]
+        if not sealed:
+            with pytest.raises(InvalidInputError):
+                self.log.replace_segment(self.segment_bases[-1], [])
+            return
+        base = data.draw(st.sampled_from(sealed), label="segment")
+        batches = self._segment_batches(base)
+        assert list(self.log.read_segment(base)) == [batch.data for batch in batches]
+        keep = data.draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)))
+        kept = [batch for batch, kept in zip(batches, keep, strict=True) if kept]
+        others = [batch for batch in self.batches if batch not in batches]
+        if others and data.draw(st.booleans(), label="refused"):
+            stray = data.draw(st.sampled_from(others), label="stray")
+            with pytest.raises(InvalidInputError):
+                refused = sorted([*kept, stray], key=_base_of_batch)
+                self.log.replace_segment(base, [batch.data for batch in refused])
+        self.log.replace_segment(base, [batch.data for batch in kept])
+        self.batches = [batch for batch in self.batches if batch not in batches or batch in kept]
+        self._check_segments()
+
+    def _check_segments(self) -> None:
+        bases = self.segment_bases
+        assert self.log.sealed_segments() == list(itertools.pairwise(bases))
+
     # ------------------------------------------------------------------ reads
 
     @rule(data=st.data())
@@ -199,7 +273,7 @@ class LogMachine(RuleBasedStateMachine):
         got = split_batches(result)
         expected = self.batches[self._batch_index(offset) :]
         assert got == [batch.data for batch in expected[: len(got)]]
-        first_allowed = upper is None or expected[0].next_offset <= upper
+        first_allowed = bool(expected) and (upper is None or expected[0].next_offset <= upper)
         if first_allowed:
             assert got, "a read below the end returns at least one batch"
         else:
@@ -235,9 +309,9 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def term_at(self, data: st.DataObject) -> None:
-        if self.batches:
+        if self.start < self.end:
             offset = data.draw(st.integers(self.start, self.end - 1), label="offset")
-            assert self.log.term_at(offset) == self.batches[self._batch_index(offset)].term
+            assert self.log.term_at(offset) == self._term_at(offset)
         with pytest.raises(OffsetOutOfRangeError):
             self.log.term_at(self.end)
 
@@ -251,6 +325,7 @@ class LogMachine(RuleBasedStateMachine):
             kept = [base for base in self.segment_bases if base < offset]
             self.segment_bases = kept or self.segment_bases[:1]
         assert self.log.truncate_suffix(offset) == self.end
+        self._check_segments()
 
     @rule(data=st.data())
     def reset(self, data: st.DataObject) -> None:
@@ -259,6 +334,7 @@ class LogMachine(RuleBasedStateMachine):
         self.start = start
         self.batches = []
         self.segment_bases = [start]
+        self._check_segments()
 
     @precondition(lambda self: self.is_disk)
     @rule()
@@ -272,12 +348,19 @@ class LogMachine(RuleBasedStateMachine):
     def delete_before(self, data: st.DataObject) -> None:
         assert isinstance(self.log, MemoryLog)
         offset = data.draw(st.integers(self.start, self.end), label="offset")
+        end = self.end
         self.log.delete_before(offset)
-        # "Drop whole batches that end at or below offset."
+        # "Drop whole batches that end at or below offset" (the start: at most offset,
+        # or the first batch kept when offset is in a gap).
         kept = [batch for batch in self.batches if batch.next_offset > offset]
         if len(kept) < len(self.batches):
-            self.start = kept[0].base_offset if kept else self.end
+            if kept:
+                self.start = min(kept[0].base_offset, max(offset, self.start))
+            else:
+                self.start = max(min(offset, end), self.batches[-1].next_offset)
+            self.segment_bases = [self.start, *(b for b in self.segment_bases if b > self.start)]
         self.batches = kept
+        self._check_segments()
 
     # ------------------------------------------------------------------ state and reopen
 
@@ -338,9 +421,29 @@ class LogMachine(RuleBasedStateMachine):
             assert self.files.idle <= 1
             assert len(open_files_under(self.root)) <= 2
 
+    @rule(max_bytes=st.sampled_from([1, 700, 1 << 20]))
+    def read_everything(self, max_bytes: int) -> None:
+        """Every batch is read back from the log start, through every gap."""
+        offset, got = self.start, []
+        while offset < self.end:
+            found = split_batches(self.log.read(offset, max_bytes))
+            if not found:
+                break
+            got += found
+            offset = max(offset + 1, _next_offset(found[-1]))
+        assert got == [batch.data for batch in self.batches]
+
     def teardown(self) -> None:
         self.log.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _base_of_batch(batch: ModelBatch) -> int:
+    return batch.base_offset
+
+
+def _next_offset(data: bytes) -> int:
+    return parse_header(data).next_offset
 
 
 @pytest.mark.parametrize("kind", ["segment", "memory"])

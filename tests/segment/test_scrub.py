@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from laminar.errors import CorruptSegmentError, InvalidInputError, OffsetOutOfRangeError
+from laminar.errors import InvalidInputError, OffsetOutOfRangeError
 from laminar.records import HEADER_BYTES
 from laminar.segment import LogConfig, SegmentLog
-from laminar.segment.log import ScrubCursor, ScrubResult
-from tests.segment.support import FakeClock, flip, simple_batch
+from laminar.segment.log import ScrubCursor
+from tests.segment.support import FakeClock, flip, scrub_pass, simple_batch
 from tests.segment.test_log_unit import _config as unit_config
 
 SEGMENT_BYTES = 4096
@@ -72,25 +72,6 @@ def write(log: SegmentLog, count: int, *, records: int = 3, value_bytes: int = 1
 def _segment_base(log: SegmentLog, offset: int) -> int:
     bases = sorted(int(n.split(".")[0]) for n in os.listdir(log.directory) if n.endswith(".log"))
     return max(b for b in bases if b <= offset)
-
-
-def scrub_pass(
-    log: SegmentLog, max_bytes: int, cursor: ScrubCursor | None = None
-) -> tuple[int, list[CorruptSegmentError], int]:
-    """Scrub until the pass ends: bytes scrubbed, damage found, calls made."""
-    total = 0
-    damage: list[CorruptSegmentError] = []
-    calls = 0
-    while True:
-        result: ScrubResult = log.scrub(cursor, max_bytes)
-        calls += 1
-        assert calls < 10_000, "the pass does not end"
-        total += result.scrubbed_bytes
-        if result.damage is not None:
-            damage.append(result.damage)
-        if result.cursor is None:
-            return total, damage, calls
-        cursor = result.cursor
 
 
 def file_bytes(log: SegmentLog) -> int:

@@ -277,3 +277,54 @@ def test_internal_topics_only_when_named(data_dir: Path) -> None:
     assert topics(_options(data_dir, subscribePattern=".*")) == {"events"}
     assert topics(_options(data_dir, subscribe="__cluster")) == {"__cluster"}
     assert topics(_options(internal)) == {"__cluster"}
+
+
+# ---------------------------------------------------------------------- keyed compaction
+
+
+def _compact(directory: Path) -> list[int]:
+    """Replace each sealed segment of the log in ``directory`` as keyed compaction
+    would (the segments keep their names): keep one batch in three of every sealed
+    segment but the second, which loses all its batches. The offsets held after."""
+    with SegmentLog.open(str(directory), CONFIG) as log:
+        for number, (base, _) in enumerate(log.sealed_segments()):
+            kept = [
+                batch
+                for index, batch in enumerate(log.read_segment(base))
+                if number != 1 and (index % 3 == 1)
+            ]
+            log.replace_segment(base, kept)
+        offsets = []
+        for base, _ in [*log.sealed_segments(), (log.sealed_segments()[-1][1], 0)]:
+            for batch in log.read_segment(base):
+                header = parse_header(batch)
+                if not header.is_control:
+                    offsets += range(header.base_offset, header.next_offset)
+    return offsets
+
+
+def test_a_compacted_partition_reads_every_record_it_holds(data_dir: Path, tmp_path: Path) -> None:
+    copy = _copy_partition(data_dir, tmp_path, 1)
+    held = _compact(copy)
+    assert 0 < len(held) < 200
+    assert held[0] > 0  # the first segment's first batch is gone: a gap at its start
+    root = copy.parents[2]
+    options = _options(root)
+    assert _offsets(_read(options), 1) == held
+    assert _offsets(_read(_options(root, bytesPerTask="500")), 1) == held
+    pushed = Pushed(offset_min=60, offset_end=170)
+    assert _offsets(_read(options, pushed), 1) == [o for o in held if 60 <= o < 170]
+    bound = Pushed(timestamp_min_ms=BASE_MS + 30 * 1000)
+    assert _offsets(_read(options, bound), 1) == [o for o in held if o >= 150]
+
+
+def test_a_batch_overlapping_the_one_before_is_still_damage(data_dir: Path, tmp_path: Path) -> None:
+    copy = _copy_partition(data_dir, tmp_path, 1)
+    first = _segments(copy)[0]
+    data = first.read_bytes()
+    starts = _batch_starts(data)
+    second = data[starts[1] : starts[2]]
+    # The second batch twice: its copy starts below the end of the batch before it.
+    first.write_bytes(data[: starts[2]] + second + data[starts[2] :])
+    with pytest.raises(CorruptSegmentError, match="expected 10 or more"):
+        _read(_options(copy.parents[2]))
