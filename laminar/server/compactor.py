@@ -158,9 +158,13 @@ def run_command(
         return 0
     kept = 0
     with build_superseded(read_range, start, end, memory_bytes_max, temp_dir=temp_dir) as gone:
-        for base, _ in segments:
+        for base, segment_end in segments:
             if cancelled():
                 raise CompactionCancelledError
+            span = segment_end - base
+            if segment_end <= end and gone.count(base, span) == span:
+                log.replace_segment(base, [])  # every offset superseded: not even read
+                continue
             output = _Counted(compact(_paced(log.read_segment(base), pacer), command, gone), end)
             log.replace_segment(base, output)
             kept += output.count

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import pytest
@@ -430,3 +430,21 @@ def test_the_decision_reads_the_dirty_range_a_bounded_step_per_check() -> None:
     assert sum(size for _, _, _, size in scan.runs) == 200 * len(batch)
     again = log_view(log, scan, high_watermark=150, clean_bytes=0)
     assert again.batches == scan.runs  # nothing more read; the limit is the rule's
+
+
+def test_a_segment_whose_every_offset_is_superseded_is_emptied_without_a_read() -> None:
+    log = MemoryLog(fsync=False, segment_batches_max=2)
+    for _ in range(10):
+        log.append(encode_batch([b"v"], keys=[b"k"]), term=1)
+    log.roll()
+    reads: list[int] = []
+    original = log.read_segment
+
+    def counting(base: int) -> Iterator[bytes]:
+        reads.append(base)
+        return original(base)
+
+    log.read_segment = counting  # type: ignore[method-assign]
+    run_command(log, CompactCommand(10, 0, codec=0), memory_bytes_max=1 << 20)
+    assert [parse_header(b).base_offset for b in _batches(log)] == [9]
+    assert reads == [0, 2, 4, 6, 8, 8]  # one pass over the range, one rewrite
