@@ -16,7 +16,7 @@ from functools import partial
 
 import pytest
 
-from laminar.errors import ZstdVersionError
+from laminar.errors import ConfigError, ZstdVersionError
 from laminar.records import decode_records, encode_batch, iter_batches, parse_header
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
@@ -448,3 +448,11 @@ def test_a_segment_whose_every_offset_is_superseded_is_emptied_without_a_read() 
     run_command(log, CompactCommand(10, 0, codec=0), memory_bytes_max=1 << 20)
     assert [parse_header(b).base_offset for b in _batches(log)] == [9]
     assert reads == [0, 2, 4, 6, 8, 8]  # one pass over the range, one rewrite
+
+
+def test_compaction_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="compaction_memory_bytes_max must be >= 1048576"):
+        HostConfig(compaction_memory_bytes_max=(1 << 20) - 1)
+    with pytest.raises(ConfigError, match="compaction_bytes_per_s_max must be >= 0"):
+        HostConfig(compaction_bytes_per_s_max=-1)
+    assert HostConfig(compaction_bytes_per_s_max=0).compaction_bytes_per_s_max == 0  # no limit
