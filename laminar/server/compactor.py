@@ -142,6 +142,8 @@ def run_command(
     """Compact ``log`` below ``command.end`` (its segments there are sealed); the
     bytes left below it. Raises :class:`CompactionCancelledError` when ``cancelled()`` turns true
     between steps, and the storage's errors."""
+    if cancelled():
+        raise CompactionCancelledError
     start = log.start_offset
     end = command.end
     segments = segments_below(log, end)

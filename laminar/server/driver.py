@@ -618,7 +618,10 @@ class ReplicaDriver(Generic[R]):
         self._compaction_pacer = compaction_pacer or (lambda: Pacer(0))
         self._compacting: set[PartitionKey] = set()
         """Replicas whose log a compaction job holds (it may outlive the replica's
-        closing: no reopen until it is done)."""
+        closing: no reopen, no new replica and no deletion of its files until it is
+        done)."""
+        self._after_job: dict[PartitionKey, Callable[[], None]] = {}
+        """What waits for a replica's compaction job to end (a deletion, a reopen)."""
         self.liveness = (liveness or DriverLiveness)(self, owner)
         self.closing = False
         """The shell is closing: no replica opens or reopens any more."""
@@ -906,7 +909,10 @@ class ReplicaDriver(Generic[R]):
                 _remove_replica_directory(partition_directory(self.data_dir, *key))
             return
         self.close_replica(replica, None)
-        _remove_replica_directory(replica.directory)
+        if key in self._compacting:  # its job stops at its next step: delete then
+            self._after_job[key] = partial(_remove_replica_directory, replica.directory)
+        else:
+            _remove_replica_directory(replica.directory)
         _LOG.info("replica deleted %s/%d", *key, extra=fields(key))
 
     def reopen_replica(self, key: PartitionKey) -> R | None:
@@ -926,7 +932,14 @@ class ReplicaDriver(Generic[R]):
             extra=fields(key),
         )
         self.close_replica(replica, UnavailableError(f"{key[0]}/{key[1]}: replica reopened"))
+        if key in self._compacting:  # a second log on its files only once the job stops
+            self._after_job[key] = partial(self._reopen_after_job, key)
+            return None
         return self.open_replica(key, None)
+
+    def _reopen_after_job(self, key: PartitionKey) -> None:
+        if key not in self.replicas and not self.closing:
+            self.open_replica(key, None)
 
     def close_replica(self, replica: R, error: Exception | None) -> None:
         """Take ``replica`` out (its callers failed with ``error``) and close its log."""
@@ -1004,6 +1017,7 @@ class ReplicaDriver(Generic[R]):
                     self.closing
                     or key in self._fenced
                     or key in self._creating
+                    or key in self._compacting  # the old log's job has not stopped yet
                     or self.disk.full  # takes no new replicas
                     or not self._owner.accept_replica(key)
                 ):
@@ -1323,6 +1337,9 @@ class ReplicaDriver(Generic[R]):
     ) -> None:
         replica.compacting = False
         self._compacting.discard(replica.key)
+        after = self._after_job.pop(replica.key, None)
+        if after is not None:
+            after()
         if replica.closed:
             return
         if isinstance(outcome, BaseException):

@@ -456,3 +456,23 @@ def test_compaction_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="compaction_bytes_per_s_max must be >= 0"):
         HostConfig(compaction_bytes_per_s_max=-1)
     assert HostConfig(compaction_bytes_per_s_max=0).compaction_bytes_per_s_max == 0  # no limit
+
+
+def test_a_replica_reopened_while_its_job_runs_opens_again_once_the_job_stops() -> None:
+    jobs: list[tuple[Callable[[], int], JobDone]] = []
+    net = _Net(("a",), run_job=lambda job, done: jobs.append((job, done)))
+    net.run_for(500)
+    net.produce(_keyed(30, 3))
+    net.run_for(CHECK_MS + 100)
+    ((job, done),) = jobs
+    driver = net.drivers["a"]
+    assert driver.reopen_replica(KEY) is None  # not a second log on its files yet
+    assert driver.get(KEY) is None
+    outcome: int | BaseException
+    try:
+        outcome = job()
+    except CompactionCancelledError as error:  # it saw its replica closed
+        outcome = error
+    assert isinstance(outcome, CompactionCancelledError)
+    done(outcome)
+    assert driver.get(KEY) is not None  # reopened now
