@@ -73,6 +73,17 @@ Protocol notes (see ``docs/design.md`` for the reasoning)
   is appended; entries at or past the log end are dropped on restart.
 * Idempotent producers: every replica applies every appended batch to its
   :class:`~laminar.replica.producers.ProducerTable`, rebuilt from the log on start.
+* Keyed compaction is agreed through the log (:mod:`~laminar.replica.compaction_control`):
+  the leader appends a ``compact`` control batch when its shell asks
+  (:meth:`ReplicaCore.propose_compact`); every replica's ``Ready`` carries a
+  :class:`~laminar.replica.messages.Compact` event once its high watermark passes
+  the batch, and again after a restart until the shell reports it applied
+  (:meth:`ReplicaCore.compaction_done`, saved as ``compacted_through``). A
+  compacted log has gaps between batches: a follower appends a batch past its log
+  end when the leader's request vouches for the gap (nothing of the leader's log
+  lies between the previous batch and it), and the term of an offset in a gap is
+  the term of the batch before it (a term starts with a no-op, never removed), so
+  elections and log matching are unchanged.
 
 Damaged storage
 ---------------
@@ -111,7 +122,7 @@ from typing import assert_never
 
 import msgpack
 
-from laminar.errors import OffsetOutOfRangeError, RecordFormatError
+from laminar.errors import CorruptBatchError, OffsetOutOfRangeError, RecordFormatError
 from laminar.logfields import PEER, TERM, fields, parse_partition_name
 from laminar.records import (
     DEFAULT_LIMITS,
@@ -123,6 +134,11 @@ from laminar.records import (
     next_offset,
     parse_header,
     verify_batch,
+)
+from laminar.replica.compaction_control import (
+    command_end,
+    compact_in,
+    encode_compact,
 )
 from laminar.replica.confchange import (
     CONTROL_CONFIG,
@@ -146,6 +162,7 @@ from laminar.replica.liveness import (
 from laminar.replica.messages import (
     AppendRequest,
     AppendResponse,
+    Compact,
     ConfigChanged,
     Event,
     Heartbeat,
@@ -168,6 +185,7 @@ from laminar.replica.progress import Mode, Progress, probe_after_rejection
 from laminar.replica.quorum import commit_offset, in_sync, majority_heard
 from laminar.replica.state import BOOTSTRAP_OFFSET, decode_state, encode_state, founding_state
 from laminar.replica.types import NEVER_MS, Acks, GroupConfig, NodeId, Role
+from laminar.segment.compaction import COMMAND_VALUE_BYTES_MAX
 from laminar.segment.storage import Buffer, LogStorage
 
 __all__ = [  # names other modules import from here (some now live in the modules above)
@@ -255,6 +273,11 @@ class ReplicaCore:
         self._start_epochs: list[list[int]] = []
         self._healing_since: int | None = None
         self._healing_told_term = -1  # the term of the last append answered while healing
+        self._compacted_through = -1  # the last compact command the shell applied
+        # Keyed compaction commands in the log, (offset, value), ascending: those past
+        # _compact_emitted are given to the shell once committed; older ones stay (the
+        # shell's decision takes T from them) until the shell prunes them.
+        self._compacts: list[tuple[int, bytes]] = []
         saved = storage.load_state()
         if founding:
             # The host wrote the founding state itself (many replicas, one sync):
@@ -283,6 +306,7 @@ class ReplicaCore:
         self._epochs = Epochs.from_storage(storage, self._saved_term_at(storage.start_offset - 1))
         self._producers = ProducerTable(config.producer_window, config.producers_max)
         logged = self._rebuild_from_log()
+        self._compact_emitted = self._compacted_through
         # The log is the truth for the configurations it holds (their saves are
         # staged like term and vote, so a crash may leave the state behind the log,
         # or ahead of a truncation); the state only for those below the log start.
@@ -352,7 +376,12 @@ class ReplicaCore:
         assert self.term >= self._saved_term, (self._label, self.term, self._saved_term)
         self._saved_term = self.term
         state = encode_state(
-            self.term, self.voted_for, self._configs, self._start_epochs, self._healing_since
+            self.term,
+            self.voted_for,
+            self._configs,
+            self._start_epochs,
+            self._healing_since,
+            self._compacted_through,
         )
         if now:
             self._storage.save_state(state)
@@ -367,18 +396,21 @@ class ReplicaCore:
         self._configs = state.configs
         self._start_epochs = state.start_epochs
         self._healing_since = state.healing_since
+        self._compacted_through = state.compacted_through
 
     def _rebuild_from_log(self) -> list[tuple[int, GroupConfig]]:
         """Apply every batch of the log to the producer table (state lives in the
-        log), and return the configurations the log holds, in offset order."""
+        log), note its keyed compaction commands, and return the configurations the
+        log holds, in offset order."""
         configs: list[tuple[int, GroupConfig]] = []
         offset = self._storage.start_offset
         end = self._storage.end_offset
         while offset < end:
             data = self._storage.read(offset, 1 << 20)
             for position, header in iter_batches(data, verify=False, limits=self._limits):
-                # Paired with the storage's check on append: the log is contiguous.
-                assert header.base_offset == offset, (self._label, header.base_offset, offset)
+                # Paired with the storage's check on append: batches follow each other
+                # (with gaps between them where keyed compaction removed records).
+                assert header.base_offset >= offset, (self._label, header.base_offset, offset)
                 if not header.is_control:
                     self._producers.record(
                         header.producer_id,
@@ -391,7 +423,12 @@ class ReplicaCore:
                     config = config_in(header, batch, self._limits)
                     if config is not None:
                         configs.append((header.base_offset, config))
+                    self._note_compact(header, batch)
                 offset = header.next_offset
+        # Compaction may have trimmed producers' batches below the newest command's
+        # end: a table rebuilt from them must not call a sequence out of order.
+        if self._compacts:
+            self._forget_producers_before(self._compacts[-1][1])
         return configs
 
     def _log_extra(self, peer: str | None = None) -> dict[str, object]:
@@ -939,6 +976,8 @@ class ReplicaCore:
     def ready(self) -> Ready:
         if self.role is Role.LEADER:
             self._flush_appends()
+        if self._compacts and self._compacts[-1][0] > self._compact_emitted:
+            self._emit_compacts()
         early = tuple(m for m in self._messages if isinstance(m.message, _EARLY))
         late = tuple(m for m in self._messages if not isinstance(m.message, _EARLY))
         ready = Ready(
@@ -976,6 +1015,7 @@ class ReplicaCore:
                 header.producer_id, header.base_sequence, header.record_count, header.base_offset
             )
             return
+        self._note_compact(header, batch)
         config = config_in(header, batch, self._limits)
         if config is not None:
             assert self._configs and self._configs[-1] == (header.base_offset, config), self._label
@@ -993,6 +1033,81 @@ class ReplicaCore:
         self._configs.append((base_offset, config))
         self._save_state()
         self._maybe_healed(base_offset, config)
+
+    # ------------------------------------------------------------------ keyed compaction
+
+    def propose_compact(self, value: bytes, now_ms: int) -> int | None:
+        """Append a keyed compaction command (its shell's decision, ``value`` the
+        engine's ``CompactCommand.to_value()``) as a ``compact`` control batch; its
+        offset, or None when this replica may not (it does not lead, has not
+        committed an entry of its term yet, or hands leadership over). Every replica
+        gets a :class:`Compact` once the batch is committed."""
+        self._now = now_ms
+        assert len(value) <= COMMAND_VALUE_BYTES_MAX, (self._label, len(value))
+        if self.role is not Role.LEADER or not self.term_committed or self._transfer_to:
+            return None
+        self._wake()
+        batch = encode_compact(value, now_ms)
+        base = self._storage.append(batch, term=self.term)
+        self._note_appended(parse_header(batch)._replace(base_offset=base, term=self.term), batch)
+        _LOG.info(
+            "%s: keyed compaction command at offset %d",
+            self._label,
+            base,
+            extra=self._log_extra(),
+        )
+        return base
+
+    def compaction_done(self, offset: int) -> None:
+        """The shell applied the compaction command at ``offset`` (and every earlier
+        one): after a restart, only later commands are given again. Saved with the
+        next sync (a command re-run after a crash is harmless: idempotent)."""
+        if offset > self._compacted_through:
+            self._compacted_through = offset
+            self._save_state()
+
+    @property
+    def compacted_through(self) -> int:
+        """The offset of the last compaction command the shell applied (-1: none)."""
+        return self._compacted_through
+
+    @property
+    def compact_commands(self) -> tuple[tuple[int, bytes], ...]:
+        """The compaction commands this replica knows in its log, ``(offset, value)``
+        ascending (committed or not; older ones until :meth:`prune_compact_commands`)."""
+        return tuple(self._compacts)
+
+    def prune_compact_commands(self, before: int) -> None:
+        """Forget the commands below offset ``before`` already given to the shell (it
+        keeps what its decisions need)."""
+        limit = min(before, self._compact_emitted + 1)
+        self._compacts = [entry for entry in self._compacts if entry[0] >= limit]
+
+    def _note_compact(self, header: BatchHeader, batch: Buffer) -> None:
+        value = compact_in(header, batch, self._limits)
+        if value is not None:
+            assert not self._compacts or self._compacts[-1][0] < header.base_offset, self._label
+            self._compacts.append((header.base_offset, value))
+
+    def _emit_compacts(self) -> None:
+        """A :class:`Compact` for every command the high watermark passed since the
+        last ``Ready`` (each once)."""
+        for offset, value in self._compacts:
+            if offset <= self._compact_emitted:
+                continue
+            if offset >= self.high_watermark:
+                break
+            self._compact_emitted = offset
+            self._forget_producers_before(value)
+            self._events.append(Compact(offset, value))
+
+    def _forget_producers_before(self, value: bytes) -> None:
+        try:
+            end = command_end(value)
+        except CorruptBatchError as error:
+            _LOG.warning("%s: %s", self._label, error, extra=self._log_extra())
+            return
+        self._producers.forget_before(end)
 
     # ------------------------------------------------------------------ log start
 
@@ -1066,6 +1181,7 @@ class ReplicaCore:
             storage.reset(start)
             self._epochs.reset(start, request.start_term)
             self._producers.clear()
+            self._compacts.clear()
             self._durable_end = start
             self._start_epochs = [[request.start_term, start - 1]] if start > 0 else []
             self._configs = [
@@ -1093,6 +1209,7 @@ class ReplicaCore:
         self._storage.truncate_suffix(offset)
         self._epochs.truncate(offset)
         self._producers.truncate(offset)
+        self._compacts = [entry for entry in self._compacts if entry[0] < offset]
         self._durable_end = min(self._durable_end, offset)
         kept = [(o, c) for o, c in self._configs if o < offset]
         if len(kept) != len(self._configs):
@@ -1110,7 +1227,10 @@ class ReplicaCore:
         if offset <= start:
             return start
         data = self._storage.read(offset, 1)
-        return parse_header(data, limits=self._limits).base_offset
+        base = parse_header(data, limits=self._limits).base_offset
+        # In a gap (keyed compaction) the read gives the batch after it: the gap's
+        # offsets hold nothing, so the offset itself is a boundary.
+        return min(base, offset)
 
     def _term_before(self, offset: int) -> int:
         """Term of the entry just before ``offset`` (-1 at the very beginning)."""
@@ -1677,7 +1797,7 @@ class ReplicaCore:
             )
             return
         try:
-            self._append_from_leader(request.batches)
+            self._append_from_leader(request.batches, prev)
         except RecordFormatError as error:
             _LOG.warning(
                 "%s: malformed append from %s: %s",
@@ -1715,16 +1835,26 @@ class ReplicaCore:
             )
         )
 
-    def _append_from_leader(self, batches: bytes) -> None:
+    def _append_from_leader(self, batches: bytes, prev_end_offset: int) -> None:
+        """Append the request's batches past what this log already holds.
+
+        Between ``prev_end_offset`` and the first batch, and between two batches,
+        the leader's log may have a gap (keyed compaction removed those records:
+        they were committed, so whatever this log holds there is the same committed
+        data, or nothing): a batch past this log's end is appended after the gap
+        when the leader's log holds nothing between the previous batch and it.
+        """
         view = memoryview(batches)
         position = 0
         size = len(batches)
+        vouched = prev_end_offset  # the leader's log holds nothing in [vouched, base)
         while position < size:
             header = parse_header(view, position, limits=self._limits)
             batch = view[position : position + header.length]
             if len(batch) != header.length:
                 raise RecordFormatError("partial batch in an append request")
             position += header.length
+            gap_from, vouched = vouched, header.next_offset
             if header.next_offset <= self._storage.start_offset:
                 continue  # committed, and deleted here by retention
             end = self._storage.end_offset
@@ -1732,10 +1862,20 @@ class ReplicaCore:
                 if self._epochs.term_at(header.base_offset) == header.term:
                     continue  # already held: same term and offset means the same batch
                 self._truncate(header.base_offset)
+                end = self._storage.end_offset
+            # A gap in the leader's log from gap_from on: what this log holds between
+            # gap_from and its end was committed there (the same records).
+            if header.base_offset > end and gap_from > end:
+                raise RecordFormatError(
+                    f"append at {header.base_offset} leaves {end}..{gap_from} unfilled"
+                )
             config = config_in(header, batch, self._limits)
             if config is not None:
                 self._record_config(header.base_offset, config)
-            self._storage.append_stamped(batch)
+            if header.base_offset > end:
+                self._storage.append_stamped(batch, after=end)
+            else:
+                self._storage.append_stamped(batch)
             self._note_appended(header, batch)
 
     def _reject(self, request: AppendRequest, *, conflict_term: int, conflict_start: int) -> None:

@@ -191,7 +191,20 @@ class Removed:
     term: int
 
 
-Event = RoleChanged | ConfigChanged | Removed
+@dataclass(frozen=True, slots=True)
+class Compact:
+    """The keyed compaction command of the ``compact`` control batch at ``offset`` is
+    committed: compact the log by it (``value``: the engine's
+    ``CompactCommand.to_value()``; see :mod:`laminar.replica.compaction_control`).
+    Given once per batch while the core runs, and again after a restart for every
+    command past the one the shell reported done
+    (:meth:`~laminar.replica.core.ReplicaCore.compaction_done`)."""
+
+    offset: int
+    value: bytes
+
+
+Event = RoleChanged | ConfigChanged | Removed | Compact
 
 
 @dataclass(frozen=True, slots=True)

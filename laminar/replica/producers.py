@@ -134,5 +134,18 @@ class ProducerTable:
             if not recent:
                 del self._producers[producer_id]
 
+    def forget_before(self, offset: int) -> None:
+        """Forget batches below ``offset``: keyed compaction up to ``offset`` may have
+        trimmed or removed them (a trimmed run keeps its producer and sequences, so
+        its successor's sequence would look out of order). A producer with nothing
+        left is unknown, and its next sequence is accepted as a new producer's (only
+        a retry of a batch that old is no longer recognised as a duplicate)."""
+        for producer_id in list(self._producers):
+            recent = self._producers[producer_id]
+            while recent and recent[0].base_offset < offset:
+                recent.popleft()
+            if not recent:
+                del self._producers[producer_id]
+
     def clear(self) -> None:
         self._producers.clear()

@@ -9,7 +9,13 @@ was found. It is msgpack, version :data:`STATE_VERSION`::
     {"v": 1, "term": int, "vote": str | None,
      "configs": [[offset, [voter, ...], [learner, ...]], ...],   # offset order
      "start": [[term, offset], ...],                             # offset order
-     "heal": int}                                                # only while healing
+     "heal": int,                                                # only while healing
+     "compacted": int}                                           # once compacted
+
+``compacted`` is the offset of the last ``compact`` control batch the replica's
+shell applied (keyed compaction, :mod:`laminar.replica.compaction_control`); the
+core gives the shell again every committed command past it after a restart. A node
+that predates it ignores the key (it only re-runs commands: they are idempotent).
 
 When it is saved (staged for the next sync, or written at once) is the core's
 decision (:meth:`~laminar.replica.core.ReplicaCore._save_state`); the storage
@@ -43,6 +49,8 @@ class PersistedState:
     log start."""
     healing_since: int | None = None
     """The log end when storage damage was found, while the replica heals."""
+    compacted_through: int = -1
+    """The offset of the last keyed compaction command applied (-1: none)."""
 
 
 def _check(term: int, configs: Sequence[tuple[int, GroupConfig]]) -> str | None:
@@ -64,6 +72,7 @@ def encode_state(
     configs: Sequence[tuple[int, GroupConfig]],
     start_epochs: Sequence[Sequence[int]],
     healing_since: int | None = None,
+    compacted_through: int = -1,
 ) -> bytes:
     """The state file's content (``heal`` only while healing)."""
     problem = _check(term, configs)
@@ -77,6 +86,8 @@ def encode_state(
     }
     if healing_since is not None:
         state["heal"] = healing_since
+    if compacted_through >= 0:
+        state["compacted"] = compacted_through
     packed: bytes = msgpack.packb(state)
     return packed
 
@@ -96,12 +107,16 @@ def decode_state(saved: bytes) -> PersistedState:
     if problem is not None:
         raise ValueError(f"replica state: {problem}")
     heal = state.get("heal")
+    compacted = int(state.get("compacted", -1))
+    if compacted < -1:
+        raise ValueError(f"replica state: compacted offset {compacted}")
     return PersistedState(
         term=term,
         vote=NodeId(vote) if vote is not None else None,
         configs=configs,
         start_epochs=[[int(t), int(o)] for t, o in state.get("start", [])],
         healing_since=None if heal is None else int(heal),
+        compacted_through=compacted,
     )
 
 

@@ -5,8 +5,12 @@ decide on the event loop (issue 33): which replicas are open, fenced, damaged or
 being created; the flush rounds that carry out the cores' ``Ready`` contract; the
 per-replica input queue; the wake-up heap and the periodic pass (keepalives, the
 disk check, hand-overs, reopening fenced replicas, retention); the node-level
-liveness every core shares; admission of produce calls. It does no I/O of its own
-beyond what its injected parts do, and it never waits:
+liveness every core shares; admission of produce calls; keyed compaction (the
+leader's decision on the retention tick, every replica's application of the
+agreed commands: :mod:`laminar.replica.compaction_control`,
+:mod:`laminar.server.compactor`). It does no I/O of its own beyond what its
+injected parts do (a compaction job runs on the shell's ``run_job``), and it never
+waits:
 
 * a clock (``clock``: ms, monotonic) and a wall clock (``wall_clock_ms``, record
   timestamps for retention), and a seeded ``rng``;
@@ -59,19 +63,24 @@ from typing import Generic, Protocol, TypeVar
 
 from laminar.errors import (
     ConfigError,
+    CorruptBatchError,
     CorruptSegmentError,
     CorruptStateError,
     StorageError,
     StorageFullError,
     UnavailableError,
     UnknownTopicOrPartitionError,
+    ZstdVersionError,
 )
 from laminar.ids import TopicPartition
 from laminar.logfields import fields, partition_name
+from laminar.records import libzstd_version
 from laminar.replica.coalesce import Coalescer, PeerBundle
+from laminar.replica.compaction_control import CompactionRule, compaction_point, prune_history
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import LoopLag, NodeLiveness, ReplicaCore, StorageDamage
 from laminar.replica.messages import (
+    Compact,
     ConfigChanged,
     Outbound,
     Ready,
@@ -86,6 +95,7 @@ from laminar.segment.committed import (
     read_committed,
     write_committed,
 )
+from laminar.segment.compaction import CompactCommand
 from laminar.segment.config import FsyncPolicy, LogConfig
 from laminar.segment.files import SEGMENT_FILES_DEFAULT, SegmentFiles
 from laminar.segment.layout import partition_directory, replica_directories
@@ -93,6 +103,14 @@ from laminar.segment.log import SegmentLog, has_state
 from laminar.segment.quarantine import DamageNote, set_aside
 from laminar.segment.storage import LogStorage
 from laminar.server import rules
+from laminar.server.compactor import (
+    CompactionCancelledError,
+    DirtyScan,
+    Pacer,
+    log_view,
+    run_command,
+    segments_below,
+)
 from laminar.server.disk import (
     DiskStatus,
     DiskUsage,
@@ -112,9 +130,17 @@ INLINE_FSYNC_MS_MAX = 2.0
 PartitionKey = TopicPartition
 Retention = tuple[int | None, int | None]
 """A partition's retention: ``(bytes, ms)`` kept per replica, None for no limit."""
+JobDone = Callable[[int | BaseException], None]
+JobRunner = Callable[[Callable[[], int], JobDone], None]
+"""Runs a keyed compaction job (it returns the bytes it kept, or raises) and then
+calls ``done`` with the outcome *on the driver's thread*: the host's compaction
+thread and ``call_soon_threadsafe``; inline in the simulators and unit tests."""
 LogFactory = Callable[[str, LogConfig], LogStorage]
 """Opens (or creates) the log of one replica in a directory: ``SegmentLog.open`` on a
 node, a memory log in tests and simulators."""
+
+
+COMPACTION_MEMORY_BYTES_MIN = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +219,16 @@ class HostConfig:
     (large batches) to 26 hours (16 KiB batches: 11.3 MiB/s read).
     ``scrub_pass_min_ms``: a scrub pass over the node's replicas starts at most this
     often (a node holding little data does not re-read it over and over).
+    ``compaction_bytes_per_s_max``: keyed compaction (topics whose
+    ``cleanup_policy`` has ``compact``) reads its input at most this fast, all
+    passes counted, on its own thread (one per node), so that it leaves the disk
+    and CPU to the partitions' writes; 0: no limit. Every replica compacts the
+    range its leader's command names (agreed through the log), so a slow node
+    only applies it later.
+    ``compaction_memory_bytes_max``: the most memory one keyed compaction's key map
+    may take (at least 1 MiB). A range whose keys do not fit is compacted in
+    several passes over it (each pass keeps the keys of one hash bucket), with the
+    same result.
     """
 
     produce_calls_max: int = 10_000
@@ -213,6 +249,8 @@ class HostConfig:
     recovery_bytes_per_s: int = 32 << 20
     scrub_bytes_per_s: int = 16 << 20
     scrub_pass_min_ms: int = 60_000
+    compaction_bytes_per_s_max: int = 64 << 20
+    compaction_memory_bytes_max: int = 64 << 20
 
     def __post_init__(self) -> None:
         for name in ("produce_calls_max", "fetch_waiters_max", "queued_inputs_max"):
@@ -239,6 +277,12 @@ class HostConfig:
             raise ConfigError("recovery_bytes_per_s must be >= 0")
         if self.scrub_bytes_per_s < 0 or self.scrub_pass_min_ms < 0:
             raise ConfigError("scrub_bytes_per_s and scrub_pass_min_ms must be >= 0")
+        if self.compaction_bytes_per_s_max < 0:
+            raise ConfigError("compaction_bytes_per_s_max must be >= 0")
+        if self.compaction_memory_bytes_max < COMPACTION_MEMORY_BYTES_MIN:
+            raise ConfigError(
+                f"compaction_memory_bytes_max must be >= {COMPACTION_MEMORY_BYTES_MIN} (1 MiB)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +356,16 @@ class Replica:
     committed_saved: int | None = None
     """The offset in the replica's ``committed`` file (as last written or read), or
     None when its log is not a :class:`SegmentLog` (no file is kept then)."""
+    compact_queued: Compact | None = None
+    """The newest committed keyed compaction command not run yet (a newer one
+    supersedes it: the engine is confluent)."""
+    compacting: bool = False
+    """A keyed compaction job runs on this replica's log."""
+    clean_bytes: int = 0
+    """The bytes below the last command's end after it ran here (0: unknown), for
+    the leader's dirty ratio."""
+    dirty_scan: DirtyScan | None = None
+    """What the leader's decision has read of the dirty range so far."""
 
     def calls_waiting(self) -> int:
         """Produce calls waiting for their answer on this replica (admission)."""
@@ -346,6 +400,23 @@ class Round(Generic[R]):
     stalled disk blocks its partitions, not the node."""
 
 
+class TopicSettings(Protocol):
+    """What the driver reads of a topic's cleanup settings
+    (:class:`laminar.server.placement_keeper.TopicSettings`; a protocol here, so
+    that the driver imports nothing of the node's)."""
+
+    @property
+    def compact(self) -> bool: ...
+    @property
+    def delete_retention_ms(self) -> int: ...
+    @property
+    def min_compaction_lag_ms(self) -> int: ...
+    @property
+    def max_compaction_lag_ms(self) -> int: ...
+    @property
+    def min_cleanable_dirty_ratio(self) -> float: ...
+
+
 class HostOwner(Protocol):
     """What the node around the host tells it and is told: one small interface
     instead of a callback each (issue 33, point 3)."""
@@ -366,6 +437,11 @@ class HostOwner(Protocol):
 
     def retention_of(self, key: PartitionKey) -> Retention:
         """``key``'s topic retention ``(bytes, ms)``; None for no limit."""
+        ...
+
+    def settings_of(self, key: PartitionKey) -> TopicSettings | None:
+        """``key``'s topic cleanup settings (retention and keyed compaction); None for
+        a partition no topic has (internal logs)."""
         ...
 
     def peer_alive(self, node_id: str) -> bool:
@@ -399,6 +475,9 @@ class Standalone:
 
     def retention_of(self, key: PartitionKey) -> Retention:
         return None, None
+
+    def settings_of(self, key: PartitionKey) -> TopicSettings | None:
+        return None
 
     def peer_alive(self, node_id: str) -> bool:
         return False
@@ -461,6 +540,8 @@ class ReplicaDriver(Generic[R]):
         log_factory: LogFactory | None = None,
         fsync: bool = True,
         liveness: Callable[[ReplicaDriver[R], HostOwner], DriverLiveness] | None = None,
+        run_job: JobRunner | None = None,
+        compaction_pacer: Callable[[], Pacer] | None = None,
     ) -> None:
         """``clock``: the monotonic clock of the cores and fencing times, in ms.
         ``log_factory``: None for segment logs in ``data_dir`` (a node), else the
@@ -468,7 +549,8 @@ class ReplicaDriver(Generic[R]):
         damage handling, no founding in batches). ``fsync``: False skips every sync
         (tests on tmpfs). ``liveness``: makes the node-level liveness the cores share
         (None: :class:`DriverLiveness`; the scale simulator's baseline withholds
-        the node-level signals)."""
+        the node-level signals). ``run_job``: runs keyed compaction jobs (None: inline,
+        at once); ``compaction_pacer``: a new job's pacer (None: unpaced)."""
         self.node_id = NodeId(node_id)
         self.data_dir = data_dir
         self._config = config
@@ -532,6 +614,14 @@ class ReplicaDriver(Generic[R]):
         self._fenced: dict[PartitionKey, FencedReplica] = {}
         self._damaged: dict[PartitionKey, DamagedReplica] = {}
         self._creating: set[PartitionKey] = set()
+        self._run_job: JobRunner = run_job or _run_inline
+        self._compaction_pacer = compaction_pacer or (lambda: Pacer(0))
+        self._compacting: set[PartitionKey] = set()
+        """Replicas whose log a compaction job holds (it may outlive the replica's
+        closing: no reopen, no new replica and no deletion of its files until it is
+        done)."""
+        self._after_job: dict[PartitionKey, Callable[[], None]] = {}
+        """What waits for a replica's compaction job to end (a deletion, a reopen)."""
         self.liveness = (liveness or DriverLiveness)(self, owner)
         self.closing = False
         """The shell is closing: no replica opens or reopens any more."""
@@ -550,6 +640,9 @@ class ReplicaDriver(Generic[R]):
             "elections": 0,
             "leaderships_gained": 0,
             "leader_changes": 0,
+            "compactions_proposed": 0,
+            "compactions_applied": 0,
+            "compactions_refused": 0,
         }
         self.fsync_seconds = Histogram(FSYNC_BUCKETS_S)
         """How long each fsync round took (one fsync on the loop, several in parallel
@@ -816,7 +909,10 @@ class ReplicaDriver(Generic[R]):
                 _remove_replica_directory(partition_directory(self.data_dir, *key))
             return
         self.close_replica(replica, None)
-        _remove_replica_directory(replica.directory)
+        if key in self._compacting:  # its job stops at its next step: delete then
+            self._after_job[key] = partial(_remove_replica_directory, replica.directory)
+        else:
+            _remove_replica_directory(replica.directory)
         _LOG.info("replica deleted %s/%d", *key, extra=fields(key))
 
     def reopen_replica(self, key: PartitionKey) -> R | None:
@@ -836,7 +932,14 @@ class ReplicaDriver(Generic[R]):
             extra=fields(key),
         )
         self.close_replica(replica, UnavailableError(f"{key[0]}/{key[1]}: replica reopened"))
+        if key in self._compacting:  # a second log on its files only once the job stops
+            self._after_job[key] = partial(self._reopen_after_job, key)
+            return None
         return self.open_replica(key, None)
+
+    def _reopen_after_job(self, key: PartitionKey) -> None:
+        if key not in self.replicas and not self.closing:
+            self.open_replica(key, None)
 
     def close_replica(self, replica: R, error: Exception | None) -> None:
         """Take ``replica`` out (its callers failed with ``error``) and close its log."""
@@ -914,6 +1017,7 @@ class ReplicaDriver(Generic[R]):
                     self.closing
                     or key in self._fenced
                     or key in self._creating
+                    or key in self._compacting  # the old log's job has not stopped yet
                     or self.disk.full  # takes no new replicas
                     or not self._owner.accept_replica(key)
                 ):
@@ -1070,8 +1174,8 @@ class ReplicaDriver(Generic[R]):
         wall_ms = self._wall_clock_ms()  # record timestamps are wall-clock
         for replica in list(self.replicas.values()):
             retention_bytes, retention_ms = self._owner.retention_of(replica.key)
-            if retention_bytes is None and retention_ms is None:
-                continue
+            if (retention_bytes is None and retention_ms is None) or replica.compacting:
+                continue  # (a compaction job rewrites segments retention would delete)
             try:
                 offset = replica.log.retention_offset(wall_ms, retention_bytes, retention_ms)
             except (OSError, StorageError) as error:
@@ -1079,6 +1183,198 @@ class ReplicaDriver(Generic[R]):
                 continue
             if offset > replica.core.start_offset:
                 self.input(replica, partial(replica.core.advance_start, offset, now))
+
+    # ------------------------------------------------------------------ keyed compaction
+
+    def _check_compaction(self, now: int) -> None:
+        """The retention tick's keyed compaction pass: each replica of a compact
+        topic prunes the commands its decisions no longer need; a leader decides
+        whether to propose the next one (:func:`compaction_point`); a queued
+        command that had to wait starts."""
+        wall_ms = self._wall_clock_ms()
+        for replica in list(self.replicas.values()):
+            if replica.compact_queued is not None and not replica.compacting:
+                self._start_compaction(replica)
+            settings = self._owner.settings_of(replica.key)
+            if settings is None or not settings.compact or replica.closed:
+                continue
+            try:
+                self._maybe_propose_compaction(replica, settings, now, wall_ms)
+            except (OSError, StorageError) as error:
+                self.read_failed(replica, error, "keyed compaction check")
+
+    def _history(self, replica: R, settings: TopicSettings, wall_ms: int) -> list[tuple[int, int]]:
+        """``(end, time_ms)`` of the commands in the replica's log that its next
+        decision's T may come from; the others are pruned from its core."""
+        decoded: list[tuple[int, int, int]] = []
+        for offset, value in replica.core.compact_commands:
+            try:
+                command = CompactCommand.from_value(value)
+            except CorruptBatchError:
+                continue  # (given to the driver and refused there: see _start_compaction)
+            decoded.append((offset, command.end, command.time_ms))
+        kept = prune_history([(end, time_ms) for _, end, time_ms in decoded], wall_ms,
+                             settings.delete_retention_ms)  # fmt: skip
+        if len(kept) < len(decoded):
+            first_kept = decoded[len(decoded) - len(kept)][0]
+            replica.core.prune_compact_commands(first_kept)
+        return kept
+
+    def _maybe_propose_compaction(
+        self, replica: R, settings: TopicSettings, now: int, wall_ms: int
+    ) -> None:
+        core = replica.core
+        history = self._history(replica, settings, wall_ms)
+        if core.role is not Role.LEADER or not core.term_committed:
+            return
+        commands = core.compact_commands
+        if (
+            replica.compacting
+            or replica.compact_queued is not None
+            or (commands and commands[-1][0] > core.compacted_through)
+        ):
+            return  # one command at a time: the last one has not run here yet
+        dirty_from = history[-1][0] if history else core.start_offset
+        scan = replica.dirty_scan
+        if scan is None or scan.dirty_from != dirty_from:
+            scan = replica.dirty_scan = DirtyScan.at(dirty_from)
+        view = log_view(
+            replica.log, scan, high_watermark=core.high_watermark, clean_bytes=replica.clean_bytes
+        )
+        rule = CompactionRule(
+            settings.min_cleanable_dirty_ratio,
+            settings.min_compaction_lag_ms,
+            settings.max_compaction_lag_ms,
+            settings.delete_retention_ms,
+        )
+        decision = compaction_point(view, rule, history, wall_ms)
+        if decision is None:
+            return
+        command = CompactCommand(
+            end=decision.end,
+            tombstones_end=decision.tombstones_end,
+            zstd=libzstd_version(),  # trimmed zstd batches are re-encoded by this version
+            time_ms=wall_ms,
+        )
+        value = command.to_value()
+        self.input(replica, partial(self._propose_compaction, replica, value, decision.reason))
+
+    def _propose_compaction(self, replica: R, value: bytes, reason: str) -> None:
+        offset = replica.core.propose_compact(value, self._clock())
+        if offset is not None:
+            self.counters["compactions_proposed"] += 1
+            _LOG.info(
+                "keyed compaction proposed %s/%d node=%s offset=%d reason=%s",
+                *replica.key,
+                self.node_id,
+                offset,
+                reason,
+                extra=fields(replica.key),
+            )
+
+    def _queue_compaction(self, replica: R, command: Compact) -> None:
+        """A committed command: run it now, or after the job under way (a newer one
+        supersedes a queued one: compacting by it gives the same bytes)."""
+        replica.compact_queued = command
+        if not replica.compacting and not replica.closed:
+            self._start_compaction(replica)
+
+    def _start_compaction(self, replica: R) -> None:
+        """Begin the queued command: roll the active segment if it starts below E
+        (only sealed segments change), then run the job off the event loop. Waits
+        (for the next check) while a segment below E reaches past the high
+        watermark: a truncation could reopen it."""
+        queued = replica.compact_queued
+        if queued is None or replica.compacting or replica.busy or replica.closed:
+            return
+        key, core, log = replica.key, replica.core, replica.log
+        try:
+            command = CompactCommand.from_value(queued.value)
+        except CorruptBatchError as error:
+            _LOG.error(
+                "keyed compaction refused %s/%d node=%s offset=%d: %s (not applied; "
+                "a node of a later version must apply it)",
+                *key,
+                self.node_id,
+                queued.offset,
+                error,
+                extra=fields(key),
+            )
+            replica.compact_queued = None
+            self.counters["compactions_refused"] += 1
+            return
+        try:
+            sealed = log.sealed_segments()
+            active_base = sealed[-1][1] if sealed else log.start_offset
+            if active_base < command.end and log.end_offset > active_base:
+                log.roll()
+            if any(end > core.high_watermark for _, end in segments_below(log, command.end)):
+                return  # the check retries
+        except (OSError, StorageError) as error:
+            self.fence(replica, error)
+            return
+        replica.compact_queued = None
+        replica.compacting = True
+        self._compacting.add(key)
+        pacer = self._compaction_pacer()
+        memory = self.config.compaction_memory_bytes_max
+        temp_dir = replica.directory if self.segment_logs else None  # a large bitmap's file
+
+        def job() -> int:
+            return run_command(
+                log,
+                command,
+                memory_bytes_max=memory,
+                pacer=pacer,
+                cancelled=lambda: replica.closed,
+                temp_dir=temp_dir,
+            )
+
+        self._run_job(job, partial(self._compaction_done, replica, queued.offset, command))
+
+    def _compaction_done(
+        self, replica: R, offset: int, command: CompactCommand, outcome: int | BaseException
+    ) -> None:
+        replica.compacting = False
+        self._compacting.discard(replica.key)
+        after = self._after_job.pop(replica.key, None)
+        if after is not None:
+            after()
+        if replica.closed:
+            return
+        if isinstance(outcome, BaseException):
+            if isinstance(outcome, CompactionCancelledError):
+                return
+            if isinstance(outcome, ZstdVersionError):
+                # Another libzstd than the leader's would write other bytes: this
+                # replica leaves the command unapplied (it serves the range as it
+                # was) rather than differ; every node must run the same zstandard.
+                self.counters["compactions_refused"] += 1
+                _LOG.error(
+                    "keyed compaction refused %s/%d node=%s offset=%d: %s",
+                    *replica.key,
+                    self.node_id,
+                    offset,
+                    outcome,
+                    extra=fields(replica.key),
+                )
+                return
+            self.read_failed(replica, outcome, "keyed compaction")
+            return
+        self.counters["compactions_applied"] += 1
+        replica.clean_bytes = outcome
+        _LOG.info(
+            "keyed compaction applied %s/%d node=%s offset=%d end=%d kept_bytes=%d",
+            *replica.key,
+            self.node_id,
+            offset,
+            command.end,
+            outcome,
+            extra=fields(replica.key),
+        )
+        self.input(replica, partial(replica.core.compaction_done, offset))
+        if replica.compact_queued is not None:
+            self._start_compaction(replica)
 
     # ------------------------------------------------------------------ storage failures
 
@@ -1127,6 +1423,8 @@ class ReplicaDriver(Generic[R]):
         for key, fenced in list(self._fenced.items()):
             if fenced.retry_at_ms > now or self.closing or (fenced.no_space and self.disk.full):
                 continue
+            if key in self._compacting:
+                continue  # its old log's compaction job stops first
             topic, partition = key
             directory = partition_directory(self.data_dir, topic, partition)
             log: LogStorage | None = None
@@ -1397,6 +1695,7 @@ class ReplicaDriver(Generic[R]):
         if now >= self._retention_due_ms:
             self._retention_due_ms = now + self.config.retention_check_ms
             self._apply_retention(now)
+            self._check_compaction(now)
         return ticked
 
     def sleep_until(self, now: int) -> int:
@@ -1549,6 +1848,7 @@ class ReplicaDriver(Generic[R]):
         """The durable part of a round: messages, replies, events, then ``advance``."""
         coalescer = Coalescer()
         removed: list[R] = []
+        compacts: list[tuple[R, Compact]] = []
         for replica, _ in readies:
             if replica.closed:  # fenced (or deleted) during the round: nothing of it goes
                 readies = [(r, ready) for r, ready in readies if not r.closed]
@@ -1567,6 +1867,8 @@ class ReplicaDriver(Generic[R]):
                     leader_found = leader_found or not self.leader_unusable(replica)
                 elif isinstance(event, Removed):
                     removed.append(replica)
+                elif isinstance(event, Compact):
+                    compacts.append((replica, event))
             shell.carried_out(replica, ready, leader_found)
         self._send_all(coalescer)
         for replica, ready in readies:
@@ -1585,6 +1887,11 @@ class ReplicaDriver(Generic[R]):
                 self.dirty[replica.key] = replica
         for replica in removed:
             owner.replica_removed(replica.key)
+        for replica, command in compacts:
+            self._queue_compaction(replica, command)
+        for replica, ready in readies:  # a command waiting for the watermark to pass
+            if replica.compact_queued is not None and ready.high_watermark > ready.committed_from:
+                self._start_compaction(replica)
 
 
 def _remove_replica_directory(directory: str) -> None:
@@ -1777,6 +2084,15 @@ class TokenBucket:
     def spend(self, count: int) -> None:
         if self.rate:
             self._tokens -= count
+
+
+def _run_inline(job: Callable[[], int], done: JobDone) -> None:
+    """A :data:`JobRunner` that runs the job at once, on the caller's thread."""
+    try:
+        outcome: int | BaseException = job()
+    except Exception as error:  # the driver decides what a failure means
+        outcome = error
+    done(outcome)
 
 
 def _partition_key(item: object) -> PartitionKey:

@@ -89,7 +89,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -117,6 +117,7 @@ from laminar.segment.files import SegmentFiles
 from laminar.segment.layout import partition_directory
 from laminar.segment.log import SegmentLog, SyncTicket, sync_filesystem
 from laminar.segment.storage import LogStorage
+from laminar.server.compactor import Pacer
 from laminar.server.disk import DiskStatus, DiskUsage, statvfs_usage
 from laminar.server.driver import (
     SYNCFS_BATCH_MIN,
@@ -124,6 +125,7 @@ from laminar.server.driver import (
     FencedReplica,
     HostConfig,
     HostOwner,
+    JobDone,
     LogFactory,
     PartitionKey,
     PartitionOffsets,
@@ -254,6 +256,8 @@ class ReplicaHost:
             host_config=self.config,
             log_factory=None if log_factory == SegmentLog.open else log_factory,
             fsync=fsync,
+            run_job=self._run_compaction,
+            compaction_pacer=partial(Pacer, self.config.compaction_bytes_per_s_max),
         )
         self.counters: dict[str, int] = self._driver.counters
         self.fsync_seconds: Histogram = self._driver.fsync_seconds
@@ -274,6 +278,9 @@ class ReplicaHost:
         # Committed files are written by a thread of their own: thousands at once
         # (a failover moves every watermark) must never delay a flush round's sync.
         self._files_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="committed")
+        # Keyed compaction jobs run one at a time on a thread of their own, paced at
+        # compaction_bytes_per_s_max: never in the way of a flush round's fsyncs.
+        self._compaction_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compaction")
         self._request_ids = 0
         self._closed = False
         self._scrubber = Scrubber(
@@ -314,6 +321,7 @@ class ReplicaHost:
         write_committed_files(self._driver.committed_changes())
         self._driver.close_all()
         self._files_pool.shutdown(wait=False, cancel_futures=True)
+        self._compaction_pool.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
         with contextlib.suppress(TimeoutError):
             remaining_s = max(0.0, deadline - loop.time())
@@ -328,6 +336,23 @@ class ReplicaHost:
         return self._now()
 
     # ------------------------------------------------------------------ the driver's shell
+
+    def _run_compaction(self, job: Callable[[], int], done: JobDone) -> None:
+        """(The driver's job runner.) Run a keyed compaction job on the compaction
+        thread; ``done`` gets its outcome back on the event loop."""
+        loop = asyncio.get_running_loop()
+
+        def finished(future: Future[int]) -> None:
+            if self._closed:
+                return
+            error = future.exception() if not future.cancelled() else UnavailableError("closed")
+            done(error if error is not None else future.result())
+
+        def back_on_the_loop(future: Future[int]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(finished, future)
+
+        self._compaction_pool.submit(job).add_done_callback(back_on_the_loop)
 
     def send_bundle(self, peer: str, bundle: PeerBundle) -> None:
         self._send(peer, bundle)

@@ -54,6 +54,13 @@ naming the peer and both versions, and an entry in ``laminar cluster status``).
 Nodes from before this rule (issue 30) accept version 1 only, so the first bump to
 2 needs every node on a release with this rule first.
 
+Versions: 1, the first; 2 (issue 34), appends may carry *gaps* between batches (a
+log that keyed compaction trimmed; the bytes are unchanged, but a node of version 1
+refuses a batch that does not start at its log end, and its replica is fenced).
+So keyed compaction must not run while a node of version 1 may hold a replica of
+the topic: a cluster upgraded to 2 everywhere before any topic's
+``cleanup_policy`` includes ``compact`` (see ``docs/operations.md``).
+
 Sending. For every destination peer the transport keeps one *link*. A link is in
 one of three states:
 
@@ -131,7 +138,7 @@ from laminar.server.wire import NODE_ID_BYTES_MAX, WireLimits, decode_bundle, en
 _LOG = logging.getLogger(__name__)
 
 MAGIC: Final = b"LMNP"
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 """The peer protocol version this code speaks (see "Protocol versions" above)."""
 _LENGTH: Final = struct.Struct(">I")
 _REJECT: Final = 0x01

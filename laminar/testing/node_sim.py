@@ -71,7 +71,12 @@ from laminar.server.metadata import (
     create_topic_command,
     maintenance_command,
 )
-from laminar.server.placement_keeper import PlacementKeeper, retention_of
+from laminar.server.placement_keeper import (
+    PlacementKeeper,
+    TopicSettings,
+    retention_of,
+    settings_of,
+)
 from laminar.server.transport import PROTOCOL_VERSION
 from laminar.testing.replica_sim import (
     TOPIC,
@@ -449,6 +454,9 @@ class _NodeOwner:
 
     def retention_of(self, key: PartitionKey) -> Retention:
         return retention_of(self._node.metadata, key)
+
+    def settings_of(self, key: PartitionKey) -> TopicSettings | None:
+        return settings_of(self._node.metadata, key)
 
     def peer_alive(self, node_id: str) -> bool:
         tracker = self._node.tracker

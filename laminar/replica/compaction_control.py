@@ -1,0 +1,158 @@
+"""Keyed compaction agreed through the log: the ``compact`` control batch, and when
+a leader asks for one.
+
+Kafka's replicas compact on their own, so two replicas may serve different records
+for the same old offset. Laminar serves reads from any replica, so the compaction
+point is agreed through the partition's log: the leader's driver decides a command
+(``end`` E, ``tombstones_end`` T, the rule; the engine's
+:class:`~laminar.segment.compaction.CompactCommand`) and its core appends it as a
+control batch (key :data:`CONTROL_COMPACT`, value ``CompactCommand.to_value()``),
+replicated and committed like any batch. Every replica, once its high watermark
+passes the batch, gets a :class:`~laminar.replica.messages.Compact` event (once) and
+compacts exactly ``[log start, E)`` by the rule; the engine's result depends only on
+the records in that range, which every replica holding them has alike, so every
+replica serves the same bytes for the same offsets once it has applied the same
+commands (see ``docs/design.md``, "Keyed compaction").
+
+The core treats a command's value as opaque except for its ``end``
+(:func:`command_end`), which it needs to forget idempotent producers' batches that
+compaction may have trimmed (:meth:`~laminar.replica.producers.ProducerTable.forget_before`).
+
+:func:`compaction_point` is the leader's decision rule, pure: whether to compact
+now, and up to where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from laminar.records import BatchHeader, BatchLimits, decode_batch, encode_control_batch
+from laminar.segment.compaction import COMPACT_KIND, CompactCommand
+from laminar.segment.storage import Buffer
+
+CONTROL_COMPACT = COMPACT_KIND
+"""The control batch of a keyed compaction command."""
+
+
+def encode_compact(value: bytes, timestamp_ms: int) -> bytes:
+    """The control batch carrying the compaction command ``value``."""
+    return encode_control_batch(CONTROL_COMPACT, value, timestamp_ms)
+
+
+def compact_in(header: BatchHeader, batch: Buffer, limits: BatchLimits) -> bytes | None:
+    """The command value a ``compact`` control batch holds, or None for any other."""
+    if not header.is_control:
+        return None
+    decoded = decode_batch(batch, verify=False, limits=limits)
+    if decoded.keys[0] != CONTROL_COMPACT:
+        return None
+    value = decoded.values[0]
+    return bytes(value) if value is not None else b""
+
+
+def command_end(value: bytes) -> int:
+    """A command's ``end`` (E), the one field the core reads (the engine's
+    :meth:`CompactCommand.from_value` reads the value); raises
+    :class:`~laminar.errors.CorruptBatchError` for a value it cannot read."""
+    return CompactCommand.from_value(value).end
+
+
+# ------------------------------------------------------------------ the leader's decision
+
+
+@dataclass(frozen=True, slots=True)
+class LogView:
+    """What the leader's driver read of its log for the decision (one replica).
+
+    ``batches``: ``(base offset, next offset, newest timestamp ms, size bytes)`` of
+    each batch, or run of consecutive batches, from ``dirty_from`` (the last
+    command's end; the log start without one) on, ascending, as far as the driver
+    has read; E falls at the end of one. ``clean_bytes``: the bytes below
+    ``dirty_from`` (0 when unknown).
+    """
+
+    high_watermark: int
+    active_base: int
+    dirty_from: int
+    clean_bytes: int
+    batches: Sequence[tuple[int, int, int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRule:
+    """A topic's compaction settings, as the decision needs them (see
+    ``TopicSettings``): Kafka's meanings."""
+
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int  # -1: none
+    delete_retention_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Compact up to ``end`` (a batch boundary), removing tombstones below
+    ``tombstones_end``; ``reason`` for the log line (``"ratio"`` or ``"lag"``)."""
+
+    end: int
+    tombstones_end: int
+    reason: str
+
+
+def compaction_point(
+    view: LogView,
+    rule: CompactionRule,
+    history: Sequence[tuple[int, int]],
+    now_ms: int,
+) -> Decision | None:
+    """Whether to compact now, and up to where (None: not now).
+
+    E = the end of the last whole batch below ``min(high watermark, active segment
+    base)`` that is not younger than ``min_compaction_lag_ms`` (the batches before the
+    first young one); nothing to do when E is not above ``dirty_from``. Compact when
+    the dirty bytes below E divided by all bytes below E reach
+    ``min_cleanable_dirty_ratio``, or when the oldest dirty batch is older than
+    ``max_compaction_lag_ms`` (if set). T = the E of the newest earlier command
+    (``history``: ``(end, time_ms)`` in log order) decided at least
+    ``delete_retention_ms`` ago, so a tombstone stays readable at least that long
+    after the first command that covered it (Kafka's meaning); 0 without one.
+    """
+    limit = min(view.high_watermark, view.active_base)
+    young_after = now_ms - rule.min_compaction_lag_ms
+    end = view.dirty_from
+    dirty_bytes = 0
+    oldest_ms: int | None = None
+    for base, next_offset, timestamp_ms, size in view.batches:
+        if next_offset > limit or (rule.min_compaction_lag_ms > 0 and timestamp_ms > young_after):
+            break
+        assert base >= end, (base, end)  # ascending, from dirty_from
+        end = next_offset
+        dirty_bytes += size
+        oldest_ms = timestamp_ms if oldest_ms is None else min(oldest_ms, timestamp_ms)
+    if end <= view.dirty_from:
+        return None
+    total = view.clean_bytes + dirty_bytes
+    ratio_due = total > 0 and dirty_bytes / total >= rule.min_cleanable_dirty_ratio
+    lag_due = (
+        rule.max_compaction_lag_ms >= 0
+        and oldest_ms is not None
+        and now_ms - oldest_ms > rule.max_compaction_lag_ms
+    )
+    if not (ratio_due or lag_due):
+        return None
+    tombstones_end = 0
+    for earlier_end, time_ms in history:
+        if time_ms <= now_ms - rule.delete_retention_ms:
+            tombstones_end = min(earlier_end, end)
+    return Decision(end, tombstones_end, "ratio" if ratio_due else "lag")
+
+
+def prune_history(
+    history: Sequence[tuple[int, int]], now_ms: int, delete_retention_ms: int
+) -> list[tuple[int, int]]:
+    """The commands T may still come from: every one decided within
+    ``delete_retention_ms``, and the newest one before that."""
+    horizon = now_ms - delete_retention_ms
+    old = [entry for entry in history if entry[1] <= horizon]
+    return old[-1:] + [entry for entry in history if entry[1] > horizon]

@@ -1,0 +1,203 @@
+"""Keyed compaction of one replica's log by one agreed command: the storage side.
+
+The leader's driver decides a command and its core appends it to the partition's
+log (:mod:`laminar.replica.compaction_control`); once it is committed, every
+replica's driver hands it here. :func:`run_command` compacts ``[log start, E)``
+exactly as the command says, whatever this replica's segment boundaries, start or
+memory (the engine's result depends only on the records of the range,
+:mod:`laminar.segment.compaction`):
+
+1. the driver has rolled the active segment first when it began below E (on the
+   event loop, between flush rounds), so that only sealed segments change;
+2. :func:`~laminar.segment.compaction.build_superseded` passes over the range's
+   batches (as many passes as ``compaction_memory_bytes_max`` needs);
+3. each sealed segment below E is rewritten by
+   :meth:`~laminar.segment.storage.LogStorage.replace_segment`, one at a time: a
+   reader, or a crash, sees a segment before or after the command, never a mix.
+
+It runs on a thread of its own (the host's compaction thread; inline in the
+simulators). The log is shared with the event loop, which keeps appending to the
+active segment and reading: the storage's own lock makes each call safe; the
+driver keeps retention, truncation and reopening away from a replica while its
+compaction runs (see :class:`~laminar.server.driver.ReplicaDriver`).
+:class:`Pacer` holds the job to ``compaction_bytes_per_s_max`` of input.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from laminar.records import iter_batches, parse_header
+from laminar.replica.compaction_control import LogView
+from laminar.segment.compaction import CompactCommand, build_superseded, compact
+from laminar.segment.storage import LogStorage
+
+SCAN_BYTES_PER_CHECK = 1 << 20
+"""The most the leader's decision reads of its dirty range per check, on the event
+loop (about 2 ms here); it resumes there at the next check (:class:`DirtyScan`)."""
+SCAN_CHUNK_BYTES = 1 << 20
+"""The decision sees the dirty range in runs of batches of about this size: E falls
+at the end of a run (a batch boundary)."""
+SCAN_CHUNKS_MAX = 4096
+"""The most runs one scan keeps (4 GiB of dirty log); E stops at the last one."""
+
+
+class CompactionCancelledError(Exception):
+    """The replica was closed while its compaction ran: stop where it is (the
+    segments already replaced are whole; the command runs again from the start)."""
+
+
+@dataclass(slots=True)
+class Pacer:
+    """Holds a job to ``bytes_per_s`` of input (0: no limit), sleeping on the job's
+    own thread; ``sleep`` and ``clock`` are injectable (tests, the simulators)."""
+
+    bytes_per_s: int
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    _started_s: float | None = None
+    _bytes: int = 0
+
+    def pace(self, count: int) -> None:
+        if self.bytes_per_s <= 0:
+            return
+        now = self.clock()
+        if self._started_s is None:
+            self._started_s = now
+        self._bytes += count
+        ahead_s = self._bytes / self.bytes_per_s - (now - self._started_s)
+        if ahead_s > 0:
+            self.sleep(ahead_s)
+
+
+NO_PACE = Pacer(0)
+
+
+@dataclass(slots=True)
+class DirtyScan:
+    """What the leader has read so far of its log's dirty range, from ``dirty_from``
+    (the last command's end) to ``scanned_to``: runs of whole batches
+    ``(base, next offset, max timestamp ms, bytes)``, so that each check reads only
+    what was appended since, at most :data:`SCAN_BYTES_PER_CHECK`."""
+
+    dirty_from: int
+    scanned_to: int
+    runs: list[tuple[int, int, int, int]]
+
+    @classmethod
+    def at(cls, dirty_from: int) -> DirtyScan:
+        return cls(dirty_from, dirty_from, [])
+
+
+def log_view(
+    log: LogStorage,
+    scan: DirtyScan,
+    *,
+    high_watermark: int,
+    clean_bytes: int,
+    bytes_max: int = SCAN_BYTES_PER_CHECK,
+) -> LogView:
+    """What :func:`~laminar.replica.compaction_control.compaction_point` needs of
+    ``log``: the active segment's base and the runs of batches from the scan's
+    ``dirty_from`` up to it (and the high watermark), reading on from where ``scan``
+    stopped, at most ``bytes_max`` now. A run's timestamp is its newest record's,
+    so the minimum lag holds for every record of a run taken."""
+    sealed = log.sealed_segments()
+    active_base = sealed[-1][1] if sealed else log.start_offset
+    limit = min(high_watermark, active_base)
+    offset = max(scan.scanned_to, log.start_offset)
+    read = 0
+    while offset < limit and read < bytes_max and len(scan.runs) < SCAN_CHUNKS_MAX:
+        data = log.read(offset, min(SCAN_CHUNK_BYTES, bytes_max - read), upper_offset=limit)
+        if not data:
+            break
+        read += len(data)
+        base, size, newest_ms = -1, 0, 0
+        for _, header in iter_batches(data, verify=False):
+            base = header.base_offset if base < 0 else base
+            size += header.length
+            newest_ms = max(newest_ms, header.max_timestamp_ms)
+            offset = header.next_offset
+        scan.runs.append((base, offset, newest_ms, size))
+        scan.scanned_to = offset
+    return LogView(high_watermark, active_base, scan.dirty_from, clean_bytes, scan.runs)
+
+
+def segments_below(log: LogStorage, end: int) -> list[tuple[int, int]]:
+    """The sealed segments holding offsets below ``end``."""
+    return [(base, seg_end) for base, seg_end in log.sealed_segments() if base < end]
+
+
+def run_command(
+    log: LogStorage,
+    command: CompactCommand,
+    *,
+    memory_bytes_max: int,
+    pacer: Pacer = NO_PACE,
+    cancelled: Callable[[], bool] = lambda: False,
+    temp_dir: str | None = None,
+) -> int:
+    """Compact ``log`` below ``command.end`` (its segments there are sealed); the
+    bytes left below it. Raises :class:`CompactionCancelledError` when ``cancelled()`` turns true
+    between steps, and the storage's errors."""
+    if cancelled():
+        raise CompactionCancelledError
+    start = log.start_offset
+    end = command.end
+    segments = segments_below(log, end)
+
+    def read_range() -> Iterable[bytes]:
+        for base, _ in segments_below(log, end):
+            if cancelled():
+                raise CompactionCancelledError
+            for batch in log.read_segment(base):
+                pacer.pace(len(batch))
+                yield batch
+
+    if start >= end or not segments:
+        return 0
+    kept = 0
+    with build_superseded(read_range, start, end, memory_bytes_max, temp_dir=temp_dir) as gone:
+        for base, segment_end in segments:
+            if cancelled():
+                raise CompactionCancelledError
+            span = segment_end - base
+            if segment_end <= end and gone.count(base, span) == span:
+                log.replace_segment(base, [])  # every offset superseded: not even read
+                continue
+            output = _Counted(compact(_paced(log.read_segment(base), pacer), command, gone), end)
+            log.replace_segment(base, output)
+            kept += output.count
+    return kept
+
+
+def _paced(batches: Iterator[bytes], pacer: Pacer) -> Iterator[bytes]:
+    for batch in batches:
+        pacer.pace(len(batch))
+        yield batch
+
+
+class _Counted(Iterator[bytes]):
+    """A rewrite's batches, those below ``end`` counted (bytes) as they pass."""
+
+    def __init__(self, batches: Iterator[bytes], end: int) -> None:
+        self._batches = batches
+        self._end = end
+        self.count = 0
+
+    def __next__(self) -> bytes:
+        batch = next(self._batches)
+        if parse_header(batch).base_offset < self._end:
+            self.count += len(batch)
+        return batch
+
+
+__all__ = [
+    "CompactionCancelledError",
+    "Pacer",
+    "log_view",
+    "run_command",
+    "segments_below",
+]
