@@ -55,6 +55,7 @@ from laminar.server.api import NodeApi
 from laminar.server.config import ServiceConfig
 from laminar.server.groups import group_partition, group_status
 from laminar.server.host import ProduceResult
+from laminar.server.members import protocol_version_of
 from laminar.server.metadata import (
     ALTERABLE_FIELDS,
     CLUSTER_TOPIC,
@@ -72,6 +73,7 @@ from laminar.server.metadata import (
     validate_node_id,
 )
 from laminar.server.observability.histogram import RequestStats
+from laminar.server.transport import GAPPED_LOGS_PROTOCOL
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 
@@ -667,6 +669,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         spec = TopicSpec(name=request.name, defaults=defaults, **chosen)
         spec.validate()
         self._require_leader(METADATA_KEY)  # whose settings give the defaults
+        if spec.compact:
+            self._require_gapped_logs()
         if spec.name in node.metadata.topics:
             raise TopicExistsError(f"topic {spec.name!r} already exists")
         founders = self._founders(spec.name, spec.partitions, spec.replication_factor)
@@ -711,6 +715,8 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         defaults += [name for name in ALTERABLE_FIELDS if name in reset]
         spec = dataclasses.replace(topic.spec, **changed, defaults=tuple(defaults))
         spec.validate()
+        if spec.compact and not topic.spec.compact:
+            self._require_gapped_logs()
         if spec.replication_factor > topic.spec.replication_factor:
             eligible = sum(member.eligible for member in node.placement_members())
             if spec.replication_factor > eligible:
@@ -786,6 +792,22 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         if refused is not None:  # a concurrent change made it invalid: nothing changed
             raise InvalidTopicError(f"{refused} (after a concurrent change; nothing changed)")
         return now, offset
+
+    def _require_gapped_logs(self) -> None:
+        """Refuse a compacted topic while a member present speaks a peer protocol
+        before :data:`GAPPED_LOGS_PROTOCOL`: its replicas would refuse the gaps keyed
+        compaction leaves (docs/design.md, "Keyed compaction": upgrade every node
+        first)."""
+        for member in self._node.members():
+            if member.state.is_gone:
+                continue
+            version = protocol_version_of(member)
+            if version is not None and version < GAPPED_LOGS_PROTOCOL:
+                raise InvalidTopicError(
+                    f"cleanup_policy compact needs every node on peer protocol "
+                    f"{GAPPED_LOGS_PROTOCOL} or later; node {member.node_id} speaks {version} "
+                    "(upgrade it first)"
+                )
 
     def _alterable_topic(self, name: str) -> TopicState:
         """The topic an alter names, asked of the metadata leader (``NOT_LEADER``

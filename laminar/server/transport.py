@@ -140,6 +140,9 @@ _LOG = logging.getLogger(__name__)
 MAGIC: Final = b"LMNP"
 PROTOCOL_VERSION: Final = 2
 """The peer protocol version this code speaks (see "Protocol versions" above)."""
+GAPPED_LOGS_PROTOCOL: Final = 2
+"""The first version whose nodes take appends with gaps (keyed compaction): the
+metadata leader refuses a compacted topic while a member speaks an older one."""
 _LENGTH: Final = struct.Struct(">I")
 _REJECT: Final = 0x01
 _REJECT_BYTES_MAX: Final = 1 + 1 + 255  # code, reason length, reason

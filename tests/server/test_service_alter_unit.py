@@ -4,6 +4,7 @@ service's handlers against a fake node whose metadata proposals apply at once.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from laminar.errors import (
     UnknownTopicOrPartitionError,
 )
 from laminar.ids import NodeId, TopicPartition
+from laminar.membership import MemberState
 from laminar.placement import PlacementMember
 from laminar.records import encode_batch, with_leader_fields
 from laminar.replica.types import Acks, Role
@@ -289,3 +291,29 @@ def test_an_alter_that_a_concurrent_one_made_invalid_is_refused_naming_the_field
     _, error = alter(node, max_compaction_lag_ms=50)
     assert isinstance(error, InvalidTopicError) and "max_compaction_lag_ms" in str(error)
     assert node.metadata.topics["t"].spec.max_compaction_lag_ms == -1
+
+
+@pytest.mark.parametrize("how", ["create", "alter"])
+def test_a_compacted_topic_waits_until_every_node_speaks_protocol_2(how: str) -> None:
+    """A node of peer protocol 1 refuses the gaps keyed compaction leaves: while one
+    is a member, no topic becomes compacted (named in the error), and nothing is
+    proposed; a gone member does not count."""
+    node = leader()
+    node.view = [*node.view, member("old", protocol=1)]
+    compact = pb.TopicConfig(cleanup_policy="compact")
+    request: Any = (
+        pb.CreateTopicRequest(name="c", config=compact)
+        if how == "create"
+        else pb.AlterTopicRequest(name="t", set=compact)
+    )
+    method = "CreateTopic" if how == "create" else "AlterTopic"
+    offset = node.metadata.applied_offset
+    _, error = call(service_of(node), method, request)
+    assert isinstance(error, InvalidTopicError), error
+    assert "protocol 2" in str(error) and "node old speaks 1" in str(error)
+    assert node.metadata.applied_offset == offset  # nothing proposed
+    node.view[-1] = member("old", MemberState.DEAD, protocol=1)
+    _, error = call(service_of(node), method, request)
+    assert error is None
+    topic = node.metadata.topics["c" if how == "create" else "t"]
+    assert topic.spec.cleanup_policy == "compact"

@@ -23,6 +23,7 @@ from laminar.server.config import ServiceConfig
 from laminar.server.disk import DiskStatus
 from laminar.server.host import DamagedReplica, FencedReplica, ProduceResult
 from laminar.server.keyring import NodeKeyring
+from laminar.server.members import PROTOCOL_META
 from laminar.server.metadata import METADATA_KEY, MetadataState, TopicSpec, TopicState
 from laminar.server.observability.history import CounterHistory, LeadershipLog
 from laminar.server.service import LaminarService
@@ -32,8 +33,10 @@ from laminar.v1 import laminar_pb2 as pb
 NOW_MS = 1_000_000
 
 
-def member(node_id: str, state: MemberState = MemberState.ALIVE) -> Member:
-    return Member(NodeId(node_id), "g", f"{node_id}:7100", 1.0, "", 1, state, ())
+def member(node_id: str, state: MemberState = MemberState.ALIVE, protocol: int = 2) -> Member:
+    """A member as a node of this release gossips it (its peer protocol version)."""
+    metadata = ((PROTOCOL_META, str(protocol)),)
+    return Member(NodeId(node_id), "g", f"{node_id}:7100", 1.0, "", 1, state, metadata)
 
 
 @dataclass
