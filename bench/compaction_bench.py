@@ -64,6 +64,7 @@ from bench.segment_bench import READ_CHUNK_BYTES
 from laminar.records import encode_batch, libzstd_version, next_offset, parse_header
 from laminar.segment import FsyncPolicy, LogConfig, SegmentLog, layout
 from laminar.segment.compaction import CompactCommand, build_superseded, compact
+from laminar.segment.storage import Buffer
 from laminar.tuning import tune_allocator
 
 MIB = 1024 * 1024
@@ -172,7 +173,7 @@ def engine_run(source: Path, work: Path, memory_bytes_max: int) -> EngineRun:
         start, end = sealed[0][0], sealed[-1][1]
         cmd = CompactCommand(end=end, tombstones_end=0, zstd=libzstd_version())
 
-        def read_range() -> Iterator[bytes]:
+        def read_range() -> Iterator[Buffer]:
             for base, _ in sealed:
                 yield from log.read_segment(base)
 
@@ -198,7 +199,7 @@ def engine_run(source: Path, work: Path, memory_bytes_max: int) -> EngineRun:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def in_memory_s(batches: list[bytes], memory_bytes_max: int) -> float:
+def in_memory_s(batches: list[Buffer], memory_bytes_max: int) -> float:
     """The engine alone over batches already in memory (its compute; no I/O)."""
     start = parse_header(batches[0]).base_offset
     end = parse_header(batches[-1]).next_offset

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from laminar.records import iter_batches, parse_header
 from laminar.replica.compaction_control import LogView
 from laminar.segment.compaction import CompactCommand, build_superseded, compact
-from laminar.segment.storage import LogStorage
+from laminar.segment.storage import Buffer, LogStorage
 
 SCAN_BYTES_PER_CHECK = 1 << 20
 """The most the leader's decision reads of its dirty range per check, on the event
@@ -148,7 +148,7 @@ def run_command(
     end = command.end
     segments = segments_below(log, end)
 
-    def read_range() -> Iterable[bytes]:
+    def read_range() -> Iterable[Buffer]:
         for base, _ in segments_below(log, end):
             if cancelled():
                 raise CompactionCancelledError
@@ -173,21 +173,21 @@ def run_command(
     return kept
 
 
-def _paced(batches: Iterator[bytes], pacer: Pacer) -> Iterator[bytes]:
+def _paced(batches: Iterator[Buffer], pacer: Pacer) -> Iterator[Buffer]:
     for batch in batches:
         pacer.pace(len(batch))
         yield batch
 
 
-class _Counted(Iterator[bytes]):
+class _Counted(Iterator[Buffer]):
     """A rewrite's batches, those below ``end`` counted (bytes) as they pass."""
 
-    def __init__(self, batches: Iterator[bytes], end: int) -> None:
+    def __init__(self, batches: Iterator[Buffer], end: int) -> None:
         self._batches = batches
         self._end = end
         self.count = 0
 
-    def __next__(self) -> bytes:
+    def __next__(self) -> Buffer:
         batch = next(self._batches)
         if parse_header(batch).base_offset < self._end:
             self.count += len(batch)
