@@ -50,7 +50,9 @@ Then ``produce_p99_during_compaction_vs_idle`` (target <= 1.5; :func:`p99_run`):
 keyed records, compaction held off by its ``min_compaction_lag_ms`` while
 ``--p99-samples`` (2,000) acks=all produce calls of one record go one at a time
 to another topic (idle), then the lag set to 0 and the calls going on while the
-node compacts; only calls that overlap a compaction job count as during. The
+node compacts; only calls that overlap a compaction job count as during (the idle
+calls see the leader's scan of the changelog's dirty range, at most 1 MiB a check
+on the event loop, as any compact topic's node does). The
 node's compaction is paced at ``--p99-pace-mib-s`` (64, the node default) and
 checked every ``--p99-check-ms`` (100). Each run's p99 during over p99 idle; the
 figure is the median of the runs, with ``produce_p99_idle_ms``,
