@@ -85,6 +85,7 @@ from pathlib import Path
 
 import grpc
 
+from bench.cluster_bench import PRODUCE_METHOD, percentile
 from bench.report import load_average, machine_note, missed_targets, print_report, run_main
 from bench.segment_bench import READ_CHUNK_BYTES
 from laminar.records import encode_batch, libzstd_version, next_offset, parse_header
@@ -267,11 +268,6 @@ class P99Run:
         return percentile(self.during_ms, 0.99) / percentile(self.idle_ms, 0.99)
 
 
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
 def node_config(pace_bytes_per_s: int, check_ms: int, segment_bytes: int) -> str:
     return (
         f"[host]\nretention_check_ms = {check_ms}\n"
@@ -366,7 +362,7 @@ def p99_run(root: Path, args: argparse.Namespace) -> P99Run:
             acks=pb.ACKS_ALL,
         ).SerializeToString()
         channel = cluster.channel(node.grpc)
-        call = channel.unary_unary("/laminar.v1.Laminar/Produce")
+        call = channel.unary_unary(PRODUCE_METHOD)
 
         def timed(count: int) -> list[tuple[float, float, float]]:
             """``count`` calls: (wall-clock start s, end s, milliseconds) each."""
