@@ -276,6 +276,10 @@ def node_config(pace_bytes_per_s: int, check_ms: int, segment_bytes: int) -> str
     )
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def job_windows(log_path: Path) -> list[tuple[float, float]]:
     """``(start, end)`` wall-clock seconds of each keyed compaction job of the
     changelog the node's log shows: from its command's proposal (one node: committed
@@ -327,7 +331,9 @@ def p99_run(root: Path, args: argparse.Namespace) -> P99Run:
         def led() -> bool:
             try:
                 for topic in (LOAD_TOPIC, CHANGELOG):
-                    produce(topic, [encode_batch([b"hello"], keys=[b"hello"])])
+                    # Stamped now, as the fill: the lag holds it too.
+                    hello = encode_batch([b"hello"], keys=[b"hello"], timestamps_ms=now_ms())
+                    produce(topic, [hello])
             except grpc.RpcError:
                 return False
             return True
@@ -345,7 +351,7 @@ def p99_run(root: Path, args: argparse.Namespace) -> P99Run:
                     for i in range(P99_FILL_BATCH_RECORDS)
                 ],
                 keys=[names[rng.randrange(args.p99_keys)] for _ in range(P99_FILL_BATCH_RECORDS)],
-                timestamps_ms=int(time.time() * 1000),  # young: the lag holds them
+                timestamps_ms=now_ms(),  # young: the lag holds them
             )
             pending.append(batch)
             filled += len(batch)
