@@ -1,7 +1,9 @@
 """Benchmark of the keyed-compaction engine (issue 34, point 4).
 
 Run: ``.venv/bin/python -m bench.compaction_bench [--mib N] [--keys K] [--repeat R]
-[--memory-mib M] [--batch-records B] [--seed S] [--dir PATH]``
+[--memory-mib M] [--batch-records B] [--seed S] [--dir PATH] [--p99-runs N]
+[--p99-mib N] [--p99-keys K] [--p99-samples N] [--p99-pace-mib-s R]
+[--p99-segment-mib N] [--p99-check-ms MS]``
 
 One process writes ``--mib`` MiB (1,024) of keyed records of 1 KiB values, keys drawn
 at random (seeded) from ``--keys`` distinct ones (10,000), ``--batch-records`` (64)
@@ -9,11 +11,13 @@ to a batch, into a ``SegmentLog`` of 64 MiB segments, all sealed. Then, in each 
 ``--repeat`` rounds (3), in turns so that every side sees the same machine:
 
 * ``raw_read_mb_s``: the segment files read in 1 MiB chunks with plain ``read``
-  calls (segment_bench's ``raw_read_mb_s``);
+  calls: segment_bench's ``raw_read_mb_s``, its "raw read speed", the baseline of
+  the issue's target;
 * ``log_read_mb_s``: the log scanned with ``SegmentLog.read`` in 1 MiB chunks
   (segment_bench's ``read_mb_s``);
-* ``segment_read_mb_s``: every sealed segment scanned with ``read_segment`` (each
-  batch checked and copied): what each pass of the engine reads;
+* ``segment_read_mb_s``: every sealed segment scanned with ``read_segment`` (a
+  view of each batch in its 1 MiB read; checksums were verified when written):
+  what each pass of the engine reads;
 * ``engine_mb_s``: MiB of input per second of a whole compaction of a copy of the
   log, as a replica runs it: ``build_superseded`` over every sealed segment
   (``read_segment``, a key map of ``--memory-mib`` MiB, 64 as the node default),
@@ -33,14 +37,32 @@ before and after), ``records_after`` (must equal ``keys``, the distinct keys
 written: one record per key is left) and ``passes``.
 
 The engine reads the range twice (once for the superseded offsets, once to
-rewrite it), so it cannot pass half of the read speed of its own reads; and each
-segment swap (``replace_segment``) fsyncs its new file and directory and frees the
-old file's blocks, which on this VM costs 20-45 ms per 64 MiB segment.
+rewrite it; the copy is reopened, so the first pass verifies the checksums and
+the second trusts them), so it cannot pass half of the read speed of its own
+reads; each batch with survivors and superseded records is re-encoded, one batch
+per run of survivors; and each segment swap (``replace_segment``), even one to
+nothing, costs about 45 ms per 64 MiB segment on this VM (measured at 1 GiB, 17
+swaps: the new file's fsync 16 ms, freeing the old file's pages and blocks when it
+is closed 16 ms, unlinking its index files 6 ms, two directory fsyncs 7 ms), 0.76 s
+of the 1 GiB run's 1.1 s: the engine's compute alone (``engine_in_memory``) is
+0.33-0.48x of the raw read. Closing the old files on another thread gained nothing
+(the fsyncs then wait for the freeing).
 
-``produce_p99_during_compaction_vs_idle`` (point 4's last figure) is a TODO phase:
-it needs the compaction wired into the replica driver (helper ``replication``), so
-that a node compacts while a producer writes to it. The bench prints a ``phase
-TODO`` line for it and leaves it out of the figures.
+Then ``produce_p99_during_compaction_vs_idle`` (target <= 1.5; :func:`p99_run`):
+``--p99-runs`` (3) times, a fresh node process (fsync on) with a compact topic of
+``--p99-segment-mib`` (1) MiB segments filled with ``--p99-mib`` (64) MiB of
+keyed records, compaction held off by its ``min_compaction_lag_ms`` while
+``--p99-samples`` (2,000) acks=all produce calls of one record go one at a time
+to another topic (idle), then the lag set to 0 and the calls going on while the
+node compacts; only calls that overlap a compaction job count as during (the idle
+calls see the leader's scan of the changelog's dirty range, at most 1 MiB a check
+on the event loop, as any compact topic's node does). The
+node's compaction is paced at ``--p99-pace-mib-s`` (64, the node default) and
+checked every ``--p99-check-ms`` (100). Each run's p99 during over p99 idle; the
+figure is the median of the runs, with ``produce_p99_idle_ms``,
+``produce_p99_during_compaction_ms``, the p50s, ``compaction_jobs``,
+``compacting_share`` (of the time sampled during) and
+``produce_samples_during_compaction``.
 
 Prints a table, the notes, the targets missed, then one JSON object as the last
 line.
@@ -51,29 +73,35 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+import grpc
+
+from bench.cluster_bench import PRODUCE_METHOD, percentile
 from bench.report import load_average, machine_note, missed_targets, print_report, run_main
 from bench.segment_bench import READ_CHUNK_BYTES
 from laminar.records import encode_batch, libzstd_version, next_offset, parse_header
 from laminar.segment import FsyncPolicy, LogConfig, SegmentLog, layout
 from laminar.segment.compaction import CompactCommand, build_superseded, compact
+from laminar.segment.storage import Buffer
+from laminar.testing.processes import ProcessCluster, wait_for
 from laminar.tuning import tune_allocator
+from laminar.v1 import laminar_pb2 as pb
 
 MIB = 1024 * 1024
 VALUE_BYTES = 1024
 SEGMENT_BYTES = 64 * MIB
-TARGETS = {"engine_vs_raw_read": (">=", 0.3)}
-TODO_PHASES = {
-    "produce_p99_during_compaction_vs_idle": "needs the compaction wired into the replica "
-    "driver (issue 34 task E, helper replication): a node that compacts while a producer "
-    "writes to it"
+TARGETS = {
+    "engine_vs_raw_read": (">=", 0.3),
+    "produce_p99_during_compaction_vs_idle": ("<=", 1.5),
 }
 
 
@@ -172,7 +200,7 @@ def engine_run(source: Path, work: Path, memory_bytes_max: int) -> EngineRun:
         start, end = sealed[0][0], sealed[-1][1]
         cmd = CompactCommand(end=end, tombstones_end=0, zstd=libzstd_version())
 
-        def read_range() -> Iterator[bytes]:
+        def read_range() -> Iterator[Buffer]:
             for base, _ in sealed:
                 yield from log.read_segment(base)
 
@@ -198,7 +226,7 @@ def engine_run(source: Path, work: Path, memory_bytes_max: int) -> EngineRun:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def in_memory_s(batches: list[bytes], memory_bytes_max: int) -> float:
+def in_memory_s(batches: list[Buffer], memory_bytes_max: int) -> float:
     """The engine alone over batches already in memory (its compute; no I/O)."""
     start = parse_header(batches[0]).base_offset
     end = parse_header(batches[-1]).next_offset
@@ -208,6 +236,217 @@ def in_memory_s(batches: list[bytes], memory_bytes_max: int) -> float:
         for _ in compact(batches, cmd, superseded):
             pass
     return time.perf_counter() - started
+
+
+# ----------------------------------------------------------------------------- produce p99
+
+CHANGELOG = "changelog"
+LOAD_TOPIC = "load"
+DAY_MS = 86_400_000
+P99_FILL_BATCH_RECORDS = 64
+P99_PRODUCE_BYTES_MAX = 4 * MIB  # one fill request: whole batches up to this
+LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%f"  # laminar.server.logs.TEXT_FORMAT's asctime
+JOB_LINE = re.compile(
+    r"^(\S+ \S+) INFO \S+: keyed compaction (proposed|applied) "
+    + re.escape(CHANGELOG)
+    + r"/0 node=\S+ offset=(\d+)"
+)
+
+
+@dataclass
+class P99Run:
+    """One node's produce latencies (ms) before and while it compacts."""
+
+    idle_ms: list[float]
+    during_ms: list[float]
+    jobs: int
+    compacting_s: float
+    sampled_s: float
+
+    @property
+    def ratio(self) -> float:
+        return percentile(self.during_ms, 0.99) / percentile(self.idle_ms, 0.99)
+
+
+def node_config(pace_bytes_per_s: int, check_ms: int, segment_bytes: int) -> str:
+    return (
+        f"[host]\nretention_check_ms = {check_ms}\n"
+        f"compaction_bytes_per_s_max = {pace_bytes_per_s}\n"
+        f"[log]\nsegment_bytes_max = {segment_bytes}\n"
+    )
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def job_windows(log_path: Path) -> list[tuple[float, float]]:
+    """``(start, end)`` wall-clock seconds of each keyed compaction job of the
+    changelog the node's log shows: from its command's proposal (one node: committed
+    at once, then run) to its ``applied`` line; a job not applied yet runs on."""
+    proposed: dict[int, float] = {}
+    windows = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        found = JOB_LINE.match(line)
+        if found is None:
+            continue
+        stamp = datetime.strptime(found[1], LOG_TIME_FORMAT).timestamp()  # local time
+        offset = int(found[3])
+        if found[2] == "proposed":
+            proposed[offset] = stamp
+        elif offset in proposed:
+            windows.append((proposed.pop(offset), stamp + 0.001))  # the stamp's resolution
+    windows += [(start, float("inf")) for start in proposed.values()]
+    return sorted(windows)
+
+
+def p99_run(root: Path, args: argparse.Namespace) -> P99Run:
+    """A single node: a compact topic of small segments filled with ``--p99-mib`` MiB
+    of keyed records (its minimum lag holds compaction off), then ``--p99-samples``
+    acks=all produce calls of one record to another topic, one at a time (idle);
+    then the lag is set to 0 and the same calls go on while the node compacts the
+    changelog. A call counts as during compaction when it overlaps a job (the node
+    log's ``proposed``/``applied`` lines); sampling stops once it has
+    ``--p99-samples`` such calls, or once no job has run for two checks after the
+    last one (or after a minute)."""
+    config = node_config(
+        int(args.p99_pace_mib_s * MIB), args.p99_check_ms, int(args.p99_segment_mib * MIB)
+    )
+    with ProcessCluster(root, node_config=config) as cluster:
+        node = cluster.add_node(bootstrap=True)
+        cluster.wait_ready(node)
+        stub = cluster.stub(node)
+
+        def create(name: str, topic: pb.TopicConfig) -> None:
+            topic.partitions, topic.replication_factor = 1, 1
+            stub.CreateTopic(pb.CreateTopicRequest(name=name, config=topic), timeout=30)
+
+        create(LOAD_TOPIC, pb.TopicConfig())
+        create(CHANGELOG, pb.TopicConfig(cleanup_policy="compact", min_compaction_lag_ms=DAY_MS))
+
+        def produce(topic: str, batches: list[bytes]) -> None:
+            request = pb.ProduceRequest(topic=topic, partition=0, batches=batches, acks=pb.ACKS_ALL)
+            stub.Produce(request, timeout=30)
+
+        def led() -> bool:
+            try:
+                for topic in (LOAD_TOPIC, CHANGELOG):
+                    # Stamped now, as the fill: the lag holds it too.
+                    hello = encode_batch([b"hello"], keys=[b"hello"], timestamps_ms=now_ms())
+                    produce(topic, [hello])
+            except grpc.RpcError:
+                return False
+            return True
+
+        wait_for(led, 60, "both topics to take a record")
+        rng = random.Random(args.seed)
+        values = rng.randbytes(VALUE_BYTES * (P99_FILL_BATCH_RECORDS + 64))
+        names = [b"key-%08d" % index for index in range(args.p99_keys)]
+        filled, pending = 0, []
+        while filled < args.p99_mib * MIB:
+            shift = rng.randrange(64)
+            batch = encode_batch(
+                [
+                    values[VALUE_BYTES * i + shift : VALUE_BYTES * (i + 1) + shift]
+                    for i in range(P99_FILL_BATCH_RECORDS)
+                ],
+                keys=[names[rng.randrange(args.p99_keys)] for _ in range(P99_FILL_BATCH_RECORDS)],
+                timestamps_ms=now_ms(),  # young: the lag holds them
+            )
+            pending.append(batch)
+            filled += len(batch)
+            if sum(map(len, pending)) >= P99_PRODUCE_BYTES_MAX:
+                produce(CHANGELOG, pending)
+                pending = []
+        if pending:
+            produce(CHANGELOG, pending)
+
+        load = pb.ProduceRequest(
+            topic=LOAD_TOPIC,
+            partition=0,
+            batches=[encode_batch([b"x" * 100])],
+            acks=pb.ACKS_ALL,
+        ).SerializeToString()
+        channel = cluster.channel(node.grpc)
+        call = channel.unary_unary(PRODUCE_METHOD)
+
+        def timed(count: int) -> list[tuple[float, float, float]]:
+            """``count`` calls: (wall-clock start s, end s, milliseconds) each."""
+            samples = []
+            for _ in range(count):
+                wall = time.time()
+                started = time.perf_counter()
+                call(load, timeout=30)
+                elapsed = time.perf_counter() - started
+                samples.append((wall, wall + elapsed, elapsed * 1000))
+            return samples
+
+        timed(max(20, args.p99_samples // 10))  # warm-up
+        idle = timed(args.p99_samples)
+        if job_windows(node.log_path):
+            raise RuntimeError(f"the node compacted while sampled idle; see {node.log_path}")
+        alter = pb.AlterTopicRequest(name=CHANGELOG, set=pb.TopicConfig(min_compaction_lag_ms=0))
+        began = time.time()
+        stub.AlterTopic(alter, timeout=30)
+        during: list[tuple[float, float, float]] = []
+        quiet_s = 2 * args.p99_check_ms / 1000 + 0.5
+        windows: list[tuple[float, float]] = []
+        while True:
+            samples = timed(50)
+            windows = job_windows(node.log_path)
+            during += [s for s in samples if _overlaps(s, windows)]
+            now = time.time()
+            last_end = max((end for _, end in windows), default=None)
+            settled = last_end is not None and last_end < now - quiet_s
+            if len(during) >= args.p99_samples or settled or now - began > 60:
+                break
+        if not during:
+            raise RuntimeError(f"no produce call overlapped a compaction job; see {node.log_path}")
+        ended = time.time()
+        compacting_s = sum(min(end, ended) - max(start, began) for start, end in windows)
+        return P99Run(
+            [ms for _, _, ms in idle],
+            [ms for _, _, ms in during],
+            len(windows),
+            compacting_s,
+            ended - began,
+        )
+
+
+def _overlaps(sample: tuple[float, float, float], windows: list[tuple[float, float]]) -> bool:
+    start, end, _ = sample
+    return any(start < window_end and window_start < end for window_start, window_end in windows)
+
+
+def p99_phase(
+    root: Path, args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """``--p99-runs`` runs of :func:`p99_run`, each on a fresh node: the median
+    figures, and each run's."""
+    runs: dict[str, list[float]] = {name: [] for name in P99_FIGURES}
+    for number in range(args.p99_runs):
+        run = p99_run(root / f"p99-{number}", args)
+        runs["produce_p99_idle_ms"].append(percentile(run.idle_ms, 0.99))
+        runs["produce_p99_during_compaction_ms"].append(percentile(run.during_ms, 0.99))
+        runs["produce_p99_during_compaction_vs_idle"].append(run.ratio)
+        runs["produce_p50_idle_ms"].append(percentile(run.idle_ms, 0.5))
+        runs["produce_p50_during_compaction_ms"].append(percentile(run.during_ms, 0.5))
+        runs["produce_samples_during_compaction"].append(len(run.during_ms))
+        runs["compaction_jobs"].append(run.jobs)
+        runs["compacting_share"].append(run.compacting_s / run.sampled_s)
+    return {name: statistics.median(values) for name, values in runs.items()}, runs
+
+
+P99_FIGURES = (
+    "produce_p99_idle_ms",
+    "produce_p99_during_compaction_ms",
+    "produce_p99_during_compaction_vs_idle",
+    "produce_p50_idle_ms",
+    "produce_p50_during_compaction_ms",
+    "produce_samples_during_compaction",
+    "compaction_jobs",
+    "compacting_share",
+)
 
 
 FIGURES = (
@@ -234,9 +473,33 @@ def main() -> None:
     parser.add_argument("--batch-records", type=int, default=64, help="records a batch (64)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the keys (1)")
     parser.add_argument("--dir", help="directory for data files (default: a temporary one)")
+    p99 = parser.add_argument_group("produce p99 during compaction (a node process)")
+    p99.add_argument("--p99-runs", type=int, default=3, help="runs, a fresh node each (3; 0: skip)")
+    p99.add_argument("--p99-mib", type=float, default=64, help="MiB of the changelog (64)")
+    p99.add_argument("--p99-keys", type=int, default=1000, help="its distinct keys (1,000)")
+    p99.add_argument("--p99-samples", type=int, default=2000, help="calls idle, and during (2,000)")
+    p99.add_argument(
+        "--p99-pace-mib-s",
+        type=float,
+        default=64,
+        help="[host] compaction_bytes_per_s_max in MiB/s (64, the default; 0: unpaced)",
+    )
+    p99.add_argument(
+        "--p99-segment-mib", type=float, default=1, help="[log] segment_bytes_max in MiB (1)"
+    )
+    p99.add_argument(
+        "--p99-check-ms", type=int, default=100, help="[host] retention_check_ms (100)"
+    )
     args = parser.parse_args()
     if min(args.mib, args.keys, args.repeat, args.batch_records) < 1 or args.memory_mib <= 0:
         parser.error("--mib, --keys, --repeat, --batch-records and --memory-mib must be positive")
+    if args.p99_runs < 0 or args.p99_pace_mib_s < 0:
+        parser.error("--p99-runs and --p99-pace-mib-s must be >= 0")
+    if args.p99_runs and (
+        min(args.p99_mib, args.p99_keys, args.p99_samples, args.p99_segment_mib, args.p99_check_ms)
+        <= 0
+    ):
+        parser.error("--p99-mib, -keys, -samples, -segment-mib and -check-ms must be positive")
 
     tune_allocator()  # as a node does (see segment_bench)
     loaded = load_average()
@@ -291,14 +554,23 @@ def main() -> None:
         )
         if last.records_after != distinct:
             print(f"phase failed: {last.records_after:,} records left of {distinct:,} keys")
+        if args.p99_runs:
+            figures, p99_runs = p99_phase(root / "nodes", args)
+            results.update(figures)
+            runs.update(p99_runs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    for name, why in TODO_PHASES.items():
-        print(f"phase TODO: {name}: {why}")
     notes = [
         f"data: {args.mib:,} MiB of {VALUE_BYTES} B values, {args.keys:,} keys, "
         f"{args.batch_records} records a batch, {SEGMENT_BYTES // MIB} MiB segments, "
         f"written in {fill_s:.1f} s; key map {args.memory_mib:g} MiB; {args.repeat} rounds",
+        f"produce p99: one node, acks=all calls of one 100 B record one at a time to a "
+        f"1-partition topic, idle then while it compacts a {args.p99_mib:g} MiB changelog of "
+        f"{args.p99_keys:,} keys in {args.p99_segment_mib:g} MiB segments, paced at "
+        f"{args.p99_pace_mib_s:g} MiB/s (0: unpaced), checks every {args.p99_check_ms} ms; "
+        f"{args.p99_runs} runs"
+        if args.p99_runs
+        else "produce p99: skipped (--p99-runs 0)",
         machine_note(loaded),
     ]
     missed = missed_targets(results, TARGETS, unmeasured=True)

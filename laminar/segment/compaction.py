@@ -65,6 +65,7 @@ from laminar.records import (
     libzstd_version,
     parse_header,
 )
+from laminar.segment.storage import Buffer
 
 COMPACT_KIND = b"compact"
 """The key of the control batch that carries a :class:`CompactCommand`."""
@@ -205,8 +206,8 @@ class Superseded(Protocol):
 
 
 def compact(
-    batches: Iterable[bytes], cmd: CompactCommand, superseded: Superseded
-) -> Iterator[bytes]:
+    batches: Iterable[Buffer], cmd: CompactCommand, superseded: Superseded
+) -> Iterator[Buffer]:
     """``batches`` (stamped, in offset order) compacted by ``cmd``: per batch, the
     batch byte for byte, nothing, or one canonical batch per run of survivors (the
     module docstring). Batches at or after ``cmd.end`` and control batches pass
@@ -379,7 +380,7 @@ class SupersededOffsets:
 
 
 def build_superseded(
-    read_batches: Callable[[], Iterable[bytes]],
+    read_batches: Callable[[], Iterable[Buffer]],
     start: int,
     end: int,
     memory_bytes_max: int,
@@ -435,7 +436,7 @@ def _more_buckets(buckets: int, total: int, memory_bytes_max: int) -> int:
 
 def _mark_bucket(
     superseded: SupersededOffsets,
-    batches: Iterable[bytes],
+    batches: Iterable[Buffer],
     bucket: int,
     buckets: int,
     entries_max: int,
@@ -509,7 +510,7 @@ def _bucket(key: bytes | int, buckets: int) -> int:
 
 
 def _key_groups(
-    batches: Iterable[bytes], start: int, end: int, group_records: int
+    batches: Iterable[Buffer], start: int, end: int, group_records: int
 ) -> Iterator[tuple[Any, Any, bytes]]:
     """The keys of the non-control batches that hold offsets of ``[start, end)``, in
     groups of about ``group_records``: ``(offsets, key lengths, keys back to back)``

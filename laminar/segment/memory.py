@@ -169,7 +169,7 @@ class MemoryLog:
         first, last = self._segment_range(base)
         return iter(self._batches[first:last])
 
-    def replace_segment(self, base: int, batches: Iterable[bytes]) -> None:
+    def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         self._check_open()
         number = self._segment_number(base)
         if number == len(self._segment_bases) - 1:

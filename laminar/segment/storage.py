@@ -72,13 +72,13 @@ class LogStorage(Protocol):
         segment's base (a compacted segment's batches may end before it)."""
         ...
 
-    def read_segment(self, base: int) -> Iterator[bytes]:
+    def read_segment(self, base: int) -> Iterator[Buffer]:
         """The raw stored batches of the segment based at ``base``, in order (a sealed
         one, or the active one as it is now). Raises ``InvalidInputError`` when no
         segment starts at ``base``."""
         ...
 
-    def replace_segment(self, base: int, batches: Iterable[bytes]) -> None:
+    def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         """Replace the batches of the *sealed* segment based at ``base`` by
         ``batches`` (keyed compaction's rewrite), crash-safely: after a crash at any
         point the segment holds the old batches or the new ones, never a mix.
