@@ -24,6 +24,18 @@ def test_probe_then_replicate_with_a_window() -> None:
     assert progress.match_offset == 14 and progress.next_offset == 20
 
 
+def test_an_older_answer_ends_probing_from_its_match_not_from_the_probe() -> None:
+    # A learner re-added at offset 11 is probed at the leader's log end, 12; its answer
+    # to an older append (it holds up to 11) comes first, and the probe is lost. The
+    # leader replicates from 11: from 12, with nothing in flight, no retransmit timeout
+    # would ever send it offset 11 (issue 34: a learner for good in an idle group).
+    progress = Progress(next_offset=12)
+    progress.sent(12, now_ms=100, advance=False)
+    progress.acknowledged(11, end_offset=12, now_ms=120)
+    assert progress.mode is Mode.REPLICATE and not progress.inflight
+    assert progress.match_offset == 11 and progress.next_offset == 11
+
+
 def test_lost_requests_fall_back_to_probing_from_the_match() -> None:
     progress = Progress(next_offset=0, mode=Mode.REPLICATE, match_offset=5)
     progress.sent(9, now_ms=100, advance=True)
