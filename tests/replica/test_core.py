@@ -748,9 +748,7 @@ def test_a_learner_re_added_while_its_removal_is_in_flight_gets_the_re_adding_en
     _run_holding(group, C, held, lambda: leader.group_config == GroupConfig((A, B), (C,)))
     assert leader.end_offset == removal_end + 1  # the entry re-adding C
     # C gets the removal (one of the appends the leader sent before the re-add).
-    (removal,) = [m for m in held if isinstance(m, AppendRequest) and m.end_offset == removal_end][
-        -1:
-    ]
+    removal = [m for m in held if isinstance(m, AppendRequest) and m.end_offset == removal_end][-1]
     group.cores[C].step(A, removal, group.now)
     group.drain()
     assert group.storages[C].end_offset == removal_end
