@@ -61,9 +61,13 @@ class Progress:
             self.inflight.popleft()
         self.waiting_since_ms = now_ms
         if self.mode is Mode.PROBE:
+            # From the match, not from the probe: the answer may be to an older
+            # request (the probe, further on, lost), and with nothing in flight no
+            # retransmit would ever send what lies between (as etcd raft's
+            # BecomeReplicate: Next = Match + 1).
             self.mode = Mode.REPLICATE
             self.inflight.clear()
-            self.next_offset = max(self.match_offset, self.next_offset)
+            self.next_offset = self.match_offset
         self.next_offset = max(self.next_offset, self.match_offset)
 
     def stale_rejection(self, prev_end_offset: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import deque
+from collections.abc import Callable
 
 import msgpack
 import pytest
@@ -19,6 +20,7 @@ from laminar.replica.messages import (
     AppendRequest,
     AppendResponse,
     Heartbeat,
+    Message,
     Outbound,
     ProduceStatus,
     Ready,
@@ -693,3 +695,73 @@ def test_founders_elect_at_term_2_when_the_term_1_leader_never_shows_up() -> Non
     leaders = [n for n in (B, C) if group.cores[n].role is Role.LEADER]
     assert len(leaders) == 1
     assert group.cores[leaders[0]].term >= 2  # term 1 was A's: nobody else can win it
+
+
+def _run_holding(
+    group: Group, node: NodeId, held: list[Message], until: Callable[[], bool]
+) -> None:
+    """Advance time (10 ms steps, at most 3 s) until ``until()``, delivering every
+    message except those to ``node``, which are kept in ``held``; ``node`` never ticks."""
+    for _ in range(300):
+        if until():
+            return
+        group.now += 10
+        for name, core in group.cores.items():
+            if name != node and core.next_wake_ms() <= group.now:
+                core.tick(group.now)
+        group.drain()
+        while group.wire:
+            source, outbound = group.wire.popleft()
+            if outbound.destination == node:
+                held.append(outbound.message)
+            else:
+                group.cores[outbound.destination].step(source, outbound.message, group.now)
+            group.drain()
+    raise AssertionError("condition not reached in 3 s")
+
+
+def test_a_learner_re_added_while_its_removal_is_in_flight_gets_the_re_adding_entry() -> None:
+    # Issue 34 (node1 of __cluster/0, a learner for good): a node restarts while its
+    # group removes it; the leader re-adds it (placement wants it back) before the
+    # removal's append reaches it. Its answer to that old append (it holds the log up
+    # to the re-adding entry) comes back after the re-add, while the leader's probe
+    # at its log end is lost (the node reopens its removed replica meanwhile). The
+    # leader must still send the re-adding entry: the group is idle, nothing else will.
+    group = Group(config=dataclasses.replace(CONFIG, reconfigure_stable_ms=0))
+    group.elect(A)
+    leader = group.cores[A]
+    leader.propose(0, _batch(b"v"), Acks.ALL, group.now)
+    group.advance_time(100)
+    held: list[Message] = []
+    leader.set_target((A, B), group.now)
+    _run_holding(
+        group,
+        C,
+        held,
+        lambda: (
+            leader.group_config == GroupConfig((A, B))
+            and leader.high_watermark == leader.end_offset
+        ),
+    )
+    removal_end = leader.end_offset
+    leader.set_target((A, B, C), group.now)
+    _run_holding(group, C, held, lambda: leader.group_config == GroupConfig((A, B), (C,)))
+    assert leader.end_offset == removal_end + 1  # the entry re-adding C
+    # C gets the removal (one of the appends the leader sent before the re-add).
+    removal = [m for m in held if isinstance(m, AppendRequest) and m.end_offset == removal_end][-1]
+    group.cores[C].step(A, removal, group.now)
+    group.drain()
+    assert group.storages[C].end_offset == removal_end
+    # Its answer reaches the leader; whatever the leader sends C next is lost while C
+    # reopens its replica: a fresh core on the same log.
+    while group.wire:
+        source, outbound = group.wire.popleft()
+        if outbound.destination != C:
+            group.cores[outbound.destination].step(source, outbound.message, group.now)
+        group.drain()
+    group.cores[C] = ReplicaCore(
+        C, group.storages[C], CONFIG, now_ms=group.now, rng=random.Random(3)
+    )
+    group.advance_time(3_000)
+    assert group.storages[C].end_offset == leader.end_offset
+    assert set(leader.group_config.voters) == {A, B, C}  # type: ignore[union-attr]

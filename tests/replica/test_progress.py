@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from laminar.replica.epochs import Epochs
 from laminar.replica.progress import Mode, Progress, probe_after_rejection
 from laminar.replica.types import NEVER_MS
@@ -22,6 +25,45 @@ def test_probe_then_replicate_with_a_window() -> None:
     assert list(progress.inflight) == [20] and progress.caught_up_ms == 150  # not at the end
     progress.acknowledged(12, end_offset=20, now_ms=230)  # a late, older answer
     assert progress.match_offset == 14 and progress.next_offset == 20
+
+
+def test_an_older_answer_ends_probing_from_its_match_not_from_the_probe() -> None:
+    # A learner re-added at offset 11 is probed at the leader's log end, 12; its answer
+    # to an older append (it holds up to 11) comes first, and the probe is lost. The
+    # leader replicates from 11: from 12, with nothing in flight, no retransmit timeout
+    # would ever send it offset 11 (issue 34: a learner for good in an idle group).
+    progress = Progress(next_offset=12)
+    progress.sent(12, now_ms=100, advance=False)
+    progress.acknowledged(11, end_offset=12, now_ms=120)
+    assert progress.mode is Mode.REPLICATE and not progress.inflight
+    assert progress.match_offset == 11 and progress.next_offset == 11
+
+
+@given(st.lists(st.tuples(st.sampled_from(["sent", "ack", "expire", "reject"]), st.integers(0, 9))))
+def test_a_replicating_peer_with_nothing_in_flight_is_sent_from_its_match(
+    steps: list[tuple[str, int]],
+) -> None:
+    # Requests go out as the core sends them, answers come back for any request ever
+    # sent (late, duplicated, or lost). In replicate mode with nothing in flight the
+    # next request starts at the match: else what lies between is never sent again.
+    progress = Progress(next_offset=5)
+    sent: list[int] = []
+    for step, value in steps:
+        if step == "sent" and progress.mode is Mode.REPLICATE:
+            progress.sent(progress.next_offset + value + 1, now_ms=0, advance=True)
+            sent.append(progress.next_offset)
+        elif step == "sent" and not progress.inflight:
+            progress.sent(progress.next_offset + value, now_ms=0, advance=False)
+            sent.append(progress.next_offset + value)
+        elif step == "ack" and sent:
+            progress.acknowledged(sent[value % len(sent)], end_offset=100, now_ms=0)
+        elif step == "expire":
+            progress.expire(now_ms=value, retransmit_ms=5)
+        elif step == "reject":
+            progress.probe(max(progress.match_offset, progress.next_offset - value, 0))
+        assert progress.next_offset >= progress.match_offset
+        if progress.mode is Mode.REPLICATE and not progress.inflight:
+            assert progress.next_offset == progress.match_offset
 
 
 def test_lost_requests_fall_back_to_probing_from_the_match() -> None:
