@@ -143,8 +143,14 @@ def test_internal_logs_are_bounded_and_a_restart_rebuilds_from_snapshots(tmp_pat
         wait_for(lambda: offsets() == expected, WAIT_S, "the commits after the restart")
         # The catalogue is rebuilt by the metadata follower, beside the groups.
         wait_for(lambda: {t.name for t in _topics(stub)} == kept, WAIT_S, "the catalogue")
-        for n in range(1, TOPIC_PAIRS, 2):  # deleted ones stay deleted, on disk too
-            assert not (node.data_dir / "partitions" / f"churn-{n}").exists()
+        # Deleted ones stay deleted, on disk too: the catalogue answers as soon as it
+        # applied a deletion, and the replica's directory goes right after.
+        deleted = [node.data_dir / "partitions" / f"churn-{n}" for n in range(1, TOPIC_PAIRS, 2)]
+        wait_for(
+            lambda: not any(path.exists() for path in deleted),
+            WAIT_S,
+            "the deleted topics' directories to be removed",
+        )
         log = node.log_path.read_text()
         assert "restored group state from the snapshot" in log
         assert "metadata restored from the snapshot" in log
