@@ -925,6 +925,16 @@ class SegmentLog:
         finally:
             self._files.unpin(file)
 
+    def segment_summary(self, base: int) -> tuple[int, int | None]:
+        """(See :meth:`LogStorage.segment_summary`.) The segment's file size and the
+        running maximum timestamp kept with its index (its time index's last entry
+        and the batches after it, folded in when the segment was written or opened):
+        a lookup under the lock, no I/O."""
+        with self._lock:
+            self._check_open()
+            segment = self._segment_at_locked(base)
+            return segment.size, segment.max_timestamp_ms if segment.size else None
+
     def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         """(See :meth:`LogStorage.replace_segment`.) The new batches are written to
         ``<base>.log.tmp`` and fsynced, without holding the log's lock; then, under

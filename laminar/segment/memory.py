@@ -169,6 +169,18 @@ class MemoryLog:
         first, last = self._segment_range(base)
         return iter(self._batches[first:last])
 
+    def segment_summary(self, base: int) -> tuple[int, int | None]:
+        """(See :meth:`LogStorage.segment_summary`.) From the segment's batches in
+        memory: their lengths and their headers' ``max_timestamp_ms``."""
+        self._check_open()
+        first, last = self._segment_range(base)
+        batches = self._batches[first:last]
+        if not batches:
+            return 0, None
+        limits = self._limits
+        newest_ms = max(parse_header(batch, limits=limits).max_timestamp_ms for batch in batches)
+        return sum(len(batch) for batch in batches), newest_ms
+
     def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         self._check_open()
         number = self._segment_number(base)

@@ -78,6 +78,15 @@ class LogStorage(Protocol):
         segment starts at ``base``."""
         ...
 
+    def segment_summary(self, base: int) -> tuple[int, int | None]:
+        """``(bytes, newest timestamp ms)`` of the segment based at ``base`` (a sealed
+        one, or the active one as it is now): the size of its stored batches and the
+        largest ``max_timestamp_ms`` of their headers (control batches included), None
+        when it holds no batch. Cheap: from what the log keeps of the segment, without
+        reading its batches. Raises ``InvalidInputError`` when no segment starts at
+        ``base``."""
+        ...
+
     def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         """Replace the batches of the *sealed* segment based at ``base`` by
         ``batches`` (keyed compaction's rewrite), crash-safely: after a crash at any

@@ -29,6 +29,7 @@ compaction runs (see :class:`~laminar.server.driver.ReplicaDriver`).
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -39,12 +40,15 @@ from laminar.segment.storage import Buffer, LogStorage
 
 SCAN_BYTES_PER_CHECK = 1 << 20
 """The most the leader's decision reads of its dirty range per check, on the event
-loop (about 2 ms here); it resumes there at the next check (:class:`DirtyScan`)."""
+loop (about 2 ms here): only a segment the range begins or ends inside is read
+(sealed segments wholly inside it are not: :func:`log_view`); it resumes there at
+the next check (:class:`DirtyScan`)."""
 SCAN_CHUNK_BYTES = 1 << 20
-"""The decision sees the dirty range in runs of batches of about this size: E falls
-at the end of a run (a batch boundary)."""
+"""A segment the decision reads is seen in runs of batches of about this size: E
+falls at the end of a run (a batch boundary)."""
 SCAN_CHUNKS_MAX = 4096
-"""The most runs one scan keeps (4 GiB of dirty log); E stops at the last one."""
+"""The most runs one scan keeps (as many sealed segments, or 4 GiB read); E stops
+at the last one."""
 
 
 class CompactionCancelledError(Exception):
@@ -80,10 +84,10 @@ NO_PACE = Pacer(0)
 
 @dataclass(slots=True)
 class DirtyScan:
-    """What the leader has read so far of its log's dirty range, from ``dirty_from``
-    (the last command's end) to ``scanned_to``: runs of whole batches
-    ``(base, next offset, max timestamp ms, bytes)``, so that each check reads only
-    what was appended since, at most :data:`SCAN_BYTES_PER_CHECK`."""
+    """What the leader has seen so far of its log's dirty range, from ``dirty_from``
+    (the last command's end) to ``scanned_to``: runs ``(base, next offset, max
+    timestamp ms, bytes)`` (a sealed segment, or whole batches read of one), so that
+    each check looks only at what was appended since."""
 
     dirty_from: int
     scanned_to: int
@@ -103,29 +107,63 @@ def log_view(
     bytes_max: int = SCAN_BYTES_PER_CHECK,
 ) -> LogView:
     """What :func:`~laminar.replica.compaction_control.compaction_point` needs of
-    ``log``: the active segment's base and the runs of batches from the scan's
-    ``dirty_from`` up to it (and the high watermark), reading on from where ``scan``
-    stopped, at most ``bytes_max`` now. A run's timestamp is its newest record's,
-    so the minimum lag holds for every record of a run taken."""
+    ``log``: the active segment's base and the runs from the scan's ``dirty_from`` up
+    to it (and the high watermark), going on from where ``scan`` stopped.
+
+    A sealed segment wholly inside the range is one run, ``(base, end, newest
+    timestamp, bytes)`` from :meth:`~laminar.segment.storage.LogStorage.segment_summary`,
+    without a read: a check costs a lookup per new segment (up to
+    :data:`SCAN_CHUNKS_MAX` runs), however many bytes the backlog holds. Only a
+    segment the range begins inside (the last command's end fell there) or ends
+    inside (the high watermark) is read, at most ``bytes_max`` now, in runs of whole
+    batches. A run's timestamp is its newest record's, so the minimum lag holds for
+    every record of a run taken; a whole segment is the coarser run: E stops before
+    a segment holding any record younger than the lag, though its older batches
+    could go (conservative: they are compacted once the segment's newest record is
+    old enough). Likewise the maximum lag counts a run's age from its newest record:
+    for a whole segment, a command the maximum lag makes due can come up to the
+    segment's time span late (never early)."""
     sealed = log.sealed_segments()
     active_base = sealed[-1][1] if sealed else log.start_offset
     limit = min(high_watermark, active_base)
     offset = max(scan.scanned_to, log.start_offset)
+    runs = scan.runs
     read = 0
-    while offset < limit and read < bytes_max and len(scan.runs) < SCAN_CHUNKS_MAX:
-        data = log.read(offset, min(SCAN_CHUNK_BYTES, bytes_max - read), upper_offset=limit)
-        if not data:
+    # The first sealed segment ending after ``offset``: the segments are contiguous,
+    # so ``offset`` lies in it (at its base, unless the range begins inside it).
+    first = bisect_right(sealed, offset, key=_segment_end)
+    for base, end in sealed[first:]:
+        if offset >= limit or len(runs) >= SCAN_CHUNKS_MAX:
             break
-        read += len(data)
-        base, size, newest_ms = -1, 0, 0
-        for _, header in iter_batches(data, verify=False):
-            base = header.base_offset if base < 0 else base
-            size += header.length
-            newest_ms = max(newest_ms, header.max_timestamp_ms)
-            offset = header.next_offset
-        scan.runs.append((base, offset, newest_ms, size))
-        scan.scanned_to = offset
-    return LogView(high_watermark, active_base, scan.dirty_from, clean_bytes, scan.runs)
+        if base >= offset and end <= limit:
+            size, newest_ms = log.segment_summary(base)
+            if newest_ms is not None:  # (a segment with no batch is no run)
+                runs.append((base, end, max(newest_ms, 0), size))
+            offset = scan.scanned_to = end
+            continue
+        stop = min(end, limit)
+        while offset < stop and read < bytes_max and len(runs) < SCAN_CHUNKS_MAX:
+            data = log.read(offset, min(SCAN_CHUNK_BYTES, bytes_max - read), upper_offset=stop)
+            if not data:
+                if stop == end:  # no batch of this segment from ``offset`` on
+                    offset = scan.scanned_to = end
+                break
+            read += len(data)
+            run_base, size, newest_ms = -1, 0, 0
+            for _, header in iter_batches(data, verify=False):
+                run_base = header.base_offset if run_base < 0 else run_base
+                size += header.length
+                newest_ms = max(newest_ms, header.max_timestamp_ms)
+                offset = header.next_offset
+            runs.append((run_base, offset, newest_ms, size))
+            scan.scanned_to = offset
+        if offset < end:
+            break  # the budget is spent, or the rest is above the limit for now
+    return LogView(high_watermark, active_base, scan.dirty_from, clean_bytes, runs)
+
+
+def _segment_end(segment: tuple[int, int]) -> int:
+    return segment[1]
 
 
 def segments_below(log: LogStorage, end: int) -> list[tuple[int, int]]:

@@ -320,6 +320,38 @@ def test_replace_segment_swaps_a_sealed_segment(open_log: Opener) -> None:
     assert log.append(encode_batch([b"next"]), term=3) == 12
 
 
+def test_segment_summary_is_the_stored_bytes_and_newest_timestamp(open_log: Opener) -> None:
+    # Timestamps out of order (the newest is not the last batch), several index
+    # entries per segment (CONFIG's 256-byte interval), one segment emptied.
+    stamps = [70, 20, 90, 10, 30, 50, 40, 60, 5, 8, 100, 3]
+    batches = [stamped(i, 1, count=2, timestamp_ms=ms) for i, ms in
+               zip(range(0, 24, 2), stamps, strict=True)]  # fmt: skip
+    log = open_log()
+    fill(log, batches, roll_before=frozenset({8, 16, 20}))
+    log.replace_segment(16, [])
+
+    def expected() -> dict[int, tuple[int, int | None]]:
+        found: dict[int, tuple[int, int | None]] = {}
+        for base, end in [*log.sealed_segments(), (20, log.end_offset)]:
+            held = [b for b in batches if base <= b.base < end and not 16 <= b.base < 20]
+            newest = max((b.timestamp_ms + b.count - 1 for b in held), default=None)
+            found[base] = (sum(len(b.data) for b in held), newest)
+        return found
+
+    summaries = {base: log.segment_summary(base) for base in (0, 8, 16, 20)}
+    assert summaries == expected()
+    assert summaries[0] == (sum(len(b.data) for b in batches[:4]), 91)  # batch 8, 2nd record
+    assert summaries[16] == (0, None)
+    for base, _ in log.sealed_segments():  # the bytes are those read_segment yields
+        assert summaries[base][0] == sum(len(batch) for batch in log.read_segment(base))
+    with pytest.raises(InvalidInputError):
+        log.segment_summary(2)
+    if isinstance(log, SegmentLog):  # from the index files again, after a reopen
+        log.close()
+        log = open_log()
+        assert {base: log.segment_summary(base) for base in (0, 8, 16, 20)} == summaries
+
+
 def test_replace_segment_refuses_bad_input_whole(open_log: Opener, tmp_path: Path) -> None:
     batches = [stamped(i, 2 + i // 4) for i in range(12)]
     log = open_log()

@@ -19,6 +19,7 @@ import pytest
 from laminar.errors import ConfigError, ZstdVersionError
 from laminar.records import decode_records, encode_batch, iter_batches, parse_header
 from laminar.replica.coalesce import PeerBundle
+from laminar.replica.compaction_control import CompactionRule, Decision, compaction_point
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.messages import Ready
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
@@ -27,6 +28,7 @@ from laminar.segment.config import LogConfig
 from laminar.segment.memory import MemoryLog
 from laminar.segment.storage import LogStorage
 from laminar.server.compactor import (
+    SCAN_BYTES_PER_CHECK,
     CompactionCancelledError,
     DirtyScan,
     Pacer,
@@ -411,25 +413,89 @@ def test_a_job_stops_between_steps_once_its_replica_closes() -> None:
     assert kept == sum(len(b) for b in _batches(log))
 
 
-def test_the_decision_reads_the_dirty_range_a_bounded_step_per_check() -> None:
+class _CountedReads:
+    """Counts a log's ``read`` calls."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        self.count = 0
+        original = log.read
+
+        def counting(offset: int, max_bytes: int, *, upper_offset: int | None = None) -> bytes:
+            self.count += 1
+            return original(offset, max_bytes, upper_offset=upper_offset)
+
+        log.read = counting  # type: ignore[method-assign]
+
+
+def test_the_decision_reads_only_a_segment_the_dirty_range_begins_inside_a_step_per_check() -> None:
     log = MemoryLog(fsync=False, segment_batches_max=100)
-    batch = encode_batch([b"v" * 1000], keys=[b"k"])
+    batch = encode_batch([b"v" * 1000], keys=[b"k"], timestamps_ms=7)
     for _ in range(250):
         log.append(batch, term=1)
-    scan = DirtyScan.at(0)
+    scan = DirtyScan.at(50)  # the last command ended inside the sealed [0, 100)
     first = log_view(log, scan, high_watermark=250, clean_bytes=0, bytes_max=len(batch) * 10)
     assert first.active_base == 200
-    assert 0 < scan.scanned_to < 200  # a step, not the whole dirty range
-    reads: list[int] = []
-    while scan.scanned_to < 200:
-        before = scan.scanned_to
+    assert 50 < scan.scanned_to < 100  # a step, not the rest of the segment
+    checks = 1
+    while scan.scanned_to < 100:
         log_view(log, scan, high_watermark=250, clean_bytes=0, bytes_max=len(batch) * 10)
-        reads.append(scan.scanned_to - before)
-        assert len(reads) < 100
-    assert scan.runs[0][0] == 0 and scan.runs[-1][1] == 200  # runs cover [0, 200)
-    assert sum(size for _, _, _, size in scan.runs) == 200 * len(batch)
+        checks += 1
+        assert checks < 100
+    # The check that finished [50, 100) took the sealed [100, 200) whole, unread.
+    assert scan.scanned_to == 200
+    assert checks == 5
+    assert scan.runs[0][0] == 50 and scan.runs[-1] == (100, 200, 7, 100 * len(batch))
+    assert sum(size for _, _, _, size in scan.runs) == 150 * len(batch)
+    reads = _CountedReads(log)
     again = log_view(log, scan, high_watermark=150, clean_bytes=0)
-    assert again.batches == scan.runs  # nothing more read; the limit is the rule's
+    assert again.batches == scan.runs and reads.count == 0  # nothing more; the limit is the rule's
+    # A high watermark inside a sealed segment: the segment is read up to it.
+    scan = DirtyScan.at(0)
+    log_view(log, scan, high_watermark=150, clean_bytes=0)
+    assert scan.runs == [(0, 100, 7, 100 * len(batch)), (100, 150, 7, 50 * len(batch))]
+    assert reads.count == 1
+    log_view(log, scan, high_watermark=250, clean_bytes=0)
+    assert scan.runs[-1] == (150, 200, 7, 50 * len(batch)) and scan.scanned_to == 200
+
+
+def test_a_backlog_of_many_sealed_segments_is_taken_in_one_check_without_a_read() -> None:
+    # 200 sealed segments of 2 batches of 8 KiB: 3.2 MiB, beyond a check's read budget.
+    log = MemoryLog(fsync=False, segment_batches_max=2)
+    for index in range(401):
+        log.append(encode_batch([b"v" * 8192], keys=[b"k%d" % (index % 7)],
+                                timestamps_ms=1_000 + index), term=1)  # fmt: skip
+    assert len(log.sealed_segments()) == 200
+    reads = _CountedReads(log)
+    scan = DirtyScan.at(0)
+    view = log_view(log, scan, high_watermark=401, clean_bytes=0)
+    assert reads.count == 0
+    assert view.active_base == 400 and len(view.batches) == 200
+    assert view.batches[:2] == [
+        (0, 2, 1_001, view.batches[0][3]),
+        (2, 4, 1_003, view.batches[0][3]),
+    ]
+    assert sum(size for _, _, _, size in view.batches) > 3 * SCAN_BYTES_PER_CHECK
+    rule = CompactionRule(0.5, 0, -1, 0)
+    assert compaction_point(view, rule, [], 10_000) == Decision(400, 0, "ratio")
+    # The minimum lag stops E before the first segment holding a young record (the
+    # whole segment, its older batch included: conservative).
+    young = CompactionRule(0.5, 10_000 - 1_250, -1, 0)  # records stamped after 1_250 are young
+    assert compaction_point(view, young, [], 10_000) == Decision(250, 0, "ratio")
+
+
+def test_a_leader_with_a_dirty_backlog_of_200_segments_compacts_it_with_one_command() -> None:
+    net = _Net(("a",), segment_batches={"a": 2})
+    net.run_for(500)
+    net.produce([(b"k%d" % (i % 7), b"v" * 8192) for i in range(400)])  # 3.2 MiB
+    assert len(net.replica("a").log.sealed_segments()) >= 200
+    net.run_for(CHECK_MS + 100)
+    driver = net.drivers["a"]
+    assert driver.counters["compactions_proposed"] == 1
+    assert driver.counters["compactions_applied"] == 1
+    ((_, command),) = _commands(net, "a")
+    assert command.end >= 400  # every sealed segment below the active one, not 1 MiB of them
+    keys = [key for _, key, _ in _records(net.replica("a").log, command.end)]
+    assert sorted(keys) == sorted({b"k%d" % i for i in range(7)})
 
 
 def test_a_segment_whose_every_offset_is_superseded_is_emptied_without_a_read() -> None:
