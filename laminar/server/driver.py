@@ -1252,7 +1252,7 @@ class ReplicaDriver(Generic[R]):
             return
         command = CompactCommand(
             end=decision.end,
-            tombstones_end=decision.tombstones_end,
+            tombstones_end=tombstones_end_for(core, decision.tombstones_end),
             zstd=libzstd_version(),  # trimmed zstd batches are re-encoded by this version
             time_ms=wall_ms,
         )
@@ -2084,6 +2084,16 @@ class TokenBucket:
     def spend(self, count: int) -> None:
         if self.rate:
             self._tokens -= count
+
+
+def tombstones_end_for(core: ReplicaCore, tombstones_end: int) -> int:
+    """``tombstones_end`` (T) held down to every peer's match offset (the leader's
+    view). A peer whose log ends below T would fetch the range from T's command on
+    with its tombstones removed, on top of its own older records: a record of its
+    own that only a removed tombstone superseded would survive its compaction by the
+    same command, there and nowhere else (a deleted key back on one replica). A peer
+    that is away holds tombstones back until it caught up."""
+    return max(0, min([tombstones_end, *core.match_offsets().values()]))
 
 
 def _run_inline(job: Callable[[], int], done: JobDone) -> None:
