@@ -394,6 +394,32 @@ def test_a_follower_away_gets_no_deleted_key_back() -> None:
     assert logs[away] == logs[leader]
 
 
+def test_tombstones_end_never_goes_back() -> None:
+    """A new leader that does not know a cut-off follower's match offset holds T
+    down to 0, but never below the previous command's T: a replica that skips a
+    queued command, or reruns only the newest after a restart, compacts by the
+    newest alone, which must remove every tombstone the earlier one did (without
+    this, the simulator's seed 127 had two replicas differ by one tombstone)."""
+    net = _Net(("a", "b", "c"))
+    net.run_for(1_000)
+    for _ in range(3):
+        net.produce([(b"gone", None), *_keyed(12, 3)])
+        net.run_for(CHECK_MS + 100)
+    leader = str(net.leader().core.node_id)
+    previous = _commands(net, leader)[-1][1]
+    assert previous.tombstones_end > 0
+    successor, away = [n for n in "abc" if n != leader]
+    net.cut.add(away)
+    net.drivers[leader].transfer_leadership(KEY, NodeId(successor))
+    net.run_for(500)
+    assert str(net.leader().core.node_id) == successor
+    net.produce(_keyed(24, 3))
+    net.run_for(CHECK_MS + 100)
+    command = _commands(net, successor)[-1][1]
+    assert command.end > previous.end  # a command of the new leader's
+    assert command.tombstones_end >= previous.tombstones_end
+
+
 @pytest.mark.parametrize("segment_batches", [2, 5])
 def test_a_learner_added_after_compaction_catches_up_from_the_gapped_log(
     segment_batches: int,
