@@ -40,7 +40,9 @@ VALUE_BYTES = 100
 def seeds_per_min(seeds: int) -> float:
     started = time.perf_counter()
     for seed in range(seeds):
-        result = run_seed(10_000 + seed)
+        # Without keyed compaction (which the seeds decide for half of them now):
+        # the figure stays comparable with earlier runs.
+        result = run_seed(10_000 + seed, SeedOptions(compaction=False))
         assert not result.violations, (seed, result.violations)
     return seeds / (time.perf_counter() - started) * 60
 
@@ -50,7 +52,9 @@ def election_times_ms(runs: int) -> list[int]:
     times = []
     config = ReplicaConfig.lan()
     for seed in range(runs):
-        cluster = Cluster(seed, SeedOptions(nodes=3, partitions=1, faults=False, config=config))
+        cluster = Cluster(
+            seed, SeedOptions(nodes=3, partitions=1, faults=False, config=config, compaction=False)
+        )
         sim = cluster.sim
         assert sim.run_for(30_000, lambda c=cluster: _stable_leader(c) is not None)
         sim.run_for(cluster.rng.randint(0, 2_000))

@@ -407,6 +407,8 @@ class ReplicaCore:
         end = self._storage.end_offset
         while offset < end:
             data = self._storage.read(offset, 1 << 20)
+            if not data:
+                break  # the log ends in a gap (keyed compaction removed its last batches)
             for position, header in iter_batches(data, verify=False, limits=self._limits):
                 # Paired with the storage's check on append: batches follow each other
                 # (with gaps between them where keyed compaction removed records).

@@ -1252,7 +1252,7 @@ class ReplicaDriver(Generic[R]):
             return
         command = CompactCommand(
             end=decision.end,
-            tombstones_end=decision.tombstones_end,
+            tombstones_end=tombstones_end_for(core, decision.tombstones_end),
             zstd=libzstd_version(),  # trimmed zstd batches are re-encoded by this version
             time_ms=wall_ms,
         )
@@ -2084,6 +2084,28 @@ class TokenBucket:
     def spend(self, count: int) -> None:
         if self.rate:
             self._tokens -= count
+
+
+def tombstones_end_for(core: ReplicaCore, tombstones_end: int) -> int:
+    """``tombstones_end`` (T) held down to every peer's match offset (the leader's
+    view), and never below the previous command's T. A peer whose log ends below T
+    would fetch the range from T's command on with its tombstones removed, on top of
+    its own older records: a record of its own that only a removed tombstone
+    superseded would survive its compaction by the same command, there and nowhere
+    else (a deleted key back on one replica). A peer that is away holds tombstones
+    back until it caught up. The previous T held for every peer when it was decided
+    (their logs keep what is committed), and a command must include the one before
+    it: a replica that skips a queued command, or reruns only the newest after a
+    restart, compacts by the newest alone."""
+    bounded = max(0, min([tombstones_end, *core.match_offsets().values()]))
+    commands = core.compact_commands
+    if not commands:
+        return bounded
+    try:
+        previous = CompactCommand.from_value(commands[-1][1]).tombstones_end
+    except CorruptBatchError:
+        return bounded
+    return max(bounded, previous)
 
 
 def _run_inline(job: Callable[[], int], done: JobDone) -> None:

@@ -29,6 +29,26 @@ for an operator). With ``SeedOptions.heal`` False the damage is not told to the
 core, which then votes with what is left: the checkers find lost acknowledged
 records (see ``tests/sim/test_replica_sim.py``).
 
+Keyed compaction (``SeedOptions.compaction``; half the seeds by default): the
+partitions are a compact topic (settings drawn per seed, via the driver's owner),
+the producers write keyed records of a few keys, some of them tombstones, each
+node's logs roll every few batches (a count per node) and each node's key map holds
+a few keys or plenty (several passes over a range, or one). Commands come from the
+driver's own rule on its retention tick, and from random extra commands a leader
+proposes with E at any batch boundary up to its high watermark; a fault makes a
+node die before its next few segment swaps (in the middle of a job: the segments
+swapped stay, the command runs again after the restart). The checker then compares
+records, not batches, at each offset (a compacted batch holds a subset of the
+original's), and asserts:
+
+* every two replicas that applied the same commands (none half done) hold the same
+  batch bytes for every offset both hold below both high watermarks, all along the
+  run; at the end every final voter has applied every command, so all are equal;
+* at the end each final voter holds exactly what the rule keeps of the log as it
+  was (:func:`survives`): the newest record of each key below E, a tombstone until
+  T passes it, everything from E on; so nothing acknowledged is lost but what the
+  rule removes.
+
 :func:`run_seed` builds a random fault schedule for a seed, runs it, lets the
 cluster heal, checks liveness, and returns the violations (empty when correct).
 The same seed always replays the same run (``trace_hash``).
@@ -38,14 +58,21 @@ from __future__ import annotations
 
 import errno
 import random
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import msgpack
 
 from laminar.errors import LaminarError, UnknownTopicOrPartitionError
-from laminar.records import decode_records, encode_batch, iter_batches, parse_header
+from laminar.records import (
+    decode_records,
+    encode_batch,
+    iter_batches,
+    libzstd_version,
+    parse_header,
+)
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import ReplicaCore, StorageDamage
@@ -58,8 +85,9 @@ from laminar.replica.messages import (
     RoleChanged,
 )
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
+from laminar.segment.compaction import COMPACT_KIND, KEY_ENTRY_BYTES, CompactCommand
 from laminar.segment.config import LogConfig
-from laminar.segment.memory import MemoryLog
+from laminar.segment.memory import SEGMENT_BATCHES_DEFAULT, MemoryLog
 from laminar.segment.storage import LogStorage
 from laminar.server.disk import DiskUsage
 from laminar.server.driver import (
@@ -68,12 +96,15 @@ from laminar.server.driver import (
     DriverShell,
     HostConfig,
     HostOwner,
+    JobDone,
     LogFactory,
     Replica,
     ReplicaDriver,
     Round,
     Standalone,
+    tombstones_end_for,
 )
+from laminar.server.placement_keeper import TopicSettings
 from laminar.testing.sim import Envelope, LinkConfig, Simulator, Step
 
 
@@ -103,6 +134,16 @@ class History:
         self.acked_batches: dict[int, dict[int, int]] = {}  # offset -> payload checksum
         self.reads = 0
         self.elections: list[tuple[int, int, str, int]] = []  # (partition, term, node, time)
+        self.compact = False
+        """Keyed compaction runs (:meth:`check_committed` then compares records, not
+        batches: a compacted batch holds a subset of the original's records)."""
+        self.records: dict[int, dict[int, Record]] = {}
+        """(Keyed compaction.) Every committed record seen, by offset: the log as it
+        was before any compaction (what each compacted replica is checked against)."""
+        self.acked_records: dict[int, dict[int, tuple[bytes | None, bytes | None]]] = {}
+        """(Keyed compaction.) Acknowledged records by offset: (key, value)."""
+        self.commands: dict[int, dict[int, CompactCommand]] = {}
+        """(Keyed compaction.) Committed compact commands by the offset of their batch."""
 
     def violation(self, text: str) -> None:
         if len(self.violations) < 50:
@@ -155,7 +196,10 @@ class History:
         offset, where the (end, term, payload checksum) comparison catches it.
         """
         committed = self.committed.setdefault(partition, {})
-        for _, header in iter_batches(data, verify=False):
+        for position, header in iter_batches(data, verify=False):
+            if self.compact and not header.is_control:
+                self._check_records(node, partition, data[position : position + header.length])
+                continue
             seen = (header.next_offset, header.term, header.payload_checksum)
             known = committed.setdefault(header.base_offset, seen)
             acked = self.acked_batches.get(partition, {}).get(header.base_offset)
@@ -169,9 +213,52 @@ class History:
                     f"p{partition}: {node} holds batch {seen} at committed offset "
                     f"{header.base_offset}, another replica {known}"
                 )
+            if self.compact and known == seen:
+                self._note_command(partition, header.base_offset, data[position:])
 
-    def ack(self, partition: int, value: bytes, offset: int, checksum: int) -> None:
-        """A client got an acknowledgement for the batch with ``checksum`` at ``offset``.
+    def _check_records(self, node: str, partition: int, batch: bytes) -> None:
+        """(Keyed compaction.) A committed data batch, compacted or not: each of its
+        records is the one every replica holds at that offset, and the acknowledged
+        one if a client was told so."""
+        records = self.records.setdefault(partition, {})
+        acked = self.acked_records.get(partition, {})
+        term = parse_header(batch).term
+        for record in decode_records(batch):
+            seen = Record(_bytes_or_none(record.key), _bytes_or_none(record.value), term)
+            known = records.setdefault(record.offset, seen)
+            if known != seen:
+                self.violation(
+                    f"p{partition}: {node} holds {seen} at committed offset {record.offset}, "
+                    f"another replica {known}"
+                )
+            wanted = acked.get(record.offset)
+            if wanted is not None and wanted != (seen.key, seen.value):
+                self.violation(
+                    f"p{partition}: {node} commits another record at acknowledged offset "
+                    f"{record.offset}"
+                )
+
+    def _note_command(self, partition: int, offset: int, data: bytes) -> None:
+        if offset in self.commands.get(partition, {}):
+            return
+        records = decode_records(data[: parse_header(data).length])
+        if records[0].key is None or bytes(records[0].key) != COMPACT_KIND:
+            return
+        value = records[0].value
+        assert value is not None
+        self.commands.setdefault(partition, {})[offset] = CompactCommand.from_value(bytes(value))
+
+    def ack(
+        self,
+        partition: int,
+        value: bytes,
+        offset: int,
+        checksum: int,
+        record: tuple[bytes | None, bytes | None] | None = None,
+    ) -> None:
+        """A client got an acknowledgement for the batch with ``checksum`` at ``offset``
+        (``value``: a label unique to it; ``record``: its one record's key and value,
+        with keyed compaction).
 
         From now on, the committed batch at ``offset`` must be this one, on every
         replica: checked here against what is known, and in :meth:`check_committed`
@@ -181,10 +268,47 @@ class History:
         known = acked.setdefault(value, offset)
         if known != offset:
             self.violation(f"p{partition}: {value!r} acknowledged at {known} and at {offset}")
+        if record is not None:
+            self.acked_records.setdefault(partition, {})[offset] = record
+            held = self.records.get(partition, {}).get(offset)
+            if held is not None and (held.key, held.value) != record:
+                self.violation(
+                    f"p{partition}: acknowledged record at {offset} is not the committed one"
+                )
+            return
         self.acked_batches.setdefault(partition, {})[offset] = checksum
         committed = self.committed.get(partition, {}).get(offset)
         if committed is not None and committed[2] != checksum:
             self.violation(f"p{partition}: acknowledged batch at {offset} is not the committed one")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """(Keyed compaction.) A record as the checker knows it."""
+
+    key: bytes | None
+    value: bytes | None  # None: a tombstone
+    term: int
+
+
+def _bytes_or_none(data: object) -> bytes | None:
+    return None if data is None else bytes(data)  # type: ignore[call-overload]
+
+
+def survives(
+    offset: int, record: Record, command: CompactCommand | None, later: dict[bytes, list[int]]
+) -> bool:
+    """Whether the raw record at ``offset`` survives ``command`` (None: no command
+    applied), by the rule (docs: "Keyed compaction"): at or after E, or without a
+    key, it stays; below E it stays if no record of its key is in (offset, E), and a
+    tombstone only at or after T. ``later``: each key's offsets, ascending."""
+    if command is None or offset >= command.end or record.key is None:
+        return True
+    offsets = later[record.key]
+    index = bisect_right(offsets, offset)
+    if index < len(offsets) and offsets[index] < command.end:
+        return False
+    return record.value is not None or offset >= command.tombstones_end
 
 
 _LOCAL = "<local>"
@@ -218,15 +342,45 @@ class SimDisk:
     """How long each flush round's syncs take (a slow disk); 0: no time."""
     failing_syncs: int = 0
     """The next this-many syncs fail (``EIO``)."""
+    crash_in_swaps: int | None = None
+    """(Keyed compaction.) The node crashes before its this-many-th next segment
+    swap (0: before the next one): in the middle of a compaction job."""
+    swaps: int = 0
+    """Segment swaps done (keyed compaction)."""
+    segment_reads: list[int] = field(default_factory=list)
+    """The segments read whole (their bases), since the current job began."""
+    rewrite_reads: int = 0
+    """Of those, the reads of a segment's rewrite (the read just before its swap)."""
+
+
+class MidCompactionCrashError(Exception):
+    """The simulated process dies in the middle of a compaction job."""
 
 
 class SimLog(MemoryLog):
     """A memory log on a simulated node's disk: its syncs fail while the disk says
-    so (the flush rounds' and a reopen's alike)."""
+    so (the flush rounds' and a reopen's alike); a compaction job's segment swap
+    dies when the disk's ``crash_in_swaps`` comes due."""
 
-    def __init__(self, disk: SimDisk) -> None:
-        super().__init__(fsync=False)
+    def __init__(self, disk: SimDisk, segment_batches_max: int = SEGMENT_BATCHES_DEFAULT) -> None:
+        super().__init__(fsync=False, segment_batches_max=segment_batches_max)
         self.disk = disk
+
+    def replace_segment(self, base: int, batches: Iterable[bytes]) -> None:
+        disk = self.disk
+        if disk.crash_in_swaps is not None:
+            if disk.crash_in_swaps <= 0:
+                disk.crash_in_swaps = None
+                raise MidCompactionCrashError(f"crash before swapping segment {base}")
+            disk.crash_in_swaps -= 1
+        if disk.segment_reads and disk.segment_reads[-1] == base:
+            disk.rewrite_reads += 1
+        super().replace_segment(base, batches)
+        disk.swaps += 1
+
+    def read_segment(self, base: int) -> Iterator[bytes]:
+        self.disk.segment_reads.append(base)
+        return super().read_segment(base)
 
     def sync(self) -> None:
         if self.disk.failing_syncs > 0:
@@ -235,7 +389,7 @@ class SimLog(MemoryLog):
         super().sync()
 
     def crash(self) -> SimLog:
-        survivor = SimLog(self.disk)
+        survivor = SimLog(self.disk, self._segment_batches_max)
         vars(survivor).update(vars(super().crash()))
         survivor.disk = self.disk
         return survivor
@@ -243,7 +397,7 @@ class SimLog(MemoryLog):
     def reopened(self) -> SimLog:
         """The same log opened again after a clean close: everything kept (the page
         cache holds what was not synced)."""
-        log = SimLog(self.disk)
+        log = SimLog(self.disk, self._segment_batches_max)
         vars(log).update(vars(self))
         vars(log)["_closed"] = False
         return log
@@ -271,9 +425,11 @@ def memory_driver(
     host_config: HostConfig,
     log_factory: LogFactory,
     liveness: Callable[[ReplicaDriver[SimReplica], HostOwner], DriverLiveness] | None = None,
+    run_job: Callable[[Callable[[], int], JobDone], None] | None = None,
 ) -> ReplicaDriver[SimReplica]:
     """The driver of a simulated node: memory logs from ``log_factory``, plenty of
-    disk space, the simulated clock (wall clock included)."""
+    disk space, the simulated clock (wall clock included); keyed compaction jobs
+    run inline unless ``run_job`` says otherwise."""
     return ReplicaDriver(
         node_id,
         f"/sim/{node_id}",  # never touched: the logs are in memory
@@ -289,15 +445,21 @@ def memory_driver(
         host_config=host_config,
         log_factory=log_factory,
         liveness=liveness,
+        run_job=run_job,
     )
 
 
 class _Membership(Standalone):
     """What membership told a simulated node (the cluster's oracle stands in for
-    SWIM): every peer alive until declared dead."""
+    SWIM): every peer alive until declared dead; the topic's settings (keyed
+    compaction) as the catalogue would."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: TopicSettings | None = None) -> None:
         self.dead: set[str] = set()
+        self.settings = settings
+
+    def settings_of(self, key: tuple[str, int]) -> TopicSettings | None:
+        return self.settings
 
     def peer_alive(self, node_id: str) -> bool:
         return node_id not in self.dead
@@ -348,6 +510,13 @@ class ReplicaSimNode:
         self._sleep_until_ms = NO_WAKE_MS
         self._woken = False
         self._reopens: dict[int, int] = {}  # partition -> times its replica was closed
+        self.segment_batches_max = SEGMENT_BATCHES_DEFAULT
+        """Its logs roll every this-many batches (keyed compaction: differs per node)."""
+        self.settings: TopicSettings | None = None
+        """The topic's settings (keyed compaction); None: the standalone default."""
+        self.crash_wanted: Callable[[], None] = lambda: None
+        """Crash this node at once (a compaction job died with the process)."""
+        self.compaction_stats = CompactionStats()
 
     @property
     def address(self) -> str:
@@ -365,6 +534,10 @@ class ReplicaSimNode:
             return {}
         return {key[1]: replica.core for key, replica in self._driver.replicas.items()}
 
+    def replica_of(self, partition: int) -> SimReplica | None:
+        """This node's open replica of ``partition`` (None while crashed)."""
+        return None if self._driver is None else self._driver.get((TOPIC, partition))
+
     def counter(self, name: str) -> int:
         running = self._driver.counters.get(name, 0) if self._driver is not None else 0
         return self.counters.get(name, 0) + running
@@ -379,7 +552,7 @@ class ReplicaSimNode:
         return self._step()
 
     def _new_driver(self) -> ReplicaDriver[SimReplica]:
-        self._membership = _Membership()
+        self._membership = _Membership(self.settings)
         self._driver = memory_driver(
             self._id,
             self._config,
@@ -389,6 +562,7 @@ class ReplicaSimNode:
             rng=self._rng,
             host_config=self._host_config,
             log_factory=self._open_log,
+            run_job=self._run_job,
         )
         self._sleep_until_ms = self._now_ms  # the tick loop's first pass
         self._woken = False
@@ -406,11 +580,83 @@ class ReplicaSimNode:
         partition = int(directory.rsplit("/", 1)[1])
         log = self.storages.get(partition)
         if log is None:
-            log = SimLog(self.disk)
+            log = SimLog(self.disk, self.segment_batches_max)
         elif self.driver.is_fenced((TOPIC, partition)):  # reopened: what the disk kept
             log = log.crash()
         self.storages[partition] = log
         return log
+
+    def _run_job(self, job: Callable[[], int], done: JobDone) -> None:
+        """Run a keyed compaction job inline (as the driver's default does), counting
+        its passes; a crash the fault schedule put in its middle ends it there: the
+        driver never hears back, the node dies (the segments swapped so far stay)."""
+        disk, stats = self.disk, self.compaction_stats
+        disk.segment_reads = []
+        disk.rewrite_reads = 0
+        swaps_before = disk.swaps
+        outcome: int | BaseException
+        try:
+            outcome = job()
+        except MidCompactionCrashError as crash:
+            stats.crashes_mid_compaction += 1
+            stats.swaps_before_crash += disk.swaps - swaps_before
+            self._trace.append(f"{self._id} crashes in a compaction job: {crash}")
+            self.crash_wanted()
+            return
+        except Exception as error:  # the driver decides what a failure means
+            outcome = error
+        reads = disk.segment_reads
+        if reads:
+            # Each pass reads every segment of the range once; the rewrite then reads
+            # each segment it keeps just before swapping it.
+            stats.jobs += 1
+            passes = (len(reads) - disk.rewrite_reads) // len(set(reads))
+            stats.passes += passes
+            stats.passes_max = max(stats.passes_max, passes)
+            stats.multi_pass_jobs += passes > 1
+        done(outcome)
+
+    def extra_compaction(self, partition: int, rng: random.Random, now_ms: int) -> Step:
+        """If this node leads ``partition``: propose a compact command now, whatever
+        the driver's rule says, with E at a random batch boundary from the last
+        command's E up to the high watermark (past the active segment's base too: the
+        replicas roll), T by the rule's horizon."""
+        self._at(now_ms)
+        replica = self.driver.get((TOPIC, partition))
+        settings = self.settings
+        if replica is None or settings is None or replica.closed:
+            return self._step()
+        core = replica.core
+        if (
+            core.role is not Role.LEADER
+            or not core.term_committed
+            or replica.compacting
+            or replica.compact_queued is not None
+            or (core.compact_commands and core.compact_commands[-1][0] > core.compacted_through)
+        ):
+            return self._step()
+        commands = [CompactCommand.from_value(value) for _, value in core.compact_commands]
+        dirty_from = max([core.start_offset] + [command.end for command in commands])
+        if core.high_watermark <= dirty_from:
+            return self._step()
+        data = replica.log.read(dirty_from, 1 << 30, upper_offset=core.high_watermark)
+        ends = [header.next_offset for _, header in iter_batches(data, verify=False)]
+        if not ends:
+            return self._step()
+        end = rng.choice(ends)
+        horizon = now_ms - settings.delete_retention_ms
+        old = [command.end for command in commands if command.time_ms <= horizon]
+        command = CompactCommand(
+            end=end,
+            tombstones_end=tombstones_end_for(core, min(old[-1], end) if old else 0),
+            zstd=libzstd_version(),
+            time_ms=now_ms,
+        )
+        value = command.to_value()
+        self.compaction_stats.extra_triggers += 1
+        self._trace.append(f"{self._id} p{partition} extra compaction to {end}")
+        self.driver.input(replica, partial(core.propose_compact, value, now_ms))
+        return self._step()
 
     def crash(self) -> None:
         if self._driver is not None:
@@ -696,6 +942,33 @@ class ReplicaSimNode:
         self._history.check_committed(self._id, partition, data)
 
 
+@dataclass
+class CompactionStats:
+    """(Keyed compaction.) What one node's compaction jobs did."""
+
+    jobs: int = 0
+    passes: int = 0
+    passes_max: int = 0
+    multi_pass_jobs: int = 0
+    crashes_mid_compaction: int = 0
+    swaps_before_crash: int = 0
+    extra_triggers: int = 0
+
+    def add(self, other: CompactionStats) -> None:
+        for name in vars(self):
+            value = getattr(self, name)
+            merged = (
+                max(value, other.passes_max)
+                if name == "passes_max"
+                else value + getattr(other, name)
+            )
+            setattr(self, name, merged)
+
+
+TOMBSTONE_SHARE = 0.15
+"""(Keyed compaction.) The share of a keyed producer's records that are tombstones."""
+
+
 class ProducerClient:
     """Produces unique values to one partition, one at a time, with idempotent retries."""
 
@@ -710,8 +983,13 @@ class ProducerClient:
         *,
         think_ms: int = 20,
         retry_ms: int = 400,
+        keys: int = 0,
     ) -> None:
+        """``keys``: 0, each value in a batch of its own without a key; else each
+        record has one of this many keys, and some are tombstones (keyed compaction)."""
         self._name = name
+        self._keys = keys
+        self._record: tuple[bytes | None, bytes | None] | None = None
         self.partition = partition
         self._producer_id = producer_id
         self._nodes = nodes
@@ -763,9 +1041,21 @@ class ProducerClient:
             if not self.enabled:
                 return Step((), None)
             value = f"{self._name}/{self.sequence}".encode()
-            batch = encode_batch(
-                [value], producer_id=self._producer_id, base_sequence=self.sequence
-            )
+            if self._keys:
+                key = b"k%d" % self._rng.randrange(self._keys)
+                record = None if self._rng.random() < TOMBSTONE_SHARE else value
+                self._record = (key, record)
+                batch = encode_batch(
+                    [record],
+                    keys=[key],
+                    timestamps_ms=now_ms,
+                    producer_id=self._producer_id,
+                    base_sequence=self.sequence,
+                )
+            else:
+                batch = encode_batch(
+                    [value], producer_id=self._producer_id, base_sequence=self.sequence
+                )
             self._outstanding = (self.sequence, value, batch)
         elif self._rng.random() < 0.5:
             self._guess = self._rng.choice(self._nodes)  # timed out: try elsewhere
@@ -792,7 +1082,7 @@ class ProducerClient:
         status = reply.status
         if status in (ProduceStatus.OK, ProduceStatus.DUPLICATE):
             checksum = parse_header(self._outstanding[2]).payload_checksum
-            self._history.ack(self.partition, value, reply.base_offset, checksum)
+            self._history.ack(self.partition, value, reply.base_offset, checksum, self._record)
             self._outstanding = None
             self.sequence += 1
             self.acked += 1
@@ -829,6 +1119,11 @@ class SeedOptions:
     """Failed fsyncs (the replica is fenced, reopened later) and slow disks (its
     replicas stay busy: their input queues fill, produce calls wait)."""
     heal: bool = True  # False: damage is not told to the cores (shows what goes wrong)
+    compaction: bool | None = None  # None: decided by the seed (half)
+    """A compact topic with a keyed workload and tombstones; per-node segment sizes
+    and key map budgets; the driver's rule plus random extra commands; crashes in
+    the middle of compaction jobs. The checker compares records (not batches) and
+    the replicas' bytes once they applied the same commands."""
     config: ReplicaConfig = field(default_factory=ReplicaConfig.simulation)
     host: HostConfig = field(default_factory=sim_host_config)
 
@@ -849,6 +1144,11 @@ class SeedResult:
     """Peer messages dropped at a busy replica's full input queue."""
     produce_refused: int = 0
     """Produce calls refused: too many waiting on the replica already."""
+    compaction: bool = False
+    compactions_proposed: int = 0
+    compactions_applied: int = 0
+    """Commands applied, all replicas (a job a crash stopped is not counted)."""
+    compaction_stats: CompactionStats = field(default_factory=CompactionStats)
 
 
 class Cluster:
@@ -865,17 +1165,41 @@ class Cluster:
         for partition in range(options.partitions):
             voters = self.rng.sample(self.node_ids, options.replication)
             self.groups[partition] = GroupConfig(tuple(NodeId(v) for v in voters))
+        compaction = options.compaction
+        self.compaction = (seed // 2) % 2 == 0 if compaction is None else compaction
+        # Its own generator: the other draws of a seed stay as they were.
+        compaction_rng = random.Random(f"{seed}/compaction")
+        self.settings: TopicSettings | None = None
+        if self.compaction:
+            self.history.compact = True
+            self.settings = TopicSettings(
+                retention_bytes=None,
+                retention_ms=None,
+                cleanup_policy=compaction_rng.choice(("compact", "compact,delete")),
+                delete_retention_ms=compaction_rng.choice((300, 1_500, 5_000)),
+                min_compaction_lag_ms=compaction_rng.choice((0, 0, 200)),
+                max_compaction_lag_ms=compaction_rng.choice((-1, 1_000)),
+                min_cleanable_dirty_ratio=compaction_rng.choice((0.1, 0.3, 0.5)),
+            )
         self.nodes: dict[str, ReplicaSimNode] = {}
         for node_id in self.node_ids:
             hosted = {p: g for p, g in self.groups.items() if node_id in g.voters}
+            host = options.host
+            if self.compaction:
+                memory = compaction_rng.choice(KEY_MAP_BYTES_CHOICES)
+                host = _compaction_host(host, memory)
             node = ReplicaSimNode(
                 node_id,
                 hosted,
                 options.config,
                 self.history,
                 self.sim.node_rng(node_id),
-                options.host,
+                host,
             )
+            if self.compaction:
+                node.settings = self.settings
+                node.segment_batches_max = compaction_rng.choice((2, 3, 5, 8))
+                node.crash_wanted = partial(self._crash_now, node_id)
             self.nodes[node_id] = node
             self.sim.add_node(node)
         self.clients: list[ProducerClient] = []
@@ -889,6 +1213,7 @@ class Cluster:
                     self.node_ids,
                     self.history,
                     self.sim.node_rng(name),
+                    keys=compaction_rng.choice((4, 12, 40)) if self.compaction else 0,
                 )
                 self.clients.append(client)
                 self.sim.add_node(client)
@@ -958,6 +1283,131 @@ class Cluster:
 
         self.sim.at(self.sim.now_ms + every_ms, check)
 
+    def _crash_now(self, node_id: str) -> None:
+        """Crash ``node_id`` at once (next in the queue): its process died."""
+
+        def crash() -> None:
+            if not _is_crashed(self.sim, node_id):
+                self.sim.crash(node_id)
+
+        self.sim.at(self.sim.now_ms, crash)
+
+    def schedule_compaction_checks(self, until_ms: int, every_ms: int = 300) -> None:
+        """(Keyed compaction.) Now and then, every two replicas of a partition that
+        applied the same commands hold the same bytes for every offset both hold."""
+
+        def check() -> None:
+            for partition in range(self.options.partitions):
+                self.check_same_bytes(partition, final=False)
+            if self.sim.now_ms + every_ms < until_ms:
+                self.sim.at(self.sim.now_ms + every_ms, check)
+
+        self.sim.at(self.sim.now_ms + every_ms, check)
+
+    def _applied(self, partition: int) -> dict[str, tuple[int, SimReplica]]:
+        """The replicas of ``partition`` (open, on nodes up) that are not in the
+        middle of applying a command: node -> (offset of the last command applied,
+        replica)."""
+        commands = self.history.commands.get(partition, {})
+        found: dict[str, tuple[int, SimReplica]] = {}
+        for node_id, node in self.nodes.items():
+            replica = node.replica_of(partition)
+            if replica is None or replica.closed or replica.core.removed:
+                continue
+            core = replica.core
+            through = core.compacted_through
+            if (
+                replica.compacting
+                or replica.compact_queued is not None
+                or any(through < offset < core.high_watermark for offset in commands)
+            ):
+                continue  # a command committed here is not applied yet (or half)
+            found[node_id] = (through, replica)
+        return found
+
+    def check_same_bytes(self, partition: int, *, final: bool) -> None:
+        applied = self._applied(partition)
+        history = self.history
+        if final:
+            commands = history.commands.get(partition, {})
+            for member in self._final_voters(partition):
+                core = self.nodes[member].cores.get(partition)
+                if member not in applied and core is not None:
+                    history.violation(
+                        f"p{partition}: {member} has not applied every committed compact "
+                        f"command at the end (through {core.compacted_through}, "
+                        f"commands {sorted(commands)})"
+                    )
+        names = sorted(applied)
+        for index, a in enumerate(names):
+            for b in names[index + 1 :]:
+                (through_a, replica_a), (through_b, replica_b) = applied[a], applied[b]
+                if through_a != through_b:
+                    continue
+                _compare_bytes(history, partition, (a, replica_a), (b, replica_b))
+
+    def _final_voters(self, partition: int) -> list[str]:
+        leader = self.leader_of(partition)
+        if leader is None or leader.group_config is None:
+            return []
+        return [str(m) for m in leader.group_config.voters if m not in self.dead_for_good]
+
+    def check_compacted(self, partition: int) -> None:
+        """(Keyed compaction, at the end.) Each final voter holds exactly the records
+        the rule keeps of the log as it was, by the last command it applied: the
+        newest record of every key below E, every tombstone at or after T, every
+        record from E on; so nothing acknowledged is lost but what the rule removes."""
+        history = self.history
+        raw = history.records.get(partition, {})
+        acked = history.acked_records.get(partition, {})
+        later: dict[bytes, list[int]] = {}
+        for offset in sorted(raw):
+            key = raw[offset].key
+            if key is not None:
+                later.setdefault(key, []).append(offset)
+        commands = history.commands.get(partition, {})
+        for member in self._final_voters(partition):
+            replica = self.nodes[member].replica_of(partition)
+            if replica is None or replica.closed:
+                continue
+            core = replica.core
+            applied = [commands[o] for o in commands if o <= core.compacted_through]
+            # Commands applied in turn leave the log as one command would with the
+            # largest E and the largest T (a tombstone removed stays removed).
+            command = (
+                CompactCommand(
+                    end=max(c.end for c in applied),
+                    tombstones_end=max(c.tombstones_end for c in applied),
+                )
+                if applied
+                else None
+            )
+            start, watermark = core.start_offset, core.high_watermark
+            held: set[int] = set()
+            if watermark > start:
+                data = replica.log.read(start, 1 << 30, upper_offset=watermark)
+                for position, header in iter_batches(data, verify=False):
+                    if not header.is_control:
+                        batch = data[position : position + header.length]
+                        held.update(record.offset for record in decode_records(batch))
+            for offset, record in raw.items():
+                if not start <= offset < watermark:
+                    continue
+                keep = survives(offset, record, command, later)
+                if keep and offset not in held:
+                    what = "tombstone" if record.value is None else "newest value"
+                    if command is not None and offset >= command.end:
+                        what = "record above E"
+                    history.violation(
+                        f"p{partition}: {member} lost the {what} of {record.key!r} at {offset}"
+                        f"{' (acknowledged)' if offset in acked else ''}, command {command}"
+                    )
+                elif not keep and offset in held:
+                    history.violation(
+                        f"p{partition}: {member} keeps {record} at {offset}, which {command} "
+                        "removes"
+                    )
+
     def leader_of(self, partition: int) -> ReplicaCore | None:
         leaders = [
             core
@@ -978,6 +1428,7 @@ class Cluster:
             sim.resume(node_id)  # no-op unless paused
             disk = self.nodes[node_id].disk
             disk.sync_delay_ms = disk.failing_syncs = 0
+            disk.crash_in_swaps = None
             if _is_crashed(sim, node_id):
                 sim.restart(node_id)
 
@@ -1018,6 +1469,10 @@ class Cluster:
                 core = self.nodes[member].cores.get(partition)
                 if core is None or core.high_watermark < leader.high_watermark:
                     return False
+            if self.compaction and not set(self._final_voters(partition)) <= set(
+                self._applied(partition)
+            ):
+                return False
         return True
 
     def final_checks(self) -> None:
@@ -1027,8 +1482,12 @@ class Cluster:
             if leader is None:
                 history.violation(f"p{partition}: no leader at the end")
                 continue
-            data = leader.read(leader.start_offset, 1 << 30) if leader.high_watermark else b""
-            history.check_acknowledged(f"p{partition}", partition, data, leader.start_offset)
+            if self.compaction:
+                self.check_same_bytes(partition, final=True)
+                self.check_compacted(partition)
+            else:
+                data = leader.read(leader.start_offset, 1 << 30) if leader.high_watermark else b""
+                history.check_acknowledged(f"p{partition}", partition, data, leader.start_offset)
             # Every member of the final configuration holds the committed log.
             config = leader.group_config
             assert config is not None
@@ -1041,6 +1500,54 @@ class Cluster:
                     history.violation(
                         f"p{partition}: voter {member} at {seen}, leader at {leader.high_watermark}"
                     )
+
+
+KEY_MAP_BYTES_CHOICES = (3 * KEY_ENTRY_BYTES, 8 * KEY_ENTRY_BYTES, 64 << 20)
+"""(Keyed compaction.) Each node's key map budget: a few keys (several passes over
+a range) or plenty (one pass)."""
+
+
+def _compaction_host(host: HostConfig, memory_bytes_max: int) -> HostConfig:
+    """``host`` with a retention check (the driver's compaction rule) every 250 ms
+    and a key map of ``memory_bytes_max``: set past the 1 MiB floor a node accepts,
+    so that the few keys of a simulated topic need several passes."""
+    config = replace(host, retention_check_ms=250)
+    object.__setattr__(config, "compaction_memory_bytes_max", memory_bytes_max)
+    return config
+
+
+def _compare_bytes(
+    history: History, partition: int, a: tuple[str, SimReplica], b: tuple[str, SimReplica]
+) -> None:
+    """Two replicas that applied the same commands: the same batch bytes for every
+    offset both hold below both high watermarks."""
+    (name_a, replica_a), (name_b, replica_b) = a, b
+    low = max(replica_a.log.start_offset, replica_b.log.start_offset)
+    high = min(replica_a.core.high_watermark, replica_b.core.high_watermark)
+    if high <= low:
+        return
+    batches_a = _batches_in(replica_a.log, low, high)
+    batches_b = _batches_in(replica_b.log, low, high)
+    if batches_a != batches_b:
+        differ = min(
+            base
+            for base in set(batches_a) | set(batches_b)
+            if batches_a.get(base) != batches_b.get(base)
+        )
+        history.violation(
+            f"p{partition}: {name_a} and {name_b} applied the same commands "
+            f"(through {replica_a.core.compacted_through}) and hold different bytes at "
+            f"offset {differ} (range {low}..{high})"
+        )
+
+
+def _batches_in(log: LogStorage, low: int, high: int) -> dict[int, bytes]:
+    data = log.read(low, 1 << 30, upper_offset=high)
+    return {
+        header.base_offset: bytes(data[position : position + header.length])
+        for position, header in iter_batches(data, verify=False)
+        if header.base_offset >= low and header.next_offset <= high
+    }
 
 
 def _target_command(
@@ -1092,6 +1599,8 @@ def _random_faults(cluster: Cluster, start_ms: int, end_ms: int) -> None:
             kinds += ("damage", "damage")
         if cluster.disk_faults:
             kinds += ("fsync_fail", "slow_disk")
+        if cluster.compaction:
+            kinds += ("compaction_crash", "compaction_crash")
         kind = rng.choice(kinds)
         sim.at(time, _fault_action(cluster, kind, rng.random()))
 
@@ -1131,6 +1640,10 @@ def _fault_action(cluster: Cluster, kind: str, draw: float) -> Callable[[], None
             sim.record(f"{node.address} fails its next {node.disk.failing_syncs} syncs")
         elif kind == "slow_disk":
             _slow_disk(cluster, rng.choice(candidates), rng)
+        elif kind == "compaction_crash":
+            node = cluster.nodes[rng.choice(candidates)]
+            node.disk.crash_in_swaps = rng.randint(0, 3)
+            sim.record(f"{node.address} crashes before its {node.disk.crash_in_swaps}th next swap")
         else:
             loss = rng.choice((0.0, 0.05, 0.2, 0.5))
             sim.set_default_link(LinkConfig(loss, 1, rng.choice((5, 20, 100))))
@@ -1195,6 +1708,32 @@ def _schedule_retention(cluster: Cluster, start_ms: int, end_ms: int) -> None:
         cluster.sim.at(time, partial(cluster.sim.invoke, node_id, command))
 
 
+def _schedule_extra_compactions(cluster: Cluster, start_ms: int, end_ms: int) -> None:
+    """(Keyed compaction.) Now and then the leader of a random partition proposes a
+    command whatever the driver's rule says (:meth:`ReplicaSimNode.extra_compaction`)."""
+    rng = cluster.rng
+    time = start_ms
+    while True:
+        time += rng.randint(200, 1_200)
+        if time >= end_ms:
+            break
+        partition = rng.randrange(cluster.options.partitions)
+        draw = rng.random()
+
+        def act(p: int = partition, draw: float = draw) -> None:
+            for node_id, node in cluster.nodes.items():
+                core = node.cores.get(p)
+                if core is not None and core.role is Role.LEADER:
+                    command = partial(_extra_command, node, p, random.Random(draw))
+                    cluster.sim.invoke(node_id, command)
+
+        cluster.sim.at(time, act)
+
+
+def _extra_command(node: ReplicaSimNode, partition: int, rng: random.Random, now_ms: int) -> Step:
+    return node.extra_compaction(partition, rng, now_ms)
+
+
 def _schedule_reconfiguration(cluster: Cluster, at_ms: int) -> None:
     """Replace a (permanently dead) replica, add a node, or drain one."""
     rng = cluster.rng
@@ -1232,6 +1771,9 @@ def run_seed(seed: int, options: SeedOptions | None = None) -> SeedResult:
     except Exception as error:  # a failed assertion in a core is a finding, not a crash
         cluster.history.violation(f"exception at {cluster.sim.now_ms} ms: {error!r}")
         reconfigured = False
+    stats = CompactionStats()
+    for node in cluster.nodes.values():
+        stats.add(node.compaction_stats)
     return SeedResult(
         seed=seed,
         violations=cluster.history.violations,
@@ -1244,6 +1786,14 @@ def run_seed(seed: int, options: SeedOptions | None = None) -> SeedResult:
         fenced=sum(node.counter("storage_failures") for node in cluster.nodes.values()),
         inputs_dropped=sum(node.counter("inputs_dropped") for node in cluster.nodes.values()),
         produce_refused=sum(node.counter("produce_refused") for node in cluster.nodes.values()),
+        compaction=cluster.compaction,
+        compactions_proposed=sum(
+            node.counter("compactions_proposed") for node in cluster.nodes.values()
+        ),
+        compactions_applied=sum(
+            node.counter("compactions_applied") for node in cluster.nodes.values()
+        ),
+        compaction_stats=stats,
     )
 
 
@@ -1270,6 +1820,9 @@ def _run(cluster: Cluster) -> bool:
         retention = seed % 2 == 1
     if retention:
         _schedule_retention(cluster, warmup_ms, fault_end)
+    if cluster.compaction:
+        cluster.schedule_compaction_checks(fault_end + options.heal_bound_ms)
+        _schedule_extra_compactions(cluster, warmup_ms, fault_end)
     sim.run_until(fault_end)
     cluster.heal_all()
     sim.record("healed")

@@ -143,6 +143,28 @@ def test_a_restart_gives_again_the_commands_past_compacted_through() -> None:
     assert [offset for offset, _ in restarted_c.compact_commands] == [first, second]
 
 
+@pytest.mark.timeout(30)
+def test_a_log_ending_in_a_gap_opens() -> None:
+    """A sealed segment whose last batches compaction removed, and an empty active
+    segment after it (rolled for the command, its unsynced batches lost in a
+    crash): the log ends in a gap, where a read returns nothing. Opening a core on
+    it must not read there for ever (it did: the simulator's seed 32 hung)."""
+    group = TracingGroup()
+    group.elect(A)
+    _produce(group, 4)
+    log = group.storages[C]
+    end = log.end_offset
+    log.roll()
+    ((base, sealed_end),) = [(b, e) for b, e in log.sealed_segments() if b < end < e + 1]
+    kept = list(log.read_segment(base))[:-2]  # the last two records' batches go
+    log.replace_segment(base, kept)
+    assert log.end_offset == sealed_end == end and log.read(end - 1, 1 << 20) == b""
+    restarted = _restart(group, C)
+    assert restarted.end_offset == end
+    group.advance_time(300)
+    assert restarted.high_watermark == group.cores[A].high_watermark
+
+
 def test_the_shell_prunes_only_commands_already_given() -> None:
     group = TracingGroup()
     group.elect(A)

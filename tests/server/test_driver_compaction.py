@@ -76,6 +76,8 @@ class _Net:
     ) -> None:
         self.now_ms = 0
         self.wire: deque[tuple[str, str, PeerBundle]] = deque()
+        self.cut: set[str] = set()
+        """Nodes cut off: their bundles, both ways, are lost."""
         self.owner = _Owner(settings)
         self.logs: dict[str, MemoryLog] = {}
         self.drivers: dict[str, ReplicaDriver[SimReplica]] = {}
@@ -156,7 +158,8 @@ class _Net:
             if not self.wire:
                 return
             source, destination, bundle = self.wire.popleft()
-            self.drivers[destination].on_bundle(source, bundle)
+            if source not in self.cut and destination not in self.cut:
+                self.drivers[destination].on_bundle(source, bundle)
         raise AssertionError("the network did not go quiet")
 
     def run_for(self, duration_ms: int, step_ms: int = 10) -> None:
@@ -359,6 +362,64 @@ def test_three_replicas_with_different_segments_serve_the_same_batches() -> None
     logs = [_batches(net.replica(n).log) for n in "abc"]
     assert logs[0] == logs[1] == logs[2]
     assert len({net.replica(n).core.high_watermark for n in "abc"}) == 1
+
+
+def test_a_follower_away_gets_no_deleted_key_back() -> None:
+    """A follower cut off before a key's tombstone catches up later from a leader
+    that compacted meanwhile. Without holding T down to its match offset, the
+    leader's log it fetches has the tombstone removed (T passed it), and the
+    follower's own older record of that key, which only the tombstone superseded,
+    survives its compaction by the same commands: the deleted key comes back on
+    that one replica, which serves other bytes than the others for its offset."""
+    net = _Net(("a", "b", "c"), segment_batches={"a": 3, "b": 4, "c": 2})
+    net.run_for(1_000)
+    leader = str(net.leader().core.node_id)
+    away = next(n for n in "abc" if n != leader)
+    net.produce([(b"gone", b"old"), *_keyed(6, 3)])
+    net.run_for(CHECK_MS + 100)
+    net.cut.add(away)
+    net.produce([(b"gone", None), *_keyed(12, 3)])
+    net.run_for(CHECK_MS + 100)
+    net.produce(_keyed(12, 3))
+    net.run_for(2 * CHECK_MS + 100)
+    net.produce(_keyed(12, 3))
+    net.run_for(2 * CHECK_MS + 100)
+    net.cut.clear()
+    net.run_for(3 * CHECK_MS)
+    net.produce(_keyed(12, 3))
+    net.run_for(3 * CHECK_MS)
+    logs = {n: _batches(net.replica(n).log) for n in "abc"}
+    assert len({net.replica(n).core.compacted_through for n in "abc"}) == 1
+    end = min(net.replica(n).core.high_watermark for n in "abc")
+    kept = [(o, v) for o, k, v in _records(net.replica(away).log, end) if k == b"gone"]
+    assert b"old" not in [v for _, v in kept], kept
+    assert logs[away] == logs[leader]
+
+
+def test_tombstones_end_never_goes_back() -> None:
+    """A new leader that does not know a cut-off follower's match offset holds T
+    down to 0, but never below the previous command's T: a replica that skips a
+    queued command, or reruns only the newest after a restart, compacts by the
+    newest alone, which must remove every tombstone the earlier one did (without
+    this, the simulator's seed 127 had two replicas differ by one tombstone)."""
+    net = _Net(("a", "b", "c"))
+    net.run_for(1_000)
+    for _ in range(3):
+        net.produce([(b"gone", None), *_keyed(12, 3)])
+        net.run_for(CHECK_MS + 100)
+    leader = str(net.leader().core.node_id)
+    previous = _commands(net, leader)[-1][1]
+    assert previous.tombstones_end > 0
+    successor, away = [n for n in "abc" if n != leader]
+    net.cut.add(away)
+    net.drivers[leader].transfer_leadership(KEY, NodeId(successor))
+    net.run_for(500)
+    assert str(net.leader().core.node_id) == successor
+    net.produce(_keyed(24, 3))
+    net.run_for(CHECK_MS + 100)
+    command = _commands(net, successor)[-1][1]
+    assert command.end > previous.end  # a command of the new leader's
+    assert command.tombstones_end >= previous.tombstones_end
 
 
 @pytest.mark.parametrize("segment_batches", [2, 5])
