@@ -351,11 +351,31 @@ class _ProducerBase(Generic[_K, _V]):
         )
         return count
 
-    def _check_partition(self, topic: str, partition: int | None, partitions: int) -> None:
-        if partition is not None and not 0 <= partition < partitions:
-            raise UnknownTopicOrPartitionError(
-                f"topic {topic!r} has partitions 0..{partitions - 1}, not {partition}"
-            )
+    def _check_partition(self, topic: str, partition: int, partitions: int) -> int:
+        """The topic's partition count once it holds ``partition``: a partition beyond
+        the count known is looked for again in fresh metadata for up to
+        ``UNKNOWN_TOPIC_WAIT_S`` (and ``max_block_s``), as it may have just been
+        added (``create_partitions``) and not have reached every node yet."""
+        if partition < 0:
+            raise UnknownTopicOrPartitionError(f"partition must be >= 0, got {partition}")
+        if partition < partitions:
+            return partitions
+        timeout_s = self.config.max_block_s
+        deadline_s = time.monotonic() + min(timeout_s, UNKNOWN_TOPIC_WAIT_S)
+        while True:
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has partitions 0..{partitions - 1}, not {partition}"
+                )
+            time.sleep(min(0.05, remaining_s))
+            snapshot = self._client.metadata(refresh=True, timeout_s=max(0.001, remaining_s))
+            found = snapshot.topics.get(topic)
+            if found is None:
+                raise UnknownTopicOrPartitionError(f"no topic {topic!r}")
+            partitions = self._use_count(topic, found.config.partitions)
+            if partition < partitions:
+                return partitions
 
     def _load_partition_count(self, topic: str, timeout_s: float) -> int:
         """:meth:`_fetch_partition_count`; ``ClientClosedError`` if the producer was
@@ -490,8 +510,8 @@ class Producer(_ProducerBase[_K, _V]):
         partitions = self._partitions_of(topic)
         if partitions is None:
             partitions = self._load_partition_count(topic, self.config.max_block_s)
-        if partition is not None:
-            self._check_partition(topic, partition, partitions)
+        if partition is not None and not 0 <= partition < partitions:
+            partitions = self._check_partition(topic, partition, partitions)
         stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         acc = self._acc
         with acc.lock:
@@ -605,8 +625,10 @@ class AsyncProducer(_ProducerBase[_K, _V]):
             partitions = await asyncio.to_thread(
                 self._load_partition_count, topic, self.config.max_block_s
             )
-        if partition is not None:
-            self._check_partition(topic, partition, partitions)
+        if partition is not None and not 0 <= partition < partitions:
+            partitions = await asyncio.to_thread(
+                self._check_partition, topic, partition, partitions
+            )
         stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         acc = self._acc
         if acc.buffered + size > self.config.buffer_bytes_max:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 from fractions import Fraction
 
 import pytest
@@ -263,3 +265,24 @@ def test_settings_and_sources_from_a_node_that_predates_them() -> None:
     assert new.config.cleanup_policy == "compact"
     assert new.source("replication_factor") == SET_ON_TOPIC  # sources win over defaults
     assert new.source("partitions") == CLUSTER_DEFAULT
+
+
+def test_a_partition_just_added_is_waited_for_not_refused(cluster: FakeCluster) -> None:
+    """A producer whose metadata predates ``create_partitions`` (it asked a node that
+    had not applied it yet) sends to a new partition by number: it looks again in
+    fresh metadata, as Kafka's producer waits for a partition missing from its
+    metadata, instead of refusing it at once; a partition that never comes is still
+    refused within the wait."""
+    cluster.add_topic("t", partitions=4)
+    with Producer(cluster.bootstrap, retry=FAST, linger_s=0.0) as producer:
+        producer.send("t", b"a", partition=3).result(5.0)  # the producer holds count 4
+        grow = threading.Timer(0.3, cluster.add_partitions, ("t", 6))
+        grow.start()
+        try:
+            assert producer.send("t", b"b", partition=5).result(5.0).partition == 5
+        finally:
+            grow.join()
+        start_s = time.monotonic()
+        with pytest.raises(UnknownTopicOrPartitionError, match="not 6"):
+            producer.send("t", b"c", partition=6)
+        assert time.monotonic() - start_s < 5.0
