@@ -88,7 +88,7 @@ from laminar.replica.types import Acks, GroupConfig, NodeId, Role
 from laminar.segment.compaction import COMPACT_KIND, KEY_ENTRY_BYTES, CompactCommand
 from laminar.segment.config import LogConfig
 from laminar.segment.memory import SEGMENT_BATCHES_DEFAULT, MemoryLog
-from laminar.segment.storage import LogStorage
+from laminar.segment.storage import Buffer, LogStorage
 from laminar.server.disk import DiskUsage
 from laminar.server.driver import (
     NO_WAKE_MS,
@@ -366,7 +366,7 @@ class SimLog(MemoryLog):
         super().__init__(fsync=False, segment_batches_max=segment_batches_max)
         self.disk = disk
 
-    def replace_segment(self, base: int, batches: Iterable[bytes]) -> None:
+    def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         disk = self.disk
         if disk.crash_in_swaps is not None:
             if disk.crash_in_swaps <= 0:
