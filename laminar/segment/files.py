@@ -140,10 +140,18 @@ class SegmentFiles:
 
     def unpin(self, file: SegmentFile) -> None:
         with self._lock:
-            self._unpin_locked(file)
+            if not (file.dead and file.pins == 1):
+                self._unpin_locked(file)
+                return
+            file.pins = 0
+            descriptor = _take_locked(file)
+        _close(descriptor)  # outside the lock: see discard
 
     def discard(self, file: SegmentFile) -> None:
-        """``file`` was deleted (or its log closed): close it once no read uses it."""
+        """``file`` was deleted (or its log closed): close it once no read uses it.
+        The last close of a deleted file frees its pages and blocks (about 12 ms
+        for 64 MiB here): it is made outside the cache's lock, which every log of
+        the node takes to read."""
         with self._lock:
             if file.dead:
                 return
@@ -152,8 +160,10 @@ class SegmentFiles:
                 file.held = False
                 file.pins -= 1
             self._idle.pop(file, None)
-            if file.pins == 0:
-                self._close_locked(file)
+            if file.pins:
+                return
+            descriptor = _take_locked(file)
+        _close(descriptor)
 
     def _pin_locked(self, file: SegmentFile) -> int:
         assert not file.dead, f"{file.path} is deleted"
@@ -199,9 +209,18 @@ class SegmentFiles:
         return descriptor
 
     def _close_locked(self, file: SegmentFile) -> None:
-        if file.descriptor != _CLOSED:
-            descriptor, file.descriptor = file.descriptor, _CLOSED
-            # Linux releases the descriptor even when close reports an error, and
-            # nothing written is at stake (logs fsync before letting go of a file).
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
+        _close(_take_locked(file))
+
+
+def _take_locked(file: SegmentFile) -> int:
+    """``file``'s descriptor, which the caller closes; ``file`` is closed from here on."""
+    descriptor, file.descriptor = file.descriptor, _CLOSED
+    return descriptor
+
+
+def _close(descriptor: int) -> None:
+    if descriptor != _CLOSED:
+        # Linux releases the descriptor even when close reports an error, and
+        # nothing written is at stake (logs fsync before letting go of a file).
+        with contextlib.suppress(OSError):
+            os.close(descriptor)

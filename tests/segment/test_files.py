@@ -90,6 +90,31 @@ def test_a_deleted_file_is_closed_by_its_last_unpin(tmp_path: Path) -> None:
     cache.discard(file)  # twice is harmless
 
 
+def test_a_deleted_file_is_closed_outside_the_cache_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last close of a deleted file frees its pages (about 12 ms for 64 MiB):
+    every log of the node takes the cache's lock to read, so it is not held then."""
+    cache = SegmentFiles(capacity=4)
+    idle, pinned = _files(tmp_path, 2)
+    cache.pin(idle)
+    cache.unpin(idle)  # open and idle
+    cache.pin(pinned)
+    closes: list[bool] = []
+    close = os.close
+
+    def recording(descriptor: int) -> None:
+        closes.append(cache._lock.locked())
+        close(descriptor)
+
+    monkeypatch.setattr(files_module.os, "close", recording)
+    cache.discard(idle)  # no read uses it: closed by discard
+    cache.discard(pinned)
+    assert closes == [False]
+    cache.unpin(pinned)  # closed by its last unpin
+    assert closes == [False, False]
+
+
 def test_the_active_file_is_held_until_let_go(tmp_path: Path) -> None:
     cache = SegmentFiles(capacity=0)
     file = cache.create(str(tmp_path / "active.log"))
