@@ -499,6 +499,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now: all are held while they are
+    picked, so that the kernel cannot hand out one twice (as separate
+    :func:`free_port` calls may)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listeners = [socket.socket(family) for _ in range(count)]
+    try:
+        for listener in listeners:
+            listener.bind((host, 0))
+        return [int(listener.getsockname()[1]) for listener in listeners]
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
 def _free_host_base() -> int:
     """A block of loopback addresses whose ports are free: every block from 10 to
     240 is tried, starting at one that depends on the process id (so that parallel

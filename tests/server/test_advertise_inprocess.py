@@ -24,7 +24,7 @@ from laminar.records import encode_batch
 from laminar.replica.types import Role
 from laminar.server.config import NodeConfig
 from laminar.server.node import Node
-from laminar.testing.processes import free_port
+from laminar.testing.processes import free_ports
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 from tests.server import aio
@@ -35,7 +35,8 @@ TOPIC = "events"
 
 
 def configs(root: Path) -> list[NodeConfig]:
-    ports = [(free_port("0.0.0.0"), free_port("0.0.0.0"), free_port("0.0.0.0")) for _ in range(2)]
+    picked = free_ports("0.0.0.0", 6)
+    ports = [(picked[0], picked[1], picked[2]), (picked[3], picked[4], picked[5])]
     first_gossip = f"localhost:{ports[0][0]}"
     return [
         NodeConfig.local(
@@ -143,7 +144,8 @@ def _leads(nodes: list[Node], node_id: str, key: tuple[str, int]) -> bool:
 @bounded(DEADLINE_S * 3)
 async def test_a_cluster_on_ipv6_literals(tmp_path: Path) -> None:
     """Listening, advertising, seeds, peer links and the client all on ``[::1]``."""
-    ports = [(free_port("::1"), free_port("::1"), free_port("::1")) for _ in range(2)]
+    picked = free_ports("::1", 6)  # distinct: separate picks may repeat a port
+    ports = [(picked[0], picked[1], picked[2]), (picked[3], picked[4], picked[5])]
     wanted = [
         NodeConfig.local(
             str(tmp_path / f"n{index}"),
