@@ -986,6 +986,13 @@ def encode_run(
     )
 
 
+def has_null_key(batch: bytes | bytearray | memoryview) -> bool:
+    """Whether a record of ``batch`` has no key (a -1 key length, or no key column:
+    every key null)."""
+    lengths = column_view(batch).key_lengths
+    return lengths is None or -1 in _from_little("i", lengths)
+
+
 def _run_bounds(lengths: array[int], start: int, stop: int, origin: int) -> slice:
     """Where the items ``[start, stop)`` of a length column (-1: null, no bytes) lie
     in the data, whose column begins at ``origin``: C-level sums, each -1 counted

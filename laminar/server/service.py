@@ -16,10 +16,8 @@ import asyncio
 import dataclasses
 import functools
 import logging
-import sys
 import time
 import uuid
-from array import array
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -46,7 +44,7 @@ from laminar.grpc_errors import abort_with, error_code_name, error_to_status
 from laminar.ids import TopicPartition
 from laminar.membership import Member, MemberState
 from laminar.membership.keyring import KeyringState
-from laminar.records import check_produced_header, column_view, next_offset
+from laminar.records import check_produced_header, has_null_key, next_offset
 from laminar.replica.types import Acks, Role
 from laminar.security.acl import ACLS_MAX, Acl, AclFilter
 from laminar.security.acl_wire import acl_of, binding_of, filter_of
@@ -1225,21 +1223,11 @@ def refuse_null_keys(topic: str, batches: Sequence[bytes]) -> None:
     compaction keeps the newest record of each key, so a compacted topic takes
     keyed records only (as Kafka does)."""
     for index, batch in enumerate(batches):
-        lengths = column_view(batch).key_lengths
-        if lengths is None or -1 in _int32s(lengths):
+        if has_null_key(batch):
             raise InvalidInputError(
                 f"topic {topic!r} is compacted (cleanup_policy has compact): every record "
                 f"needs a key; batch {index} holds one without"
             )
-
-
-def _int32s(column: memoryview) -> array[int]:
-    """A little-endian int32 column as integers."""
-    values = array("i")
-    values.frombytes(column)
-    if sys.byteorder == "big":
-        values.byteswap()
-    return values
 
 
 def alive_nodes(node_id: str, members: Sequence[Member]) -> set[str]:
