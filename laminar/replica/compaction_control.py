@@ -58,6 +58,12 @@ def command_end(value: bytes) -> int:
     return CompactCommand.from_value(value).end
 
 
+def command_tombstones_end(value: bytes) -> int:
+    """A command's ``tombstones_end`` (T); raises
+    :class:`~laminar.errors.CorruptBatchError` for a value it cannot read."""
+    return CompactCommand.from_value(value).tombstones_end
+
+
 # ------------------------------------------------------------------ the leader's decision
 
 

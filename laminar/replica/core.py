@@ -84,6 +84,10 @@ Protocol notes (see ``docs/design.md`` for the reasoning)
   lies between the previous batch and it), and the term of an offset in a gap is
   the term of the batch before it (a term starts with a no-op, never removed), so
   elections and log matching are unchanged.
+  A peer whose log the leader does not know yet (a new progress) is sent no batch
+  below the newest command's ``tombstones_end`` until its first match is checked:
+  a log holding records of its own below removed tombstones is restarted past them
+  (:meth:`ReplicaCore._check_peer_log`, ``InstallStart.discard``).
 
 Damaged storage
 ---------------
@@ -137,6 +141,7 @@ from laminar.records import (
 )
 from laminar.replica.compaction_control import (
     command_end,
+    command_tombstones_end,
     compact_in,
     encode_compact,
 )
@@ -1140,8 +1145,14 @@ class ReplicaCore:
                 term = known_term
         return term if offset >= 0 else -1
 
-    def _send_install(self, peer: NodeId, progress: Progress) -> None:
-        start = self._storage.start_offset
+    def _send_install(
+        self, peer: NodeId, progress: Progress, *, start: int = -1, discard: bool = False
+    ) -> None:
+        """Tell ``peer`` to continue from ``start`` (the log start by default):
+        ``discard``, restart its log there even where it matches (see
+        :meth:`_check_peer_log`)."""
+        if start < 0:
+            start = self._storage.start_offset
         config_offset, config = BOOTSTRAP_OFFSET, self.group_config
         for known_offset, known in self._configs:
             if known_offset < start:
@@ -1154,9 +1165,20 @@ class ReplicaCore:
             start_term=self._term_before(start),
             config=msgpack.packb([config_offset, list(config.voters), list(config.learners)]),
             commit_offset=self.high_watermark,
+            discard=discard,
         )
         self._messages.append(Outbound(peer, request))
         progress.sent(start, self._now, advance=False)
+        if discard:
+            _LOG.info(
+                "%s: %s matches only below removed tombstones and holds records of its own: "
+                "restarting its log at %d",
+                self._label,
+                peer,
+                start,
+                extra=self._log_extra(peer),
+            )
+            return
         _LOG.info(
             "%s: %s is below the log start %d: sending the start",
             self._label,
@@ -1164,6 +1186,54 @@ class ReplicaCore:
             start,
             extra=self._log_extra(peer),
         )
+
+    def _tombstones_end(self) -> int:
+        """The newest keyed compaction command's ``tombstones_end`` in this log (T
+        never goes back from one command to the next); 0 without one."""
+        for _, value in reversed(self._compacts):
+            try:
+                return command_tombstones_end(value)
+            except CorruptBatchError:
+                continue  # (refused by the shell when given to it)
+        return 0
+
+    def _check_peer_log(self, peer: NodeId, progress: Progress, response: AppendResponse) -> bool:
+        """The first match of a peer whose log this leader does not know (a new
+        progress: after an election, a peer added, or one healing from damage) is
+        checked against removed tombstones; True once the peer's log may be used.
+
+        Below the newest command's ``tombstones_end`` T this log has tombstones
+        removed. A peer whose log matches only at X < T and holds records of its own
+        below X (its log starts below X) would take the range from X on with those
+        tombstones gone: a record of its own that only such a tombstone superseded
+        would survive there alone (a deleted key back on one replica). A peer that
+        held this leader's log when each command was decided matches at or past T
+        (the driver holds T to every peer's match), so this is a peer that lost
+        entries to damaged storage, or was removed and added again with an old log.
+        It is told to restart its log past X (``InstallStart.discard``) and its
+        answers count for nothing until its log starts there."""
+        log_start = response.log_start
+        if progress.own_end < 0:
+            # It matched at the request's start P. Below T it was sent nothing (see
+            # _send_append), so its log up to its end is its own.
+            if response.prev_end_offset >= self._tombstones_end() or (
+                log_start >= response.end_offset
+            ):
+                progress.log_checked = True
+                return True
+            progress.own_end = min(response.end_offset, self._storage.end_offset)
+        if log_start >= progress.own_end:
+            progress.log_checked = True
+            progress.own_end = -1
+            return True
+        start = progress.own_end
+        if start > self.high_watermark or start < self._storage.start_offset:
+            # Not committed that far here yet (a new leader), or below the log start
+            # (retention): ask again on the peer's next answer (its probe is
+            # retransmitted; below the start, it gets the start).
+            return False
+        self._send_install(peer, progress, start=start, discard=True)
+        return False
 
     def _on_install_start(self, request: InstallStart) -> None:
         if request.term < self.term:
@@ -1175,7 +1245,9 @@ class ReplicaCore:
             storage.start_offset <= start <= storage.end_offset
             and self._term_before(start) == request.start_term
         )
-        if not matches:
+        if request.discard and self.high_watermark > start:
+            return  # the leader asks again from further on (see InstallStart.discard)
+        if not matches or (request.discard and storage.start_offset < start):
             # Everything we hold below ``start`` is committed (and so matches) only up to
             # our high watermark, which is at most ``start`` here: drop it all.
             assert self.high_watermark <= start, (self._label, self.high_watermark, start)
@@ -1458,7 +1530,9 @@ class ReplicaCore:
             return True
         data = b""
         request_end = start
-        if start < self._storage.end_offset and recovering:
+        if not progress.log_checked and start < self._tombstones_end():
+            pass  # nothing until its log is checked (_check_peer_log): a probe alone
+        elif start < self._storage.end_offset and recovering:
             grant = self._liveness.recovery_grant()
             if grant <= 0:
                 return False
@@ -1517,6 +1591,10 @@ class ReplicaCore:
                 response.match_offset,
                 self._storage.end_offset,
             )
+            if not progress.log_checked and not self._check_peer_log(
+                response.follower, progress, response
+            ):
+                return
             progress.acknowledged(response.match_offset, self._storage.end_offset, self._now)
             self._maybe_commit()
             return
@@ -1833,6 +1911,7 @@ class ReplicaCore:
                     end_offset=self._storage.end_offset,
                     prev_end_offset=prev_end_offset,
                     healing_since=self._healing_since_or_none(),
+                    log_start=self._storage.start_offset,
                 ),
             )
         )

@@ -70,6 +70,10 @@ class AppendResponse:
     ``match_offset`` says, but the leader must not count on anything it said before
     and must take it out of the voters; the value tells one damage from another
     (see :class:`~laminar.replica.core.ReplicaCore`, "Damaged storage")."""
+    log_start: int = -1
+    """The follower's log start: the leader checks that a log it had to forget
+    holds nothing of its own below a removed tombstone (see ``discard`` in
+    :class:`InstallStart`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,16 @@ class InstallStart:
     them): continue from ``start_offset`` instead, whose previous entry has
     ``start_term``. ``config`` is the msgpack ``[offset, voters, learners]`` of the
     configuration in effect at the start (its control batch may be gone). Answered
-    with an :class:`AppendResponse` whose ``prev_end_offset`` is ``start_offset``."""
+    with an :class:`AppendResponse` whose ``prev_end_offset`` is ``start_offset``.
+
+    ``discard``: restart the log at ``start_offset`` even where it matches (a
+    committed offset the follower holds). Keyed compaction: the leader's log has
+    tombstones removed below a command's ``tombstones_end``; a follower whose log it
+    had to forget (damaged storage, or a replica re-added with an old log) and which
+    matches only below that point holds records of its own there that a removed
+    tombstone superseded, which would survive there alone (see ``ReplicaCore``,
+    "Keyed compaction"). Ignored while the follower's high watermark is above
+    ``start_offset`` (the leader asks again from further on)."""
 
     term: int
     leader: NodeId
@@ -119,6 +132,7 @@ class InstallStart:
     start_term: int
     config: bytes
     commit_offset: int
+    discard: bool = False
 
 
 Message = (

@@ -41,6 +41,8 @@ class Progress:
     healing: bool = False  # its storage was damaged: out of the voters until caught up
     healing_since: int = -1  # the damage it heals from (its ``healing_since``)
     healed_since: int = -1  # the damage this leader promoted it back from: old news
+    log_checked: bool = False  # its first match was checked against removed tombstones
+    own_end: int = -1  # its log below here is its own, under a removed tombstone: discard it
 
     def sent(self, request_end: int, now_ms: int, *, advance: bool) -> None:
         """A request covering the log up to ``request_end`` went out (``advance``: in
@@ -98,6 +100,8 @@ class Progress:
         self.healing = True
         self.healing_since = since
         self.match_offset = -1
+        self.log_checked = False
+        self.own_end = -1
         self.caught_up_ms = NEVER_MS
         self.probe(min(self.next_offset, end_offset))
 

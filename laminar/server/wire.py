@@ -137,11 +137,11 @@ _SCHEMA_LIST: Final = (
     _schema(1, VoteRequest, "TNTTBB"),
     _schema(2, VoteResponse, "TNBB"),
     _schema(3, AppendRequest, "TNTTLTT"),
-    _schema(4, AppendResponse, "TNBTTTTTT"),
+    _schema(4, AppendResponse, "TNBTTTTTTT"),
     _schema(5, Heartbeat, "TNTBB"),
     _schema(6, HeartbeatResponse, "TNTT"),
     _schema(7, TimeoutNow, "TN"),
-    _schema(8, InstallStart, "TNTTLT"),
+    _schema(8, InstallStart, "TNTTLTB"),
 )
 _SCHEMAS: Final = {schema.kind: schema for schema in _SCHEMA_LIST}
 _SCHEMA_BY_TYPE: Final = {schema.message_type: schema for schema in _SCHEMA_LIST}
@@ -253,6 +253,7 @@ def _encode_entry(
             message.conflict_term,
             message.conflict_start,
             message.healing_since,
+            message.log_start,
         ]
     schema = _SCHEMA_BY_TYPE.get(message_type)
     if schema is None:
@@ -497,10 +498,9 @@ def _decode_fast(
             return (topics[topic], partition), AppendRequest(
                 term, NodeId(nodes[node]), prev_end, prev_term, blobs.take(size), end, commit
             )
-    elif length == 12 and not heartbeats_only:
-        kind, topic, partition, term, node, success, match, end, prev_end, c_term, c_start, heal = (
-            entry
-        )
+    elif length == 13 and not heartbeats_only:
+        (kind, topic, partition, term, node, success, match, end, prev_end, c_term, c_start, heal,
+         log_start) = entry  # fmt: skip
         if (
             kind == _APPEND_RESPONSE
             and type(kind) is int
@@ -525,9 +525,20 @@ def _decode_fast(
             and OFFSET_MIN <= c_start <= OFFSET_MAX
             and type(heal) is int
             and OFFSET_MIN <= heal <= OFFSET_MAX
+            and type(log_start) is int
+            and OFFSET_MIN <= log_start <= OFFSET_MAX
         ):
             return (topics[topic], partition), AppendResponse(
-                term, NodeId(nodes[node]), success, match, end, prev_end, c_term, c_start, heal
+                term,
+                NodeId(nodes[node]),
+                success,
+                match,
+                end,
+                prev_end,
+                c_term,
+                c_start,
+                heal,
+                log_start,
             )
     return None
 

@@ -12,8 +12,9 @@ import pytest
 from laminar.errors import CorruptBatchError
 from laminar.records import DEFAULT_LIMITS, encode_batch, iter_batches
 from laminar.replica.compaction_control import CONTROL_COMPACT, command_end, compact_in
+from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import ReplicaCore
-from laminar.replica.messages import AppendRequest, AppendResponse, Compact
+from laminar.replica.messages import AppendRequest, AppendResponse, Compact, InstallStart
 from laminar.replica.producers import ProducerTable, Verdict
 from laminar.replica.state import decode_state, encode_state
 from laminar.replica.types import Acks, GroupConfig, NodeId
@@ -32,8 +33,8 @@ def _command(end: int, tombstones_end: int = 0, time_ms: int = 0) -> bytes:
 class TracingGroup(Group):
     """A Group that keeps each node's Readies apart."""
 
-    def __init__(self) -> None:
-        super().__init__(config=NO_QUIESCE)
+    def __init__(self, config: ReplicaConfig = NO_QUIESCE) -> None:
+        super().__init__(config=config)
         self.events: dict[NodeId, list[object]] = {node: [] for node in self.cores}
 
     def drain(self) -> None:
@@ -281,3 +282,124 @@ def test_a_new_replica_takes_the_leaders_gapped_log_and_acknowledges_it() -> Non
     assert [storage.term_at(o) for o in range(leader.end_offset)] == [
         group.storages[A].term_at(o) for o in range(leader.end_offset)
     ]
+
+
+# ------------------------------------------------------------ a log the leader forgot
+
+
+def _reconfiguring_group() -> TracingGroup:
+    return TracingGroup(dataclasses.replace(NO_QUIESCE, reconfigure_stable_ms=0))
+
+
+def _sent_to(group: TracingGroup, peer: NodeId) -> list[object]:
+    """Every message the group's wire carries to ``peer`` from now on (a spy on
+    delivery)."""
+    seen: list[object] = []
+    core = group.cores[peer]
+    real_step = core.step
+
+    def step(source: NodeId, message: object, now_ms: int) -> None:
+        seen.append(message)
+        real_step(source, message, now_ms)  # type: ignore[arg-type]
+
+    core.step = step  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_replica_re_added_with_an_old_log_below_removed_tombstones_restarts_past_it() -> None:
+    """C is removed and keeps its log; while it is away the others append a command
+    whose tombstones_end T lies past C's log end, so the leader's copy of the range
+    between has tombstones removed. Re-added with its old log, C must not take that
+    range on top of its own older records (a key deleted there would come back on
+    C alone): the leader sends it nothing until it restarted its log past its own
+    records (InstallStart.discard), then replicates as usual."""
+    group = _reconfiguring_group()
+    group.elect(A)
+    _produce(group, 4)
+    leader = group.cores[A]
+    leader.set_target((A, B), group.now)
+    group.advance_time(2_000)
+    assert group.cores[C].removed
+    held = group.storages[C].end_offset
+    _produce(group, 4)
+    tombstones_end = leader.high_watermark
+    assert tombstones_end > held
+    offset = leader.propose_compact(_command(tombstones_end, tombstones_end), group.now)
+    group.advance_time(200)
+    assert offset is not None and leader.high_watermark > offset
+    # C comes back on its old log: a fresh core, as the node opens it.
+    storage = group.storages[C]
+    group.cores[C] = ReplicaCore(C, storage, NO_QUIESCE, now_ms=group.now, rng=random.Random(3))
+    seen = _sent_to(group, C)
+    leader.set_target((A, B, C), group.now)
+    group.advance_time(3_000)
+    assert set(leader.group_config.voters) == {A, B, C}  # type: ignore[union-attr]
+    installs = [m for m in seen if isinstance(m, InstallStart)]
+    assert installs and all(m.discard for m in installs)
+    restart = installs[0].start_offset
+    assert restart >= held
+    # Nothing of the leader's log went to C below T before its log restarted.
+    before = seen[: seen.index(installs[0])]
+    assert all(
+        not m.batches or m.prev_end_offset >= tombstones_end
+        for m in before
+        if isinstance(m, AppendRequest)
+    )
+    assert storage.start_offset == restart
+    assert group.cores[C].end_offset == leader.end_offset
+    assert storage.read(restart, 1 << 20) == group.storages[A].read(restart, 1 << 20)
+
+
+def test_a_new_empty_replica_is_not_restarted_by_removed_tombstones() -> None:
+    """An empty log holds nothing of its own: a replica added after a command with
+    T > 0 copies the leader's log from its start, all of it."""
+    group = _reconfiguring_group()
+    group.elect(A)
+    leader = group.cores[A]
+    leader.set_target((A, B), group.now)
+    group.advance_time(2_000)
+    _produce(group, 4)
+    offset = leader.propose_compact(_command(4, 4), group.now)
+    group.advance_time(200)
+    assert offset is not None
+    storage = MemoryLog(fsync=False)
+    group.storages[C] = storage
+    group.cores[C] = ReplicaCore(C, storage, NO_QUIESCE, now_ms=group.now, rng=random.Random(3))
+    seen = _sent_to(group, C)
+    leader.set_target((A, B, C), group.now)
+    group.advance_time(3_000)
+    assert set(leader.group_config.voters) == {A, B, C}  # type: ignore[union-attr]
+    assert not [m for m in seen if isinstance(m, InstallStart)]
+    assert storage.start_offset == 0
+    assert storage.read(0, 1 << 20) == group.storages[A].read(0, 1 << 20)
+
+
+def test_a_discard_is_ignored_below_the_followers_watermark_and_taken_at_it() -> None:
+    group = TracingGroup()
+    group.elect(A)
+    _produce(group, 4)
+    leader, follower = group.cores[A], group.cores[B]
+    group.advance_time(200)
+    watermark = follower.high_watermark
+    assert watermark == leader.high_watermark > 2
+    config = msgpack.packb([-1, list(GROUP.voters), []])
+    start_term = leader._term_before(watermark - 1)
+    follower.step(
+        A,
+        InstallStart(leader.term, A, watermark - 1, start_term, config, watermark, discard=True),
+        group.now,
+    )
+    assert follower.start_offset == 0  # ignored: it would take its watermark back
+    assert not [m for m in follower.ready().messages if isinstance(m.message, AppendResponse)]
+    follower.step(
+        A,
+        InstallStart(
+            leader.term, A, watermark, leader._term_before(watermark), config, watermark, True
+        ),
+        group.now,
+    )
+    # Its log matches there, and is restarted all the same.
+    assert follower.start_offset == follower.end_offset == watermark
+    (answer,) = [m.message for m in follower.ready().messages]
+    assert isinstance(answer, AppendResponse) and answer.success
+    assert answer.match_offset == answer.log_start == watermark

@@ -95,11 +95,12 @@ def sample_bundle() -> PeerBundle:
         VoteResponse(3, node, granted=False, pre_vote=True),
         AppendRequest(3, node, 90, 2, b"\x00batch-bytes\xff" * 10, 100, 80),
         AppendResponse(3, node, False, -1, 50, 90, 2, 40),
-        AppendResponse(3, node, True, 60, 60, 50, healing_since=40),
+        AppendResponse(3, node, True, 60, 60, 50, healing_since=40, log_start=12),
         Heartbeat(3, node, 80, member=False),
         HeartbeatResponse(3, node, 100),
         TimeoutNow(4, node),
         InstallStart(4, node, 500, 3, b"\x93\x00\x91\xa1a\x90", 480),
+        InstallStart(4, node, 500, 3, b"\x93\x00\x91\xa1a\x90", 480, discard=True),
         AppendRequest(3, node, 100, 3, b"second", 101, 80),
     ):
         coalescer.add(("orders", 7), Outbound(NodeId("node-b"), outbound_message))
@@ -291,8 +292,15 @@ def test_oversized_arrays_and_strings_stop_inside_the_unpacker() -> None:
         ((("t",), ("n",), (), ((2, 0, 1, 3, 0, "yes", True),)), "granted"),
         ((("t",), ("n",), (), ((3, 0, 1, 3, 0, 10, 2, -1, 5, 3),)), "batches length"),
         ((("t",), ("n",), (), ((3, 0, 1, 3, 0, 10, 2, 4, 5, 3),)), "truncated"),
-        ((("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, "x", -1),)), "conflict_start"),
-        ((("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, 3, "no"),)), "healing_since"),
+        ((("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, "x", -1, 0),)), "conflict_start"),
+        ((("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, 3, "no", 0),)), "healing_since"),
+        ((("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, 3, -1, 1.5),)), "log_start"),
+        (
+            (("t",), ("n",), (), ((4, 0, 1, 3, 0, True, 10, 5, 5, 2, 3, -1),)),
+            "AppendResponse needs",
+        ),
+        ((("t",), ("n",), (), ((8, 0, 1, 3, 0, 5, 2, 0, 4, 1),)), "discard"),
+        ((("t",), ("n",), (), ((8, 0, 1, 3, 0, 5, 2, 0, 4),)), "InstallStart needs"),
         ((("t",), ("n",), (), ((7, 0, 1, 3, 0, 5),)), "TimeoutNow needs"),
     ],
 )
