@@ -824,6 +824,10 @@ class ReplicaCore:
         a two-node majority split the vote.
         """
         gone = self.leader if self.leader is not None else self.last_leader
+        # Told already since the leader was last heard (its pre-votes, membership's
+        # hints, each repeated): the wait set then stands, else a leader that keeps
+        # pre-voting with a shorter log would put off everyone's campaign for ever.
+        told = self._deferred and self._leader_heard_ms == NEVER_MS
         self._quiesced = False
         self._leader_heard_ms = NEVER_MS
         base = self._config.election_timeout_min_ms
@@ -832,7 +836,7 @@ class ReplicaCore:
         if self._successor:
             spread = self._rng.randint(0, base // 8)
             self._election_deadline = min(self._election_deadline, self._now + spread)
-        else:
+        elif not told:
             self._election_deadline = self._now + 2 * self._election_timeout()
 
     def transfer_leadership(self, target: NodeId, now_ms: int) -> bool:

@@ -765,3 +765,34 @@ def test_a_learner_re_added_while_its_removal_is_in_flight_gets_the_re_adding_en
     group.advance_time(3_000)
     assert group.storages[C].end_offset == leader.end_offset
     assert set(leader.group_config.voters) == {A, B, C}  # type: ignore[union-attr]
+
+
+def test_a_follower_whose_leader_keeps_pre_voting_with_a_shorter_log_still_campaigns() -> None:
+    """The leader's replica reopened (a failed fsync) without its unsynced last
+    entry: it pre-votes for the next term again and again, and C, which holds that
+    entry, refuses. C is not the successor (B is, and is cut off), so it waits two
+    election timeouts once; each pre-vote of its old leader used to push that wait
+    again, and nobody ever led (the simulator's seed 485 with --compaction
+    --damage)."""
+    group = Group(config=dataclasses.replace(CONFIG, quiesce=False))
+    group.elect(A)
+    leader = group.cores[A]
+    leader.propose(1, _batch(b"v"), Acks.ALL, group.now)
+    group.advance_time(100)
+    follower = group.cores[C]
+    assert follower.leader == A and follower.end_offset == leader.end_offset
+    term, shorter = leader.term, leader.end_offset - 1
+    start, campaigned_at = group.now, None
+    for _ in range(100):
+        group.now += 100
+        pre_vote = VoteRequest(term + 1, A, shorter, term, pre_vote=True)
+        follower.step(A, pre_vote, group.now)
+        follower.tick(group.now)
+        while follower.has_ready():
+            follower.advance(follower.ready())
+        if follower.role is not Role.FOLLOWER:
+            campaigned_at = group.now
+            break
+    timeout = CONFIG.election_timeout_max_ms
+    assert campaigned_at is not None, "C never campaigned"
+    assert campaigned_at - start <= 3 * timeout
