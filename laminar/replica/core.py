@@ -311,6 +311,12 @@ class ReplicaCore:
         self._epochs = Epochs.from_storage(storage, self._saved_term_at(storage.start_offset - 1))
         self._producers = ProducerTable(config.producer_window, config.producers_max)
         logged = self._rebuild_from_log()
+        if self._compacted_through >= end:
+            # The log lost the end that held the last command applied (damaged
+            # storage, or unsynced entries lost in a crash): when that command comes
+            # back from the leader it covers entries fetched again, not compacted
+            # here, so it must be applied again (the result is the same: idempotent).
+            self._compacted_through = end - 1
         self._compact_emitted = self._compacted_through
         # The log is the truth for the configurations it holds (their saves are
         # staged like term and vote, so a crash may leave the state behind the log,

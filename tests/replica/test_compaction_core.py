@@ -13,7 +13,7 @@ from laminar.errors import CorruptBatchError
 from laminar.records import DEFAULT_LIMITS, encode_batch, iter_batches
 from laminar.replica.compaction_control import CONTROL_COMPACT, command_end, compact_in
 from laminar.replica.config import ReplicaConfig
-from laminar.replica.core import ReplicaCore
+from laminar.replica.core import ReplicaCore, StorageDamage
 from laminar.replica.messages import AppendRequest, AppendResponse, Compact, InstallStart
 from laminar.replica.producers import ProducerTable, Verdict
 from laminar.replica.state import decode_state, encode_state
@@ -403,3 +403,37 @@ def test_a_discard_is_ignored_below_the_followers_watermark_and_taken_at_it() ->
     (answer,) = [m.message for m in follower.ready().messages]
     assert isinstance(answer, AppendResponse) and answer.success
     assert answer.match_offset == answer.log_start == watermark
+
+
+def test_a_command_lost_with_the_end_of_the_log_is_applied_again_when_it_comes_back() -> None:
+    """B applied a command, then lost the end of its log holding it (damaged storage,
+    or entries not synced yet) while its state kept ``compacted_through``. The
+    entries and the command come back from the leader uncompacted on B: the command
+    must be given again, or B keeps what it removes (the simulator's seed 815 with
+    --compaction --damage)."""
+    group = TracingGroup()
+    group.elect(A)
+    _produce(group, 3)
+    offset = group.cores[A].propose_compact(_command(3), group.now)
+    group.advance_time(100)
+    assert offset is not None
+    assert [event.offset for event in group.compacts(B)] == [offset]
+    group.cores[B].compaction_done(offset)
+    group.advance_time(50)  # the staged save is synced
+    storage = group.storages[B]
+    storage.truncate_suffix(offset - 1)  # the command and the batch before it
+    storage.sync()
+    restarted = ReplicaCore(
+        B,
+        storage,
+        NO_QUIESCE,
+        now_ms=group.now,
+        rng=random.Random(2),
+        damage=StorageDamage(lost_entries=True, lost_state=False),
+    )
+    group.cores[B] = restarted
+    assert restarted.compacted_through < offset
+    group.events[B].clear()
+    group.advance_time(300)
+    assert restarted.end_offset == group.cores[A].end_offset
+    assert [event.offset for event in group.compacts(B)] == [offset]
