@@ -1324,7 +1324,9 @@ class Cluster:
             if replica is None or replica.closed or replica.core.removed:
                 continue
             core = replica.core
-            through = core.compacted_through
+            # A command below the log start covers nothing the replica holds (the log
+            # restarted past it, or retention removed its range): it counts as applied.
+            through = max(core.compacted_through, replica.log.start_offset - 1)
             if partition in node.lost_state:
                 if core.healing:
                     # Its log may hold a command's result that its lost state no longer

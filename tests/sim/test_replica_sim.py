@@ -138,7 +138,7 @@ def test_the_checker_finds_a_deleted_key_back_without_the_tombstone_bound(
     assert any("keeps Record" in v or "hold different bytes" in v for v in violations), violations
 
 
-DAMAGE_COMPACTION_SEEDS_FAST = (218, 289, 308, 815)
+DAMAGE_COMPACTION_SEEDS_FAST = (218, 289, 308, 815, 1141)
 """Seeds of keyed compaction with disk damage in make test: in 308 a replica that
 lost 66 of its 108 batches took the leader's range without the tombstones removed
 below T on top of its own older records (a deleted key back on it alone); in 218 a
@@ -148,7 +148,9 @@ counts as applied (the checker compares it once healed); in 289 a replica that l
 a read below that watermark can fall in a gap (the checker accepts an empty read
 there); in 815 a replica lost the end of its log with the last command it had
 applied, fetched that range again uncompacted, and skipped the command when it came
-back (its state still counted it applied)."""
+back (its state still counted it applied); in 1141 replicas whose logs restarted
+past the last commands never apply them (nothing of their range is left there: the
+checker counts a command below a replica's log start as applied)."""
 
 
 def _damage_compaction_failures(seeds: Iterable[int]) -> dict[int, list[str]]:
