@@ -1025,24 +1025,38 @@ class SegmentLog:
         return new
 
     def _swap_locked(self, old: _Segment, new: _Segment, temporary: str) -> None:
-        """Put the written replacement ``new`` of sealed segment ``old`` in place."""
+        """Put the written replacement ``new`` of sealed segment ``old`` in place.
+
+        The old file is held open across the rename, so that the rename does not
+        free it: its last close does, on the node's freeing thread
+        (:mod:`laminar.segment.files`), outside this lock and after the job."""
         try:
-            for suffix in INDEX_SUFFIXES:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(old.path(suffix))
-            fsync_directory(self._directory)
-            os.replace(temporary, old.log_path)
+            self._files.pin(old.file)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-        # The file under the name is the new one from here on, whatever fails next.
+        try:
+            try:
+                for suffix in INDEX_SUFFIXES:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(old.path(suffix))
+                fsync_directory(self._directory)
+                os.replace(temporary, old.log_path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+            # The name holds the new file from here on, whatever fails next; the old
+            # one is closed once the reads under way let go of it.
+            self._files.discard(old.file, unlinked=True)
+        finally:
+            self._files.unpin(old.file)
         number = self._segments.index(old)
         new.created_ms = old.created_ms
         if not new.size:
             new.last_term = self._segments[number - 1].last_term if number else -1
         self._segments[number] = new
-        self._files.discard(old.file)  # closed once the reads under way let go of it
         for later in self._segments[number + 1 :]:
             if later.size:
                 break
