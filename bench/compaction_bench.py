@@ -49,9 +49,8 @@ rewrite it; the copy is reopened, so the first pass verifies the checksums and
 the second trusts them), so it cannot pass half of the read speed of its own
 reads; each batch with survivors and superseded records is re-encoded, one batch
 per run of survivors; and each segment swap (``replace_segment``), even one to
-nothing, makes five fsyncs (the new file, the directory twice, the two index
-files; 0.2-0.5 ms each on a quiet VM, several ms while other processes write) and
-leaves the old file
+nothing, makes three fsyncs (the new file, the directory twice; 0.2-0.5 ms each
+on a quiet VM, several ms while other processes write) and leaves the old file
 to the freeing thread (about 12-16 ms per 64 MiB segment, mostly the
 filesystem freeing its blocks in its journal: done during the job, it holds the
 job's next fsync up, hence the thread's wait for the job to end).

@@ -482,6 +482,18 @@ def test_segment_swap_crash_at_every_file_call_leaves_old_or_new(
             (lost / f"{target}.log").rename(lost / f"{target}.log.tmp")
             shutil.copy(template / f"{target}.log", lost / f"{target}.log")
             variants.append((lost, False))
+        if rename_durable:
+            # The new index files are not fsynced: a power loss may lose or tear them.
+            for how in ("missing", "torn"):
+                lost = tmp_path / f"case-{crash_at}-{how}-indexes"
+                shutil.copytree(crashed, lost)
+                for suffix in (".index", ".timeindex"):
+                    index = lost / f"{target}{suffix}"
+                    if how == "missing":
+                        index.unlink(missing_ok=True)
+                    elif index.exists():
+                        index.write_bytes(index.read_bytes()[: index.stat().st_size // 2])
+                variants.append((lost, True))
         for directory, swapped in variants:
             with SegmentLog.open(str(directory), CONFIG) as log:
                 assert log.damage_found is None
@@ -506,6 +518,20 @@ def test_segment_swap_crash_at_every_file_call_leaves_old_or_new(
                     or name.split(".")[0] != _log_files(template)[-1].stem
                 ):
                     assert files[name] == data, (crash_at, name)
+
+
+def test_a_swap_fsyncs_the_new_file_and_the_directory_not_the_indexes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three fsyncs: the new file before its rename, the directory after the old
+    indexes' removal and after the rename. The new index files are not synced (a
+    crash that loses them costs a rebuild: the crash test above)."""
+    template, _, base, new = _swap_template(tmp_path, 34)
+    calls = _replace_crashing(template, base, new, None, monkeypatch).calls
+    renamed_at = calls.index("replace")
+    assert calls[:renamed_at].count("fsync") == 2, calls
+    assert calls[renamed_at:].count("fsync") == 1, calls
+    assert calls[-4:] == ["open", "write", "open", "write"], calls  # the two indexes
 
 
 def test_a_swapped_segment_reopens_without_rebuilding_anything(
