@@ -938,10 +938,12 @@ class SegmentLog:
     def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         """(See :meth:`LogStorage.replace_segment`.) The new batches are written to
         ``<base>.log.tmp`` and fsynced, without holding the log's lock; then, under
-        it, the segment's index files are deleted (directory fsynced), the new file
-        is renamed over ``<base>.log`` (directory fsynced) and its indexes written.
+        it, the segment's index files are deleted (directory fsynced; not when the
+        new file is empty: see :meth:`_swap_locked`), the new file is renamed over
+        ``<base>.log`` (directory fsynced) and its indexes written (not fsynced).
         A crash before the rename leaves the old file (the ``.tmp`` is removed at
-        open), after it the new one; missing or torn indexes are rebuilt at open.
+        open), after it the new one; missing, torn or stale indexes are rebuilt at
+        open.
         Reads already under way finish on the old file (their descriptor holds it)."""
         with self._lock:
             self._check_open()
@@ -1038,10 +1040,16 @@ class SegmentLog:
             raise
         try:
             try:
-                for suffix in INDEX_SUFFIXES:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(old.path(suffix))
-                fsync_directory(self._directory)
+                if new.size:
+                    # The old indexes could pass the open's checks against the new
+                    # file: they go, durably, before it takes the name. Against an
+                    # empty file no index with an entry passes (its first position
+                    # is not below the size), so an emptied segment's are simply
+                    # overwritten after the rename: one fsync and two unlinks fewer.
+                    for suffix in INDEX_SUFFIXES:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(old.path(suffix))
+                    fsync_directory(self._directory)
                 os.replace(temporary, old.log_path)
             except BaseException:
                 with contextlib.suppress(OSError):
