@@ -283,8 +283,12 @@ def _superseded_mask(superseded: Superseded, base: int, count: int) -> Any:
 
 def _runs(survivors: Any) -> Iterator[tuple[int, int]]:
     """``(start, stop)`` of each maximal run of True in a bool array."""
-    edges = np.flatnonzero(np.diff(survivors.astype(np.int8), prepend=0, append=0))
-    yield from zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True)
+    # A run starts or stops where the array padded with False changes: 2 us a batch,
+    # where np.diff's prepend/append cost 8 (once per batch with survivors).
+    padded = np.zeros(len(survivors) + 2, dtype=bool)
+    padded[1:-1] = survivors
+    edges = np.flatnonzero(padded[1:] != padded[:-1]).tolist()
+    yield from zip(edges[0::2], edges[1::2], strict=True)
 
 
 # ----------------------------------------------------------------------------- superseded
