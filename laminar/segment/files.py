@@ -262,7 +262,13 @@ class SegmentFiles:
                     self._freer = threading.Thread(
                         target=self._free_queued, name="laminar-segment-freeing", daemon=True
                     )
-                    self._freer.start()
+                    try:
+                        self._freer.start()
+                    except RuntimeError:  # no thread to be had: close here
+                        self._freer = None
+                        self._freeing.pop()
+                        self._freeing_bytes -= length_bytes
+                        queued = False
         if not queued:
             _close(descriptor)
 

@@ -1039,32 +1039,31 @@ class SegmentLog:
                 os.unlink(temporary)
             raise
         try:
-            try:
-                if new.size:
-                    # The old indexes could pass the open's checks against the new
-                    # file: they go, durably, before it takes the name. Against an
-                    # empty file no index with an entry passes (its first position
-                    # is not below the size), so an emptied segment's are simply
-                    # overwritten after the rename: one fsync and two unlinks fewer.
-                    for suffix in INDEX_SUFFIXES:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(old.path(suffix))
-                    fsync_directory(self._directory)
-                os.replace(temporary, old.log_path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
-            # The name holds the new file from here on, whatever fails next; the old
-            # one is closed once the reads under way let go of it.
-            self._files.discard(old.file, unlinked=True)
-        finally:
+            if new.size:
+                # The old indexes could pass the open's checks against the new
+                # file: they go, durably, before it takes the name. Against an
+                # empty file no index with an entry passes (its first position
+                # is not below the size), so an emptied segment's are simply
+                # overwritten after the rename: one fsync and two unlinks fewer.
+                for suffix in INDEX_SUFFIXES:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(old.path(suffix))
+                fsync_directory(self._directory)
+            os.replace(temporary, old.log_path)
+        except BaseException:
             self._files.unpin(old.file)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        # The name holds the new file from here on, whatever fails next.
         number = self._segments.index(old)
         new.created_ms = old.created_ms
         if not new.size:
             new.last_term = self._segments[number - 1].last_term if number else -1
         self._segments[number] = new
+        # Closed once the reads under way let go of it, by the freeing thread.
+        self._files.discard(old.file, unlinked=True)
+        self._files.unpin(old.file)
         for later in self._segments[number + 1 :]:
             if later.size:
                 break

@@ -409,6 +409,24 @@ def test_deleted_files_beyond_the_freeing_room_are_closed_by_the_caller(
     assert never.freed_later == 0
 
 
+def test_without_a_thread_to_be_had_the_caller_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = SegmentFiles(freeing_delay_ms=600_000)
+    file, descriptor = _unlinked(tmp_path, cache)
+    closes = _record_closes(monkeypatch)
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(files_module.threading.Thread, "start", refuse)
+    cache.discard(file, unlinked=True)
+    cache.unpin(file)
+    assert closes == [(descriptor, threading.current_thread().name)]
+    assert cache.freeing_bytes == 0
+    assert cache.wait_freed(timeout_s=0)
+
+
 def test_negative_freeing_limits_are_refused() -> None:
     with pytest.raises(ConfigError, match="freeing_bytes_max"):
         SegmentFiles(freeing_bytes_max=-1)
