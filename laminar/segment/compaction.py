@@ -208,11 +208,12 @@ class Superseded(Protocol):
 def compact(
     batches: Iterable[Buffer], cmd: CompactCommand, superseded: Superseded
 ) -> Iterator[Buffer]:
-    """``batches`` (stamped, in offset order) compacted by ``cmd``: per batch, the
-    batch byte for byte, nothing, or one canonical batch per run of survivors (the
-    module docstring). Batches at or after ``cmd.end`` and control batches pass
-    byte for byte. ``superseded`` comes from :func:`build_superseded` over a range
-    that holds these batches' offsets below ``cmd.end``.
+    """``batches`` (stamped, in offset order, their checksums verified: as
+    ``read_segment`` yields them) compacted by ``cmd``: per batch, the batch byte for
+    byte, nothing, or one canonical batch per run of survivors (the module
+    docstring). Batches at or after ``cmd.end`` and control batches pass byte for
+    byte. ``superseded`` comes from :func:`build_superseded` over a range that holds
+    these batches' offsets below ``cmd.end``.
 
     Raises :class:`ZstdVersionError` when a trimmed zstd batch is to be re-encoded
     zstd (codec 1) and the command names another libzstd version than this node's.
@@ -236,7 +237,7 @@ def compact(
         if not superseded_count and cmd.tombstones_end <= base:
             yield batch  # nothing superseded, no tombstone removable
             continue
-        view = column_view(batch)
+        view = column_view(batch, verify=False)  # verified by the read that yielded it
         survivors = _survivors(view, cmd, _superseded_mask(superseded, base, count))
         if survivors.all():
             yield batch
