@@ -126,7 +126,10 @@ def run(
     log_batches: list[bytes], cmd: CompactCommand, memory_bytes_max: int = LARGE_MEMORY_BYTES
 ) -> list[bytes]:
     """Compact ``log_batches`` as a replica does: superseded offsets from its own
-    batches, from its first offset up to the command's end."""
+    batches, from its first offset up to the command's end. An empty log (one that
+    compaction emptied: a lone tombstone past its horizon) stays empty."""
+    if not log_batches:
+        return []
     start = parse_header(log_batches[0]).base_offset
     with build_superseded(lambda: log_batches, start, cmd.end, memory_bytes_max) as superseded:
         return list(compact(log_batches, cmd, superseded))
