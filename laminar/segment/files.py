@@ -30,9 +30,10 @@ fsyncs while the thread closed during the job); at once when more than half of
 its room is taken. At most ``freeing_bytes_max`` of disk blocks wait for it
 (beyond that, the deleting thread closes the file itself, as it always did):
 deferring never holds more than that much deleted data's space, for as long as
-the thread takes to close the queue. The thread is started when a close is queued and ends when the
-queue is empty; a crash meanwhile loses nothing (the files' names are gone: the
-kernel frees them when the process ends, or the filesystem at its next mount).
+the thread takes to close the queue. The thread is started when a close is
+queued and ends when the queue is empty; a crash meanwhile loses nothing (the
+files' names are gone: the kernel frees them when the process ends, or the
+filesystem at its next mount).
 
 The cache's lock guards every field of every :class:`SegmentFile`; a log calls it
 with its own lock held (log lock, then cache lock) and the cache never calls back.
