@@ -250,6 +250,7 @@ def test_compaction_bench_runs() -> None:
     assert figures["passes"] == 1
     for name in ("raw_read_mb_s", "segment_read_mb_s", "engine_mb_s", "engine_vs_raw_read"):
         assert figures[name] > 0, name
+    assert 0 < figures["engine_incl_freeing_mb_s"] <= figures["engine_mb_s"]
     for name in (
         "produce_p99_idle_ms",
         "produce_p99_during_compaction_ms",

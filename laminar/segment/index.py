@@ -94,8 +94,10 @@ class SparseIndex:
 
     # ------------------------------------------------------------------ files
 
-    def write(self, offset_path: str, time_path: str) -> None:
-        """Write both files and fsync them (called when the segment is sealed)."""
+    def write(self, offset_path: str, time_path: str, *, sync: bool = True) -> None:
+        """Write both files, and fsync them unless ``sync`` is False (a crash may then
+        lose them, or leave them torn: either way the segment's index is rebuilt
+        from its batch headers at open)."""
         offsets = array("L", [0]) * (2 * len(self.positions))
         offsets[0::2] = self.relative_offsets
         offsets[1::2] = self.positions
@@ -107,8 +109,8 @@ class SparseIndex:
             times += relative_offset.to_bytes(4, "little")
         offset_data = _to_u32_bytes(offsets)
         trailer = _TRAILER.pack(_checksum(offset_data, times), _TRAILER_MAGIC)
-        _write_file(time_path, bytes(times))
-        _write_file(offset_path, offset_data + trailer)
+        _write_file(time_path, bytes(times), sync=sync)
+        _write_file(offset_path, offset_data + trailer, sync=sync)
 
     @classmethod
     def read(cls, offset_path: str, time_path: str) -> SparseIndex | None:
@@ -191,13 +193,14 @@ def _to_u32_bytes(values: array[int]) -> bytes:
     return data.tobytes()
 
 
-def _write_file(path: str, data: bytes) -> None:
+def _write_file(path: str, data: bytes, *, sync: bool) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             written = os.write(descriptor, view)
             view = view[written:]
-        os.fsync(descriptor)
+        if sync:
+            os.fsync(descriptor)
     finally:
         os.close(descriptor)

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import msgpack
+import numpy as np
 import pytest
 import zstandard
 from hypothesis import given, settings
@@ -125,7 +126,10 @@ def run(
     log_batches: list[bytes], cmd: CompactCommand, memory_bytes_max: int = LARGE_MEMORY_BYTES
 ) -> list[bytes]:
     """Compact ``log_batches`` as a replica does: superseded offsets from its own
-    batches, from its first offset up to the command's end."""
+    batches, from its first offset up to the command's end. An empty log (one that
+    compaction emptied: a lone tombstone past its horizon) stays empty."""
+    if not log_batches:
+        return []
     start = parse_header(log_batches[0]).base_offset
     with build_superseded(lambda: log_batches, start, cmd.end, memory_bytes_max) as superseded:
         return list(compact(log_batches, cmd, superseded))
@@ -616,3 +620,16 @@ def test_a_protocol_superseded_set_works_as_the_bitmap_does() -> None:
 
 def _unused(_: Iterator[bytes], __: SupersededOffsets, ___: Header) -> None:
     """Types named only for the annotations above."""
+
+
+@given(st.lists(st.booleans(), max_size=80))
+def test_runs_are_the_maximal_runs_of_survivors(flags: list[bool]) -> None:
+    expected = []
+    for index, flag in enumerate(flags):
+        if flag and (index == 0 or not flags[index - 1]):
+            expected.append([index, index + 1])
+        elif flag:
+            expected[-1][1] = index + 1
+    got = list(compaction._runs(np.array(flags, dtype=bool)))
+    assert got == [tuple(run) for run in expected]
+    assert all(type(value) is int for run in got for value in run)

@@ -392,11 +392,21 @@ class _CrashingOs:
         return call
 
 
-def _swap_template(root: Path, seed: int) -> tuple[Path, list[Written], int, list[bytes]]:
+def _swap_template(
+    root: Path, seed: int, *, emptied: bool = False
+) -> tuple[Path, list[Written], int, list[bytes]]:
     """A closed log of several sealed segments, the base of a middle one, and a
-    replacement for it: a random subset of its batches (a compaction's output)."""
+    replacement for it: a random subset of its batches (a compaction's output), or
+    none (``emptied``: a segment that starts no term, so every term stays)."""
     written = _log_with_sealed_segments(root / "template", seed)
     bases = [int(path.name.split(".")[0]) for path in _log_files(root / "template")]
+    if emptied:
+        for base, end in itertools.pairwise(bases):
+            before = [w.term for w in written if w.base_offset < base]
+            terms = {w.term for w in written if base <= w.base_offset < end}
+            if before and terms == {before[-1]}:
+                return root / "template", written, base, []
+        raise AssertionError(f"seed {seed}: every sealed segment starts a term")
 
     def droppable(pair: tuple[int, int]) -> int:  # batches that do not start a term
         terms = [w.term for w in written if pair[0] <= w.base_offset < pair[1]]
@@ -445,14 +455,17 @@ def _segment_files(directory: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(directory.iterdir()) if path.is_file()}
 
 
-@pytest.mark.parametrize("seed", [31, 32])
+@pytest.mark.parametrize(("seed", "emptied"), [(31, False), (32, False), (36, True)])
 def test_segment_swap_crash_at_every_file_call_leaves_old_or_new(
-    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    seed: int, emptied: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A crash before each file call of replace_segment (and, while the rename is
-    not yet durable, a power loss that undoes it): the reopened log holds the old
-    segment or the new one, never a mix, and every other file is unchanged."""
-    template, written, base, new = _swap_template(tmp_path, seed)
+    not yet durable, a power loss that undoes it; once it is, one that loses or
+    tears the new index files): the reopened log holds the old segment or the new
+    one, never a mix, and every other file is unchanged. An emptied segment's old
+    index files are overwritten after the rename, not removed before it: a crash
+    may leave them with the empty file, which they never pass for."""
+    template, written, base, new = _swap_template(tmp_path, seed, emptied=emptied)
     old_batches = [batch.data for batch in written]
     bases = [int(p.name.split(".")[0]) for p in _log_files(template)]
     following = bases[bases.index(base) + 1]
@@ -482,6 +495,18 @@ def test_segment_swap_crash_at_every_file_call_leaves_old_or_new(
             (lost / f"{target}.log").rename(lost / f"{target}.log.tmp")
             shutil.copy(template / f"{target}.log", lost / f"{target}.log")
             variants.append((lost, False))
+        if rename_durable:
+            # The new index files are not fsynced: a power loss may lose or tear them.
+            for how in ("missing", "torn"):
+                lost = tmp_path / f"case-{crash_at}-{how}-indexes"
+                shutil.copytree(crashed, lost)
+                for suffix in (".index", ".timeindex"):
+                    index = lost / f"{target}{suffix}"
+                    if how == "missing":
+                        index.unlink(missing_ok=True)
+                    elif index.exists():
+                        index.write_bytes(index.read_bytes()[: index.stat().st_size // 2])
+                variants.append((lost, True))
         for directory, swapped in variants:
             with SegmentLog.open(str(directory), CONFIG) as log:
                 assert log.damage_found is None
@@ -506,6 +531,56 @@ def test_segment_swap_crash_at_every_file_call_leaves_old_or_new(
                     or name.split(".")[0] != _log_files(template)[-1].stem
                 ):
                     assert files[name] == data, (crash_at, name)
+
+
+def test_a_swap_fsyncs_the_new_file_and_the_directory_not_the_indexes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three fsyncs: the new file before its rename, the directory after the old
+    indexes' removal and after the rename. The new index files are not synced (a
+    crash that loses them costs a rebuild: the crash test above)."""
+    template, _, base, new = _swap_template(tmp_path, 34)
+    calls = _replace_crashing(template, base, new, None, monkeypatch).calls
+    renamed_at = calls.index("replace")
+    assert calls[:renamed_at].count("fsync") == 2, calls
+    assert calls[renamed_at:].count("fsync") == 1, calls
+    assert calls[-4:] == ["open", "write", "open", "write"], calls  # the two indexes
+
+
+def test_an_emptied_segment_is_swapped_with_two_fsyncs_and_no_unlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The new file's fsync and the directory's after the rename; the old index
+    files are overwritten afterwards. A crash between the two leaves them beside the
+    empty file: the open finds them wrong for it and rebuilds the (empty) index."""
+    template, written, base, new = _swap_template(tmp_path, 36, emptied=True)
+    reference = tmp_path / "reference"
+    shutil.copytree(template, reference)
+    calls = _replace_crashing(reference, base, new, None, monkeypatch).calls
+    assert calls.count("fsync") == 2 and "unlink" not in calls, calls
+    synced_at = calls.index("fsync", calls.index("replace"))  # the directory's
+    case = tmp_path / "case"
+    shutil.copytree(template, case)
+    _replace_crashing(case, base, new, synced_at + 1, monkeypatch)  # before the indexes
+    crashed = case.with_name("case-crashed")
+    target = f"{base:020d}"
+    assert (crashed / f"{target}.log").stat().st_size == 0
+    assert (crashed / f"{target}.index").read_bytes() == (template / f"{target}.index").read_bytes()
+    caplog.set_level(logging.WARNING, logger="laminar.segment")
+    with SegmentLog.open(str(reference), CONFIG) as log:
+        expected = _read_all(log, random.Random(1))
+    with SegmentLog.open(str(crashed), CONFIG) as log:
+        assert _read_all(log, random.Random(2)) == expected
+        assert [b for b, _ in log.sealed_segments()] == [
+            int(p.name.split(".")[0]) for p in _log_files(template)
+        ][:-1]
+        for batch in written:
+            assert log.term_at(batch.base_offset) == batch.term
+    assert len(expected) < len(written)
+    assert [r for r in caplog.records if "rebuilding index" in r.getMessage()]
+    assert (crashed / f"{target}.index").read_bytes() == (
+        reference / f"{target}.index"
+    ).read_bytes()
 
 
 def test_a_swapped_segment_reopens_without_rebuilding_anything(

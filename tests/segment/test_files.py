@@ -8,6 +8,7 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -302,3 +303,154 @@ def test_reads_racing_retention_and_eviction_never_see_another_file(tmp_path: Pa
     assert not failures, failures[:3]
     assert reads[0] > 100 and cache.evictions > 0
     assert open_files_under(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- freeing
+
+FREER = "laminar-segment-freeing"
+
+
+def _unlinked(
+    tmp_path: Path, cache: SegmentFiles, name: str = "old.log"
+) -> tuple[SegmentFile, int]:
+    """A synced 64 KiB file, pinned in ``cache``, whose name is then removed."""
+    path = tmp_path / name
+    with open(path, "wb") as handle:
+        handle.write(b"x" * 65536)
+        os.fsync(handle.fileno())
+    file = SegmentFile(str(path))
+    descriptor = cache.pin(file)
+    path.unlink()
+    return file, descriptor
+
+
+def _record_closes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
+    """Every descriptor the cache closes from here on, with the closing thread's name."""
+    closes: list[tuple[int, str]] = []
+    close = os.close
+
+    def recording(descriptor: int) -> None:
+        closes.append((descriptor, threading.current_thread().name))
+        close(descriptor)
+
+    monkeypatch.setattr(files_module.os, "close", recording)
+    return closes
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_an_unlinked_file_is_closed_by_the_freeing_thread_after_its_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its last close frees its pages and blocks (about 12 ms for 64 MiB): the
+    freeing thread makes it once nothing was queued for the delay, and counts its
+    blocks until then; wait_freed hurries it."""
+    cache = SegmentFiles(freeing_delay_ms=600_000)
+    file, descriptor = _unlinked(tmp_path, cache)
+    closes = _record_closes(monkeypatch)
+    cache.discard(file, unlinked=True)  # a read still has it pinned
+    assert cache.freeing_bytes == 0
+    cache.unpin(file)  # the last unpin queues it
+    assert closes == []  # the delay (ten minutes) has not passed
+    assert cache.freeing_bytes >= 65536
+    assert _is_open(descriptor)
+    assert cache.wait_freed(timeout_s=30)
+    assert closes == [(descriptor, FREER)]
+    assert (cache.freeing_bytes, cache.freed_later) == (0, 1)
+    assert cache.wait_freed(timeout_s=0)  # nothing queued: at once
+
+
+def test_the_freeing_thread_closes_at_once_past_half_its_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = SegmentFiles(freeing_bytes_max=100_000, freeing_delay_ms=600_000)
+    file, descriptor = _unlinked(tmp_path, cache)
+    closes = _record_closes(monkeypatch)
+    cache.discard(file, unlinked=True)
+    cache.unpin(file)
+    _wait_until(lambda: cache.freeing_bytes == 0)  # no wait_freed: not hurried
+    assert closes == [(descriptor, FREER)]
+
+
+def test_deleted_files_beyond_the_freeing_room_are_closed_by_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At most freeing_bytes_max of deleted files' blocks wait for the thread; a
+    file that does not fit, one whose name stays (a log closed), and every one
+    with freeing_bytes_max 0 are closed at once, by the thread deleting them."""
+    main = threading.current_thread().name
+    cache = SegmentFiles(freeing_bytes_max=100_000, freeing_delay_ms=600_000)
+    first, first_descriptor = _unlinked(tmp_path, cache, "first.log")
+    second, second_descriptor = _unlinked(tmp_path, cache, "second.log")
+    (kept,) = _files(tmp_path, 1)
+    kept_descriptor = cache.pin(kept)
+    closes = _record_closes(monkeypatch)
+    cache.discard(first, unlinked=True)
+    cache.unpin(first)  # queued: its 64 KiB fit
+    cache.discard(second, unlinked=True)
+    cache.unpin(second)  # 128 KiB would not
+    cache.discard(kept)
+    cache.unpin(kept)
+    assert (second_descriptor, main) in closes
+    assert (kept_descriptor, main) in closes
+    assert cache.wait_freed(timeout_s=30)
+    assert (first_descriptor, FREER) in closes and len(closes) == 3
+
+    never = SegmentFiles(freeing_bytes_max=0)
+    third, third_descriptor = _unlinked(tmp_path, never, "third.log")
+    never.unpin(third)
+    never.discard(third, unlinked=True)  # idle: closed by discard
+    assert closes[-1] == (third_descriptor, main)
+    assert never.freed_later == 0
+
+
+def test_without_a_thread_to_be_had_the_caller_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = SegmentFiles(freeing_delay_ms=600_000)
+    file, descriptor = _unlinked(tmp_path, cache)
+    closes = _record_closes(monkeypatch)
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(files_module.threading.Thread, "start", refuse)
+    cache.discard(file, unlinked=True)
+    cache.unpin(file)
+    assert closes == [(descriptor, threading.current_thread().name)]
+    assert cache.freeing_bytes == 0
+    assert cache.wait_freed(timeout_s=0)
+
+
+def test_negative_freeing_limits_are_refused() -> None:
+    with pytest.raises(ConfigError, match="freeing_bytes_max"):
+        SegmentFiles(freeing_bytes_max=-1)
+    with pytest.raises(ConfigError, match="freeing_delay_ms"):
+        SegmentFiles(freeing_delay_ms=-1)
+
+
+def test_a_replaced_segment_is_freed_by_the_freeing_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replace_segment holds the old file open across its rename, even when the
+    cache had closed it (capacity 0): else the rename itself would free it, under
+    the log's lock. Its last close is the freeing thread's, after the swap."""
+    cache = SegmentFiles(capacity=0, freeing_delay_ms=600_000)
+    with SegmentLog.open(str(tmp_path), CONFIG, files=cache) as log:
+        _fill(log, 12, 0)
+        base, _ = log.sealed_segments()[0]
+        old = open_files_under(tmp_path)
+        closes = _record_closes(monkeypatch)
+        log.replace_segment(base, [])
+        assert cache.freeing_bytes > 0
+        assert [name for _, name in closes if name == FREER] == []
+        assert cache.wait_freed(timeout_s=30)
+        assert [name for _, name in closes if name == FREER] == [FREER]
+        assert open_files_under(tmp_path) == old  # the active segment's only
+        assert log.sealed_segments()[0][0] == base
+        assert log.read(base, 1 << 20)  # the batches after the emptied segment

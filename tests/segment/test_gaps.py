@@ -20,6 +20,7 @@ from laminar.errors import InvalidInputError, NonMonotonicOffsetError, OffsetOut
 from laminar.records import encode_batch, parse_header, with_leader_fields
 from laminar.replica.epochs import Epochs
 from laminar.segment import FsyncPolicy, LogConfig, MemoryLog, SegmentLog
+from laminar.segment.files import SegmentFiles
 from laminar.segment.layout import replacement_path
 from laminar.segment.storage import LogStorage
 from tests.segment.support import FakeClock, open_files_under, scrub_pass, split_batches
@@ -382,14 +383,18 @@ def test_replace_segment_refuses_bad_input_whole(open_log: Opener, tmp_path: Pat
 
 def test_a_reader_of_the_old_segment_finishes_on_it(tmp_path: Path) -> None:
     batches = [stamped(i, 1) for i in range(10)]
-    with SegmentLog.open(str(tmp_path / "log"), CONFIG) as log:
+    files = SegmentFiles()
+    with SegmentLog.open(str(tmp_path / "log"), CONFIG, files=files) as log:
         fill(log, batches, roll_before=frozenset({6}))
         old = log.read_segment(0)
         assert next(old) == batches[0].data  # the old file is pinned now
         log.replace_segment(0, [batches[4].data])
         assert list(old) == [b.data for b in batches[1:6]]
         assert read_all(log) == [batches[4].data] + [b.data for b in batches[6:]]
-        # The old file's descriptor is closed once its reader let go of it.
+        # The old file's descriptor is closed (by the freeing thread) once its
+        # reader let go of it.
+        assert files.wait_freed(timeout_s=30)
+        assert files.freed_later == 1
         assert not [path for path in open_files_under(tmp_path) if "(deleted)" in path]
         assert log.segment_count == 2
 

@@ -416,8 +416,10 @@ class LogMachine(RuleBasedStateMachine):
 
     @invariant()
     def descriptors_bounded(self) -> None:
-        """The active segment's file, plus at most the cache's one idle file."""
+        """The active segment's file, plus at most the cache's one idle file, once the
+        freeing thread has closed the files compaction replaced."""
         if self.is_disk:
+            assert self.files.wait_freed(timeout_s=30)
             assert self.files.idle <= 1
             assert len(open_files_under(self.root)) <= 2
 
