@@ -85,7 +85,7 @@ NO_PACE = Pacer(0)
 @dataclass(slots=True)
 class DirtyScan:
     """What the leader has seen so far of its log's dirty range, from ``dirty_from``
-    (the last command's end) to ``scanned_to``: its :class:`Run` s (a sealed
+    (the last command's end) to ``scanned_to``: its runs (:class:`Run`: a sealed
     segment, or whole batches read of one), so that each check looks only at what
     was appended since."""
 
