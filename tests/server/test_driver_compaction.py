@@ -17,7 +17,13 @@ from functools import partial
 import pytest
 
 from laminar.errors import ConfigError, ZstdVersionError
-from laminar.records import decode_records, encode_batch, iter_batches, parse_header
+from laminar.records import (
+    decode_records,
+    encode_batch,
+    encode_control_batch,
+    iter_batches,
+    parse_header,
+)
 from laminar.replica.coalesce import PeerBundle
 from laminar.replica.compaction_control import CompactionRule, Decision, Run, compaction_point
 from laminar.replica.config import ReplicaConfig
@@ -544,6 +550,24 @@ def test_the_decision_reads_only_a_segment_the_dirty_range_begins_inside_a_step_
     assert reads.count == 1
     log_view(log, scan, high_watermark=250, clean_bytes=0)
     assert scan.runs[-1] == Run(150, 200, 7, 7, 50 * len(batch)) and scan.scanned_to == 200
+
+
+def test_a_run_s_oldest_record_is_its_data_batches_whether_read_or_summarised() -> None:
+    # A control batch carries the leader's monotonic clock (1 here), no record time.
+    log = MemoryLog(fsync=False, segment_batches_max=4)
+    log.append(encode_control_batch(b"noop", b"", 1), term=1)
+    for stamp in (50, 20, 40, 60):  # the last one in the next (active) segment
+        log.append(encode_batch([b"v"], keys=[b"k"], timestamps_ms=stamp), term=1)
+    whole = log_view(log, DirtyScan.at(0), high_watermark=5, clean_bytes=0)
+    read = log_view(log, DirtyScan.at(0), high_watermark=3, clean_bytes=0)  # inside it
+    ((segment,), (part,)) = whole.runs, read.runs
+    assert (segment.oldest_timestamp_ms, segment.newest_timestamp_ms) == (20, 50)
+    assert (part.base_offset, part.next_offset, part.oldest_timestamp_ms) == (0, 3, 20)
+    controls = MemoryLog(fsync=False, segment_batches_max=1)
+    controls.append(encode_control_batch(b"noop", b"", 1), term=1)
+    controls.append(encode_batch([b"v"], keys=[b"k"], timestamps_ms=50), term=1)
+    ((only,),) = [log_view(controls, DirtyScan.at(0), high_watermark=2, clean_bytes=0).runs]
+    assert only == Run(0, 1, None, 1, only.size_bytes)
 
 
 def test_a_backlog_of_many_sealed_segments_is_taken_in_one_check_without_a_read() -> None:
