@@ -8,14 +8,10 @@ from fractions import Fraction
 from typing import Any
 
 from laminar_client import TopicMetadata, moved_key_fraction
-from laminar_client.metadata import (
-    ALTERABLE_SETTINGS,
-    CLEANUP_POLICIES,
-    TOPIC_SETTINGS,
-    AlteredTopic,
-)
+from laminar_client.metadata import AlteredTopic
 
 from laminar.errors import InvalidInputError
+from laminar.topic_settings import ALTERABLE_SETTINGS, CLEANUP_POLICIES, TOPIC_SETTINGS
 from laminar_cli.common import connect, non_negative_int, out, positive_int, table
 
 _ARROW = "\u2192"

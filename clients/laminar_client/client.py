@@ -53,10 +53,10 @@ from laminar.grpc_errors import error_from_detail
 from laminar.records import Record, next_offset
 from laminar.security.acl import Acl, AclFilter
 from laminar.security.acl_wire import acl_of, binding_of, filter_message
+from laminar.topic_settings import ALTERABLE_SETTINGS
 from laminar.v1 import laminar_pb2 as pb
 from laminar_client import group_wire
 from laminar_client.metadata import (
-    ALTERABLE_SETTINGS,
     AddedPartitions,
     AlteredTopic,
     ClusterDescription,
@@ -752,7 +752,7 @@ class Client:
     ) -> AlteredTopic:
         """Change a topic's settings on every node, without a restart.
 
-        ``set`` maps :data:`~laminar_client.metadata.ALTERABLE_SETTINGS` names to
+        ``set`` maps :data:`~laminar.topic_settings.ALTERABLE_SETTINGS` names to
         their new values (or is a ``TopicConfig`` message whose set fields are the
         changes); ``reset`` names settings that go back to the cluster's default.
         Retention (-1: unlimited) applies at the nodes' next retention check; a new

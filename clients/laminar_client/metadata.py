@@ -20,6 +20,7 @@ from typing import Any
 
 from laminar.errors import TopicNotAuthorizedError, UnknownTopicOrPartitionError
 from laminar.placement import PlacementMember, partition_key, replicas
+from laminar.topic_settings import LATER_SETTINGS, TOPIC_SETTINGS
 from laminar.v1 import laminar_pb2 as pb
 
 # Members in these states can hold replicas (a suspect member keeps its partitions).
@@ -65,33 +66,11 @@ class MemberInfo:
         )
 
 
-CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
-"""A topic's ``cleanup_policy`` values: delete old segments by retention, keyed
-compaction (keep the newest record of each key), or both."""
-
-ALTERABLE_SETTINGS = (
-    "replication_factor",
-    "retention_bytes",
-    "retention_ms",
-    "cleanup_policy",
-    "delete_retention_ms",
-    "min_compaction_lag_ms",
-    "max_compaction_lag_ms",
-    "min_cleanable_dirty_ratio",
-)
-"""The :class:`TopicConfig` fields ``AlterTopic`` changes or resets (``partitions``
-only grows, by ``CreatePartitions``)."""
-
-_COMPACTION_SETTINGS = ALTERABLE_SETTINGS[3:]
-TOPIC_SETTINGS = ("partitions", *ALTERABLE_SETTINGS)
-"""Every :class:`TopicConfig` field, in the order ``topic describe`` shows them."""
-
-
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     """A topic's settings; -1 retention means unlimited.
 
-    - ``cleanup_policy``: one of :data:`CLEANUP_POLICIES`.
+    - ``cleanup_policy``: one of :data:`~laminar.topic_settings.CLEANUP_POLICIES`.
     - ``delete_retention_ms``: how long a tombstone (a keyed record with no value)
       stays readable once keyed compaction first covered it.
     - ``min_compaction_lag_ms`` / ``max_compaction_lag_ms``: records younger than the
@@ -116,31 +95,17 @@ class TopicConfig:
 
     @classmethod
     def from_proto(cls, config: pb.TopicConfig) -> TopicConfig:
-        # Unset (a node that predates them): the dataclass defaults, no compaction.
+        # A later setting unset (a node that predates it): the dataclass default.
         given: dict[str, Any] = {
-            name: getattr(config, name) for name in _COMPACTION_SETTINGS if config.HasField(name)
+            name: getattr(config, name)
+            for name in TOPIC_SETTINGS
+            if name not in LATER_SETTINGS or config.HasField(name)
         }
-        return cls(
-            partitions=config.partitions,
-            replication_factor=config.replication_factor,
-            retention_bytes=config.retention_bytes,
-            retention_ms=config.retention_ms,
-            **given,
-        )
+        return cls(**given)
 
     def to_proto(self) -> pb.TopicConfig:
         """The wire form of these settings."""
-        return pb.TopicConfig(
-            partitions=self.partitions,
-            replication_factor=self.replication_factor,
-            retention_bytes=self.retention_bytes,
-            retention_ms=self.retention_ms,
-            cleanup_policy=self.cleanup_policy,
-            delete_retention_ms=self.delete_retention_ms,
-            min_compaction_lag_ms=self.min_compaction_lag_ms,
-            max_compaction_lag_ms=self.max_compaction_lag_ms,
-            min_cleanable_dirty_ratio=self.min_cleanable_dirty_ratio,
-        )
+        return pb.TopicConfig(**{name: getattr(self, name) for name in TOPIC_SETTINGS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +196,7 @@ class AlteredTopic:
 
     def changes(self) -> list[tuple[str, object, object]]:
         """``(field, old value, new value)`` for each setting whose value or source
-        changed, in :data:`TOPIC_SETTINGS` order."""
+        changed, in :data:`~laminar.topic_settings.TOPIC_SETTINGS` order."""
         changed: list[tuple[str, object, object]] = []
         for name in TOPIC_SETTINGS:
             old = getattr(self.previous.config, name)

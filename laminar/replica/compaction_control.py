@@ -68,13 +68,33 @@ def command_tombstones_end(value: bytes) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Run:
+    """A batch, or run of consecutive batches, of the dirty range, as the decision
+    sees it: ``[base_offset, next_offset)``, its stored ``size_bytes``, and two
+    timestamps from its batch headers. ``newest_timestamp_ms``: the largest
+    ``max_timestamp_ms`` (control batches included); every record of the run is at
+    most this new, so the minimum lag holds for the whole run once it holds for this.
+    ``oldest_timestamp_ms``: the smallest ``first_timestamp_ms`` of its data batches
+    (None when it holds only control batches, whose timestamps are the leader's
+    monotonic clock, not record time); the maximum lag counts from it. A header has
+    no minimum, so a batch counts from its first record (a producer stamps records
+    as it adds them: the first is the oldest unless the producer chose otherwise).
+    """
+
+    base_offset: int
+    next_offset: int
+    oldest_timestamp_ms: int | None
+    newest_timestamp_ms: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class LogView:
     """What the leader's driver read of its log for the decision (one replica).
 
-    ``batches``: ``(base offset, next offset, newest timestamp ms, size bytes)`` of
-    each batch, or run of consecutive batches, from ``dirty_from`` (the last
-    command's end; the log start without one) on, ascending, as far as the driver
-    has read; E falls at the end of one. ``clean_bytes``: the bytes below
+    ``runs``: each batch, or run of consecutive batches, from ``dirty_from`` (the
+    last command's end; the log start without one) on, ascending, as far as the
+    driver has read; E falls at the end of one. ``clean_bytes``: the bytes below
     ``dirty_from`` (0 when unknown).
     """
 
@@ -82,7 +102,7 @@ class LogView:
     active_base: int
     dirty_from: int
     clean_bytes: int
-    batches: Sequence[tuple[int, int, int, int]]
+    runs: Sequence[Run]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,28 +134,34 @@ def compaction_point(
 ) -> Decision | None:
     """Whether to compact now, and up to where (None: not now).
 
-    E = the end of the last whole batch below ``min(high watermark, active segment
-    base)`` that is not younger than ``min_compaction_lag_ms`` (the batches before the
-    first young one); nothing to do when E is not above ``dirty_from``. Compact when
-    the dirty bytes below E divided by all bytes below E reach
-    ``min_cleanable_dirty_ratio``, or when the oldest dirty batch is older than
-    ``max_compaction_lag_ms`` (if set). T = the E of the newest earlier command
-    (``history``: ``(end, time_ms)`` in log order) decided at least
-    ``delete_retention_ms`` ago, so a tombstone stays readable at least that long
-    after the first command that covered it (Kafka's meaning); 0 without one.
+    E = the end of the last whole run below ``min(high watermark, active segment
+    base)`` that is not younger than ``min_compaction_lag_ms`` (the runs before the
+    first one whose newest record is young); nothing to do when E is not above
+    ``dirty_from``. Compact when the dirty bytes below E divided by all bytes below E
+    reach ``min_cleanable_dirty_ratio``, or when the oldest dirty record below E (the
+    smallest :attr:`Run.oldest_timestamp_ms`) is older than ``max_compaction_lag_ms``
+    (if set): a run is due as soon as its oldest record is, however new its newest.
+    T = the E of the newest earlier command (``history``: ``(end, time_ms)`` in log
+    order) decided at least ``delete_retention_ms`` ago, so a tombstone stays readable
+    at least that long after the first command that covered it (Kafka's meaning); 0
+    without one.
     """
     limit = min(view.high_watermark, view.active_base)
     young_after = now_ms - rule.min_compaction_lag_ms
     end = view.dirty_from
     dirty_bytes = 0
     oldest_ms: int | None = None
-    for base, next_offset, timestamp_ms, size in view.batches:
-        if next_offset > limit or (rule.min_compaction_lag_ms > 0 and timestamp_ms > young_after):
+    for run in view.runs:
+        if run.next_offset > limit or (
+            rule.min_compaction_lag_ms > 0 and run.newest_timestamp_ms > young_after
+        ):
             break
-        assert base >= end, (base, end)  # ascending, from dirty_from
-        end = next_offset
-        dirty_bytes += size
-        oldest_ms = timestamp_ms if oldest_ms is None else min(oldest_ms, timestamp_ms)
+        assert run.base_offset >= end, (run.base_offset, end)  # ascending, from dirty_from
+        end = run.next_offset
+        dirty_bytes += run.size_bytes
+        run_oldest_ms = run.oldest_timestamp_ms
+        if run_oldest_ms is not None and (oldest_ms is None or run_oldest_ms < oldest_ms):
+            oldest_ms = run_oldest_ms
     if end <= view.dirty_from:
         return None
     total = view.clean_bytes + dirty_bytes

@@ -107,7 +107,7 @@ from laminar.segment.layout import (
 )
 from laminar.segment.offsets import check_read_range, check_replacement, check_term
 from laminar.segment.statefile import StateFile
-from laminar.segment.storage import Buffer
+from laminar.segment.storage import Buffer, SegmentSummary
 
 _LOG = logging.getLogger(__name__)
 
@@ -144,6 +144,7 @@ def _find_syncfs() -> Callable[[int], int] | None:
 
 _SYNCFS = _find_syncfs()
 _TIMESTAMP_MIN = -(2**63)
+_TIMESTAMP_MAX = 2**63 - 1
 _RECOVERY_CHUNK_BYTES = 1 << 20
 _RECENT_MAX = 256  # recent batch starts remembered per segment (halved when full)
 _RESERVE_MIN = 256 * 1024  # smallest step of block reservation ahead of appends
@@ -208,6 +209,11 @@ class _Segment:
     size: int = 0
     next_offset: int = 0
     max_timestamp_ms: int = _TIMESTAMP_MIN
+    # The smallest first timestamp of its data batches (SegmentSummary's oldest),
+    # folded in as they are written; _TIMESTAMP_MAX while it holds none. None: not
+    # read yet, for a sealed segment opened from its index files (they keep no
+    # minimum): segment_summary takes its first data batch's then (_first_data_ms).
+    oldest_timestamp_ms: int | None = _TIMESTAMP_MAX
     created_ms: int = 0
     last_term: int = -1
     index: SparseIndex = field(default_factory=SparseIndex)
@@ -244,6 +250,13 @@ class _Segment:
             header.term,
             index_interval_bytes,
         )
+        oldest_ms = self.oldest_timestamp_ms
+        if (
+            oldest_ms is not None
+            and header.first_timestamp_ms < oldest_ms
+            and not header.is_control
+        ):
+            self.oldest_timestamp_ms = header.first_timestamp_ms
 
     def note_write(
         self,
@@ -435,6 +448,7 @@ class SegmentLog:
             if sane:
                 segment.index = index
                 segment.max_timestamp_ms = _indexed_max_timestamp_ms(index)
+                segment.oldest_timestamp_ms = None  # read at the first segment_summary
                 self._scan_tail_timestamps(segment, descriptor, last_position)
                 return
         _LOG.warning("rebuilding index segment=%s", segment.log_path)
@@ -458,6 +472,7 @@ class SegmentLog:
         segment.index = SparseIndex()
         segment.bytes_since_index_entry = 0
         segment.max_timestamp_ms = _TIMESTAMP_MIN
+        segment.oldest_timestamp_ms = _TIMESTAMP_MAX
         position = 0
         expected = segment.base_offset
         while position < size:
@@ -703,6 +718,13 @@ class SegmentLog:
         segment.recent_positions.append(position)
         segment.next_offset = base_offset + header.record_count
         segment.max_timestamp_ms = max(segment.max_timestamp_ms, header.max_timestamp_ms)
+        oldest_ms = segment.oldest_timestamp_ms
+        if (
+            oldest_ms is not None
+            and header.first_timestamp_ms < oldest_ms
+            and not header.is_control
+        ):
+            segment.oldest_timestamp_ms = header.first_timestamp_ms
         segment.last_term = term
         # The new batch is known good, but only extends the verified prefix when no
         # unverified bytes lie before it (a sealed segment made active by truncation).
@@ -925,15 +947,50 @@ class SegmentLog:
         finally:
             self._files.unpin(file)
 
-    def segment_summary(self, base: int) -> tuple[int, int | None]:
-        """(See :meth:`LogStorage.segment_summary`.) The segment's file size and the
+    def segment_summary(self, base: int) -> SegmentSummary:
+        """(See :meth:`LogStorage.segment_summary`.) The segment's file size, the
         running maximum timestamp kept with its index (its time index's last entry
-        and the batches after it, folded in when the segment was written or opened):
-        a lookup under the lock, no I/O."""
+        and the batches after it, folded in when the segment was written or opened)
+        and the oldest first timestamp, folded in as batches are written: a lookup
+        under the lock, no I/O. The index files keep no minimum: for a segment opened
+        from them, the first call reads the header of its first data batch (one
+        read, usually) and takes that batch's first timestamp, as Kafka estimates
+        every segment's; it is the oldest unless the producers stamped out of
+        order, and never older than the oldest. Likewise after a truncation cut a
+        segment, from its first batch kept on (then folding in later appends)."""
         with self._lock:
             self._check_open()
             segment = self._segment_at_locked(base)
-            return segment.size, segment.max_timestamp_ms if segment.size else None
+            if not segment.size:
+                return SegmentSummary(0, None, None)
+            oldest_ms = segment.oldest_timestamp_ms
+            if oldest_ms is None:
+                with self._pinned(segment) as descriptor:
+                    oldest_ms = segment.oldest_timestamp_ms = self._first_data_ms(
+                        segment, descriptor
+                    )
+            return SegmentSummary(
+                segment.size,
+                segment.max_timestamp_ms,
+                None if oldest_ms == _TIMESTAMP_MAX else oldest_ms,
+            )
+
+    def _first_data_ms(self, segment: _Segment, descriptor: int) -> int:
+        """The first timestamp of the segment's first data batch, from the headers
+        (control batches, skipped, are few); _TIMESTAMP_MAX when it holds none, or
+        at a damaged header (reads report it)."""
+        position = 0
+        expected = segment.base_offset
+        while position < segment.size:
+            try:
+                header = self._read_header(segment, descriptor, position, expected)
+            except (RecordFormatError, CorruptSegmentError):
+                break
+            if not header.is_control:
+                return header.first_timestamp_ms
+            position += header.length
+            expected = header.next_offset
+        return _TIMESTAMP_MAX
 
     def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         """(See :meth:`LogStorage.replace_segment`.) The new batches are written to
@@ -1217,6 +1274,10 @@ class SegmentLog:
         previous = self._segments[-2] if len(self._segments) > 1 else None
         segment.last_term = previous.last_term if previous else -1
         segment.max_timestamp_ms = _indexed_max_timestamp_ms(segment.index)
+        # The batches cut may have held the oldest: start again from the first kept.
+        segment.oldest_timestamp_ms = _TIMESTAMP_MAX
+        if position:
+            segment.oldest_timestamp_ms = self._first_data_ms(segment, descriptor)
         segment.bytes_since_index_entry = 0
         if position:
             self._scan_tail_timestamps(segment, descriptor, last_position)

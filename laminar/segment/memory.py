@@ -30,7 +30,7 @@ from laminar.records import (
     verify_batch,
 )
 from laminar.segment.offsets import check_read_range, check_replacement, check_term
-from laminar.segment.storage import Buffer
+from laminar.segment.storage import Buffer, SegmentSummary
 
 SEGMENT_BATCHES_DEFAULT = 1000
 """Batches after which a :class:`MemoryLog` seals its active segment by default."""
@@ -169,17 +169,20 @@ class MemoryLog:
         first, last = self._segment_range(base)
         return iter(self._batches[first:last])
 
-    def segment_summary(self, base: int) -> tuple[int, int | None]:
+    def segment_summary(self, base: int) -> SegmentSummary:
         """(See :meth:`LogStorage.segment_summary`.) From the segment's batches in
-        memory: their lengths and their headers' ``max_timestamp_ms``."""
+        memory: their lengths and their headers' timestamps."""
         self._check_open()
         first, last = self._segment_range(base)
-        batches = self._batches[first:last]
-        if not batches:
-            return 0, None
-        limits = self._limits
-        newest_ms = max(parse_header(batch, limits=limits).max_timestamp_ms for batch in batches)
-        return sum(len(batch) for batch in batches), newest_ms
+        headers = [parse_header(batch, limits=self._limits) for batch in self._batches[first:last]]
+        return SegmentSummary(
+            sum(header.length for header in headers),
+            max((header.max_timestamp_ms for header in headers), default=None),
+            min(
+                (header.first_timestamp_ms for header in headers if not header.is_control),
+                default=None,
+            ),
+        )
 
     def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
         self._check_open()

@@ -18,9 +18,32 @@ batches between roll points): the last one is *active* (appended to), the others
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSummary:
+    """What a log keeps of one segment, without reading it
+    (:meth:`LogStorage.segment_summary`): what keyed compaction's decision needs of a
+    sealed segment it takes whole.
+
+    ``size_bytes``: its stored batches' size. ``newest_timestamp_ms``: the largest
+    ``max_timestamp_ms`` of their headers (control batches included); None when it
+    holds no batch. ``oldest_timestamp_ms``: the smallest ``first_timestamp_ms`` of
+    its *data* batches (a control batch's timestamp is the leader's monotonic clock,
+    not record time); None when it holds none. A :class:`~laminar.segment.SegmentLog`
+    knows it for the batches written since it opened the segment; for one opened
+    from its index files (which keep no minimum) it takes the first data batch's,
+    as Kafka estimates every segment's: the same for records stamped in order,
+    never older.
+    """
+
+    size_bytes: int
+    newest_timestamp_ms: int | None
+    oldest_timestamp_ms: int | None
 
 
 class LogStorage(Protocol):
@@ -78,12 +101,12 @@ class LogStorage(Protocol):
         segment starts at ``base``."""
         ...
 
-    def segment_summary(self, base: int) -> tuple[int, int | None]:
-        """``(bytes, newest timestamp ms)`` of the segment based at ``base`` (a sealed
-        one, or the active one as it is now): the size of its stored batches and the
-        largest ``max_timestamp_ms`` of their headers (control batches included), None
-        when it holds no batch. Cheap: from what the log keeps of the segment, without
-        reading its batches. Raises ``InvalidInputError`` when no segment starts at
+    def segment_summary(self, base: int) -> SegmentSummary:
+        """The :class:`SegmentSummary` of the segment based at ``base`` (a sealed one,
+        or the active one as it is now). Cheap: from what the log keeps of the
+        segment, without reading its batches (a :class:`~laminar.segment.SegmentLog`
+        reads a header or two at the first call for a segment it opened from its
+        index files). Raises ``InvalidInputError`` when no segment starts at
         ``base``."""
         ...
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from laminar.records import iter_batches, parse_header
-from laminar.replica.compaction_control import LogView
+from laminar.replica.compaction_control import LogView, Run
 from laminar.segment.compaction import CompactCommand, build_superseded, compact
 from laminar.segment.storage import Buffer, LogStorage
 
@@ -85,13 +85,13 @@ NO_PACE = Pacer(0)
 @dataclass(slots=True)
 class DirtyScan:
     """What the leader has seen so far of its log's dirty range, from ``dirty_from``
-    (the last command's end) to ``scanned_to``: runs ``(base, next offset, max
-    timestamp ms, bytes)`` (a sealed segment, or whole batches read of one), so that
-    each check looks only at what was appended since."""
+    (the last command's end) to ``scanned_to``: its runs (:class:`Run`: a sealed
+    segment, or whole batches read of one), so that each check looks only at what
+    was appended since."""
 
     dirty_from: int
     scanned_to: int
-    runs: list[tuple[int, int, int, int]]
+    runs: list[Run]
 
     @classmethod
     def at(cls, dirty_from: int) -> DirtyScan:
@@ -110,19 +110,18 @@ def log_view(
     ``log``: the active segment's base and the runs from the scan's ``dirty_from`` up
     to it (and the high watermark), going on from where ``scan`` stopped.
 
-    A sealed segment wholly inside the range is one run, ``(base, end, newest
-    timestamp, bytes)`` from :meth:`~laminar.segment.storage.LogStorage.segment_summary`,
-    without a read: a check costs a lookup per new segment (up to
-    :data:`SCAN_CHUNKS_MAX` runs), however many bytes the backlog holds. Only a
-    segment the range begins inside (the last command's end fell there) or ends
+    A sealed segment wholly inside the range is one run, from
+    :meth:`~laminar.segment.storage.LogStorage.segment_summary` (its bytes, newest
+    and oldest timestamps), without a read: a check costs a lookup per new segment
+    (up to :data:`SCAN_CHUNKS_MAX` runs), however many bytes the backlog holds. Only
+    a segment the range begins inside (the last command's end fell there) or ends
     inside (the high watermark) is read, at most ``bytes_max`` now, in runs of whole
-    batches. A run's timestamp is its newest record's, so the minimum lag holds for
+    batches. The minimum lag is held against a run's newest record, so it holds for
     every record of a run taken; a whole segment is the coarser run: E stops before
     a segment holding any record younger than the lag, though its older batches
     could go (conservative: they are compacted once the segment's newest record is
-    old enough). Likewise the maximum lag counts a run's age from its newest record:
-    for a whole segment, a command the maximum lag makes due can come up to the
-    segment's time span late (never early)."""
+    old enough). The maximum lag counts from a run's oldest record, so a whole
+    segment is due as soon as its oldest record is (see :class:`Run`)."""
     sealed = log.sealed_segments()
     active_base = sealed[-1][1] if sealed else log.start_offset
     limit = min(high_watermark, active_base)
@@ -136,9 +135,18 @@ def log_view(
         if offset >= limit or len(runs) >= SCAN_CHUNKS_MAX:
             break
         if base >= offset and end <= limit:
-            size, newest_ms = log.segment_summary(base)
+            summary = log.segment_summary(base)
+            newest_ms = summary.newest_timestamp_ms
             if newest_ms is not None:  # (a segment with no batch is no run)
-                runs.append((base, end, max(newest_ms, 0), size))
+                runs.append(
+                    Run(
+                        base,
+                        end,
+                        summary.oldest_timestamp_ms,
+                        max(newest_ms, 0),
+                        summary.size_bytes,
+                    )
+                )
             offset = scan.scanned_to = end
             continue
         stop = min(end, limit)
@@ -150,12 +158,17 @@ def log_view(
                 break
             read += len(data)
             run_base, size, newest_ms = -1, 0, 0
+            oldest_ms: int | None = None
             for _, header in iter_batches(data, verify=False):
                 run_base = header.base_offset if run_base < 0 else run_base
                 size += header.length
                 newest_ms = max(newest_ms, header.max_timestamp_ms)
+                if not header.is_control and (
+                    oldest_ms is None or header.first_timestamp_ms < oldest_ms
+                ):
+                    oldest_ms = header.first_timestamp_ms
                 offset = header.next_offset
-            runs.append((run_base, offset, newest_ms, size))
+            runs.append(Run(run_base, offset, oldest_ms, newest_ms, size))
             scan.scanned_to = offset
         if offset < end:
             break  # the budget is spent, or the rest is above the limit for now

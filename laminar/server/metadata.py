@@ -86,6 +86,12 @@ from laminar.errors import InvalidInputError, InvalidTopicError
 from laminar.records import decode_records, encode_batch, iter_batches
 from laminar.security.acl import Acl
 from laminar.snapshots import CompleteSnapshot, SnapshotAssembler, SnapshotChunk, split_snapshot
+from laminar.topic_settings import (
+    ALTERABLE_SETTINGS,
+    CLEANUP_POLICIES,
+    LATER_SETTINGS,
+    TOPIC_SETTINGS,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -117,29 +123,6 @@ COUNTS_KEPT_MAX = 1024
 """Batch ends whose applied-record count is kept for a snapshot's paired check."""
 
 
-CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
-"""The values of :attr:`TopicSpec.cleanup_policy` (keyed compaction, docs/design.md)."""
-
-SETTING_FIELDS = (
-    "partitions",
-    "replication_factor",
-    "retention_bytes",
-    "retention_ms",
-    "cleanup_policy",
-    "delete_retention_ms",
-    "min_compaction_lag_ms",
-    "max_compaction_lag_ms",
-    "min_cleanable_dirty_ratio",
-)
-"""A topic's settings (the ``TopicConfig`` fields), in the proto's order."""
-
-ALTERABLE_FIELDS = SETTING_FIELDS[1:]
-"""The settings ``AlterTopic`` changes (``partitions`` grows by ``CreatePartitions``)."""
-
-_EXTRA_FIELDS = SETTING_FIELDS[4:]
-"""The settings added after the first snapshot format: kept under a key of their own."""
-
-
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
     """What a user asks for when creating a topic (and changes by altering it)."""
@@ -150,7 +133,7 @@ class TopicSpec:
     retention_bytes: int = -1  # -1: unlimited
     retention_ms: int = -1
     defaults: tuple[str, ...] = ()
-    """The fields (of :data:`SETTING_FIELDS`) the cluster's defaults set because the
+    """The fields (of :data:`TOPIC_SETTINGS`) the cluster's defaults set because the
     request left them out (or an alter reset them)."""
     cleanup_policy: str = "delete"
     """One of :data:`CLEANUP_POLICIES`: ``compact`` keeps the newest record per key."""
@@ -168,8 +151,8 @@ class TopicSpec:
         return "compact" in self.cleanup_policy.split(",")
 
     def settings(self) -> dict[str, object]:
-        """Every setting by its field name (:data:`SETTING_FIELDS`)."""
-        return {name: getattr(self, name) for name in SETTING_FIELDS}
+        """Every setting by its field name (:data:`TOPIC_SETTINGS`)."""
+        return {name: getattr(self, name) for name in TOPIC_SETTINGS}
 
     def validate(self) -> None:
         """Raise :class:`InvalidTopicError` naming the first bad field."""
@@ -207,7 +190,7 @@ class TopicSpec:
         ratio = self.min_cleanable_dirty_ratio
         if not 0 < ratio <= 1:  # NaN fails too
             raise InvalidTopicError(f"min_cleanable_dirty_ratio must be in (0, 1], got {ratio}")
-        unknown = [name for name in self.defaults if name not in SETTING_FIELDS]
+        unknown = [name for name in self.defaults if name not in TOPIC_SETTINGS]
         if unknown:
             raise InvalidTopicError(f"defaults names unknown settings: {', '.join(unknown)}")
 
@@ -452,14 +435,14 @@ class MetadataState:
     def _apply_alter(self, command: dict[str, Any], seen: bool, offset: int) -> Change | None:
         changed = {str(name): value for name, value in command["set"].items()}
         reset = {str(name) for name in command.get("reset", ())}
-        unknown = sorted(set(changed) - set(ALTERABLE_FIELDS) | reset - set(changed))
+        unknown = sorted(set(changed) - set(ALTERABLE_SETTINGS) | reset - set(changed))
         if unknown:
             raise ValueError(f"alter_topic names unknown settings {unknown}")
         topic = self._altered_topic(command, seen)
         if topic is None:
             return None
         defaults = [name for name in topic.spec.defaults if name not in changed]
-        defaults += [name for name in ALTERABLE_FIELDS if name in reset]
+        defaults += [name for name in ALTERABLE_SETTINGS if name in reset]
         spec = replace(topic.spec, **_typed_settings(changed), defaults=tuple(defaults))
         try:
             spec.validate()  # all or nothing
@@ -675,14 +658,14 @@ def _changes_since(held: TopicState | None, topic: TopicState, since: int) -> li
 
 
 def _settings_but_partitions(topic: TopicState) -> dict[str, Any]:
-    settings = {name: getattr(topic.spec, name) for name in ALTERABLE_FIELDS}
+    settings = {name: getattr(topic.spec, name) for name in ALTERABLE_SETTINGS}
     return {**settings, "defaults": topic.spec.defaults}
 
 
 def _extra_settings(fields: dict[str, Any]) -> dict[str, Any]:
     """The settings added after the first command and snapshot formats that
     ``fields`` holds, typed (absent ones keep :class:`TopicSpec`'s defaults)."""
-    return _typed_settings({name: fields[name] for name in _EXTRA_FIELDS if name in fields})
+    return _typed_settings({name: fields[name] for name in LATER_SETTINGS if name in fields})
 
 
 def _typed_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -717,7 +700,7 @@ def _topic_extras(topic: TopicState) -> dict[str, Any]:
     spec, plain = topic.spec, TopicSpec(topic.spec.name, 1, 1)
     extras: dict[str, Any] = {
         name: getattr(spec, name)
-        for name in _EXTRA_FIELDS
+        for name in LATER_SETTINGS
         if getattr(spec, name) != getattr(plain, name)
     }
     if topic.additions:
@@ -798,7 +781,7 @@ def create_topic_command(
             "replicas": [list(group) for group in founding_replicas],
             "defaults": list(spec.defaults),
             # Read by nodes that know them; absent (an older proposer): the defaults.
-            **{name: getattr(spec, name) for name in _EXTRA_FIELDS},
+            **{name: getattr(spec, name) for name in LATER_SETTINGS},
         }
     )
 

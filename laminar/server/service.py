@@ -55,11 +55,9 @@ from laminar.server.groups import group_partition, group_status
 from laminar.server.host import ProduceResult
 from laminar.server.members import protocol_version_of
 from laminar.server.metadata import (
-    ALTERABLE_FIELDS,
     CLUSTER_TOPIC,
     METADATA_KEY,
     PARTITIONS_MAX,
-    SETTING_FIELDS,
     TopicSpec,
     TopicState,
     acls_command,
@@ -72,6 +70,7 @@ from laminar.server.metadata import (
 )
 from laminar.server.observability.histogram import RequestStats
 from laminar.server.transport import GAPPED_LOGS_PROTOCOL
+from laminar.topic_settings import ALTERABLE_SETTINGS, TOPIC_SETTINGS
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 
@@ -661,9 +660,9 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         cluster = self._cluster_defaults()
         chosen = {
             name: getattr(config, name) if config.HasField(name) else cluster[name]
-            for name in SETTING_FIELDS
+            for name in TOPIC_SETTINGS
         }  # an explicit 0 is refused by validate(), as the proto says
-        defaults = tuple(name for name in SETTING_FIELDS if not config.HasField(name))
+        defaults = tuple(name for name in TOPIC_SETTINGS if not config.HasField(name))
         spec = TopicSpec(name=request.name, defaults=defaults, **chosen)
         spec.validate()
         self._require_leader(METADATA_KEY)  # whose settings give the defaults
@@ -691,15 +690,15 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         topic = self._alterable_topic(request.name)
         changed: dict[str, Any] = {
             name: getattr(request.set, name)
-            for name in SETTING_FIELDS
+            for name in TOPIC_SETTINGS
             if request.set.HasField(name)
         }
         if "partitions" in changed:
             raise InvalidTopicError("partitions is not altered here: CreatePartitions raises it")
         reset = list(dict.fromkeys(request.reset))
         for name in reset:
-            if name not in ALTERABLE_FIELDS:
-                known = ", ".join(ALTERABLE_FIELDS)
+            if name not in ALTERABLE_SETTINGS:
+                known = ", ".join(ALTERABLE_SETTINGS)
                 raise InvalidTopicError(f"reset names {name!r:.60}: not one of {known}")
             if name in changed:
                 raise InvalidTopicError(f"{name} is both set and reset")
@@ -710,7 +709,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         cluster = self._cluster_defaults()
         changed.update((name, cluster[name]) for name in reset)
         defaults = [name for name in topic.spec.defaults if name not in changed]
-        defaults += [name for name in ALTERABLE_FIELDS if name in reset]
+        defaults += [name for name in ALTERABLE_SETTINGS if name in reset]
         spec = dataclasses.replace(topic.spec, **changed, defaults=tuple(defaults))
         spec.validate()
         if spec.compact and not topic.spec.compact:
@@ -825,7 +824,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
         eligible = sum(member.eligible for member in self._node.placement_members())
         plain = TopicSpec("-", 1, 1)
         return {
-            **{name: getattr(plain, name) for name in SETTING_FIELDS},
+            **{name: getattr(plain, name) for name in TOPIC_SETTINGS},
             "partitions": self._config.default_partitions,
             "replication_factor": max(1, min(self._config.default_replication_factor, eligible)),
         }
@@ -1192,7 +1191,7 @@ class LaminarService(laminar_pb2_grpc.LaminarServicer):
                     name=name,
                     source=source.CLUSTER_DEFAULT if name in spec.defaults else source.TOPIC,
                 )
-                for name in SETTING_FIELDS
+                for name in TOPIC_SETTINGS
             ],
         )
 

@@ -8,6 +8,7 @@ written, independently of the log's own bookkeeping.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -17,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from laminar.errors import InvalidInputError, NonMonotonicOffsetError, OffsetOutOfRangeError
-from laminar.records import encode_batch, parse_header, with_leader_fields
+from laminar.records import encode_batch, encode_control_batch, parse_header, with_leader_fields
 from laminar.replica.epochs import Epochs
 from laminar.segment import FsyncPolicy, LogConfig, MemoryLog, SegmentLog
 from laminar.segment.files import SegmentFiles
 from laminar.segment.layout import replacement_path
-from laminar.segment.storage import LogStorage
+from laminar.segment.storage import LogStorage, SegmentSummary
 from tests.segment.support import FakeClock, open_files_under, scrub_pass, split_batches
 
 CONFIG = LogConfig(
@@ -321,7 +322,9 @@ def test_replace_segment_swaps_a_sealed_segment(open_log: Opener) -> None:
     assert log.append(encode_batch([b"next"]), term=3) == 12
 
 
-def test_segment_summary_is_the_stored_bytes_and_newest_timestamp(open_log: Opener) -> None:
+def test_segment_summary_is_the_stored_bytes_and_newest_and_oldest_timestamps(
+    open_log: Opener,
+) -> None:
     # Timestamps out of order (the newest is not the last batch), several index
     # entries per segment (CONFIG's 256-byte interval), one segment emptied.
     stamps = [70, 20, 90, 10, 30, 50, 40, 60, 5, 8, 100, 3]
@@ -331,26 +334,60 @@ def test_segment_summary_is_the_stored_bytes_and_newest_timestamp(open_log: Open
     fill(log, batches, roll_before=frozenset({8, 16, 20}))
     log.replace_segment(16, [])
 
-    def expected() -> dict[int, tuple[int, int | None]]:
-        found: dict[int, tuple[int, int | None]] = {}
+    def expected() -> dict[int, SegmentSummary]:
+        found: dict[int, SegmentSummary] = {}
         for base, end in [*log.sealed_segments(), (20, log.end_offset)]:
             held = [b for b in batches if base <= b.base < end and not 16 <= b.base < 20]
             newest = max((b.timestamp_ms + b.count - 1 for b in held), default=None)
-            found[base] = (sum(len(b.data) for b in held), newest)
+            oldest = min((b.timestamp_ms for b in held), default=None)
+            found[base] = SegmentSummary(sum(len(b.data) for b in held), newest, oldest)
         return found
 
     summaries = {base: log.segment_summary(base) for base in (0, 8, 16, 20)}
     assert summaries == expected()
-    assert summaries[0] == (sum(len(b.data) for b in batches[:4]), 91)  # batch 8, 2nd record
-    assert summaries[16] == (0, None)
+    # Batch 8's 2nd record is the newest, batch 6's first the oldest.
+    assert summaries[0] == SegmentSummary(sum(len(b.data) for b in batches[:4]), 91, 10)
+    assert summaries[16] == SegmentSummary(0, None, None)
     for base, _ in log.sealed_segments():  # the bytes are those read_segment yields
-        assert summaries[base][0] == sum(len(batch) for batch in log.read_segment(base))
+        assert summaries[base].size_bytes == sum(len(batch) for batch in log.read_segment(base))
     with pytest.raises(InvalidInputError):
         log.segment_summary(2)
     if isinstance(log, SegmentLog):  # from the index files again, after a reopen
         log.close()
         log = open_log()
-        assert {base: log.segment_summary(base) for base in (0, 8, 16, 20)} == summaries
+        # The oldest of a sealed segment is now its first batch's (the active one's
+        # batches are all read at open: exact).
+        reopened = {**summaries, 0: dataclasses.replace(summaries[0], oldest_timestamp_ms=70)}
+        assert {base: log.segment_summary(base) for base in (0, 8, 16, 20)} == reopened
+
+
+def test_segment_summary_oldest_skips_control_batches_and_forgets_what_truncation_cut(
+    open_log: Opener,
+) -> None:
+    # A control batch's timestamp is the leader's monotonic clock: no record's age.
+    control = with_leader_fields(encode_control_batch(b"noop", b"", 1), 0, 1)
+    log = open_log()
+    log.append_stamped(control, after=0)
+    fill(log, [stamped(1, 1, timestamp_ms=50), stamped(2, 1, timestamp_ms=20)])
+    fill(log, [stamped(3, 1, timestamp_ms=40)])
+    fill(log, [stamped(4, 1, timestamp_ms=5)], roll_before=frozenset({4}))
+
+    def size() -> int:
+        return sum(len(batch) for batch in log.read_segment(0))
+
+    assert log.segment_summary(0) == SegmentSummary(size(), 50, 20)
+    # The cut takes the batch stamped 20 (segment 0 is active again, then sealed).
+    log.truncate_suffix(2)
+    fill(log, [stamped(2, 1, timestamp_ms=30)])
+    log.roll()
+    assert log.segment_summary(0) == SegmentSummary(size(), 50, 30)
+    if isinstance(log, SegmentLog):
+        # Reopened, from the index files: they keep no minimum, so the oldest is
+        # the first data batch's (past the control batch), never older than the
+        # oldest (Kafka's estimate; exact for records stamped in order).
+        log.close()
+        log = open_log()
+        assert log.segment_summary(0) == SegmentSummary(size(), 50, 50)
 
 
 def test_replace_segment_refuses_bad_input_whole(open_log: Opener, tmp_path: Path) -> None:

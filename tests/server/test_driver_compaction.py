@@ -17,9 +17,15 @@ from functools import partial
 import pytest
 
 from laminar.errors import ConfigError, ZstdVersionError
-from laminar.records import decode_records, encode_batch, iter_batches, parse_header
+from laminar.records import (
+    decode_records,
+    encode_batch,
+    encode_control_batch,
+    iter_batches,
+    parse_header,
+)
 from laminar.replica.coalesce import PeerBundle
-from laminar.replica.compaction_control import CompactionRule, Decision, compaction_point
+from laminar.replica.compaction_control import CompactionRule, Decision, Run, compaction_point
 from laminar.replica.config import ReplicaConfig
 from laminar.replica.messages import Ready
 from laminar.replica.types import Acks, GroupConfig, NodeId, Role
@@ -265,6 +271,33 @@ def test_the_minimum_lag_keeps_young_records_out_of_the_range() -> None:
     assert net.drivers["a"].counters["compactions_proposed"] == 0
 
 
+def test_the_maximum_lag_counts_from_the_oldest_record_of_a_sealed_segment() -> None:
+    lagging = dataclasses.replace(COMPACT, max_compaction_lag_ms=5_000,
+                                  min_cleanable_dirty_ratio=0.9)  # fmt: skip
+    net = _Net(("a",), settings=lagging)
+    driver = net.drivers["a"]
+    net.run_for(500)
+    net.produce(_keyed(30, 30))
+    net.run_for(6_000)  # the first command (the ratio: nothing clean yet)
+    assert driver.counters["compactions_applied"] == 1
+    old_ms, old = net.now_ms, net.replica("a").log.end_offset
+    net.produce([(b"old", b"v")])  # rolls the segment the first command stopped at
+    net.run_for(CHECK_MS)  # which the maximum lag takes now, up to the old record
+    assert driver.counters["compactions_applied"] == 2 and _commands(net, "a")[-1][1].end == old
+    net.run_for(3_000 - CHECK_MS)
+    net.produce(_keyed(8, 30))  # newer records after it, in its segment and the next
+    log = net.replica("a").log
+    (segment,) = [base for base, end in log.sealed_segments() if base <= old < end]
+    summary = log.segment_summary(segment)
+    assert (summary.oldest_timestamp_ms, summary.newest_timestamp_ms) == (old_ms, old_ms + 3_000)
+    net.run_for(old_ms + 5_000 - net.now_ms)
+    assert driver.counters["compactions_proposed"] == 2  # below the ratio, within the lag
+    # Due once the old record is 5 s old, not once its segment's newest is.
+    net.run_for(CHECK_MS + 100)
+    assert driver.counters["compactions_proposed"] == 3
+    assert _commands(net, "a")[-1][1].end > old
+
+
 def test_a_non_compact_topic_is_never_compacted() -> None:
     net = _Net(("a",), settings=dataclasses.replace(COMPACT, cleanup_policy="delete"))
     net.run_for(500)
@@ -505,18 +538,36 @@ def test_the_decision_reads_only_a_segment_the_dirty_range_begins_inside_a_step_
     # The check that finished [50, 100) took the sealed [100, 200) whole, unread.
     assert scan.scanned_to == 200
     assert checks == 5
-    assert scan.runs[0][0] == 50 and scan.runs[-1] == (100, 200, 7, 100 * len(batch))
-    assert sum(size for _, _, _, size in scan.runs) == 150 * len(batch)
+    assert scan.runs[0].base_offset == 50 and scan.runs[-1] == Run(100, 200, 7, 7, 100 * len(batch))
+    assert sum(run.size_bytes for run in scan.runs) == 150 * len(batch)
     reads = _CountedReads(log)
     again = log_view(log, scan, high_watermark=150, clean_bytes=0)
-    assert again.batches == scan.runs and reads.count == 0  # nothing more; the limit is the rule's
+    assert again.runs == scan.runs and reads.count == 0  # nothing more; the limit is the rule's
     # A high watermark inside a sealed segment: the segment is read up to it.
     scan = DirtyScan.at(0)
     log_view(log, scan, high_watermark=150, clean_bytes=0)
-    assert scan.runs == [(0, 100, 7, 100 * len(batch)), (100, 150, 7, 50 * len(batch))]
+    assert scan.runs == [Run(0, 100, 7, 7, 100 * len(batch)), Run(100, 150, 7, 7, 50 * len(batch))]
     assert reads.count == 1
     log_view(log, scan, high_watermark=250, clean_bytes=0)
-    assert scan.runs[-1] == (150, 200, 7, 50 * len(batch)) and scan.scanned_to == 200
+    assert scan.runs[-1] == Run(150, 200, 7, 7, 50 * len(batch)) and scan.scanned_to == 200
+
+
+def test_a_run_s_oldest_record_is_its_data_batches_whether_read_or_summarised() -> None:
+    # A control batch carries the leader's monotonic clock (1 here), no record time.
+    log = MemoryLog(fsync=False, segment_batches_max=4)
+    log.append(encode_control_batch(b"noop", b"", 1), term=1)
+    for stamp in (50, 20, 40, 60):  # the last one in the next (active) segment
+        log.append(encode_batch([b"v"], keys=[b"k"], timestamps_ms=stamp), term=1)
+    whole = log_view(log, DirtyScan.at(0), high_watermark=5, clean_bytes=0)
+    read = log_view(log, DirtyScan.at(0), high_watermark=3, clean_bytes=0)  # inside it
+    ((segment,), (part,)) = whole.runs, read.runs
+    assert (segment.oldest_timestamp_ms, segment.newest_timestamp_ms) == (20, 50)
+    assert (part.base_offset, part.next_offset, part.oldest_timestamp_ms) == (0, 3, 20)
+    controls = MemoryLog(fsync=False, segment_batches_max=1)
+    controls.append(encode_control_batch(b"noop", b"", 1), term=1)
+    controls.append(encode_batch([b"v"], keys=[b"k"], timestamps_ms=50), term=1)
+    ((only,),) = [log_view(controls, DirtyScan.at(0), high_watermark=2, clean_bytes=0).runs]
+    assert only == Run(0, 1, None, 1, only.size_bytes)
 
 
 def test_a_backlog_of_many_sealed_segments_is_taken_in_one_check_without_a_read() -> None:
@@ -530,12 +581,10 @@ def test_a_backlog_of_many_sealed_segments_is_taken_in_one_check_without_a_read(
     scan = DirtyScan.at(0)
     view = log_view(log, scan, high_watermark=401, clean_bytes=0)
     assert reads.count == 0
-    assert view.active_base == 400 and len(view.batches) == 200
-    assert view.batches[:2] == [
-        (0, 2, 1_001, view.batches[0][3]),
-        (2, 4, 1_003, view.batches[0][3]),
-    ]
-    assert sum(size for _, _, _, size in view.batches) > 3 * SCAN_BYTES_PER_CHECK
+    assert view.active_base == 400 and len(view.runs) == 200
+    size = view.runs[0].size_bytes
+    assert view.runs[:2] == [Run(0, 2, 1_000, 1_001, size), Run(2, 4, 1_002, 1_003, size)]
+    assert sum(run.size_bytes for run in view.runs) > 3 * SCAN_BYTES_PER_CHECK
     rule = CompactionRule(0.5, 0, -1, 0)
     assert compaction_point(view, rule, [], 10_000) == Decision(400, 0, "ratio")
     # The minimum lag stops E before the first segment holding a young record (the

@@ -175,10 +175,13 @@ def test_keyed_compaction_on_three_nodes(cluster: ProcessCluster) -> None:
 
     keys_seen: list[dict[bytes, list[bytes | None]]] = [{}]
     gaps = [False]
+    # The gaps wait for a command that covers a superseded "tail" batch too: one
+    # decided while the first tail batch was the active segment covers the updates
+    # alone, which survive at consecutive offsets (the last 100 updates).
     wait_for(
-        lambda: all(applied(node, TOPIC) for node in cluster.nodes) and keys_once(),
+        lambda: all(applied(node, TOPIC) for node in cluster.nodes) and keys_once() and gaps[0],
         DEADLINE_S,
-        "every replica to apply a compaction covering the updates",
+        "every replica to apply a compaction covering the updates and a tail batch",
     )
     # The Consumer read exactly the newest record of each key, tombstones included.
     assert {key: values[0] for key, values in keys_seen[0].items()} == newest

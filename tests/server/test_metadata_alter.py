@@ -12,7 +12,6 @@ import pytest
 from laminar.errors import InvalidTopicError
 from laminar.records import decode_batch, encode_batch, with_leader_fields
 from laminar.server.metadata import (
-    SETTING_FIELDS,
     Change,
     MetadataState,
     TopicSpec,
@@ -25,6 +24,7 @@ from laminar.server.metadata import (
     snapshot_commands,
 )
 from laminar.server.placement_keeper import retention_of, settings_of
+from laminar.topic_settings import LATER_SETTINGS
 
 FOUNDERS = [("a", "b"), ("b", "c")]
 
@@ -164,7 +164,7 @@ def test_a_create_command_carries_the_new_settings_and_an_old_one_takes_the_defa
     _apply(state, create_topic_command(spec, [("a",)], "c1"))
     assert state.topics["t"].spec == spec
     command = msgpack.unpackb(decode_batch(create_topic_command(spec, [("a",)], "x")).values[0])
-    for name in SETTING_FIELDS[4:]:
+    for name in LATER_SETTINGS:
         del command[name]
     old = MetadataState()
     old.apply(_log_from(0, encode_batch([msgpack.packb(command)])))

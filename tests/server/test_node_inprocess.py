@@ -30,9 +30,9 @@ from laminar.segment.storage import LogStorage
 from laminar.server.config import NodeConfig, ServiceConfig
 from laminar.server.disk import DiskUsage
 from laminar.server.host import HostConfig
-from laminar.server.metadata import SETTING_FIELDS
 from laminar.server.node import Node
 from laminar.server.service import RateLimitedLog
+from laminar.topic_settings import TOPIC_SETTINGS
 from laminar.v1 import laminar_pb2 as pb
 from laminar.v1 import laminar_pb2_grpc
 from tests.server import aio
@@ -376,8 +376,8 @@ async def test_topic_settings_left_unset_take_the_clusters_defaults(tmp_path: Pa
         config_ = created.topic.config
         assert (config_.partitions, config_.replication_factor) == (4, 2)
         assert (config_.retention_bytes, config_.retention_ms) == (-1, -1)
-        assert list(created.topic.defaults) == list(SETTING_FIELDS)  # all nine
-        assert {s.name for s in created.topic.sources} == set(SETTING_FIELDS)
+        assert list(created.topic.defaults) == list(TOPIC_SETTINGS)  # all nine
+        assert {s.name for s in created.topic.sources} == set(TOPIC_SETTINGS)
         assert {s.source for s in created.topic.sources} == {pb.SettingSource.CLUSTER_DEFAULT}
         assert created.topic.config.cleanup_policy == "delete"
         some = pb.CreateTopicRequest(name="some", config=pb.TopicConfig(partitions=2))

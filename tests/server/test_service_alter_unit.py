@@ -22,13 +22,13 @@ from laminar.replica.types import Acks, Role
 from laminar.server.host import ProduceResult
 from laminar.server.metadata import (
     METADATA_KEY,
-    SETTING_FIELDS,
     MetadataState,
     TopicSpec,
     alter_topic_command,
     create_topic_command,
     delete_topic_command,
 )
+from laminar.topic_settings import TOPIC_SETTINGS
 from laminar.v1 import laminar_pb2 as pb
 from tests.server.test_service_unit import FakeHost, FakeNode, call, member, service_of, status
 
@@ -103,7 +103,7 @@ def test_an_alter_is_applied_and_answers_the_topic_and_its_previous_state() -> N
     assert node.metadata.topics["t"].spec.replication_factor == 3
     assert sources(answer.previous)["retention_ms"] == pb.SettingSource.CLUSTER_DEFAULT
     assert sources(answer.topic)["retention_ms"] == pb.SettingSource.TOPIC
-    assert list(sources(answer.topic)) == list(SETTING_FIELDS)
+    assert list(sources(answer.topic)) == list(TOPIC_SETTINGS)
 
 
 def test_reset_takes_the_proposers_default_and_validate_only_proposes_nothing() -> None:
