@@ -81,6 +81,12 @@ figure is the median of the runs, with ``produce_p99_idle_ms``,
 ``produce_p99_during_compaction_ms``, the p50s, ``compaction_jobs``,
 ``compacting_share`` (of the time sampled during) and
 ``produce_samples_during_compaction``.
+The ratio depends on the disk: with fsyncs of 7-11 ms at p99 (this VM earlier)
+it was 0.92-1.42; with fsyncs well under a millisecond (idle p99 about 0.9 ms) the
+calls during a job wait on the CPU instead, the client, the node's event loop and
+its compaction thread sharing 2 cores: 1.6-2.0, alike before and after the
+freeing thread (medians of 3 runs each, alternated, at ``--mib 64``), for a p99
+during of 1.5-1.7 ms.
 
 Prints a table, the notes, the targets missed, then one JSON object as the last
 line.
