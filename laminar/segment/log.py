@@ -250,6 +250,12 @@ class _Segment:
             header.term,
             index_interval_bytes,
         )
+        self.note_oldest(header)
+
+    def note_oldest(self, header: BatchHeader) -> None:
+        """A data batch's first timestamp lowers the oldest known (control batches
+        carry the leader's monotonic clock; None: not known yet, left to
+        segment_summary)."""
         oldest_ms = self.oldest_timestamp_ms
         if (
             oldest_ms is not None
@@ -718,13 +724,7 @@ class SegmentLog:
         segment.recent_positions.append(position)
         segment.next_offset = base_offset + header.record_count
         segment.max_timestamp_ms = max(segment.max_timestamp_ms, header.max_timestamp_ms)
-        oldest_ms = segment.oldest_timestamp_ms
-        if (
-            oldest_ms is not None
-            and header.first_timestamp_ms < oldest_ms
-            and not header.is_control
-        ):
-            segment.oldest_timestamp_ms = header.first_timestamp_ms
+        segment.note_oldest(header)
         segment.last_term = term
         # The new batch is known good, but only extends the verified prefix when no
         # unverified bytes lie before it (a sealed segment made active by truncation).
