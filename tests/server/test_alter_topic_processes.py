@@ -35,8 +35,8 @@ from tests.server.test_cluster import (
     SETTLE_S,
     metadata_leader,
     node_id,
-    print_logs_on_failure,
     start_cluster,
+    stopped_after,
     values_on,
     wait_leader,
     wait_topic_ready,
@@ -56,12 +56,8 @@ HOUR_MS = 3_600_000
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
-    cluster = start_cluster(tmp_path, 3, node_config=CONFIG)
-    try:
+    with stopped_after(request, start_cluster(tmp_path, 3, node_config=CONFIG)) as cluster:
         yield cluster
-    finally:
-        print_logs_on_failure(request, cluster)
-        cluster.close()
 
 
 def admin(cluster: ProcessCluster, method: str, request: object) -> object:

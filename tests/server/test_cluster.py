@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,19 @@ def print_logs_on_failure(request: pytest.FixtureRequest, cluster: ProcessCluste
     for node in cluster.nodes:
         print(f"----- {node.log_path} (last lines)")
         print(cluster.log_tail(node, 60))
+
+
+@contextmanager
+def stopped_after(
+    request: pytest.FixtureRequest, cluster: ProcessCluster
+) -> Iterator[ProcessCluster]:
+    """A fixture's cluster for the test of ``request``: its nodes' logs printed if
+    the test failed, then every node stopped."""
+    try:
+        yield cluster
+    finally:
+        print_logs_on_failure(request, cluster)
+        cluster.close()
 
 
 @pytest.fixture

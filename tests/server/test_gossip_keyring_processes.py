@@ -24,7 +24,7 @@ from laminar.membership.keyring import KeyringState, format_key, load_keyring, s
 from laminar.membership.messages import Ping
 from laminar.testing.processes import NodeProcess, ProcessCluster, free_port, wait_for
 from laminar.v1 import laminar_pb2 as pb
-from tests.server.test_cluster import print_logs_on_failure
+from tests.server.test_cluster import stopped_after
 
 CLUSTER_KEY = "keyring-test-secret"
 KEY_OLD = bytes(range(32))
@@ -34,12 +34,8 @@ KEY_SWITCH = bytes(range(50, 82))
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(tmp_path / "cluster", preset="local")
-    try:
+    with stopped_after(request, ProcessCluster(tmp_path / "cluster", preset="local")) as cluster:
         yield cluster
-    finally:
-        print_logs_on_failure(request, cluster)
-        cluster.close()
 
 
 class DeathWatch:

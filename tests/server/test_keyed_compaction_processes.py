@@ -34,8 +34,8 @@ from tests.server.test_alter_topic_processes import admin, produce
 from tests.server.test_cluster import (
     CLIENT_TIMEOUT_S,
     node_id,
-    print_logs_on_failure,
     start_cluster,
+    stopped_after,
     wait_leader,
     wait_topic_ready,
 )
@@ -60,12 +60,8 @@ DEADLINE_S = 60.0
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
-    cluster = start_cluster(tmp_path, 3, node_config=CONFIG)
-    try:
+    with stopped_after(request, start_cluster(tmp_path, 3, node_config=CONFIG)) as cluster:
         yield cluster
-    finally:
-        print_logs_on_failure(request, cluster)
-        cluster.close()
 
 
 def create_compact(cluster: ProcessCluster, name: str) -> None:

@@ -22,8 +22,8 @@ from tests.server.test_cluster import (
     CLIENT_TIMEOUT_S,
     create_topic,
     node_id,
-    print_logs_on_failure,
     produce_values,
+    stopped_after,
     wait_leader,
     wait_settled,
     wait_values,
@@ -47,8 +47,7 @@ PARTITIONS = 3
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
     config = tmp_path / "node.toml"
     config.write_text(CONFIG)
-    cluster = ProcessCluster(tmp_path / "cluster", preset="local")
-    try:
+    with stopped_after(request, ProcessCluster(tmp_path / "cluster", preset="local")) as cluster:
         first = cluster.add_node(bootstrap=True, extra_args=["--config", str(config)])
         cluster.wait_ready(first)
         for _ in range(2):
@@ -57,9 +56,6 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessC
             cluster.wait_ready(node)
         wait_settled(cluster)
         yield cluster
-    finally:
-        print_logs_on_failure(request, cluster)
-        cluster.close()
 
 
 def healths(client: Client) -> dict[int, PartitionHealth]:

@@ -25,9 +25,9 @@ from tests.server.test_cluster import (
     CLIENT_TIMEOUT_S,
     create_topic,
     node_id,
-    print_logs_on_failure,
     running,
     start_cluster,
+    stopped_after,
 )
 
 TOPIC = "watched"
@@ -38,12 +38,8 @@ RECORDS_MIN = 100
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
-    cluster = start_cluster(tmp_path / "cluster", 3, metrics=True)
-    try:
+    with stopped_after(request, start_cluster(tmp_path / "cluster", 3, metrics=True)) as cluster:
         yield cluster
-    finally:
-        print_logs_on_failure(request, cluster)
-        cluster.close()
 
 
 def describe(cluster: ProcessCluster, node: NodeProcess) -> pb.DescribeClusterResponse:

@@ -20,8 +20,8 @@ from laminar.testing.processes import ProcessCluster, wait_for
 from tests.server.test_cluster import (
     CLIENT_TIMEOUT_S,
     create_topic,
-    print_logs_on_failure,
     produce_values,
+    stopped_after,
     wait_values,
 )
 
@@ -30,12 +30,8 @@ HOOK = "LAMINAR_TEST_PROTOCOL_VERSION"
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(tmp_path / "cluster", preset="local")
-    try:
+    with stopped_after(request, ProcessCluster(tmp_path / "cluster", preset="local")) as cluster:
         yield cluster
-    finally:
-        print_logs_on_failure(request, cluster)
-        cluster.close()
 
 
 def test_an_adjacent_version_is_accepted_and_one_two_versions_older_refused(

@@ -27,8 +27,8 @@ from tests.server.test_cluster import (
     CLIENT_TIMEOUT_S,
     create_topic,
     node_id,
-    print_logs_on_failure,
     start_cluster,
+    stopped_after,
 )
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium is not installed")
@@ -44,17 +44,16 @@ SAMPLE_INTERVAL_MS = 500
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
-    cluster = start_cluster(
-        tmp_path / "cluster",
-        3,
-        metrics=True,
-        node_config=f"[metrics]\nsample_interval_ms = {SAMPLE_INTERVAL_MS}\n",
-    )
-    try:
+    with stopped_after(
+        request,
+        start_cluster(
+            tmp_path / "cluster",
+            3,
+            metrics=True,
+            node_config=f"[metrics]\nsample_interval_ms = {SAMPLE_INTERVAL_MS}\n",
+        ),
+    ) as cluster:
         yield cluster
-    finally:
-        print_logs_on_failure(request, cluster)
-        cluster.close()
 
 
 def page(url: str) -> Dom:
