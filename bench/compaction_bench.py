@@ -114,7 +114,7 @@ from bench.report import load_average, machine_note, missed_targets, print_repor
 from bench.segment_bench import READ_CHUNK_BYTES
 from laminar.records import encode_batch, libzstd_version, next_offset, parse_header
 from laminar.segment import FsyncPolicy, LogConfig, SegmentLog, layout
-from laminar.segment.compaction import CompactCommand, build_superseded, compact
+from laminar.segment.compaction import CompactCommand, build_superseded, compact, key_map_kind
 from laminar.segment.files import SegmentFiles
 from laminar.segment.storage import Buffer
 from laminar.testing.processes import ProcessCluster, wait_for
@@ -550,6 +550,7 @@ def main() -> None:
         size_mib = log.size_bytes / MIB
         batches = [b for base, _ in log.sealed_segments() for b in log.read_segment(base)]
         outcome: list[EngineRun] = []
+        key_map = key_map_kind()  # imports pyarrow now, as a node does once: not in a round
 
         def engine() -> float:
             outcome.append(engine_run(root / "log", root / "work", memory_bytes_max))
@@ -600,7 +601,8 @@ def main() -> None:
     notes = [
         f"data: {args.mib:,} MiB of {VALUE_BYTES} B values, {args.keys:,} keys, "
         f"{args.batch_records} records a batch, {SEGMENT_BYTES // MIB} MiB segments, "
-        f"written in {fill_s:.1f} s; key map {args.memory_mib:g} MiB; {args.repeat} rounds",
+        f"written in {fill_s:.1f} s; key map {args.memory_mib:g} MiB ({key_map}); "
+        f"{args.repeat} rounds",
         f"produce p99: one node, acks=all calls of one 100 B record one at a time to a "
         f"1-partition topic, idle then while it compacts a {args.p99_mib:g} MiB changelog of "
         f"{args.p99_keys:,} keys in {args.p99_segment_mib:g} MiB segments, paced at "

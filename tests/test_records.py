@@ -553,3 +553,24 @@ def test_check_payload_fails_exactly_when_decode_fails(batch: bytes, data: st.Da
     if _raises_record_format_error(lambda: verify_batch(damaged)):
         return  # the damage broke the header's own rules (too few bytes per record)
     _check_agrees_with_decode(damaged)
+
+
+def test_stored_header_is_the_checked_header_of_a_stored_batch() -> None:
+    """``stored_header`` (keyed compaction's passes, on batches a log's read checked)
+    unpacks what ``parse_header`` returns, for every kind of batch."""
+    batches = [
+        with_leader_fields(encode_batch([b"v"], keys=[b"k"]), 7, 3),
+        with_leader_fields(encode_batch([b"v" * 500] * 3, compression=Compression.ZSTD), 70, 4),
+        encode_control_batch(b"noop", b"", 9),
+    ]
+    for batch in batches:
+        assert records.stored_header(batch) == parse_header(batch)
+        assert records.stored_header(batch).compression is parse_header(batch).compression
+
+
+def test_a_headers_compression_is_its_codec_and_an_unknown_one_raises() -> None:
+    header = parse_header(encode_batch([b"v" * 500] * 3, compression=Compression.ZSTD))
+    assert header.compression is Compression.ZSTD
+    assert header._replace(attributes=0).compression is Compression.NONE
+    with pytest.raises(ValueError, match="5"):
+        _ = header._replace(attributes=5).compression

@@ -45,10 +45,12 @@ by at most that much.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import IO, Any, Protocol, Self
 
 import msgpack
@@ -64,6 +66,7 @@ from laminar.records import (
     key_column,
     libzstd_version,
     parse_header,
+    stored_header,
 )
 from laminar.segment.storage import Buffer
 
@@ -93,6 +96,10 @@ temporary file rather than in memory."""
 
 GROUP_RECORDS = 8192
 """Records gathered from consecutive batches before a pass hashes their keys."""
+
+ARROW_GROUP_RECORDS = 65536
+"""The same with pyarrow installed (:class:`_ArrowKeyMap`): each group also hashes
+the map's keys again, so larger groups do that less often."""
 
 SHORT_KEY_BYTES = 16
 """Keys up to this size are their own entry in a pass's map; longer ones go by
@@ -391,6 +398,7 @@ def build_superseded(
     memory_bytes_max: int,
     *,
     temp_dir: str | None = None,
+    group_records_max: int | None = None,
 ) -> SupersededOffsets:
     """The offsets of ``[start, end)`` whose record a newer one of the same key
     supersedes below ``end``, with at most ``memory_bytes_max`` of keys in memory.
@@ -398,8 +406,12 @@ def build_superseded(
     ``read_batches()`` yields the stamped batches that hold ``[start, end)`` in
     offset order (batches or records outside it are skipped); it is called once per
     pass. ``temp_dir``: where a large bitmap's temporary file goes (default: the
-    system's). Raises :class:`InvalidInputError` for an empty memory budget, and
-    when even ``BUCKETS_MAX`` passes would not fit the range's keys in it.
+    system's). ``group_records_max``: the most records whose keys one step hashes
+    (default ``GROUP_RECORDS``, or ``ARROW_GROUP_RECORDS`` with pyarrow): a step
+    holds the GIL for most of its time, so a job that shares its process with
+    latency-bound work (a node's, paced) takes smaller ones. Raises
+    :class:`InvalidInputError` for an empty memory budget, and when even
+    ``BUCKETS_MAX`` passes would not fit the range's keys in it.
     """
     if not 0 <= start <= end:
         raise InvalidInputError(f"compaction range [{start}, {end}) is not a range of offsets")
@@ -414,7 +426,9 @@ def build_superseded(
     while True:
         for bucket in range(buckets):
             superseded.passes += 1
-            reached = _mark_bucket(superseded, read_batches(), bucket, buckets, entries_max)
+            reached = _mark_bucket(
+                superseded, read_batches(), bucket, buckets, entries_max, group_records_max
+            )
             if reached is not None:
                 buckets = _more_buckets(buckets, end - start, memory_bytes_max)
                 superseded._reset()
@@ -445,26 +459,83 @@ def _mark_bucket(
     bucket: int,
     buckets: int,
     entries_max: int,
+    group_records_max: int | None,
 ) -> int | None:
     """One pass: mark the superseded offsets of the keys in ``bucket``. None when
     done; the offset where the map passed ``entries_max`` keys otherwise (checked
     after each group of batches)."""
     start, end = superseded.start, superseded.end
-    newest: dict[bytes | int, int] = {}
-    group_records = max(1, min(GROUP_RECORDS, entries_max // 8))
+    arrow = _arrow()
+    key_map: _KeyMap = _DictKeyMap() if arrow is None else _ArrowKeyMap(*arrow)
+    if group_records_max is None:
+        group_records_max = GROUP_RECORDS if arrow is None else ARROW_GROUP_RECORDS
+    group_records = max(1, min(group_records_max, entries_max // 8))
     for offsets, lengths, blob in _key_groups(batches, start, end, group_records):
         keyed = lengths >= 0
         if offsets[0] < start or offsets[-1] >= end:
             keyed &= (offsets >= start) & (offsets < end)
+        reached = key_map.mark(superseded, offsets, lengths, blob, keyed, bucket, buckets)
+        if reached is not None and len(key_map) > entries_max:
+            return reached
+    if len(key_map):
+        superseded._clear(key_map.newest_offsets() - start)
+    return None
+
+
+class _KeyMap(Protocol):
+    """A pass's map: each key of its bucket -> the offset of its newest record so far."""
+
+    def __len__(self) -> int: ...
+
+    def mark(
+        self,
+        superseded: SupersededOffsets,
+        offsets: Any,
+        lengths: Any,
+        blob: bytes,
+        keyed: Any,
+        bucket: int,
+        buckets: int,
+    ) -> int | None:
+        """Mark superseded the records of a group (``keyed``: those of the range
+        with a key) whose key is in ``bucket``, and note each one's offset as its
+        key's newest (the group follows every record noted before): its own
+        newest record is unmarked at the end of the pass. The offset after the last
+        record noted (None when none was)."""
+        ...
+
+    def newest_offsets(self) -> Any:
+        """The newest offset of every key in the map (an int64 array)."""
+        ...
+
+
+class _DictKeyMap:
+    """The map as a dict, updated once per record: without pyarrow."""
+
+    def __init__(self) -> None:
+        self._newest: dict[bytes | int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._newest)
+
+    def mark(
+        self,
+        superseded: SupersededOffsets,
+        offsets: Any,
+        lengths: Any,
+        blob: bytes,
+        keyed: Any,
+        bucket: int,
+        buckets: int,
+    ) -> int | None:
+        start = superseded.start
         keys = _map_keys(lengths, blob)
         first = int(offsets[0])
         if buckets == 1 and keyed.all() and int(offsets[-1]) - first + 1 == len(offsets):
             # The common case, a group without gaps or null keys: no index arrays.
             superseded._set(first - start, keyed)
-            newest.update(zip(keys, range(first, first + len(keys)), strict=True))
-            if len(newest) > entries_max:
-                return first + len(keys)
-            continue
+            self._newest.update(zip(keys, range(first, first + len(keys)), strict=True))
+            return first + len(keys)
         if keyed.all():
             chosen_keys, chosen_offsets = keys, offsets.tolist()
         else:
@@ -476,18 +547,151 @@ def _mark_bucket(
             chosen_keys = [chosen_keys[i] for i in mine]
             chosen_offsets = [chosen_offsets[i] for i in mine]
         if not chosen_offsets:
-            continue
-        low = chosen_offsets[0]
-        flags = np.zeros(chosen_offsets[-1] + 1 - low, dtype=bool)
-        flags[np.asarray(chosen_offsets, dtype=np.int64) - low] = True
-        superseded._set(low - start, flags)
-        newest.update(zip(chosen_keys, chosen_offsets, strict=True))
-        if len(newest) > entries_max:
-            return int(chosen_offsets[-1]) + 1
-    if newest:
-        kept = np.fromiter(newest.values(), np.int64, len(newest)) - start
-        superseded._clear(kept)
-    return None
+            return None
+        _set_offsets(superseded, np.asarray(chosen_offsets, dtype=np.int64))
+        self._newest.update(zip(chosen_keys, chosen_offsets, strict=True))
+        return int(chosen_offsets[-1]) + 1
+
+    def newest_offsets(self) -> Any:
+        return np.fromiter(self._newest.values(), np.int64, len(self._newest))
+
+
+class _ArrowKeyMap:
+    """The map in Arrow arrays: its keys (distinct, a binary array) and their newest
+    offsets (numpy, in the same order). Each group costs two ``dictionary_encode``
+    calls (native hash tables, run without the GIL): one over the group's records,
+    which finds its distinct keys and the newest record of each, and one over the
+    map's keys followed by those, whose dictionary is the map's keys in their order
+    followed by the new ones. No Python object per record, except for a long key's
+    hash; the memory is a few tens of bytes per key (``KEY_ENTRY_BYTES`` counts
+    the dict's 192).
+
+    A key's identity is its map key as the dict's (:func:`_map_key`): its bytes up to
+    ``SHORT_KEY_BYTES``, else a byte 0 and its 128-bit xxh3 hash (17 bytes, so never
+    a short key's): the same keys are one, so the marks are the dict's bit for bit.
+    """
+
+    def __init__(self, pa: Any, pc: Any) -> None:
+        self._pa, self._pc = pa, pc
+        self._keys = pa.array([], pa.binary())
+        self._newest = np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._newest)
+
+    def mark(
+        self,
+        superseded: SupersededOffsets,
+        offsets: Any,
+        lengths: Any,
+        blob: bytes,
+        keyed: Any,
+        bucket: int,
+        buckets: int,
+    ) -> int | None:
+        pa, pc = self._pa, self._pc
+        keys = self._identities(lengths, blob)
+        if keyed.all():
+            positions = np.arange(len(lengths), dtype=np.int64)
+        else:
+            positions = np.flatnonzero(keyed)
+            if not len(positions):
+                return None
+            keys = keys.take(pa.array(positions))
+        encoded = pc.dictionary_encode(keys)
+        ids = encoded.indices.to_numpy()
+        distinct = encoded.dictionary
+        if buckets > 1:
+            mine = np.fromiter(
+                (_bucket(key, buckets) == bucket for key in distinct.to_pylist()),
+                bool,
+                len(distinct),
+            )
+            in_bucket = mine[ids]
+            ids, positions = ids[in_bucket], positions[in_bucket]
+            if not len(ids):
+                return None
+        chosen = offsets[positions]
+        _set_offsets(superseded, chosen)
+        newest_index = np.full(len(distinct), -1, dtype=np.int64)
+        np.maximum.at(newest_index, ids, np.arange(len(ids), dtype=np.int64))
+        if buckets > 1:
+            present = np.flatnonzero(newest_index >= 0)
+            distinct = distinct.take(pa.array(present))
+            newest_index = newest_index[present]
+        self._merge(distinct, chosen[newest_index])
+        return int(chosen[-1]) + 1
+
+    def _merge(self, keys: Any, newest: Any) -> None:
+        """Note ``newest[i]`` as the newest offset of ``keys[i]`` (distinct keys,
+        newer than every offset in the map)."""
+        known = len(self._keys)
+        merged = self._pc.dictionary_encode(self._pa.concat_arrays([self._keys, keys]))
+        slots = merged.indices.to_numpy()[known:]
+        offsets = np.empty(len(merged.dictionary), dtype=np.int64)
+        offsets[:known] = self._newest
+        offsets[slots] = newest  # slots are distinct: one per key of the group
+        self._keys, self._newest = merged.dictionary, offsets
+
+    def _identities(self, lengths: Any, blob: bytes) -> Any:
+        """Each record's key identity as a binary array (null keys: empty)."""
+        pa = self._pa
+        count = len(lengths)
+        sizes = np.maximum(lengths, 0)
+        if int(lengths.max()) <= SHORT_KEY_BYTES:
+            bounds = np.zeros(count + 1, dtype=np.int32)
+            np.cumsum(sizes, out=bounds[1:])
+            return pa.Array.from_buffers(
+                pa.binary(), count, [None, pa.py_buffer(bounds), pa.py_buffer(blob)]
+            )
+        bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
+        return pa.array(
+            [
+                blob[a:b]
+                if b - a <= SHORT_KEY_BYTES
+                else _LONG_KEY + xxhash.xxh3_128_digest(blob[a:b])
+                for a, b in itertools.pairwise(bounds)
+            ],
+            pa.binary(),
+        )
+
+    def newest_offsets(self) -> Any:
+        return self._newest
+
+
+_LONG_KEY = b"\x00"
+"""What precedes a long key's 16-byte hash in its Arrow identity (17 bytes in all)."""
+
+
+def _set_offsets(superseded: SupersededOffsets, chosen: Any) -> None:
+    """Mark the offsets ``chosen`` (an ascending int64 array) superseded."""
+    low = int(chosen[0])
+    flags = np.zeros(int(chosen[-1]) + 1 - low, dtype=bool)
+    flags[chosen - low] = True
+    superseded._set(low - superseded.start, flags)
+
+
+def key_map_kind() -> str:
+    """Which map :func:`build_superseded` uses here: "arrow" with pyarrow installed,
+    else "dict". Imports pyarrow (some 0.2 s, once per process) when there is one."""
+    return "dict" if _arrow() is None else "arrow"
+
+
+@cache
+def _arrow() -> tuple[Any, Any] | None:
+    """``(pyarrow, pyarrow.compute)`` when pyarrow is installed (the ``server``
+    extra installs it), else None: the key map is then a dict."""
+    try:
+        import pyarrow
+        import pyarrow.compute
+    except ImportError:
+        return None
+    # What a first job would otherwise set up, holding the GIL for a few ms: the
+    # kernels of the calls its groups make.
+    keys = pyarrow.array([b"a", b"a"], pyarrow.binary())
+    pyarrow.concat_arrays([keys, keys.take(pyarrow.array([0]))])
+    pyarrow.compute.dictionary_encode(keys).indices.to_numpy()
+    return pyarrow, pyarrow.compute
 
 
 def _map_keys(lengths: Any, blob: bytes) -> list[Any]:
@@ -526,7 +730,7 @@ def _key_groups(
     data: list[memoryview] = []
     records = 0
     for batch in batches:
-        header = parse_header(batch)
+        header = stored_header(batch)  # read_segment checked it
         base, count = header.base_offset, header.record_count
         if header.is_control or base >= end or base + count <= start:
             continue

@@ -112,6 +112,7 @@ from laminar.replica.config import ReplicaConfig
 from laminar.replica.core import founding_state
 from laminar.replica.messages import ProduceReply, ProduceStatus, Ready
 from laminar.replica.types import Acks, GroupConfig, NodeId
+from laminar.segment.compaction import key_map_kind
 from laminar.segment.config import LogConfig
 from laminar.segment.files import SegmentFiles
 from laminar.segment.layout import partition_directory
@@ -297,6 +298,10 @@ class ReplicaHost:
 
     async def start(self) -> None:
         """Open every replica found in the data directory and start ticking."""
+        # pyarrow (keyed compaction's key map) is imported now, on the compaction
+        # thread, rather than by the first job: loading its libraries holds the GIL
+        # for some 10-20 ms at a time, which a produce call would wait out.
+        self._compaction_pool.submit(key_map_kind)
         self._driver.open_existing()
         self._ticker = asyncio.create_task(self._tick_loop(), name="replica-ticker")
 

@@ -4,14 +4,16 @@ passes, and the ``compact`` command's strict decoding."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import msgpack
 import numpy as np
 import pytest
+import xxhash
 import zstandard
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from laminar.errors import CorruptBatchError, InvalidInputError, ZstdVersionError
@@ -81,7 +83,9 @@ def stamp_log(
     return Log(batches, offset)
 
 
-keys = st.sampled_from([b"a", b"b", b"c", b"", b"dd"]) | st.none()
+# b"l..." is longer than SHORT_KEY_BYTES: its map key is its hash, and a group holding
+# it goes record by record even with pyarrow installed.
+keys = st.sampled_from([b"a", b"b", b"c", b"", b"dd", b"long key, 28 bytes of it...."]) | st.none()
 values = st.binary(max_size=12) | st.none()
 headers = st.lists(st.tuples(st.sampled_from(["h", "trace"]), st.binary(max_size=3)), max_size=2)
 records = st.builds(
@@ -176,7 +180,23 @@ def model_survivors(log: Log, cmd: CompactCommand) -> list[Stored]:
 # ----------------------------------------------------------------------------- rule
 
 
-@settings(max_examples=200, deadline=None)
+FIXTURE_OK = [HealthCheck.function_scoped_fixture]  # key_map patches for the whole test
+
+
+@pytest.fixture(params=["dict", "arrow"])
+def key_map(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each key map: the dict (without pyarrow) and Arrow's."""
+    if request.param == "arrow":
+        assert compaction._arrow() is not None
+    else:
+        monkeypatch.setattr(compaction, "_arrow", lambda: None)
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("key_map")
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(logs_and_commands())
 def test_survivors_are_exactly_those_of_the_rule(case: tuple[Log, CompactCommand]) -> None:
     """The newest record of each key below E survives, older ones do not, tombstones
@@ -307,7 +327,10 @@ def test_compaction_is_confluent(case: tuple[Log, CompactCommand], data: st.Data
     assert run(run(log.batches, earlier), cmd) == direct
 
 
-@settings(max_examples=100, deadline=None)
+@pytest.mark.usefixtures("key_map")
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(logs_and_commands())
 def test_the_result_does_not_depend_on_the_number_of_passes(
     case: tuple[Log, CompactCommand],
@@ -327,7 +350,10 @@ def test_the_result_does_not_depend_on_the_number_of_passes(
             assert tiny.passes > 1
 
 
-@settings(max_examples=100, deadline=None)
+@pytest.mark.usefixtures("key_map")
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(logs_and_commands(), st.data())
 def test_superseded_offsets_do_not_depend_on_where_the_range_starts(
     case: tuple[Log, CompactCommand], data: st.DataObject
@@ -357,6 +383,7 @@ def test_compact_refuses_superseded_offsets_of_another_end() -> None:
         list(compact(log.batches, command(2, 0), superseded))
 
 
+@pytest.mark.usefixtures("key_map")
 def test_passes_grow_with_the_keys_and_the_bitmap_is_the_same() -> None:
     """40 distinct keys in a map of 4 entries: several passes, same superseded set."""
     log = stamp_log(
@@ -604,6 +631,49 @@ def test_a_large_bitmap_lives_in_a_temporary_file(tmp_path: object) -> None:
         assert [o in big for o in (top - 1, top, top + 1, end)] == [False, True, False, False]
         assert big.mask(top - 2, 4).tolist() == [False, False, True, False]
     assert big._file is None
+
+
+@pytest.mark.usefixtures("key_map")
+def test_a_short_key_equal_to_a_long_keys_hash_is_another_key() -> None:
+    """A long key goes by its 128-bit hash; a 16-byte key whose bytes are that hash
+    is still another key, in either map (the dict's ints and bytes never compare
+    equal; Arrow's long-key identities are 17 bytes)."""
+    long_key = b"a key longer than sixteen bytes"
+    lookalike = xxhash.xxh3_128_digest(long_key)
+    assert len(lookalike) == compaction.SHORT_KEY_BYTES
+    log = stamp_log(
+        [
+            ("records", [rec(long_key, b"1"), rec(lookalike, b"2")], Compression.NONE, False),
+            ("records", [rec(long_key, b"3")], Compression.NONE, False),
+        ]
+    )
+    with build_superseded(lambda: log.batches, 0, log.end_offset, LARGE_MEMORY_BYTES) as gone:
+        assert [o in gone for o in range(log.end_offset)] == [True, False, False]
+
+
+@pytest.mark.usefixtures("key_map")
+def test_groups_merge_into_one_map_of_each_keys_newest() -> None:
+    """Arrow's map merges each group's keys into those of the groups before it (a
+    key seen again, a new one, long ones): the offsets a record by record model
+    finds, with groups of every size."""
+    rng = random.Random(7)
+    names = [b"k%d" % i for i in range(30)] + [b"long key number %020d" % i for i in range(10)]
+    parts = []
+    for _ in range(40):
+        chosen = [rng.choice([*names, None]) for _ in range(rng.randrange(1, 12))]
+        parts.append(("records", [rec(key, b"v") for key in chosen], Compression.NONE, False))
+    log = stamp_log(parts)
+    newest = {}
+    for item in stored(log.batches):
+        if item.record.key is not None:
+            newest[item.record.key] = item.offset
+    expected = [
+        item.record.key is not None and newest[item.record.key] != item.offset
+        for item in stored(log.batches)
+    ]
+    for memory in (KEY_ENTRY_BYTES * 8, KEY_ENTRY_BYTES * 64, LARGE_MEMORY_BYTES):
+        with build_superseded(lambda: log.batches, 0, log.end_offset, memory) as gone:
+            assert [o in gone for o in range(log.end_offset)] == expected, memory
 
 
 def test_a_protocol_superseded_set_works_as_the_bitmap_does() -> None:

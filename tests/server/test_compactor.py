@@ -1,15 +1,21 @@
 """run_command's per-segment shortcuts: a segment the command would not change is
-neither rewritten nor swapped, and the bytes kept still count it."""
+neither rewritten nor swapped, and the bytes kept still count it; and its pacing:
+an emptied segment's swap counts against the pace, and a paced job hashes its keys
+in small steps."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+import pytest
 
 from laminar.records import encode_batch, parse_header
 from laminar.segment.compaction import CompactCommand, build_superseded, compact
 from laminar.segment.memory import MemoryLog
 from laminar.segment.storage import Buffer
-from laminar.server.compactor import run_command
+from laminar.server import compactor
+from laminar.server.compactor import Pacer, run_command
 
 
 def _log(keys: list[bytes], *, tombstone_at: int | None = None) -> MemoryLog:
@@ -60,3 +66,69 @@ def test_a_segment_with_a_removable_tombstone_is_rewritten() -> None:
     run_command(log, CompactCommand(6, 2, codec=0), memory_bytes_max=1 << 20)
     assert swaps.bases == [0]  # nothing superseded anywhere, but a tombstone below T
     assert [parse_header(b).base_offset for b in _stored(log)] == [0, 2, 3, 4, 5]
+
+
+class _Paces:
+    """A Pacer that records what each call counted, and in which order with swaps."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        self.events: list[tuple[str, int]] = []
+        events = self.events
+
+        class Counting(Pacer):
+            def pace(self, count: int) -> None:
+                events.append(("pace", count))
+                super().pace(count)
+
+        self.pacer = Counting(1 << 40, sleep=lambda _: None)
+        original = log.replace_segment
+
+        def swapping(base: int, batches: Iterable[Buffer]) -> None:
+            original(base, batches)
+            self.events.append(("swap", base))
+
+        log.replace_segment = swapping  # type: ignore[method-assign]
+
+
+def test_an_emptied_segments_swap_counts_its_bytes_against_the_pace() -> None:
+    """A segment whose every offset is superseded is swapped unread; its swap is
+    counted as its bytes (at most SWAP_PACE_BYTES), so a job of emptied segments
+    does not swap them back to back (their fsyncs would hold up every produce's)."""
+    # [a a] [a a] [b a] [b c]: the first two segments are emptied, the third
+    # rewritten (its b is superseded), the last left alike.
+    log = _log([b"a", b"a", b"a", b"a", b"b", b"a", b"b", b"c"])
+    sizes = {base: log.segment_summary(base).size_bytes for base, _ in log.sealed_segments()}
+    paces = _Paces(log)
+    run_command(log, CompactCommand(8, 0, codec=0), memory_bytes_max=1 << 20, pacer=paces.pacer)
+    after_pass = paces.events[paces.events.index(("swap", 0)) :]
+    assert after_pass[:4] == [("swap", 0), ("pace", sizes[0]), ("swap", 2), ("pace", sizes[2])]
+    # The rewritten one is paced by its read, batch by batch, and not charged again.
+    batch = sizes[4] // 2
+    assert after_pass[4:] == [("pace", batch), ("pace", batch), ("swap", 4)] + [("pace", batch)] * 2
+
+
+def test_a_swap_counts_a_mebibyte_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compactor, "SWAP_PACE_BYTES", 10)
+    log = _log([b"a", b"a", b"a", b"b"])
+    paces = _Paces(log)
+    run_command(log, CompactCommand(4, 0, codec=0), memory_bytes_max=1 << 20, pacer=paces.pacer)
+    assert paces.events[paces.events.index(("swap", 0)) + 1] == ("pace", 10)
+
+
+def test_a_paced_job_hashes_its_keys_in_small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step of the key map holds the GIL: a paced job (a node's, sharing the
+    process with the event loop) takes PACED_GROUP_RECORDS at most; an unpaced one
+    the engine's default."""
+    seen: list[int | None] = []
+    real = compactor.build_superseded
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("group_records_max"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compactor, "build_superseded", spy)
+    run_command(_log([b"a", b"a", b"b"]), CompactCommand(3, 0, codec=0), memory_bytes_max=1 << 20)
+    paced = Pacer(1 << 30, sleep=lambda _: None)
+    command = CompactCommand(3, 0, codec=0)
+    run_command(_log([b"a", b"a", b"b"]), command, memory_bytes_max=1 << 20, pacer=paced)
+    assert seen == [None, compactor.PACED_GROUP_RECORDS]
