@@ -24,10 +24,12 @@ to a batch, into a ``SegmentLog`` of 64 MiB segments, all sealed. Then, in each 
   then per segment ``replace_segment(base, compact(read_segment(base), ...))`` (the
   crash-safe swap, with its fsyncs), by one command whose ``end`` is the last
   segment's end; a segment whose every offset is superseded is replaced by nothing
-  without being read (``SupersededOffsets.count``), as a replica may do.
-  ``superseded_mb_s`` and ``rewrite_mb_s`` are its two parts. The clock stops when
-  the last swap returns: the compaction is then done, durable and what every read
-  sees, which is what the issue measures; the old files' pages and blocks are then
+  without being read (``SupersededOffsets.count``) and the directory synced once
+  after them, as a replica does (unpaced: the node's ``compaction_bytes_per_s_max
+  = 0``). ``superseded_mb_s`` and ``rewrite_mb_s`` are its two parts. The clock
+  stops when the last swap (and that sync) returns: the compaction is then done,
+  durable and what every read sees, which is what the issue measures; the old
+  files' pages and blocks are then
   still being freed by the log's freeing thread (``laminar.segment.files``, as
   Kafka's cleaner deletes replaced segments asynchronously);
 * ``engine_incl_freeing_mb_s``: the same job timed until that thread has closed
@@ -49,22 +51,25 @@ rewrite it; the copy is reopened, so the first pass verifies the checksums and
 the second trusts them), so it cannot pass half of the read speed of its own
 reads; each batch with survivors and superseded records is re-encoded, one batch
 per run of survivors; each segment swap (``replace_segment``) makes three fsyncs
-(the new file, the directory twice), two for an emptied segment (0.2-0.5 ms each
-on a quiet VM, 3-4 ms while other processes write), and leaves the old file to
+(the new file, the directory twice), one for an emptied segment (the directory's
+comes once after a run of them, as a node's job does; 0.2-0.5 ms each on a quiet
+VM, 3-4 ms while other processes write), and leaves the old file to
 the freeing thread (12-16 ms per 64 MiB segment, mostly the filesystem freeing
 its blocks in its journal: done during the job, it holds the job's next fsync
 up, hence the thread's wait for the job to end).
 
-Where the time goes at 1 GiB on a quiet VM (one run's parts, seconds): the raw
-read 0.084; ``read_segment`` over the range verifying checksums 0.128 (0.108
-trusting them); the key map over those batches in memory 0.123 (about 120 ns a
-record, a million records: key columns gathered, one dict entry updated per
-record); the rewrite pass 0.11-0.12, nearly all of it compacting the 3 segments
-that keep records (about 5,000 runs re-encoded) and syncing their new files (the
-17 swaps' other file calls: 0.011). So the job is about 0.35 s, 0.24x of the raw
-read, and its first pass alone (one verified read plus the key map) is 0.25 s,
-0.34x: ``engine_vs_raw_read`` >= 0.3 needs a cheaper key map than a Python dict
-(native code) on top of everything here.
+Where the time goes at 1 GiB on a quiet VM (medians of 5 runs, seconds), with
+pyarrow's key map (``key_map_kind()``, in the notes): the raw read 0.075-0.08;
+``read_segment`` over the range verifying checksums 0.09 (0.076 trusting them);
+the keys gathered from it 0.06 (about 4 us a batch); the key map 0.03 (about
+28 ns a record, a million records: Arrow's hash table over groups of 43,690 (the
+64 MiB budget's eighth), against 120 ns for the dict, record by record); the
+rewrite pass 0.10-0.11: compacting the 3 segments that keep records (about 5,000
+runs re-encoded, 0.045 in memory), writing and syncing their new files (0.047)
+and the 13 emptied segments' swaps (0.009). So the job is about 0.3 s, 0.25x of
+the raw read. ``engine_vs_raw_read`` >= 0.3 needs about 0.05 s less: every part
+left is a few microseconds of Python a batch or a run (2,000 input batches,
+5,000 runs, 16,600 batches read), or the reads themselves.
 
 Then ``produce_p99_during_compaction_vs_idle`` (target <= 1.5; :func:`p99_run`):
 ``--p99-runs`` (3) times, a fresh node process (fsync on) with a compact topic of
@@ -82,11 +87,15 @@ figure is the median of the runs, with ``produce_p99_idle_ms``,
 ``compacting_share`` (of the time sampled during) and
 ``produce_samples_during_compaction``.
 The ratio depends on the disk: with fsyncs of 7-11 ms at p99 (this VM earlier)
-it was 0.92-1.42; with fsyncs well under a millisecond (idle p99 about 0.9 ms) the
-calls during a job wait on the CPU instead, the client, the node's event loop and
-its compaction thread sharing 2 cores: 1.6-2.0, alike before and after the
-freeing thread (medians of 3 runs each, alternated, at ``--mib 64``), for a p99
-during of 1.5-1.7 ms.
+it was 0.92-1.42. With fsyncs well under a millisecond (idle p99 about 0.9 ms) it
+was 1.6-2.0 until three causes of slow calls during a job went (each seen in the
+timeline of the calls against the node's log): pyarrow's import by the first job
+(10-20 ms stalls: now imported on the compaction thread at node start); a step of
+the key map over 43,690 records holding the GIL for some 5 ms (a paced job now
+takes 2,048: ``PACED_GROUP_RECORDS``); and the emptied segments' swaps back to
+back, unpaced, each holding up the produce call whose fsync waits behind its two
+fsyncs (now each counts its bytes against the pace and leaves the directory's
+fsync to the end of the run). Now 1.4-1.5 (medians of 5 runs of 1).
 
 Prints a table, the notes, the targets missed, then one JSON object as the last
 line.
@@ -238,9 +247,10 @@ def engine_run(source: Path, work: Path, memory_bytes_max: int) -> EngineRun:
             for base, segment_end in sealed:
                 if superseded.count(base, segment_end - base) == segment_end - base:
                     # Every offset holds a superseded record: nothing to read.
-                    log.replace_segment(base, [])
+                    log.replace_segment(base, [], sync_directory=False)
                     continue
                 log.replace_segment(base, compact(log.read_segment(base), cmd, superseded))
+            log.sync_directory()
             passes = superseded.passes
         done = time.perf_counter()
         files.wait_freed()

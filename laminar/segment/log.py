@@ -992,12 +992,21 @@ class SegmentLog:
             expected = header.next_offset
         return _TIMESTAMP_MAX
 
-    def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
+    def sync_directory(self) -> None:
+        """(See :meth:`LogStorage.sync_directory`.)"""
+        with self._lock:
+            self._check_open()
+        fsync_directory(self._directory)
+
+    def replace_segment(
+        self, base: int, batches: Iterable[Buffer], *, sync_directory: bool = True
+    ) -> None:
         """(See :meth:`LogStorage.replace_segment`.) The new batches are written to
         ``<base>.log.tmp`` and fsynced, without holding the log's lock; then, under
         it, the segment's index files are deleted (directory fsynced; not when the
         new file is empty: see :meth:`_swap_locked`), the new file is renamed over
-        ``<base>.log`` (directory fsynced) and its indexes written (not fsynced).
+        ``<base>.log`` (directory fsynced, unless ``sync_directory`` is False) and its
+        indexes written (not fsynced).
         A crash before the rename leaves the old file (the ``.tmp`` is removed at
         open), after it the new one; missing, torn or stale indexes are rebuilt at
         open.
@@ -1024,7 +1033,7 @@ class SegmentLog:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
                 raise
-            self._swap_locked(segment, new, temporary)
+            self._swap_locked(segment, new, temporary, sync_directory=sync_directory)
 
     def _first_term_from_locked(self, number: int) -> int:
         """The term of the first batch in segment ``number`` or a later one (the
@@ -1083,7 +1092,9 @@ class SegmentLog:
             new.last_term = term_min
         return new
 
-    def _swap_locked(self, old: _Segment, new: _Segment, temporary: str) -> None:
+    def _swap_locked(
+        self, old: _Segment, new: _Segment, temporary: str, *, sync_directory: bool = True
+    ) -> None:
         """Put the written replacement ``new`` of sealed segment ``old`` in place.
 
         The old file is held open across the rename, so that the rename does not
@@ -1126,7 +1137,8 @@ class SegmentLog:
                 break
             later.last_term = new.last_term  # a segment compaction emptied
         self._truncations += 1  # scrub cursors and racing reads start over
-        fsync_directory(self._directory)
+        if sync_directory:
+            fsync_directory(self._directory)
         # Not fsynced: a crash that loses them costs a rebuild from the batch headers of
         # a segment compaction just shrank (two of the five fsyncs of each swap).
         new.index.write(new.path(INDEX_SUFFIX), new.path(TIME_INDEX_SUFFIX), sync=False)

@@ -184,7 +184,12 @@ class MemoryLog:
             ),
         )
 
-    def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
+    def sync_directory(self) -> None:
+        self._check_open()
+
+    def replace_segment(
+        self, base: int, batches: Iterable[Buffer], *, sync_directory: bool = True
+    ) -> None:
         self._check_open()
         number = self._segment_number(base)
         if number == len(self._segment_bases) - 1:

@@ -110,10 +110,16 @@ class LogStorage(Protocol):
         ``base``."""
         ...
 
-    def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
+    def replace_segment(
+        self, base: int, batches: Iterable[Buffer], *, sync_directory: bool = True
+    ) -> None:
         """Replace the batches of the *sealed* segment based at ``base`` by
         ``batches`` (keyed compaction's rewrite), crash-safely: after a crash at any
         point the segment holds the old batches or the new ones, never a mix.
+        ``sync_directory`` False leaves the swap to be made durable by the next
+        swap that is, or by :meth:`sync_directory` (until then a crash may leave the
+        old batches): keyed compaction swaps a run of emptied segments so, with one
+        directory fsync after them rather than one each.
 
         Every batch must be valid (checksums), lie inside ``[base, end)`` of that
         segment, and start after the previous one ends; there may be none. Anything
@@ -122,6 +128,11 @@ class LogStorage(Protocol):
         move. A read already under way finishes on the old batches; later reads see
         the new ones.
         """
+        ...
+
+    def sync_directory(self) -> None:
+        """Make the swaps made with ``sync_directory=False`` durable (one fsync of
+        the log's directory; nothing for a log in memory)."""
         ...
 
     def read(self, offset: int, max_bytes: int, *, upper_offset: int | None = None) -> bytes:

@@ -50,21 +50,23 @@ falls at the end of a run (a batch boundary)."""
 SCAN_CHUNKS_MAX = 4096
 """The most runs one scan keeps (as many sealed segments, or 4 GiB read); E stops
 at the last one."""
-PACED_GROUP_RECORDS = 8192
+PACED_GROUP_RECORDS = 2048
 """The most records whose keys a paced job hashes in one step (``group_records_max``
-of :func:`~laminar.segment.compaction.build_superseded`): about half a millisecond
-holding the GIL, against some 5 ms for the engine's default of 65,536 with
-pyarrow, which an unpaced job (the bench's throughput figure) keeps: a produce
-call waits out a step under way (bench.compaction_bench saw calls of 4-8 ms at
-each such step)."""
+of :func:`~laminar.segment.compaction.build_superseded`): a step holds the GIL for
+most of its time, and a produce call waits out a step under way. With the engine's
+default of 65,536 (pyarrow) a step is some 5 ms, and bench.compaction_bench saw
+calls of 4-8 ms at each; at 8,192 about half a millisecond; at 2,048 a paced job's
+p99 ratio was 1.41 against 1.45 at 8,192 (medians of 5 runs each, alternated). An
+unpaced job (the bench's throughput figure) keeps the default."""
 SWAP_PACE_BYTES = 1 << 20
 """What the swap of an emptied segment (one replaced unread: every offset
 superseded) counts for against the pace at most: the segment's bytes, up to a
-mebibyte. A swap is two fsyncs and a rename; a job of small segments, most of them
-emptied, would otherwise swap them back to back, and every produce call's fsync
-would queue behind them in the filesystem's journal (bench.compaction_bench
-measured calls of 2-5 ms in such a burst of 1 MiB segments, against 1.3 ms at p99
-idle). A segment rewritten is paced by its read already."""
+mebibyte. A swap is an fsync and a rename (the directory's fsync comes once after
+a run of them); a job of small segments, most of them emptied, would otherwise
+swap them back to back, and every produce call's fsync would queue behind them in
+the filesystem's journal (bench.compaction_bench measured calls of 2-5 ms in such
+a burst of 1 MiB segments, against 1.3 ms at p99 idle). A segment rewritten is
+paced by its read already."""
 
 
 class CompactionCancelledError(Exception):
@@ -229,6 +231,7 @@ def run_command(
     if start >= end or not segments:
         return 0
     kept = 0
+    unsynced = False  # emptied segments swapped since the directory's last fsync
     paced = pacer.bytes_per_s > 0
     with build_superseded(
         read_range,
@@ -245,7 +248,10 @@ def run_command(
             superseded = gone.count(base, span)
             if segment_end <= end and superseded == span:
                 swapped = log.segment_summary(base).size_bytes
-                log.replace_segment(base, [])  # every offset superseded: not even read
+                # Every offset superseded: not even read. The directory is synced
+                # once after a run of them (the next rewrite's swap, or the end).
+                log.replace_segment(base, [], sync_directory=False)
+                unsynced = True
                 pacer.pace(min(swapped, SWAP_PACE_BYTES))
                 continue
             if not superseded and command.tombstones_end <= base:
@@ -260,7 +266,10 @@ def run_command(
                 continue
             output = _Counted(compact(_paced(log.read_segment(base), pacer), command, gone), end)
             log.replace_segment(base, output)
+            unsynced = False
             kept += output.count
+    if unsynced:
+        log.sync_directory()  # the job is done, and so its result durable, only now
     return kept
 
 

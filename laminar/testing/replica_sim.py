@@ -366,7 +366,9 @@ class SimLog(MemoryLog):
         super().__init__(fsync=False, segment_batches_max=segment_batches_max)
         self.disk = disk
 
-    def replace_segment(self, base: int, batches: Iterable[Buffer]) -> None:
+    def replace_segment(
+        self, base: int, batches: Iterable[Buffer], *, sync_directory: bool = True
+    ) -> None:
         disk = self.disk
         if disk.crash_in_swaps is not None:
             if disk.crash_in_swaps <= 0:
@@ -375,7 +377,7 @@ class SimLog(MemoryLog):
             disk.crash_in_swaps -= 1
         if disk.segment_reads and disk.segment_reads[-1] == base:
             disk.rewrite_reads += 1
-        super().replace_segment(base, batches)
+        super().replace_segment(base, batches, sync_directory=sync_directory)
         disk.swaps += 1
 
     def read_segment(self, base: int) -> Iterator[bytes]:

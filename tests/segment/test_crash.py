@@ -601,3 +601,26 @@ def test_a_swapped_segment_reopens_without_rebuilding_anything(
     messages = [record.getMessage() for record in caplog.records]
     assert not [m for m in messages if "rebuilding" in m or "truncating" in m], messages
     assert _segment_files(template) == before
+
+
+def test_an_emptied_swap_left_to_sync_the_directory_later_makes_one_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sync_directory=False`` (keyed compaction's runs of emptied segments): the
+    new file's fsync only; ``sync_directory()`` then fsyncs the directory once. Its
+    calls are the swap's above less the directory's last fsync, so a crash at each
+    leaves the old segment or the new one as the crash test above checks (a power
+    loss may undo the rename until ``sync_directory()``)."""
+    import importlib
+
+    template, _, base, new = _swap_template(tmp_path, 36, emptied=True)
+    crashing = _CrashingOs(None)
+    with SegmentLog.open(str(template), CONFIG) as log, monkeypatch.context() as patch:
+        for name in _SWAP_MODULES:
+            patch.setattr(importlib.import_module(name), "os", crashing)
+        log.replace_segment(base, new, sync_directory=False)
+        swapped = list(crashing.calls)
+        log.sync_directory()
+        after = crashing.calls[len(swapped) :]
+    assert swapped.count("fsync") == 1 and swapped.index("fsync") < swapped.index("replace")
+    assert after.count("fsync") == 1, after

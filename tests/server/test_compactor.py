@@ -83,8 +83,8 @@ class _Paces:
         self.pacer = Counting(1 << 40, sleep=lambda _: None)
         original = log.replace_segment
 
-        def swapping(base: int, batches: Iterable[Buffer]) -> None:
-            original(base, batches)
+        def swapping(base: int, batches: Iterable[Buffer], **options: bool) -> None:
+            original(base, batches, **options)
             self.events.append(("swap", base))
 
         log.replace_segment = swapping  # type: ignore[method-assign]
@@ -132,3 +132,43 @@ def test_a_paced_job_hashes_its_keys_in_small_steps(monkeypatch: pytest.MonkeyPa
     command = CompactCommand(3, 0, codec=0)
     run_command(_log([b"a", b"a", b"b"]), command, memory_bytes_max=1 << 20, pacer=paced)
     assert seen == [None, compactor.PACED_GROUP_RECORDS]
+
+
+def _recording(log: MemoryLog, calls: list[tuple[str, int, bool]]) -> MemoryLog:
+    """``log`` with its swaps and directory syncs noted in ``calls``."""
+    replace, sync = log.replace_segment, log.sync_directory
+
+    def replacing(base: int, batches: Iterable[Buffer], *, sync_directory: bool = True) -> None:
+        calls.append(("swap", base, sync_directory))
+        replace(base, batches, sync_directory=sync_directory)
+
+    def syncing() -> None:
+        calls.append(("sync", -1, True))
+        sync()
+
+    log.replace_segment = replacing  # type: ignore[method-assign]
+    log.sync_directory = syncing  # type: ignore[method-assign]
+    return log
+
+
+def test_a_run_of_emptied_segments_syncs_the_directory_once_after_it() -> None:
+    """Emptied segments are swapped without the directory's fsync; it comes once,
+    before the job returns (its result must be durable then), or with the next
+    rewritten segment's swap, which syncs the directory itself."""
+    calls: list[tuple[str, int, bool]] = []
+    for keys in ([b"a"] * 6, [b"a", b"a", b"a", b"a", b"a", b"c"]):
+        log = _recording(_log(keys), calls)
+        run_command(log, CompactCommand(6, 0, codec=0), memory_bytes_max=1 << 20)
+        calls.append(("job done", -1, True))
+    # [a a] [a a] [a a]: two emptied, then a rewrite (it syncs the directory itself).
+    # [a a] [a a] [a c]: two emptied, then one left alike, then the job's own sync.
+    assert calls == [
+        ("swap", 0, False),
+        ("swap", 2, False),
+        ("swap", 4, True),
+        ("job done", -1, True),
+        ("swap", 0, False),
+        ("swap", 2, False),
+        ("sync", -1, True),
+        ("job done", -1, True),
+    ]
