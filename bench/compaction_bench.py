@@ -65,11 +65,16 @@ the keys gathered from it 0.06 (about 4 us a batch); the key map 0.03 (about
 28 ns a record, a million records: Arrow's hash table over groups of 43,690 (the
 64 MiB budget's eighth), against 120 ns for the dict, record by record); the
 rewrite pass 0.10-0.11: compacting the 3 segments that keep records (about 5,000
-runs re-encoded, 0.045 in memory), writing and syncing their new files (0.047)
-and the 13 emptied segments' swaps (0.009). So the job is about 0.3 s, 0.25x of
-the raw read. ``engine_vs_raw_read`` >= 0.3 needs about 0.05 s less: every part
-left is a few microseconds of Python a batch or a run (2,000 input batches,
-5,000 runs, 16,600 batches read), or the reads themselves.
+runs re-encoded, each trimmed batch's columns cut by ``stored_column_view``:
+0.045 with their read), writing and syncing their new files (0.047) and the 13
+emptied segments' swaps (0.009). So the job is about 0.29 s, 0.25-0.28x of the
+raw read. ``engine_vs_raw_read`` >= 0.3 needs some 0.03 s less: every part left
+is a few microseconds of Python a batch or a run (2,000 input batches, 5,000
+runs, 16,600 batches read), or the reads themselves. (Reading the next window on
+a second thread while the caller works on the current one made the passes twice
+as slow: the two threads hand the GIL back and forth at every window.) The first
+round's first pass is about twice as slow as the others' in every run (a
+first-use cost not found); the medians leave it out.
 
 Then ``produce_p99_during_compaction_vs_idle`` (target <= 1.5; :func:`p99_run`):
 ``--p99-runs`` (3) times, a fresh node process (fsync on) with a compact topic of

@@ -923,6 +923,32 @@ def column_view(
     )
 
 
+def stored_column_view(batch: bytes | bytearray | memoryview, header: BatchHeader) -> ColumnView:
+    """:func:`column_view` of a stored batch whose header :func:`parse_header`
+    returned as ``header``: its columns cut without the checks (a stored batch's
+    payload was checked on receipt, as :func:`key_column` relies on too), at about a
+    third of the cost. Keyed compaction's rewrite cuts every batch it trims so."""
+    payload = _payload(batch, 0, header)
+    layout = _ColumnLayout.of(header.record_count, payload)
+    _, timestamps_end, value_lengths_end, key_lengths_end, data_start = layout
+    key_bytes = 0
+    if layout.flags & _FLAG_KEYS:
+        key_lengths = _from_little("i", payload[value_lengths_end:key_lengths_end])
+        key_bytes = sum(key_lengths) + key_lengths.count(-1)  # each -1 counted back
+    value_lengths = _from_little("i", payload[timestamps_end:value_lengths_end])
+    value_bytes = sum(value_lengths) + value_lengths.count(-1)
+    return ColumnView(
+        header,
+        payload[1:timestamps_end],
+        payload[timestamps_end:value_lengths_end],
+        payload[value_lengths_end:key_lengths_end] if layout.flags & _FLAG_KEYS else None,
+        payload[key_lengths_end:data_start] if layout.flags & _FLAG_HEADERS else None,
+        payload[data_start:],
+        key_bytes,
+        key_bytes + value_bytes,
+    )
+
+
 def encode_run(
     view: ColumnView,
     start: int,

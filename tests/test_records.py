@@ -28,6 +28,7 @@ from laminar.records import (
     Compression,
     Record,
     check_payload,
+    column_view,
     decode_batch,
     decode_records,
     encode_batch,
@@ -574,3 +575,13 @@ def test_a_headers_compression_is_its_codec_and_an_unknown_one_raises() -> None:
     assert header._replace(attributes=0).compression is Compression.NONE
     with pytest.raises(ValueError, match="5"):
         _ = header._replace(attributes=5).compression
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch_strategy)
+def test_stored_column_view_cuts_what_column_view_checks_and_cuts(batch: bytes) -> None:
+    """Keyed compaction's unchecked cut of a stored batch gives column_view's columns
+    (nulls, headers, zstd, no keys at all), for the stamped batch as stored."""
+    stamped = memoryview(with_leader_fields(batch, 500, 2))
+    header = parse_header(stamped)
+    assert records.stored_column_view(stamped, header) == column_view(stamped)

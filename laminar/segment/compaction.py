@@ -61,11 +61,11 @@ from laminar.errors import CorruptBatchError, InvalidInputError, ZstdVersionErro
 from laminar.records import (
     ColumnView,
     Compression,
-    column_view,
     encode_run,
     key_column,
     libzstd_version,
     parse_header,
+    stored_column_view,
     stored_header,
 )
 from laminar.segment.storage import Buffer
@@ -244,7 +244,7 @@ def compact(
         if not superseded_count and cmd.tombstones_end <= base:
             yield batch  # nothing superseded, no tombstone removable
             continue
-        view = column_view(batch, verify=False)  # verified by the read that yielded it
+        view = stored_column_view(batch, header)  # checked when stored, verified when read
         survivors = _survivors(view, cmd, _superseded_mask(superseded, base, count))
         if survivors.all():
             yield batch
