@@ -38,14 +38,19 @@ than ``BITMAP_MEMORY_BYTES_MAX``). B starts at 1; when a pass's map would pass
 ``memory_bytes_max``, B doubles and the passes start over. The result does not
 depend on B: each key lives in one bucket, whose pass sees all its records. Two
 long keys with one 128-bit hash would count as one key, on every replica alike.
-The map's size is checked after each group of batches read together (at most an eighth of
-the budget's keys, and at most ``GROUP_RECORDS`` records), so it passes the budget
-by at most that much.
+The map's size is checked after each group of batches read together (at most an
+eighth of the budget's keys, and at most ``GROUP_RECORDS`` records,
+``ARROW_GROUP_RECORDS`` with pyarrow, or the caller's ``group_records_max``), so it
+passes the budget by at most that much. With pyarrow installed the map is Arrow's
+(:class:`_ArrowKeyMap`: a group's distinct keys found by a native hash table, then
+merged into the map's), else a dict updated record by record; both hold the same
+map keys, so they mark the same offsets.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import mmap
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -69,6 +74,8 @@ from laminar.records import (
     stored_header,
 )
 from laminar.segment.storage import Buffer
+
+_LOG = logging.getLogger(__name__)
 
 COMPACT_KIND = b"compact"
 """The key of the control batch that carries a :class:`CompactCommand`."""
@@ -573,7 +580,7 @@ class _ArrowKeyMap:
 
     def __init__(self, pa: Any, pc: Any) -> None:
         self._pa, self._pc = pa, pc
-        self._keys = pa.array([], pa.binary())
+        self._keys = pa.array([], pa.large_binary())  # 64-bit offsets: any budget fits
         self._newest = np.empty(0, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -626,7 +633,8 @@ class _ArrowKeyMap:
         """Note ``newest[i]`` as the newest offset of ``keys[i]`` (distinct keys,
         newer than every offset in the map)."""
         known = len(self._keys)
-        merged = self._pc.dictionary_encode(self._pa.concat_arrays([self._keys, keys]))
+        new_keys = keys.cast(self._pa.large_binary())
+        merged = self._pc.dictionary_encode(self._pa.concat_arrays([self._keys, new_keys]))
         slots = merged.indices.to_numpy()[known:]
         offsets = np.empty(len(merged.dictionary), dtype=np.int64)
         offsets[:known] = self._newest
@@ -684,13 +692,17 @@ def _arrow() -> tuple[Any, Any] | None:
     try:
         import pyarrow
         import pyarrow.compute
+
+        # What a first job would otherwise set up, holding the GIL for a few ms: the
+        # kernels of the calls its groups make.
+        keys = pyarrow.array([b"a", b"a"], pyarrow.large_binary())
+        pyarrow.concat_arrays([keys, keys.take(pyarrow.array([0]))])
+        pyarrow.compute.dictionary_encode(keys).indices.to_numpy()
     except ImportError:
         return None
-    # What a first job would otherwise set up, holding the GIL for a few ms: the
-    # kernels of the calls its groups make.
-    keys = pyarrow.array([b"a", b"a"], pyarrow.binary())
-    pyarrow.concat_arrays([keys, keys.take(pyarrow.array([0]))])
-    pyarrow.compute.dictionary_encode(keys).indices.to_numpy()
+    except Exception as error:  # an install that does not load: the dict still works
+        _LOG.warning("pyarrow does not load (%s): keyed compaction's key map is a dict", error)
+        return None
     return pyarrow, pyarrow.compute
 
 

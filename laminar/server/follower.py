@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from laminar.errors import OffsetOutOfRangeError
 from laminar.replica.core import ReplicaCore
 from laminar.server.metadata import MetadataChange, MetadataState
+from laminar.server.tasks import cancel_and_wait
 
 _LOG = logging.getLogger(__name__)
 
@@ -61,10 +62,7 @@ class MetadataFollower:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(task)
 
     def committed(self) -> None:
         """The local replica of ``__cluster/0`` committed more."""

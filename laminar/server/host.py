@@ -140,6 +140,7 @@ from laminar.server.driver import Replica as DriverReplica
 from laminar.server.observability.histogram import Histogram
 from laminar.server.observability.history import LeadershipLog
 from laminar.server.scrub import Scrubber
+from laminar.server.tasks import cancel_and_wait
 from laminar.server.tracing import ProduceTrace, Tracing
 
 __all__ = [
@@ -313,10 +314,7 @@ class ReplicaHost:
         self._scrubber.close()  # a job under way stops after its current call
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        await cancel_and_wait(self._ticker)
         if self._flush_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self._flush_task, max(0.0, deadline - loop.time()))

@@ -1,12 +1,15 @@
 """Keyed compaction's engine (laminar/segment/compaction.py): the survival rule
 against a model, canonical re-encoding, confluence, independence of the number of
-passes, and the ``compact`` command's strict decoding."""
+passes (with each key map: pyarrow's and the dict), and the ``compact`` command's
+strict decoding."""
 
 from __future__ import annotations
 
+import builtins
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -703,3 +706,26 @@ def test_runs_are_the_maximal_runs_of_survivors(flags: list[bool]) -> None:
     got = list(compaction._runs(np.array(flags, dtype=bool)))
     assert got == [tuple(run) for run in expected]
     assert all(type(value) is int for run in got for value in run)
+
+
+def test_a_pyarrow_that_does_not_load_leaves_the_dict(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An installed pyarrow whose libraries fail to load does not stop compaction:
+    the key map is the dict, and the log says why."""
+    real_import = builtins.__import__
+
+    def failing(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("pyarrow"):
+            raise OSError("libarrow.so: cannot open shared object file")
+        return real_import(name, *args, **kwargs)
+
+    compaction._arrow.cache_clear()
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(builtins, "__import__", failing)
+            assert compaction.key_map_kind() == "dict"
+        assert "pyarrow does not load (libarrow.so" in caplog.text
+    finally:
+        compaction._arrow.cache_clear()
+    assert compaction.key_map_kind() == "arrow"
