@@ -100,7 +100,8 @@ the key map over 43,690 records holding the GIL for some 5 ms (a paced job now
 takes 2,048: ``PACED_GROUP_RECORDS``); and the emptied segments' swaps back to
 back, unpaced, each holding up the produce call whose fsync waits behind its two
 fsyncs (now each counts its bytes against the pace and leaves the directory's
-fsync to the end of the run). Now 1.4-1.5 (medians of 5 runs of 1).
+fsync to the end of the run). Now 1.3-1.7 over 9 bench runs (each the median of
+3 runs), median 1.47: the idle p99 itself moved from 0.86 to 1.26 ms between them.
 
 Prints a table, the notes, the targets missed, then one JSON object as the last
 line.
