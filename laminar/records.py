@@ -907,19 +907,8 @@ def column_view(
         raise _malformed(error) from None
     layout = _ColumnLayout.of(header.record_count, payload)
     value_bytes = sum(columns.value_lengths) + columns.value_null_count  # -1 per null
-    key_bytes = columns.headers_start - value_bytes
-    has_keys = layout.flags & _FLAG_KEYS
-    return ColumnView(
-        header,
-        payload[1 : layout.timestamps_end],
-        payload[layout.timestamps_end : layout.value_lengths_end],
-        payload[layout.value_lengths_end : layout.key_lengths_end] if has_keys else None,
-        payload[layout.key_lengths_end : layout.data_start]
-        if layout.flags & _FLAG_HEADERS
-        else None,
-        columns.data,
-        key_bytes,
-        columns.headers_start,
+    return _cut_columns(
+        header, payload, layout, columns.headers_start - value_bytes, columns.headers_start
     )
 
 
@@ -930,22 +919,37 @@ def stored_column_view(batch: bytes | bytearray | memoryview, header: BatchHeade
     third of the cost. Keyed compaction's rewrite cuts every batch it trims so."""
     payload = _payload(batch, 0, header)
     layout = _ColumnLayout.of(header.record_count, payload)
-    _, timestamps_end, value_lengths_end, key_lengths_end, data_start = layout
     key_bytes = 0
     if layout.flags & _FLAG_KEYS:
-        key_lengths = _from_little("i", payload[value_lengths_end:key_lengths_end])
+        key_lengths = _from_little("i", payload[layout.value_lengths_end : layout.key_lengths_end])
         key_bytes = sum(key_lengths) + key_lengths.count(-1)  # each -1 counted back
-    value_lengths = _from_little("i", payload[timestamps_end:value_lengths_end])
+    value_lengths = _from_little("i", payload[layout.timestamps_end : layout.value_lengths_end])
     value_bytes = sum(value_lengths) + value_lengths.count(-1)
+    return _cut_columns(header, payload, layout, key_bytes, key_bytes + value_bytes)
+
+
+def _cut_columns(
+    header: BatchHeader,
+    payload: memoryview,
+    layout: _ColumnLayout,
+    values_start: int,
+    headers_start: int,
+) -> ColumnView:
+    """The :class:`ColumnView` of ``payload``, laid out as ``layout``, whose values
+    and header blobs start at ``values_start`` and ``headers_start`` of its data."""
     return ColumnView(
         header,
-        payload[1:timestamps_end],
-        payload[timestamps_end:value_lengths_end],
-        payload[value_lengths_end:key_lengths_end] if layout.flags & _FLAG_KEYS else None,
-        payload[key_lengths_end:data_start] if layout.flags & _FLAG_HEADERS else None,
-        payload[data_start:],
-        key_bytes,
-        key_bytes + value_bytes,
+        payload[1 : layout.timestamps_end],
+        payload[layout.timestamps_end : layout.value_lengths_end],
+        payload[layout.value_lengths_end : layout.key_lengths_end]
+        if layout.flags & _FLAG_KEYS
+        else None,
+        payload[layout.key_lengths_end : layout.data_start]
+        if layout.flags & _FLAG_HEADERS
+        else None,
+        payload[layout.data_start :],
+        values_start,
+        headers_start,
     )
 
 

@@ -49,7 +49,6 @@ map keys, so they mark the same offsets.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import mmap
 import tempfile
@@ -642,23 +641,21 @@ class _ArrowKeyMap:
         self._keys, self._newest = merged.dictionary, offsets
 
     def _identities(self, lengths: Any, blob: bytes) -> Any:
-        """Each record's key identity as a binary array (null keys: empty)."""
+        """Each record's key identity as a binary array (null keys: empty or null):
+        the dict's map key (:func:`_map_keys`), a long key's int hash as its 16 bytes
+        after ``_LONG_KEY``."""
         pa = self._pa
         count = len(lengths)
-        sizes = np.maximum(lengths, 0)
-        if int(lengths.max()) <= SHORT_KEY_BYTES:
+        if int(lengths.max()) <= SHORT_KEY_BYTES:  # every key its own bytes: no copy
             bounds = np.zeros(count + 1, dtype=np.int32)
-            np.cumsum(sizes, out=bounds[1:])
+            np.cumsum(np.maximum(lengths, 0), out=bounds[1:])
             return pa.Array.from_buffers(
                 pa.binary(), count, [None, pa.py_buffer(bounds), pa.py_buffer(blob)]
             )
-        bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
         return pa.array(
             [
-                blob[a:b]
-                if b - a <= SHORT_KEY_BYTES
-                else _LONG_KEY + xxhash.xxh3_128_digest(blob[a:b])
-                for a, b in itertools.pairwise(bounds)
+                _LONG_KEY + key.to_bytes(16, "big") if type(key) is int else key
+                for key in _map_keys(lengths, blob)
             ],
             pa.binary(),
         )
