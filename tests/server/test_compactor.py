@@ -31,18 +31,36 @@ def _stored(log: MemoryLog) -> list[bytes]:
     return [bytes(b) for base, _ in log.sealed_segments() for b in log.read_segment(base)]
 
 
-class _Swaps:
-    """Counts a log's replace_segment calls, by base."""
+class _Recorder:
+    """A log's swaps (once done) and directory syncs, and the calls of :attr:`pacer`,
+    in the order they came: ``("swap", base, sync_directory)``, ``("sync", -1, True)`` and
+    ``("pace", count, True)``."""
 
     def __init__(self, log: MemoryLog) -> None:
-        self.bases: list[int] = []
-        original = log.replace_segment
+        self.events: list[tuple[str, int, bool]] = []
+        events = self.events
+        replace, sync = log.replace_segment, log.sync_directory
 
-        def counting(base: int, batches: Iterable[Buffer]) -> None:
-            self.bases.append(base)
-            original(base, batches)
+        def replacing(base: int, batches: Iterable[Buffer], *, sync_directory: bool = True) -> None:
+            replace(base, batches, sync_directory=sync_directory)  # noted once done: a
+            events.append(("swap", base, sync_directory))  # rewrite paces while it reads
 
-        log.replace_segment = counting  # type: ignore[method-assign]
+        def syncing() -> None:
+            events.append(("sync", -1, True))
+            sync()
+
+        class Counting(Pacer):
+            def pace(self, count: int) -> None:
+                events.append(("pace", count, True))
+                super().pace(count)
+
+        log.replace_segment = replacing  # type: ignore[method-assign]
+        log.sync_directory = syncing  # type: ignore[method-assign]
+        self.pacer = Counting(1 << 40, sleep=lambda _: None)
+
+    @property
+    def swapped(self) -> list[int]:
+        return [base for kind, base, _ in self.events if kind == "swap"]
 
 
 def test_a_segment_the_command_leaves_alike_is_not_swapped() -> None:
@@ -50,10 +68,10 @@ def test_a_segment_the_command_leaves_alike_is_not_swapped() -> None:
     keys = [b"a", b"b", b"c", b"d", b"a", b"e"]
     log = _log(keys)
     before = _stored(log)
-    swaps = _Swaps(log)
+    swaps = _Recorder(log)
     command = CompactCommand(6, 0, codec=0)
     kept = run_command(log, command, memory_bytes_max=1 << 20)
-    assert swaps.bases == [0]  # [2, 4) and [4, 6) are as the command leaves them
+    assert swaps.swapped == [0]  # [2, 4) and [4, 6) are as the command leaves them
     with build_superseded(lambda: before, 0, 6, 1 << 20) as gone:
         assert _stored(log) == [bytes(b) for b in compact(before, command, gone)]
     assert [parse_header(b).base_offset for b in _stored(log)] == [1, 2, 3, 4, 5]
@@ -62,32 +80,10 @@ def test_a_segment_the_command_leaves_alike_is_not_swapped() -> None:
 
 def test_a_segment_with_a_removable_tombstone_is_rewritten() -> None:
     log = _log([b"a", b"b", b"c", b"d", b"e", b"f"], tombstone_at=1)
-    swaps = _Swaps(log)
+    swaps = _Recorder(log)
     run_command(log, CompactCommand(6, 2, codec=0), memory_bytes_max=1 << 20)
-    assert swaps.bases == [0]  # nothing superseded anywhere, but a tombstone below T
+    assert swaps.swapped == [0]  # nothing superseded anywhere, but a tombstone below T
     assert [parse_header(b).base_offset for b in _stored(log)] == [0, 2, 3, 4, 5]
-
-
-class _Paces:
-    """A Pacer that records what each call counted, and in which order with swaps."""
-
-    def __init__(self, log: MemoryLog) -> None:
-        self.events: list[tuple[str, int]] = []
-        events = self.events
-
-        class Counting(Pacer):
-            def pace(self, count: int) -> None:
-                events.append(("pace", count))
-                super().pace(count)
-
-        self.pacer = Counting(1 << 40, sleep=lambda _: None)
-        original = log.replace_segment
-
-        def swapping(base: int, batches: Iterable[Buffer], **options: bool) -> None:
-            original(base, batches, **options)
-            self.events.append(("swap", base))
-
-        log.replace_segment = swapping  # type: ignore[method-assign]
 
 
 def test_an_emptied_segments_swap_counts_its_bytes_against_the_pace() -> None:
@@ -98,21 +94,26 @@ def test_an_emptied_segments_swap_counts_its_bytes_against_the_pace() -> None:
     # rewritten (its b is superseded), the last left alike.
     log = _log([b"a", b"a", b"a", b"a", b"b", b"a", b"b", b"c"])
     sizes = {base: log.segment_summary(base).size_bytes for base, _ in log.sealed_segments()}
-    paces = _Paces(log)
+    paces = _Recorder(log)
     run_command(log, CompactCommand(8, 0, codec=0), memory_bytes_max=1 << 20, pacer=paces.pacer)
-    after_pass = paces.events[paces.events.index(("swap", 0)) :]
-    assert after_pass[:4] == [("swap", 0), ("pace", sizes[0]), ("swap", 2), ("pace", sizes[2])]
+    after_pass = paces.events[paces.events.index(("swap", 0, False)) :]
+    assert after_pass[:4] == [
+        ("swap", 0, False),
+        ("pace", sizes[0], True),
+        ("swap", 2, False),
+        ("pace", sizes[2], True),
+    ]
     # The rewritten one is paced by its read, batch by batch, and not charged again.
-    batch = sizes[4] // 2
-    assert after_pass[4:] == [("pace", batch), ("pace", batch), ("swap", 4)] + [("pace", batch)] * 2
+    batch = ("pace", sizes[4] // 2, True)
+    assert after_pass[4:] == [batch, batch, ("swap", 4, True), batch, batch]
 
 
 def test_a_swap_counts_a_mebibyte_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compactor, "SWAP_PACE_BYTES", 10)
     log = _log([b"a", b"a", b"a", b"b"])
-    paces = _Paces(log)
+    paces = _Recorder(log)
     run_command(log, CompactCommand(4, 0, codec=0), memory_bytes_max=1 << 20, pacer=paces.pacer)
-    assert paces.events[paces.events.index(("swap", 0)) + 1] == ("pace", 10)
+    assert paces.events[paces.events.index(("swap", 0, False)) + 1] == ("pace", 10, True)
 
 
 def test_a_paced_job_hashes_its_keys_in_small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,32 +135,16 @@ def test_a_paced_job_hashes_its_keys_in_small_steps(monkeypatch: pytest.MonkeyPa
     assert seen == [None, compactor.PACED_GROUP_RECORDS]
 
 
-def _recording(log: MemoryLog, calls: list[tuple[str, int, bool]]) -> MemoryLog:
-    """``log`` with its swaps and directory syncs noted in ``calls``."""
-    replace, sync = log.replace_segment, log.sync_directory
-
-    def replacing(base: int, batches: Iterable[Buffer], *, sync_directory: bool = True) -> None:
-        calls.append(("swap", base, sync_directory))
-        replace(base, batches, sync_directory=sync_directory)
-
-    def syncing() -> None:
-        calls.append(("sync", -1, True))
-        sync()
-
-    log.replace_segment = replacing  # type: ignore[method-assign]
-    log.sync_directory = syncing  # type: ignore[method-assign]
-    return log
-
-
 def test_a_run_of_emptied_segments_syncs_the_directory_once_after_it() -> None:
     """Emptied segments are swapped without the directory's fsync; it comes once,
     before the job returns (its result must be durable then), or with the next
     rewritten segment's swap, which syncs the directory itself."""
     calls: list[tuple[str, int, bool]] = []
     for keys in ([b"a"] * 6, [b"a", b"a", b"a", b"a", b"a", b"c"]):
-        log = _recording(_log(keys), calls)
+        log = _log(keys)
+        recorder = _Recorder(log)
         run_command(log, CompactCommand(6, 0, codec=0), memory_bytes_max=1 << 20)
-        calls.append(("job done", -1, True))
+        calls += [*recorder.events, ("job done", -1, True)]
     # [a a] [a a] [a a]: two emptied, then a rewrite (it syncs the directory itself).
     # [a a] [a a] [a c]: two emptied, then one left alike, then the job's own sync.
     assert calls == [
