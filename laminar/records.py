@@ -76,6 +76,7 @@ _ATTRIBUTES_KNOWN = ATTRIBUTE_CODEC_MASK | ATTRIBUTE_CONTROL
 
 _FLAG_KEYS = 0x01
 _FLAG_HEADERS = 0x02
+_FLAG_BYTES = tuple(bytes((flags,)) for flags in range(4))  # a payload's first byte
 
 NO_OFFSET = -1
 NO_TERM = -1
@@ -973,61 +974,96 @@ def encode_run(
     (:func:`zstd_compress`). So re-encoding a run of a run gives the bytes that
     re-encoding it from the original batch gives (keyed compaction relies on it,
     docs/format.md, section 1.7).
+    """
+    return next(encode_runs(view, ((start, stop),), compression=compression, limits=limits))
+
+
+def encode_runs(
+    view: ColumnView,
+    runs: Iterable[tuple[int, int]],
+    *,
+    compression: Compression,
+    limits: BatchLimits = DEFAULT_LIMITS,
+) -> Iterator[bytes]:
+    """:func:`encode_run` of each run ``(start, stop)`` of ``runs``, in turn: the
+    batch's columns are read once for all its runs (keyed compaction re-encodes a
+    few thousand runs of one or two records per segment, where reading the columns
+    again per run cost as much as encoding it).
 
     The columns are cut with C-level array calls (no object per record), except the
     header blobs, which are unpacked and re-packed one by one.
     """
     header = view.header
-    if not 0 <= start < stop <= header.record_count:
-        raise InvalidInputError(
-            f"records [{start}, {stop}) are not a run of the batch's {header.record_count}"
-        )
     if header.is_control or header.base_offset == NO_OFFSET or header.term == NO_TERM:
         raise InvalidInputError("only a stamped batch of records has runs to re-encode")
-    timestamps = _from_little("q", view.timestamps[8 * start : 8 * stop])
-    flags = 0
-    length_columns: list[bytes | memoryview] = [view.value_lengths[4 * start : 4 * stop]]
-    key_data: memoryview | bytes = b""
-    if view.key_lengths is not None:
-        key_lengths = _from_little("i", view.key_lengths)
-        if max(key_lengths[start:stop]) >= 0:
-            flags |= _FLAG_KEYS
-            length_columns.append(view.key_lengths[4 * start : 4 * stop])
-            key_data = view.data[_run_bounds(key_lengths, start, stop, 0)]
-    value_lengths = _from_little("i", view.value_lengths)
-    value_data = view.data[_run_bounds(value_lengths, start, stop, view.values_start)]
-    header_data = b""
+    count = header.record_count
+    timestamps = _from_little("q", view.timestamps)
+    value_bounds = _item_bounds(_from_little("i", view.value_lengths), view.values_start)
+    key_lengths_column = view.key_lengths
+    key_lengths: array[int] | None = None
+    key_bounds: list[int] = []
+    if key_lengths_column is not None:
+        key_lengths = _from_little("i", key_lengths_column)
+        key_bounds = _item_bounds(key_lengths, 0)
+        if -1 not in key_lengths:
+            key_lengths = None  # every run has a key column: nothing to check per run
+    header_lengths: array[int] | None = None
+    header_bounds: list[int] = []
     if view.header_lengths is not None:
         header_lengths = _from_little("I", view.header_lengths)
-        blobs = view.data[_run_bounds(header_lengths, start, stop, view.headers_start)]
-        decoded: list[tuple[Header, ...]] = []
-        position = 0
-        try:
-            for length in header_lengths[start:stop]:
-                decoded.append(_unpack_headers(blobs[position : position + length]))
-                position += length
-        except _MALFORMED_PAYLOAD_ERRORS as error:
-            raise _malformed(error) from None
-        if any(decoded):
-            flags |= _FLAG_HEADERS
-            header_column, header_data = _headers_column(decoded)
-            length_columns.append(header_column)
-    payload = b"".join(
-        (bytes((flags,)), _little(timestamps), *length_columns, key_data, value_data, header_data)
-    )
-    base_sequence = header.base_sequence
-    return seal_payload(
-        payload,
-        record_count=stop - start,
-        first_timestamp_ms=timestamps[0],
-        max_timestamp_ms=max(timestamps),
-        compression=compression,
-        producer_id=header.producer_id,
-        base_sequence=base_sequence if base_sequence == NO_SEQUENCE else base_sequence + start,
-        limits=limits,
-        base_offset=header.base_offset + start,
-        term=header.term,
-    )
+        header_bounds = _item_bounds(header_lengths, view.headers_start)
+    data = view.data
+    for start, stop in runs:
+        if not 0 <= start < stop <= count:
+            raise InvalidInputError(
+                f"records [{start}, {stop}) are not a run of the batch's {count}"
+            )
+        flags = 0
+        length_columns: list[bytes | memoryview] = [view.value_lengths[4 * start : 4 * stop]]
+        key_data: memoryview | bytes = b""
+        if key_lengths_column is not None and (
+            key_lengths is None or max(key_lengths[start:stop]) >= 0
+        ):
+            flags |= _FLAG_KEYS
+            length_columns.append(key_lengths_column[4 * start : 4 * stop])
+            key_data = data[key_bounds[start] : key_bounds[stop]]
+        header_data = b""
+        if header_lengths is not None:
+            decoded: list[tuple[Header, ...]] = []
+            try:
+                for index in range(start, stop):
+                    decoded.append(
+                        _unpack_headers(data[header_bounds[index] : header_bounds[index + 1]])
+                    )
+            except _MALFORMED_PAYLOAD_ERRORS as error:
+                raise _malformed(error) from None
+            if any(decoded):
+                flags |= _FLAG_HEADERS
+                header_column, header_data = _headers_column(decoded)
+                length_columns.append(header_column)
+        payload = b"".join(
+            (
+                _FLAG_BYTES[flags],
+                view.timestamps[8 * start : 8 * stop],  # little-endian as stored
+                *length_columns,
+                key_data,
+                data[value_bounds[start] : value_bounds[stop]],
+                header_data,
+            )
+        )
+        base_sequence = header.base_sequence
+        yield seal_payload(
+            payload,
+            record_count=stop - start,
+            first_timestamp_ms=timestamps[start],
+            max_timestamp_ms=max(timestamps[start:stop]),
+            compression=compression,
+            producer_id=header.producer_id,
+            base_sequence=base_sequence if base_sequence == NO_SEQUENCE else base_sequence + start,
+            limits=limits,
+            base_offset=header.base_offset + start,
+            term=header.term,
+        )
 
 
 def has_null_key(batch: bytes | bytearray | memoryview) -> bool:
@@ -1037,13 +1073,13 @@ def has_null_key(batch: bytes | bytearray | memoryview) -> bool:
     return lengths is None or -1 in _from_little("i", lengths)
 
 
-def _run_bounds(lengths: array[int], start: int, stop: int, origin: int) -> slice:
-    """Where the items ``[start, stop)`` of a length column (-1: null, no bytes) lie
-    in the data, whose column begins at ``origin``: C-level sums, each -1 counted
-    back."""
-    before, inside = lengths[:start], lengths[start:stop]
-    first = origin + sum(before) + before.count(-1)
-    return slice(first, first + sum(inside) + inside.count(-1))
+def _item_bounds(lengths: array[int], origin: int) -> list[int]:
+    """Where each item of a length column (-1: null, no bytes) begins in the data,
+    whose column begins at ``origin``, then where the last one ends: ``len(lengths)
+    + 1`` positions, summed at C level."""
+    if -1 in lengths:
+        return list(accumulate((length if length > 0 else 0 for length in lengths), initial=origin))
+    return list(accumulate(lengths, initial=origin))
 
 
 def key_column(

@@ -20,7 +20,7 @@ segment boundaries, nor its memory.
 :func:`compact` writes, per input batch: the batch byte for byte when all its
 records survive; nothing when none does; otherwise one batch per maximal run of
 consecutive survivors, re-encoded canonically by
-:func:`laminar.records.encode_run` (uncompressed when the batch was; zstd at the
+:func:`laminar.records.encode_runs` (uncompressed when the batch was; zstd at the
 pinned parameters when it was zstd and ``C.codec`` is 1, else uncompressed). The
 survivors of C are survivors of any earlier C0 (E0 <= E, T0 <= T), and a run
 under C lies inside a run under C0, whose re-encoding is unique. Compacting raw
@@ -65,10 +65,9 @@ from laminar.errors import CorruptBatchError, InvalidInputError, ZstdVersionErro
 from laminar.records import (
     ColumnView,
     Compression,
-    encode_run,
+    encode_runs,
     key_column,
     libzstd_version,
-    parse_header,
     stored_column_view,
     stored_header,
 )
@@ -236,7 +235,7 @@ def compact(
             f"superseded offsets were built up to {superseded.end}, the command's end is {cmd.end}"
         )
     for batch in batches:
-        header = parse_header(batch)
+        header = stored_header(batch)  # checked when stored
         if header.is_control or header.base_offset >= cmd.end:
             yield batch
             continue
@@ -258,8 +257,7 @@ def compact(
         compression = header.compression
         if compression is Compression.ZSTD:
             compression = _zstd_for(cmd)
-        for start, stop in _runs(survivors):
-            yield encode_run(view, start, stop, compression=compression)
+        yield from encode_runs(view, _runs(survivors), compression=compression)
 
 
 def _zstd_for(cmd: CompactCommand) -> Compression:

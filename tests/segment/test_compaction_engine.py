@@ -31,6 +31,7 @@ from laminar.records import (
     encode_control_batch,
     encode_records,
     encode_run,
+    encode_runs,
     libzstd_version,
     parse_header,
     seal_payload,
@@ -489,6 +490,26 @@ def test_a_run_is_the_canonical_encoding_of_its_records(
     )
     got = encode_run(column_view(batch), start, stop, compression=compression)
     assert got == with_leader_fields(fresh, 500 + start, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records, min_size=1, max_size=12), st.data(), st.sampled_from(list(Compression)))
+def test_the_runs_of_a_batch_are_each_run_encoded_alone(
+    batch_records: list[Record], data: st.DataObject, compression: Compression
+) -> None:
+    """encode_runs reads the batch's columns once for all its runs (null keys,
+    tombstones and headers anywhere): each run comes out as encode_run gives it."""
+    batch = with_leader_fields(
+        encode_records(batch_records, compression=compression, producer_id=9, base_sequence=100),
+        500,
+        3,
+    )
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(batch_records)), min_size=2)))
+    runs = [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if data.draw(st.booleans())]
+    view = column_view(batch)
+    assert list(encode_runs(view, runs, compression=compression)) == [
+        encode_run(view, start, stop, compression=compression) for start, stop in runs
+    ]
 
 
 def test_a_run_of_a_non_canonical_batch_is_canonical() -> None:
