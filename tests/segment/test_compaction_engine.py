@@ -6,6 +6,7 @@ strict decoding."""
 from __future__ import annotations
 
 import builtins
+import itertools
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -505,7 +506,7 @@ def test_the_runs_of_a_batch_are_each_run_encoded_alone(
         3,
     )
     cuts = sorted(data.draw(st.sets(st.integers(0, len(batch_records)), min_size=2)))
-    runs = [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if data.draw(st.booleans())]
+    runs = [run for run in itertools.pairwise(cuts) if data.draw(st.booleans())]
     view = column_view(batch)
     assert list(encode_runs(view, runs, compression=compression)) == [
         encode_run(view, start, stop, compression=compression) for start, stop in runs
