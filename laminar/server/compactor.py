@@ -34,7 +34,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from laminar.records import iter_batches, parse_header
+from laminar.records import iter_batches, parse_header, stored_header
 from laminar.replica.compaction_control import LogView, Run
 from laminar.segment.compaction import CompactCommand, build_superseded, compact
 from laminar.segment.storage import Buffer, LogStorage
@@ -219,20 +219,18 @@ def run_command(
     start = log.start_offset
     end = command.end
     segments = segments_below(log, end)
+    paced = pacer.bytes_per_s > 0
 
     def read_range() -> Iterable[Buffer]:
         for base, _ in segments_below(log, end):
             if cancelled():
                 raise CompactionCancelledError
-            for batch in log.read_segment(base):
-                pacer.pace(len(batch))
-                yield batch
+            yield from _paced(log.read_segment(base), pacer)
 
     if start >= end or not segments:
         return 0
     kept = 0
     unsynced = False  # emptied segments swapped since the directory's last fsync
-    paced = pacer.bytes_per_s > 0
     with build_superseded(
         read_range,
         start,
@@ -274,6 +272,13 @@ def run_command(
 
 
 def _paced(batches: Iterator[Buffer], pacer: Pacer) -> Iterator[Buffer]:
+    """``batches``, each paced as it passes (as they are: no call a batch unpaced)."""
+    if pacer.bytes_per_s <= 0:
+        return batches
+    return _pacing(batches, pacer)
+
+
+def _pacing(batches: Iterator[Buffer], pacer: Pacer) -> Iterator[Buffer]:
     for batch in batches:
         pacer.pace(len(batch))
         yield batch
@@ -289,7 +294,7 @@ class _Counted(Iterator[Buffer]):
 
     def __next__(self) -> Buffer:
         batch = next(self._batches)
-        if parse_header(batch).base_offset < self._end:
+        if stored_header(batch).base_offset < self._end:  # read, or encoded by compact
             self.count += len(batch)
         return batch
 
