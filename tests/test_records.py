@@ -579,6 +579,28 @@ def test_a_headers_compression_is_its_codec_and_an_unknown_one_raises() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(batch_strategy)
+def test_stored_key_column_cuts_what_key_column_cuts(batch: bytes) -> None:
+    """Keyed compaction's first pass cuts a stored batch's keys from four header
+    fields: key_column's columns (nulls, headers, zstd, no keys at all) and the
+    header's base, count and length; None for a batch without keys."""
+    stamped = memoryview(with_leader_fields(batch, 500, 2))
+    header = parse_header(stamped)
+    columns = records.key_column(stamped, header)
+    expected = (
+        None
+        if columns is None
+        else (500, header.record_count, header.length, bytes(columns[0]), bytes(columns[1]))
+    )
+    got = records.stored_key_column(stamped)
+    assert (None if got is None else (*got[:3], bytes(got[3]), bytes(got[4]))) == expected
+
+
+def test_stored_key_column_skips_a_control_batch() -> None:
+    assert records.stored_key_column(encode_control_batch(b"noop", b"k", 9)) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch_strategy)
 def test_stored_column_view_cuts_what_column_view_checks_and_cuts(batch: bytes) -> None:
     """Keyed compaction's unchecked cut of a stored batch gives column_view's columns
     (nulls, headers, zstd, no keys at all), for the stamped batch as stored."""

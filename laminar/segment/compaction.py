@@ -66,10 +66,10 @@ from laminar.records import (
     ColumnView,
     Compression,
     encode_runs,
-    key_column,
     libzstd_version,
     stored_column_view,
     stored_header,
+    stored_key_column,
 )
 from laminar.segment.storage import Buffer
 
@@ -746,19 +746,18 @@ def _key_groups(
     data: list[memoryview] = []
     records = held = 0
     for batch in batches:
-        header = stored_header(batch)  # read_segment checked it
-        base, count = header.base_offset, header.record_count
-        if header.is_control or base >= end or base + count <= start:
-            continue
-        columns = key_column(batch, header)
+        columns = stored_key_column(batch)  # read_segment checked it
         if columns is None:
-            continue  # every key null: nothing to supersede or be superseded
+            continue  # a control batch, or every key null: nothing to supersede
+        base, count, length, key_lengths, keys = columns
+        if base >= end or base + count <= start:
+            continue
         bases.append(base)
         counts.append(count)
-        lengths.append(columns[0])
-        data.append(columns[1])
+        lengths.append(key_lengths)
+        data.append(keys)
         records += count
-        held += header.length
+        held += length
         if held >= GATHER_BYTES or records >= group_records:
             pieces.append(_gather(bases, counts, lengths, data))
             bases, counts, lengths, data, held = [], [], [], [], 0
