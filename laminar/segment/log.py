@@ -903,6 +903,7 @@ class SegmentLog:
             truncations = self._truncations
             file = segment.file
             descriptor = self._files.pin(file)
+        limits = self._config.limits
         try:
             position = 0
             expected = segment.base_offset
@@ -910,30 +911,41 @@ class SegmentLog:
                 window = memoryview(
                     os.pread(descriptor, min(_RECOVERY_CHUNK_BYTES, size - position), position)
                 )
+                window_bytes = len(window)
                 at = 0
-                while at + HEADER_BYTES <= len(window):
-                    header = self._parse_header(segment, window, at, position + at, expected)
-                    if at + header.length > len(window):
+                # The loop runs once a batch (16,000 times per GiB of keyed compaction's
+                # first pass): locals, not attributes, where it can.
+                while at + HEADER_BYTES <= window_bytes:
+                    try:
+                        header = parse_header(window, at, limits=limits)
+                    except RecordFormatError as error:
+                        raise CorruptSegmentError(
+                            segment.log_path, expected, position + at, f"bad batch header: {error}"
+                        ) from None
+                    stop = at + header.length
+                    if stop > window_bytes:
                         if at:
                             break  # read from this batch on
                         window = memoryview(os.pread(descriptor, header.length, position))
+                        window_bytes = len(window)
                     if (
-                        position + at + header.length > min(size, position + len(window))
+                        position + stop > size
+                        or stop > window_bytes
                         or header.base_offset < expected
                     ):
                         raise CorruptSegmentError(
                             segment.log_path, expected, position + at, "bad batch in segment"
                         )
-                    if position + at + header.length > verified:
+                    if position + stop > verified:
                         try:
                             verify_payload(window, at, header)
                         except RecordFormatError as error:
                             raise _corrupt(
                                 segment.log_path, expected, position + at, error
                             ) from None
-                    yield window[at : at + header.length]
-                    at += header.length
-                    expected = header.next_offset
+                    yield window[at:stop]
+                    at = stop
+                    expected = header.base_offset + header.record_count
                 if at == 0:
                     raise CorruptSegmentError(
                         segment.log_path, expected, position, "the segment ends inside a batch"
