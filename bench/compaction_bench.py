@@ -59,23 +59,27 @@ the freeing thread (12-16 ms per 64 MiB segment, mostly the filesystem freeing
 its blocks in its journal: done during the job, it holds the job's next fsync
 up, hence the thread's wait for the job to end).
 
-Where the time goes at 1 GiB on a quiet VM (medians of 5 runs, seconds), with
-pyarrow's key map (``key_map_kind()``, in the notes): the raw read 0.075-0.08;
-``read_segment`` over the range verifying checksums 0.09 (0.076 trusting them);
-the keys gathered from it 0.06 (about 4 us a batch); the key map 0.03 (about
-28 ns a record, a million records: Arrow's hash table over groups of 43,690 (the
-64 MiB budget's eighth), against 120 ns for the dict, record by record); the
-rewrite pass 0.10-0.11: compacting the 3 segments that keep records (about 5,000
-runs re-encoded, each trimmed batch's columns cut by ``stored_column_view``:
-0.045 with their read), writing and syncing their new files (0.047) and the 13
-emptied segments' swaps (0.009). So the job is about 0.29 s, 0.25-0.28x of the
-raw read. ``engine_vs_raw_read`` >= 0.3 needs some 0.03 s less: every part left
-is a few microseconds of Python a batch or a run (2,000 input batches, 5,000
-runs, 16,600 batches read), or the reads themselves. (Reading the next window on
-a second thread while the caller works on the current one made the passes twice
-as slow: the two threads hand the GIL back and forth at every window.) The first
-round's first pass is about twice as slow as the others' in every run (a
-first-use cost not found); the medians leave it out.
+Where the time goes at 1 GiB on a quiet VM (medians of 5-7 runs, seconds), with
+pyarrow's key map (``key_map_kind()``, in the notes): the raw read 0.065-0.08
+(its speed moves between 10 and 19 GB/s from minute to minute, and with it the
+ratio); ``read_segment`` over the range verifying checksums 0.10 (0.083 trusting
+them); the keys cut from it (``records.stored_key_column``, about 0.4 us a batch)
+and copied out every ``GATHER_BYTES`` (4 MiB) of batches while in the CPU's cache
+0.022; the key map 0.03-0.04 (Arrow's hash table over groups of 43,690 records,
+the 64 MiB budget's eighth: about 19 ns a record for the group's keys, the rest
+merging them into the map); the rewrite pass 0.087-0.11: compacting the 3
+segments that keep records (about 5,000 runs re-encoded by
+``records.encode_runs``, which reads a batch's columns once for all its runs),
+writing and checking their new files, their fsyncs (0.022, most of it the 10 MB
+file's) and the 13 emptied segments' swaps (0.006). So the job is 0.24-0.27 s,
+0.25-0.34x of the raw read. What is left is a few microseconds of Python a batch
+or a run (16,600 batches read, 5,000 runs), the reads themselves and the fsyncs.
+Tried and dropped: reading the next window on a second thread while the caller
+works on the current one (the passes took twice as long: the two threads hand the
+GIL back and forth at every window); fsyncing each new file on a thread while the
+next segment is rewritten (slower: on ext4 the next swap's rename waits for that
+fsync's journal commit, and the largest fsync comes last); starting each new
+file's writeback as it is written (``sync_file_range``: no change).
 
 Then ``produce_p99_during_compaction_vs_idle`` (target <= 1.5; :func:`p99_run`):
 ``--p99-runs`` (3) times, a fresh node process (fsync on) with a compact topic of
