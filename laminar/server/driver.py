@@ -542,6 +542,7 @@ class ReplicaDriver(Generic[R]):
         liveness: Callable[[ReplicaDriver[R], HostOwner], DriverLiveness] | None = None,
         run_job: JobRunner | None = None,
         compaction_pacer: Callable[[], Pacer] | None = None,
+        prepare_compaction: Callable[[], None] | None = None,
     ) -> None:
         """``clock``: the monotonic clock of the cores and fencing times, in ms.
         ``log_factory``: None for segment logs in ``data_dir`` (a node), else the
@@ -550,7 +551,10 @@ class ReplicaDriver(Generic[R]):
         (tests on tmpfs). ``liveness``: makes the node-level liveness the cores share
         (None: :class:`DriverLiveness`; the scale simulator's baseline withholds
         the node-level signals). ``run_job``: runs keyed compaction jobs (None: inline,
-        at once); ``compaction_pacer``: a new job's pacer (None: unpaced)."""
+        at once); ``compaction_pacer``: a new job's pacer (None: unpaced);
+        ``prepare_compaction``: called once, at the first retention tick that finds
+        a replica of a compact topic here (the host imports the key map's pyarrow
+        then, on its compaction thread, rather than at start or in the first job)."""
         self.node_id = NodeId(node_id)
         self.data_dir = data_dir
         self._config = config
@@ -616,6 +620,7 @@ class ReplicaDriver(Generic[R]):
         self._creating: set[PartitionKey] = set()
         self._run_job: JobRunner = run_job or _run_inline
         self._compaction_pacer = compaction_pacer or (lambda: Pacer(0))
+        self._prepare_compaction = prepare_compaction
         self._compacting: set[PartitionKey] = set()
         """Replicas whose log a compaction job holds (it may outlive the replica's
         closing: no reopen, no new replica and no deletion of its files until it is
@@ -1198,6 +1203,9 @@ class ReplicaDriver(Generic[R]):
             settings = self._owner.settings_of(replica.key)
             if settings is None or not settings.compact or replica.closed:
                 continue
+            if self._prepare_compaction is not None:
+                prepare, self._prepare_compaction = self._prepare_compaction, None
+                prepare()
             try:
                 self._maybe_propose_compaction(replica, settings, now, wall_ms)
             except (OSError, StorageError) as error:

@@ -260,6 +260,7 @@ class ReplicaHost:
             fsync=fsync,
             run_job=self._run_compaction,
             compaction_pacer=partial(Pacer, self.config.compaction_bytes_per_s_max),
+            prepare_compaction=self._prepare_compaction,
         )
         self.counters: dict[str, int] = self._driver.counters
         self.fsync_seconds: Histogram = self._driver.fsync_seconds
@@ -299,10 +300,6 @@ class ReplicaHost:
 
     async def start(self) -> None:
         """Open every replica found in the data directory and start ticking."""
-        # pyarrow (keyed compaction's key map) is imported now, on the compaction
-        # thread, rather than by the first job: loading its libraries holds the GIL
-        # for some 10-20 ms at a time, which a produce call would wait out.
-        self._compaction_pool.submit(key_map_kind)
         self._driver.open_existing()
         self._ticker = asyncio.create_task(self._tick_loop(), name="replica-ticker")
 
@@ -339,6 +336,14 @@ class ReplicaHost:
         return self._now()
 
     # ------------------------------------------------------------------ the driver's shell
+
+    def _prepare_compaction(self) -> None:
+        """(The driver's, once it holds a replica of a compact topic.) Import pyarrow
+        (keyed compaction's key map) on the compaction thread now, not in the first
+        job: loading its libraries holds the GIL for some 10-20 ms at a time, which
+        a produce call would wait out, and a node without compact topics never
+        loads it (some 40-60 MB)."""
+        self._compaction_pool.submit(key_map_kind)
 
     def _run_compaction(self, job: Callable[[], int], done: JobDone) -> None:
         """(The driver's job runner.) Run a keyed compaction job on the compaction

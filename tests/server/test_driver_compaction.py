@@ -307,6 +307,20 @@ def test_a_non_compact_topic_is_never_compacted() -> None:
     assert net.replica("a").core.compact_commands == ()
 
 
+def test_compaction_is_prepared_once_and_only_for_a_compact_topic() -> None:
+    """The host's hook (it imports pyarrow, keyed compaction's key map, on its
+    compaction thread) runs at the first check that finds a replica of a compact
+    topic, once: a node without one never loads it."""
+    net = _Net(("a",), settings=dataclasses.replace(COMPACT, cleanup_policy="delete"))
+    prepared: list[str] = []
+    net.drivers["a"]._prepare_compaction = lambda: prepared.append("key map")
+    net.run_for(3 * CHECK_MS)
+    assert prepared == []
+    net.owner.settings = COMPACT  # the topic altered to compact
+    net.run_for(3 * CHECK_MS)
+    assert prepared == ["key map"]
+
+
 def test_a_newer_command_supersedes_a_queued_one() -> None:
     jobs: list[tuple[Callable[[], int], JobDone]] = []
     net = _Net(("a",), settings=None, run_job=lambda job, done: jobs.append((job, done)))
