@@ -100,13 +100,20 @@ The ratio depends on the disk: with fsyncs of 7-11 ms at p99 (this VM earlier)
 it was 0.92-1.42. With fsyncs well under a millisecond (idle p99 about 0.9 ms) it
 was 1.6-2.0 until three causes of slow calls during a job went (each seen in the
 timeline of the calls against the node's log): pyarrow's import by the first job
-(10-20 ms stalls: now imported on the compaction thread at node start); a step of
+(10-20 ms stalls: now imported on the compaction thread once the node holds a
+replica of a compact topic); a step of
 the key map over 43,690 records holding the GIL for some 5 ms (a paced job now
 takes 2,048: ``PACED_GROUP_RECORDS``); and the emptied segments' swaps back to
 back, unpaced, each holding up the produce call whose fsync waits behind its two
 fsyncs (now each counts its bytes against the pace and leaves the directory's
-fsync to the end of the run). Now 1.3-1.7 over 9 bench runs (each the median of
-3 runs), median 1.47: the idle p99 itself moved from 0.86 to 1.26 ms between them.
+fsync to the end of the run). Now 1.2-1.7 over 10 full bench runs in a row
+(each the median of 3 runs), median 1.47, and ``engine_vs_raw_read`` 0.265-0.347,
+median 0.299, in the same runs: both sit at their targets, inside the machine's
+drift (the first five runs, right after a CI run, gave p99 ratios of 1.53-1.69
+and the last five, on a quiet machine, 1.20-1.41). What is left of the p99 ratio
+is not reproducible enough to tune against: in a run at 1.71 the slow calls of
+the first pass came every 31-32 ms, one step of the paced key map (2 MiB at 64
+MiB/s), and in one at 1.37 two of its ten slow calls overlapped a step.
 
 Prints a table, the notes, the targets missed, then one JSON object as the last
 line.
