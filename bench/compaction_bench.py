@@ -65,9 +65,9 @@ pyarrow's key map (``key_map_kind()``, in the notes): the raw read 0.065-0.08
 ratio); ``read_segment`` over the range verifying checksums 0.10 (0.083 trusting
 them); the keys cut from it (``records.stored_key_column``, about 0.4 us a batch)
 and copied out every ``GATHER_BYTES`` (4 MiB) of batches while in the CPU's cache
-0.022; the key map 0.03-0.04 (Arrow's hash table over groups of 43,690 records,
-the 64 MiB budget's eighth: about 19 ns a record for the group's keys, the rest
-merging them into the map); the rewrite pass 0.087-0.11: compacting the 3
+0.022; the key map 0.023 in memory, 0.03 in the pass (Arrow's hash table over
+the map's keys and each group of 43,690 records, the 64 MiB budget's eighth, in
+one call); the rewrite pass 0.087-0.11: compacting the 3
 segments that keep records (about 5,000 runs re-encoded by
 ``records.encode_runs``, which reads a batch's columns once for all its runs),
 writing and checking their new files, their fsyncs (0.022, most of it the 10 MB
