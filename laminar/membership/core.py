@@ -47,7 +47,8 @@ the full state with one random member repair whatever gossip missed; a joining
 node does a push-pull with its seeds.
 
 Leave and reaping. ``leave()`` gossips ``dead(self, from=self)``, which everybody
-records as *left*. Dead and left members are forgotten ``reap_after_ms`` later.
+records as *left*, even a member that declared it dead at that incarnation first
+(its suspicion ran out before the gossip came: unlike memberlist). Dead and left members are forgotten ``reap_after_ms`` later.
 
 Bad input (garbage, truncated, oversized, wrong cluster key) is dropped and
 counted in :meth:`MembershipCore.counters`; it never raises.
@@ -588,10 +589,20 @@ class MembershipCore:
             self._on_accusation(dead.incarnation)
             return
         entry = self._members.get(dead.node_id)
-        if entry is None or dead.incarnation < entry.incarnation or entry.state.is_gone:
+        if entry is None or dead.incarnation < entry.incarnation:
+            return
+        left = dead.from_id == dead.node_id
+        if entry.state.is_gone:
+            # The node's own word that it left, after we (or a peer) declared it dead
+            # at that incarnation: it stopped answering once its leave was sent, and
+            # our suspicion ran out before the gossip reached us. It left.
+            if left and entry.state is MemberState.DEAD and dead.incarnation == entry.incarnation:
+                entry.state = MemberState.LEFT
+                entry.state_change_ms = now_ms
+                self._emit(EventKind.LEFT, entry, now_ms)
+                self._queue_update(entry.node_id, dead)
             return
         self._suspicions.pop(entry.node_id, None)
-        left = dead.from_id == dead.node_id
         entry.incarnation = dead.incarnation
         entry.state = MemberState.LEFT if left else MemberState.DEAD
         entry.state_change_ms = now_ms

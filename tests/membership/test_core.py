@@ -462,6 +462,22 @@ def test_graceful_leave_is_seen_as_left_and_reaped_later() -> None:
     assert cluster.cores["a"].counters()["members_reaped"] == 1
 
 
+def test_a_leave_heard_after_a_death_at_its_incarnation_is_a_leave() -> None:
+    """b gossips its leave, answers until it was sent, and stops; a's suspicion of it
+    can run out before the gossip reaches a. b's own word, arriving later at the
+    same incarnation, turns dead into left; nobody else's can, nor can b's of an
+    older life."""
+    core = make_core("a", ("b", "c"))
+    b, c = NodeId("b"), NodeId("c")
+    assert feed(core, Dead(b, 2, c)) == [EventKind.DEAD]
+    assert feed(core, Dead(b, 1, b)) == []  # an older incarnation's leave
+    assert feed(core, Dead(b, 2, c)) == []
+    assert core.member(b).state is MemberState.DEAD  # type: ignore[union-attr]
+    assert feed(core, Dead(b, 2, b)) == [EventKind.LEFT]
+    assert core.member(b).state is MemberState.LEFT  # type: ignore[union-attr]
+    assert feed(core, Dead(b, 2, b)) == []  # once
+
+
 def test_restarted_node_rejoins_with_a_higher_incarnation() -> None:
     cluster = ManualCluster(CONFIG, ["a", "b", "c"])
     cluster.allow = lambda source, destination: "b" not in (source, destination)
