@@ -48,7 +48,8 @@ node does a push-pull with its seeds.
 
 Leave and reaping. ``leave()`` gossips ``dead(self, from=self)``, which everybody
 records as *left*, even a member that declared it dead at that incarnation first
-(its suspicion ran out before the gossip came: unlike memberlist). Dead and left members are forgotten ``reap_after_ms`` later.
+(its suspicion ran out before the gossip came: unlike memberlist). Dead and left
+members are forgotten ``reap_after_ms`` later.
 
 Bad input (garbage, truncated, oversized, wrong cluster key) is dropped and
 counted in :meth:`MembershipCore.counters`; it never raises.
