@@ -110,7 +110,9 @@ fsync to the end of the run). Now 1.2-1.7 over 10 full bench runs in a row
 (each the median of 3 runs), median 1.47, and ``engine_vs_raw_read`` 0.265-0.347,
 median 0.299, in the same runs: both sit at their targets, inside the machine's
 drift (the first five runs, right after a CI run, gave p99 ratios of 1.53-1.69
-and the last five, on a quiet machine, 1.20-1.41). What is left of the p99 ratio
+and the last five, on a quiet machine, 1.20-1.41); after the key map's single hash
+call per group, five more gave 0.326-0.370 (median 0.345) and 1.39-1.54 (median
+1.44). What is left of the p99 ratio
 is not reproducible enough to tune against: in a run at 1.71 the slow calls of
 the first pass came every 31-32 ms, one step of the paced key map (2 MiB at 64
 MiB/s), and in one at 1.37 two of its ten slow calls overlapped a step.
