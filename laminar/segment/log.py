@@ -903,7 +903,6 @@ class SegmentLog:
             truncations = self._truncations
             file = segment.file
             descriptor = self._files.pin(file)
-        limits = self._config.limits
         try:
             position = 0
             expected = segment.base_offset
@@ -914,14 +913,9 @@ class SegmentLog:
                 window_bytes = len(window)
                 at = 0
                 # The loop runs once a batch (16,000 times per GiB of keyed compaction's
-                # first pass): locals, not attributes, where it can.
+                # first pass): the header's length and the window's size as locals.
                 while at + HEADER_BYTES <= window_bytes:
-                    try:
-                        header = parse_header(window, at, limits=limits)
-                    except RecordFormatError as error:
-                        raise CorruptSegmentError(
-                            segment.log_path, expected, position + at, f"bad batch header: {error}"
-                        ) from None
+                    header = self._parse_header(segment, window, at, position + at, expected)
                     stop = at + header.length
                     if stop > window_bytes:
                         if at:
