@@ -124,7 +124,6 @@ line.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import random
 import re
@@ -132,12 +131,11 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+from unittest import mock
 
 import grpc
 
@@ -253,17 +251,6 @@ class EngineRun:
         return self.superseded_s + self.rewrite_s
 
 
-@contextlib.contextmanager
-def patched(module: ModuleType, name: str, value: object) -> Iterator[None]:
-    """``module.name`` is ``value`` inside the block."""
-    saved = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, saved)
-
-
 def engine_run(source: Path, work: Path, memory_bytes_max: int) -> EngineRun:
     """Compact a copy of the log at ``source`` (in ``work``) as a replica does: the
     node's :func:`~laminar.server.compactor.run_command` (unpaced) over every sealed
@@ -285,7 +272,7 @@ def engine_run(source: Path, work: Path, memory_bytes_max: int) -> EngineRun:
             built.append((time.perf_counter(), superseded))
             return superseded
 
-        with patched(compactor, "build_superseded", building):  # to time its two parts
+        with mock.patch.object(compactor, "build_superseded", building):  # time its two parts
             started = time.perf_counter()
             compactor.run_command(log, cmd, memory_bytes_max=memory_bytes_max)
             done = time.perf_counter()
